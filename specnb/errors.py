@@ -1,0 +1,30 @@
+"""Errors that specnb raises on bad input.
+
+Every error says what was wrong and what to do about it. They subclass ValueError or
+RuntimeError so callers that do not know specnb can still catch them; the CLI turns any
+``SpecnbError`` into one line on stderr and exit code 2.
+"""
+
+
+class SpecnbError(Exception):
+    """Base class: a problem the user can fix (bad input, missing model, missing device)."""
+
+
+class ConfigError(SpecnbError, ValueError):
+    """A model config is missing a field or has an impossible value."""
+
+
+class ParameterError(SpecnbError, ValueError):
+    """An argument is out of range (alpha outside [0, 1), gamma < 1, c < 0, ...)."""
+
+
+class ModelNotFoundError(SpecnbError, ValueError):
+    """A model id or folder could not be resolved (offline, typo, no config.json)."""
+
+
+class DeviceError(SpecnbError, RuntimeError):
+    """A device was requested that this machine does not have."""
+
+
+class IncompatibleModelsError(SpecnbError, ValueError):
+    """Draft and verifier cannot be paired (different vocabularies, tokenizers)."""
