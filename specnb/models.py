@@ -323,6 +323,8 @@ def locate(name: str) -> ModelSource:
         return _local_folder(name, folder)
     if name.startswith(("/", ".", "~")) or folder.exists():
         raise ModelNotFoundError(f"{name!r} is not a folder; pass a folder with config.json and tokenizer files")
+    if name.startswith("smollm2-"):  # our naming scheme, never a hub id: do not ask the hub
+        raise ModelNotFoundError(f"unknown embedded model {name!r}; known: {', '.join(embedded_names())}")
     return _hub_model(name)
 
 
