@@ -1,0 +1,384 @@
+"""Measurements: interleaved verifier-only vs speculative runs, and forward-pass microbenchmarks.
+
+Raw records first, summaries after (Spec-Bench, Xia et al. 2024): ``run_interleaved`` keeps one
+record per (repeat, batch of prompts, candidate) with tokens, wall time, per-stage times and
+acceptance counts, so every number in a notebook can be recomputed from the CSV. ``summarise``
+derives tok/s, α, τ and speedup from them.
+
+Why interleaved: on a shared or thermally throttling machine, speed drifts over minutes. Running
+every candidate on the same batch back to back, in an order rotated each repeat, makes drift hit
+all of them alike; speedup is then a ratio measured on the same prompts in the same minute.
+
+Definitions (as everywhere in specnb): α = accepted ÷ drafted tokens; τ = mean tokens per verifier
+step including the bonus token (accepted + 1); speedup = tok/s ÷ verifier-only tok/s on the same
+prompts and repeats, with tok/s counting generated tokens only and prefill time included.
+
+Dispatch overhead: a forward costs a fixed launch/framework time plus a compute or bandwidth term,
+t = t0 + k·FLOPs; ``fit_dispatch`` fits it across models. A large t0 is why a draft with 6x fewer
+FLOPs can be only ~2.8x faster per token, and why the wall-clock cost ratio c differs from the
+FLOPs c used by Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative Decoding").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specnb.errors import ParameterError
+
+BASELINE = "verifier-only"
+STAGE_COLUMNS = ("prefill_ms", "draft_ms", "verify_ms", "accept_ms", "rollback_ms", "other_ms")
+
+
+@dataclass
+class Candidate:
+    """One way to generate: verifier-only (``draft=None, gamma=0``) or a draft at a gamma."""
+
+    name: str
+    draft: Any | None
+    draft_name: str | None
+    gamma: int
+
+
+# ---------------------------------------------------------------- loading what to compare
+
+def load_candidates(verifier: str, drafts: list[str], device="auto", dtype="auto") -> tuple[Any, dict[str, Any]]:
+    """The verifier (loaded once, as a ``Pair`` without draft) and each named draft for it.
+
+    Drafts may be embedded names, ``exit:K`` / ``smollm2-exit-K`` (sharing the verifier's layers),
+    ``prompt-lookup``, hub ids or folders; tokenizers are checked like ``load_pair`` does.
+    """
+    from specnb.models import load_pair
+
+    pair = load_pair(verifier, None, device=device, dtype=dtype)
+    loaded = {}
+    for name in dict.fromkeys(drafts):  # keep order, drop duplicates
+        loaded[name] = load_draft(pair, name)
+    return pair, loaded
+
+
+def load_draft(pair, name: str):
+    """One draft for ``pair.verifier``; may set ``pair.vocab_size`` when logit widths differ."""
+    from specnb import models
+
+    if name == models.PROMPT_LOOKUP:
+        return models.prompt_lookup_drafter()
+    k = exit_layers(name, pair.verifier_name)
+    if k is not None:
+        return models.exit_draft(pair.verifier, k)
+    source = models.locate(models.EMBEDDED_VERIFIER if name in models.EMBEDDED_EXITS else name)
+    if source.has_tokenizer:
+        models.check_same_tokenizer(pair.tokenizer, models.load_tokenizer(source), pair.verifier_name, name)
+    model = models.load_weights(source, pair.device, pair.dtype)
+    if name in models.EMBEDDED_EXITS:  # an embedded exit drafting for another verifier of its family
+        model = models.exit_draft(model, models.EMBEDDED_EXITS[name])
+    vocab = models.shared_vocab_size(pair.verifier.config, model.config, pair.tokenizer, source.has_tokenizer, name)
+    if vocab is not None:
+        pair.vocab_size = min(vocab, pair.vocab_size or vocab)
+    return model
+
+
+def exit_layers(name: str, verifier: str) -> int | None:
+    """K for ``exit:K``, or for an embedded exit of the embedded verifier itself; else None."""
+    from specnb.models import EMBEDDED_EXITS, EMBEDDED_VERIFIER
+
+    if name in EMBEDDED_EXITS and verifier == EMBEDDED_VERIFIER:
+        return EMBEDDED_EXITS[name]
+    if not name.startswith("exit:"):
+        return None
+    try:
+        return int(name.split(":", 1)[1])
+    except ValueError:
+        raise ParameterError(f"early-exit draft {name!r} must look like exit:K with an integer K, e.g. exit:4") from None
+
+
+def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True) -> list[Candidate]:
+    """Verifier-only (first) plus every draft at every gamma, named ``"<draft> γ=<gamma>"``."""
+    gammas = [int(g) for g in gammas]
+    if any(g < 1 for g in gammas):
+        raise ParameterError(f"gammas must be integers >= 1, got {gammas}")
+    found = [Candidate(BASELINE, None, None, 0)] if baseline else []
+    for name, draft in drafts.items():
+        found += [Candidate(f"{name} γ={g}", draft, name, g) for g in gammas]
+    return found
+
+
+# ---------------------------------------------------------------- interleaved runs
+
+def as_prompt_frame(prompts) -> pd.DataFrame:
+    """A DataFrame with id, category, prompt from such a frame or from a list of strings."""
+    if isinstance(prompts, pd.DataFrame):
+        missing = {"id", "category", "prompt"} - set(prompts.columns)
+        if missing:
+            raise ParameterError(f"prompt frame lacks columns {sorted(missing)}; use specnb.prompts.load_prompts()")
+        return prompts.reset_index(drop=True)
+    texts = [str(p) for p in prompts]
+    return pd.DataFrame({"id": [f"p{i:02d}" for i in range(len(texts))], "category": "custom", "prompt": texts})
+
+
+def batches_of(frame: pd.DataFrame, batch_size: int) -> list[pd.DataFrame]:
+    """Consecutive batches; the last one may be smaller."""
+    if batch_size < 1:
+        raise ParameterError(f"batch_size must be >= 1, got {batch_size}")
+    return [frame.iloc[i:i + batch_size] for i in range(0, len(frame), batch_size)]
+
+
+def rotated(candidates: list[Candidate], shift: int) -> list[Candidate]:
+    """Candidate order for one repeat: rotated so no candidate always runs first (warm caches, drift)."""
+    shift %= max(len(candidates), 1)
+    return candidates[shift:] + candidates[:shift]
+
+
+def run_interleaved(pair, prompts, candidates: list[Candidate], *, repeats: int = 1, max_new_tokens: int = 64,
+                    batch_size: int = 1, progress: bool = True, warmup: bool = True, sampling=None,
+                    chat: bool = True) -> pd.DataFrame:
+    """Raw records, one per (repeat, batch of prompts, candidate), candidates interleaved per batch.
+
+    ``warmup`` first runs each candidate once on a short generation so one-time costs (allocator
+    growth, kernel selection) are not charged to whichever candidate happens to go first.
+    """
+    from tqdm.auto import tqdm
+
+    from specnb.decoding import encode_prompts
+
+    if repeats < 1 or max_new_tokens < 1:
+        raise ParameterError(f"repeats and max_new_tokens must be >= 1, got {repeats} and {max_new_tokens}")
+    if not candidates:
+        raise ParameterError("no candidates to run; use make_candidates(drafts, gammas)")
+    frame = as_prompt_frame(prompts)
+    encoded = [(batch, *encode_prompts(pair.tokenizer, list(batch["prompt"]), chat=chat))
+                for batch in batches_of(frame, batch_size)]
+    if warmup:
+        for cand in candidates:
+            generate_one(pair, encoded[0][1], encoded[0][2], cand, min(4, max_new_tokens), sampling)
+    records = []
+    total = repeats * len(encoded) * len(candidates)
+    with tqdm(total=total, desc="interleaved runs", unit="run", disable=not progress) as bar:
+        for repeat in range(repeats):
+            for batch, input_ids, mask in encoded:
+                for cand in rotated(candidates, repeat):
+                    result, stages = generate_one(pair, input_ids, mask, cand, max_new_tokens, sampling)
+                    records.append(make_record(repeat, batch, cand, result, stages))
+                    bar.update()
+    return pd.DataFrame.from_records(records)
+
+
+def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sampling):
+    """One timed generation; returns the ``GenerationResult`` and the timer's stage times (ms)."""
+    from specnb.decoding import generate
+    from specnb.timing import StageTimer
+
+    timer = StageTimer(pair.device)
+    result = generate(pair.verifier, input_ids.to(pair.device), mask.to(pair.device), draft=cand.draft,
+                      gamma=max(cand.gamma, 1), max_new_tokens=max_new_tokens, sampling=sampling,
+                      eos_token_id=pair.tokenizer.eos_token_id, timer=timer, vocab_size=pair.vocab_size)
+    return result, timer.stages_ms()
+
+
+def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stages: dict[str, float]) -> dict:
+    """Spec-Bench-style record: totals over the batch's rows, plus per-step and per-position counts."""
+    accepted_steps = [n for row in result.accepted_per_step for n in row]  # per row, per verifier step
+    drafted_steps = [n for row in result.drafted_per_step for n in row]
+    gamma = cand.gamma if cand.draft is not None else 0
+    record = {
+        "repeat": repeat,
+        "prompt_ids": ",".join(map(str, batch["id"])),
+        "categories": ",".join(dict.fromkeys(batch["category"])),
+        "candidate": cand.name,
+        "draft": cand.draft_name or "",
+        "gamma": gamma,
+        "batch_size": len(batch),
+        "new_tokens": sum(len(t) for t in result.tokens),
+        "wall_ms": result.wall_ms,
+    }
+    record.update({f"{stage}_ms": stages.get(stage, 0.0) for stage in
+                   ("prefill", "draft", "verify", "accept", "rollback", "other")})
+    record.update({
+        "drafted": sum(drafted_steps),
+        "accepted": sum(accepted_steps),
+        "steps": len(accepted_steps),
+        "verifier_forwards": result.verifier_forwards,
+        "draft_forwards": result.draft_forwards,
+        "accept_lengths": accepted_steps,
+        "accepted_by_position": [sum(n > i for n in accepted_steps) for i in range(gamma)],
+        "drafted_by_position": [sum(n > i for n in drafted_steps) for i in range(gamma)],
+    })
+    return record
+
+
+# ---------------------------------------------------------------- summaries
+
+def ratio_tok_s(frame: pd.DataFrame) -> float:
+    """Generated tokens per second over a set of records (a ratio of sums, not a mean of ratios)."""
+    wall = frame["wall_ms"].sum()
+    return float(frame["new_tokens"].sum() / wall * 1e3) if wall > 0 else float("nan")
+
+
+def summarise(records: pd.DataFrame, baseline: str = BASELINE, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per candidate and batch size: tok/s, α, τ, speedup with a bootstrap CI over prompts, and
+    per-stage ms per generated token.
+
+    Speedup pairs each record with the baseline's on the same (repeat, prompts, batch size); the
+    CI resamples prompt batches with replacement (all repeats of a batch move together).
+    """
+    records = pd.DataFrame(records)
+    if baseline not in set(records["candidate"]):
+        raise ParameterError(f"baseline {baseline!r} not among the candidates {sorted(set(records['candidate']))}")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (name, batch_size), group in records.groupby(["candidate", "batch_size"], sort=False):
+        base = records[(records["candidate"] == baseline) & (records["batch_size"] == batch_size)]
+        rows.append(summarise_one(name, batch_size, group, base, rng, n_boot))
+    return pd.DataFrame(rows)
+
+
+def summarise_one(name, batch_size, group: pd.DataFrame, base: pd.DataFrame, rng, n_boot: int) -> dict:
+    keys = ["repeat", "prompt_ids"]
+    paired = group.merge(base, on=keys, suffixes=("", "_base"))
+    units = paired["prompt_ids"].unique()
+    speedup = paired_speedup(paired[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum().to_numpy())
+    lo, hi = bootstrap_speedup(paired, units, rng, n_boot)
+    steps, accepted, drafted, tokens = (group[c].sum() for c in ("steps", "accepted", "drafted", "new_tokens"))
+    row = {
+        "candidate": name,
+        "draft": group["draft"].iloc[0],
+        "gamma": int(group["gamma"].iloc[0]),
+        "batch_size": int(batch_size),
+        "records": len(group),
+        "prompts": len(units),
+        "new_tokens": int(tokens),
+        "tok_s": ratio_tok_s(group),
+        "alpha": accepted / drafted if drafted else float("nan"),
+        "tau": 1.0 if group["gamma"].iloc[0] == 0 else (accepted + steps) / steps if steps else float("nan"),
+        "speedup": float(speedup),
+        "speedup_lo": lo,
+        "speedup_hi": hi,
+    }
+    row.update({f"{c}_per_token": group[c].sum() / tokens if tokens else float("nan") for c in STAGE_COLUMNS})
+    return row
+
+
+def paired_speedup(totals: np.ndarray) -> np.ndarray:
+    """(tokens / wall) ÷ (baseline tokens / baseline wall) from totals [..., 4] in that order."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (totals[..., 0] / totals[..., 1]) / (totals[..., 2] / totals[..., 3])
+
+
+def bootstrap_speedup(paired: pd.DataFrame, units, rng, n_boot: int) -> tuple[float, float]:
+    """95% percentile interval of the speedup when prompt batches are resampled with replacement."""
+    if len(units) < 2 or n_boot < 1:
+        return float("nan"), float("nan")
+    sums = paired.groupby("prompt_ids")[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum()
+    sums = sums.loc[units].to_numpy()  # [U, 4]
+    picks = rng.integers(0, len(units), size=(n_boot, len(units)))  # [n_boot, U]
+    ratios = paired_speedup(sums[picks].sum(axis=1))  # totals: [n_boot, 4]
+    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
+
+
+def acceptance_profile(records: pd.DataFrame) -> pd.DataFrame:
+    """Per draft candidate and position i (1..γ): how often position i was drafted and accepted,
+    the unconditional rate and the conditional one P(accept i | positions < i accepted), the
+    profile ``theory.tokens_per_step_from_profile`` takes."""
+    rows = []
+    for name, group in pd.DataFrame(records).groupby("candidate", sort=False):
+        gamma = int(group["gamma"].iloc[0])
+        if gamma == 0:
+            continue
+        accepted = np.sum(np.stack(group["accepted_by_position"].map(np.asarray).to_list()), axis=0)
+        drafted = np.sum(np.stack(group["drafted_by_position"].map(np.asarray).to_list()), axis=0)
+        reached = np.concatenate([[group["steps"].sum()], accepted[:-1]])  # steps that got to position i
+        for i in range(gamma):
+            rows.append({"candidate": name, "draft": group["draft"].iloc[0], "gamma": gamma, "position": i + 1,
+                         "drafted": int(drafted[i]), "accepted": int(accepted[i]),
+                         "rate": accepted[i] / drafted[i] if drafted[i] else float("nan"),
+                         "conditional_rate": accepted[i] / reached[i] if reached[i] else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def per_prompt(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """One row per (candidate, repeat, prompt batch): α and speedup against the baseline's same run,
+    for acceptance variance across prompts, categories and runs."""
+    records = pd.DataFrame(records)
+    keys = ["repeat", "prompt_ids", "batch_size"]
+    base = records[records["candidate"] == baseline][keys + ["new_tokens", "wall_ms"]]
+    drafts = records[records["candidate"] != baseline].merge(base, on=keys, suffixes=("", "_base"))
+    tok_s = drafts["new_tokens"] / drafts["wall_ms"] * 1e3
+    base_tok_s = drafts["new_tokens_base"] / drafts["wall_ms_base"] * 1e3
+    return pd.DataFrame({
+        "candidate": drafts["candidate"], "draft": drafts["draft"], "gamma": drafts["gamma"],
+        "repeat": drafts["repeat"], "prompt_ids": drafts["prompt_ids"], "categories": drafts["categories"],
+        "alpha": drafts["accepted"] / drafts["drafted"].where(drafts["drafted"] > 0),
+        "tok_s": tok_s, "speedup": tok_s / base_tok_s,
+    })
+
+
+# ---------------------------------------------------------------- forward microbenchmarks
+
+def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context_len: int = 128, repeats: int = 5,
+                         name: str | None = None, device=None) -> pd.DataFrame:
+    """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache."""
+    from specnb.timing import measure_forward_ms
+
+    rows = []
+    for b in batch_sizes:
+        for n in n_tokens:
+            t = measure_forward_ms(model, n_tokens=int(n), batch_size=int(b), context_len=context_len,
+                                   repeats=repeats, device=device)
+            rows.append({"model": name or type(model).__name__, "n_tokens": t.n_tokens, "batch_size": t.batch_size,
+                         "context_len": t.context_len, "median_ms": t.median_ms,
+                         "min_ms": min(t.samples_ms), "max_ms": max(t.samples_ms), "samples_ms": t.samples_ms})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class DispatchFit:
+    """t_forward = t0 + k·FLOPs across models: fixed dispatch cost plus a compute/bandwidth term."""
+
+    t0_ms: float
+    ms_per_gflop: float
+    r2: float
+    n_points: int
+
+    def predict_ms(self, flops) -> np.ndarray:
+        return self.t0_ms + self.ms_per_gflop * np.asarray(flops, dtype=float) / 1e9
+
+
+def forward_flops(grid: pd.DataFrame, flops_per_token) -> np.ndarray:
+    """FLOPs of each grid row's forward: per-token FLOPs of its model × tokens × batch size."""
+    if isinstance(flops_per_token, dict):
+        missing = set(grid["model"]) - set(flops_per_token)
+        if missing:
+            raise ParameterError(f"no FLOPs/token given for models {sorted(missing)}")
+        per_token = grid["model"].map(flops_per_token).to_numpy(dtype=float)
+    else:
+        per_token = np.full(len(grid), float(flops_per_token))
+    return per_token * grid["n_tokens"].to_numpy() * grid["batch_size"].to_numpy()
+
+
+def fit_dispatch(grid: pd.DataFrame, flops_per_token) -> DispatchFit:
+    """Least-squares fit of median forward ms on forward GFLOPs (``flops_per_token``: a number, or
+    a dict from the grid's ``model`` names to FLOPs/token)."""
+    x = forward_flops(grid, flops_per_token) / 1e9
+    y = grid["median_ms"].to_numpy(dtype=float)
+    if len(np.unique(x)) < 2:
+        raise ParameterError("fit_dispatch needs forwards of at least two different sizes (tokens or models)")
+    design = np.stack([np.ones_like(x), x], axis=1)  # [N, 2]
+    (t0, k), *_ = np.linalg.lstsq(design, y, rcond=None)
+    residual = y - design @ np.array([t0, k])
+    total = np.sum((y - y.mean()) ** 2)
+    r2 = 1.0 - np.sum(residual ** 2) / total if total > 0 else 1.0
+    return DispatchFit(float(t0), float(k), float(r2), len(y))
+
+
+def wall_clock_c(grid: pd.DataFrame, draft: str, verifier: str, n_tokens: int = 1, batch_size: int = 1) -> float:
+    """c by wall clock: the draft's ÷ the verifier's median time of one ``n_tokens`` forward."""
+    def median(model):
+        rows = grid[(grid["model"] == model) & (grid["n_tokens"] == n_tokens) & (grid["batch_size"] == batch_size)]
+        if rows.empty:
+            raise ParameterError(f"no timing for {model!r} at n_tokens={n_tokens}, batch_size={batch_size}")
+        return float(rows["median_ms"].median())
+
+    return median(draft) / median(verifier)

@@ -1,0 +1,210 @@
+"""bench: interleaved records on tiny random models, summaries on synthetic records with known answers."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specnb import bench
+from specnb.errors import ParameterError
+from specnb.lookup import PromptLookupDrafter
+from specnb.models import Pair
+
+WORDS = [f"w{i}" for i in range(60)]
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(["<pad>", "<unk>", "<eos>", *WORDS])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
+
+
+def tiny_llama(seed: int, layers: int = 2) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=128, vocab_size=len(WORDS) + 3, max_position_embeddings=256,
+                         eos_token_id=2, pad_token_id=0)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)  # peaked logits: argmax ties would make acceptance arbitrary
+    return model
+
+
+def perturbed_copy(model, scale: float, seed: int) -> LlamaForCausalLM:
+    """A draft that agrees with the verifier often but not always."""
+    torch.manual_seed(seed)
+    draft = LlamaForCausalLM(model.config).eval()
+    draft.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(scale * p.std() * torch.randn_like(p))
+    return draft
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matmuls: one thread avoids spin-waiting when the cores are shared (20x faster here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    verifier = tiny_llama(0)
+    return Pair(verifier, None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(1)
+    texts = [" ".join(rng.choice(WORDS[:20], size=n)) for n in (6, 9, 7, 12)]
+    return pd.DataFrame({"id": ["a", "b", "c", "d"], "category": ["x", "x", "y", "y"], "prompt": texts})
+
+
+@pytest.fixture(scope="module")
+def records(pair, prompts):
+    drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookupDrafter()}
+    candidates = bench.make_candidates(drafts, gammas=[2, 3])
+    return bench.run_interleaved(pair, prompts, candidates, repeats=2, max_new_tokens=12, batch_size=2,
+                                 progress=False)
+
+
+REQUIRED = ["repeat", "prompt_ids", "categories", "candidate", "draft", "gamma", "batch_size", "new_tokens", "wall_ms",
+            "prefill_ms", "draft_ms", "verify_ms", "accept_ms", "rollback_ms", "other_ms", "drafted", "accepted",
+            "verifier_forwards", "draft_forwards", "accept_lengths", "accepted_by_position", "drafted_by_position"]
+
+
+def test_records_one_per_repeat_batch_candidate_in_rotated_order(records):
+    assert set(REQUIRED) <= set(records.columns)
+    assert len(records) == 2 * 2 * 5  # repeats x batches x (baseline + 2 drafts x 2 gammas)
+    first = records[(records["repeat"] == 0) & (records["prompt_ids"] == "a,b")]["candidate"].tolist()
+    second = records[(records["repeat"] == 1) & (records["prompt_ids"] == "a,b")]["candidate"].tolist()
+    assert first[0] == "verifier-only" and second == first[1:] + first[:1]
+    assert set(records["prompt_ids"]) == {"a,b", "c,d"} and set(records["categories"]) == {"x", "y"}
+
+
+def test_record_counts_are_consistent(records):
+    stages = records[[f"{s}_ms" for s in ("prefill", "draft", "verify", "accept", "rollback", "other")]].sum(axis=1)
+    assert np.allclose(stages, records["wall_ms"], rtol=0.02)
+    assert (records["new_tokens"] <= 2 * 12).all() and (records["new_tokens"] >= 2).all()
+    for _, r in records.iterrows():
+        assert len(r.accepted_by_position) == len(r.drafted_by_position) == r.gamma
+        assert sum(r.accepted_by_position) == r.accepted == sum(r.accept_lengths) <= r.drafted
+        assert sum(r.drafted_by_position) == r.drafted
+    base = records[records["candidate"] == "verifier-only"]
+    assert (base[["drafted", "accepted", "draft_forwards", "draft_ms"]] == 0).all().all()
+    model_draft = records[records["draft"] == "noisy"]
+    assert (model_draft["draft_forwards"] > 0).all() and (model_draft["draft_ms"] > 0).all()
+
+
+def test_summary_of_real_records(records):
+    summary = bench.summarise(records, n_boot=200).set_index("candidate")
+    assert summary.loc["verifier-only", "speedup"] == pytest.approx(1.0)
+    assert summary.loc["verifier-only", "tau"] == pytest.approx(1.0)
+    noisy = summary.loc["noisy γ=3"]
+    assert 0.0 < noisy["alpha"] < 1.0  # the perturbed draft is neither perfect nor useless
+    assert noisy["tau"] == pytest.approx(1 + noisy["alpha"] * records.query("candidate == 'noisy γ=3'")["drafted"].sum()
+                                         / records.query("candidate == 'noisy γ=3'")["steps"].sum())
+    assert noisy["speedup_lo"] <= noisy["speedup"] <= noisy["speedup_hi"]
+    assert (summary["tok_s"] > 0).all() and summary["prompts"].eq(2).all()
+
+
+def synthetic(candidate, tokens, walls, accepted=0, drafted=0, steps=1, gamma=0):
+    return [{"repeat": 0, "prompt_ids": f"p{i}", "categories": "c", "candidate": candidate, "draft": "", "gamma": gamma,
+             "batch_size": 1, "new_tokens": t, "wall_ms": w, "prefill_ms": 0.1 * w, "draft_ms": 0.0,
+             "verify_ms": 0.9 * w, "accept_ms": 0.0, "rollback_ms": 0.0, "other_ms": 0.0, "accepted": accepted,
+             "drafted": drafted, "steps": steps, "verifier_forwards": steps, "draft_forwards": 0,
+             "accept_lengths": [], "accepted_by_position": [], "drafted_by_position": []}
+            for i, (t, w) in enumerate(zip(tokens, walls))]
+
+
+def test_summarise_known_speedup_alpha_tau_and_stage_costs():
+    frame = pd.DataFrame(synthetic("verifier-only", [10] * 4, [100.0] * 4)
+                         + synthetic("d γ=2", [10] * 4, [50.0] * 4, accepted=6, drafted=8, steps=4, gamma=2))
+    s = bench.summarise(frame).set_index("candidate")
+    assert s.loc["d γ=2", "speedup"] == pytest.approx(2.0)
+    assert s.loc["d γ=2", ["speedup_lo", "speedup_hi"]].tolist() == pytest.approx([2.0, 2.0])
+    assert s.loc["d γ=2", "alpha"] == pytest.approx(0.75) and s.loc["d γ=2", "tau"] == pytest.approx(2.5)
+    assert s.loc["verifier-only", "tok_s"] == pytest.approx(100.0)
+    assert s.loc["d γ=2", "verify_ms_per_token"] == pytest.approx(4.5)
+    assert np.isnan(s.loc["verifier-only", "alpha"])
+
+
+def test_speedup_is_paired_by_prompt_and_ci_brackets_it():
+    base = synthetic("verifier-only", [10, 10, 10, 10, 10], [100, 100, 100, 100, 100])
+    cand = synthetic("d γ=1", [10, 10, 10, 10, 10], [50, 80, 100, 125, 60], accepted=1, drafted=2, gamma=1)
+    s = bench.summarise(pd.DataFrame(base + cand), n_boot=500, seed=3).set_index("candidate").loc["d γ=1"]
+    assert s["speedup"] == pytest.approx((50 / 415) / (50 / 500))
+    assert s["speedup_lo"] < s["speedup"] < s["speedup_hi"]
+    with pytest.raises(ParameterError, match="baseline 'nope'"):
+        bench.summarise(pd.DataFrame(base + cand), baseline="nope")
+
+
+def test_acceptance_profile_conditional_rates():
+    rec = synthetic("d γ=3", [4], [10.0], accepted=5, drafted=9, steps=3, gamma=3)[0]
+    rec.update(accept_lengths=[3, 2, 0], accepted_by_position=[2, 2, 1], drafted_by_position=[3, 3, 3])
+    prof = bench.acceptance_profile(pd.DataFrame([rec]))
+    assert prof["rate"].tolist() == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+    assert prof["conditional_rate"].tolist() == pytest.approx([2 / 3, 1.0, 0.5])
+
+
+def test_per_prompt_speedup_and_alpha():
+    frame = pd.DataFrame(synthetic("verifier-only", [10, 10], [100, 100])
+                         + synthetic("d γ=1", [10, 10], [50, 200], accepted=1, drafted=4, gamma=1))
+    rows = bench.per_prompt(frame)
+    assert rows["speedup"].tolist() == pytest.approx([2.0, 0.5]) and rows["alpha"].tolist() == pytest.approx([0.25] * 2)
+
+
+def test_fit_dispatch_recovers_known_line_and_wall_clock_c():
+    grid = pd.DataFrame([{"model": m, "n_tokens": n, "batch_size": 1, "median_ms": 5.0 + 2.0 * f * n / 1e9}
+                         for m, f in (("big", 6e9), ("small", 1e9)) for n in (1, 4, 16)])
+    fit = bench.fit_dispatch(grid, {"big": 6e9, "small": 1e9})
+    assert fit.t0_ms == pytest.approx(5.0) and fit.ms_per_gflop == pytest.approx(2.0) and fit.r2 == pytest.approx(1.0)
+    assert fit.predict_ms(1e9) == pytest.approx(7.0)
+    assert bench.wall_clock_c(grid, "small", "big") == pytest.approx(7.0 / 17.0)  # not the FLOPs ratio 1/6
+    with pytest.raises(ParameterError, match="no FLOPs/token"):
+        bench.fit_dispatch(grid, {"big": 6e9})
+    with pytest.raises(ParameterError, match="two different sizes"):
+        bench.fit_dispatch(grid[grid["n_tokens"] == 1].head(1), 1e9)
+
+
+def test_measure_forward_grid_on_a_tiny_model(pair):
+    grid = bench.measure_forward_grid(pair.verifier, n_tokens=(1, 4), batch_sizes=(1, 2), context_len=8, repeats=2,
+                                      name="tiny")
+    assert grid[["n_tokens", "batch_size"]].values.tolist() == [[1, 1], [4, 1], [1, 2], [4, 2]]
+    assert (grid["median_ms"] > 0).all() and grid["samples_ms"].map(len).eq(2).all()
+    assert set(grid["model"]) == {"tiny"} and (grid["context_len"] == 8).all()
+
+
+def test_load_candidates_loads_verifier_once_and_each_draft(pair, tmp_path, monkeypatch):
+    folder = tmp_path / "draft"
+    perturbed_copy(pair.verifier, 0.1, 2).save_pretrained(folder)
+    pair.tokenizer.save_pretrained(folder)
+    calls = []
+    monkeypatch.setattr("specnb.models.load_pair", lambda *a, **k: calls.append(a) or pair)
+    loaded_pair, drafts = bench.load_candidates("tiny", ["prompt-lookup", "exit:1", str(folder), "prompt-lookup"])
+    assert loaded_pair is pair and len(calls) == 1 and list(drafts) == ["prompt-lookup", "exit:1", str(folder)]
+    assert isinstance(drafts["prompt-lookup"], PromptLookupDrafter)
+    assert drafts["exit:1"].config.num_hidden_layers == 1
+    assert drafts["exit:1"].model.layers[0] is pair.verifier.model.layers[0]  # shared, not copied
+    assert isinstance(drafts[str(folder)], LlamaForCausalLM)
+    with pytest.raises(ParameterError, match="exit:K"):
+        bench.load_candidates("tiny", ["exit:four"])
+
+
+def test_bad_arguments(pair, prompts):
+    with pytest.raises(ParameterError, match="gammas"):
+        bench.make_candidates({"x": None}, gammas=[0])
+    with pytest.raises(ParameterError, match="no candidates"):
+        bench.run_interleaved(pair, prompts, [], progress=False)
+    with pytest.raises(ParameterError, match="batch_size"):
+        bench.run_interleaved(pair, prompts, bench.make_candidates({}, []), batch_size=0, progress=False)
+    with pytest.raises(ParameterError, match="lacks columns"):
+        bench.as_prompt_frame(pd.DataFrame({"text": ["a"]}))
+    assert bench.as_prompt_frame(["w1 w2", "w3"])["id"].tolist() == ["p00", "p01"]
