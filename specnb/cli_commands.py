@@ -33,3 +33,71 @@ def run_run(args: argparse.Namespace) -> list[dict]:
     runs = run_notebooks(args.names, params, smoke=args.smoke, out=Path(args.out) if args.out else None,
                          progress=not args.json)
     return [{"notebook": r.name, "ok": r.ok, "seconds": round(r.seconds, 1), "html": r.html} for r in runs]
+
+
+# --- flops / ratio / theory: cost per token and the closed-form speedup ---------------------
+
+
+def _args_flops(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="Hugging Face id, shipped/embedded name (e.g. smollm2-135m) or folder with config.json")
+    p.add_argument("--context", type=int, default=0, help="positions the new token attends to (default 0: seed convention)")
+
+
+@command("flops", "FLOPs per generated token of a model, from its config alone (no weights)", _args_flops)
+def run_flops(args: argparse.Namespace) -> dict:
+    from specnb.flops import analytic_flops
+
+    return analytic_flops(args.model, args.context).to_dict()
+
+
+def _args_ratio(p: argparse.ArgumentParser) -> None:
+    p.add_argument("draft", help="draft model: id, name or folder")
+    p.add_argument("verifier", help="verifier model: id, name or folder")
+    p.add_argument("--context", type=int, default=0, help="positions attended, for both models (default 0)")
+
+
+@command("ratio", "cost ratio c = draft FLOPs / verifier FLOPs per token", _args_ratio)
+def run_ratio(args: argparse.Namespace) -> dict:
+    from specnb.flops import analytic_flops
+
+    draft, verifier = analytic_flops(args.draft, args.context), analytic_flops(args.verifier, args.context)
+    return {
+        "draft": args.draft,
+        "verifier": args.verifier,
+        "context": args.context,
+        "c": draft.flops_per_token_at_context / verifier.flops_per_token_at_context,
+        "draft_flops_per_token": draft.flops_per_token_at_context,
+        "verifier_flops_per_token": verifier.flops_per_token_at_context,
+    }
+
+
+def _args_theory(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--alpha", type=float, required=True, help="acceptance rate alpha in [0, 1)")
+    p.add_argument("--gamma", type=float, required=True, help="draft tokens per step (whole number >= 1)")
+    p.add_argument("--c", type=float, required=True, help="cost ratio draft/verifier (>= 0)")
+    p.add_argument("--max-gamma", type=int, default=32, help="largest gamma searched for optimal_gamma (default 32)")
+
+
+@command("theory", "expected speedup for (alpha, gamma, c), its break-even alpha and the best gamma", _args_theory)
+def run_theory(args: argparse.Namespace) -> dict:
+    import math
+
+    from specnb import theory
+
+    speedup = float(theory.expected_speedup(args.alpha, args.gamma, args.c))
+    break_even = float(theory.break_even_alpha(args.gamma, args.c))
+    best_gamma, best_speedup = theory.optimal_gamma(args.alpha, args.c, args.max_gamma)
+    result = {
+        "alpha": args.alpha,
+        "gamma": int(args.gamma),
+        "c": args.c,
+        "speedup": speedup,
+        "speedup_text": theory.format_speedup(speedup),
+        "tokens_per_step": float(theory.tokens_per_step(args.alpha, args.gamma)),
+        "break_even_alpha": None if math.isnan(break_even) else break_even,
+        "optimal_gamma": int(best_gamma),
+        "optimal_speedup": float(best_speedup),
+    }
+    if result["break_even_alpha"] is None:
+        result["note"] = "no alpha breaks even: with c >= 1 a draft forward costs as much as a verifier forward"
+    return result

@@ -75,8 +75,11 @@ def load_config_json(path: Path):
         data = json.loads(Path(path).read_text())
         model_type = data.pop("model_type")
         return AutoConfig.for_model(model_type, **data)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"{path} is not a usable transformers config.json ({err}); check the file") from None
+    except KeyError:
+        raise ConfigError(f"{path} has no 'model_type'; it must be a transformers config.json") from None
+    except Exception as err:  # noqa: BLE001  (json, OS and transformers' own validation errors)
+        reason = " ".join(str(err).split())[:200]
+        raise ConfigError(f"{path} is not a usable transformers config.json ({reason}); check the file") from None
 
 
 def _shipped_file(name: str) -> Path | None:

@@ -1,0 +1,77 @@
+"""CLI contract of `specnb flops`, `specnb ratio` and `specnb theory`: keys, figures, one-line errors."""
+
+import json
+
+import pytest
+
+from specnb.cli import main
+
+
+def run_json(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_flops_json(capsys):
+    data = run_json(capsys, "flops", "Qwen/Qwen2.5-3B-Instruct", "--context", "100")
+    assert data["flops_per_token"] == 6_171_394_048
+    assert data["flops_per_token_at_context"] == 6_171_394_048 + 100 * data["attention_flops_per_position"]
+    assert data["params"] == 3_085_938_688
+    assert data["bias_flops_per_token"] > 0 and data["layers"] == 36 and data["hidden_size"] == 2048
+
+
+def test_flops_table(capsys):
+    assert main(["flops", "smollm2-135m"]) == 0
+    out = capsys.readouterr().out
+    assert "flops_per_token" in out and "268,959,744" in out and "134,515,008" in out
+
+
+def test_ratio(capsys):
+    data = run_json(capsys, "ratio", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct")
+    assert f"{data['c']:.4f}" == "0.5002"
+    assert (data["draft_flops_per_token"], data["verifier_flops_per_token"]) == (3_087_138_816, 6_171_394_048)
+    assert main(["ratio", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct"]) == 0
+    assert "0.1601" in capsys.readouterr().out
+
+
+def test_theory_json(capsys):
+    data = run_json(capsys, "theory", "--alpha", "0.392", "--gamma", "4", "--c", "0.1601")
+    assert f"{data['speedup']:.2f}" == "0.99" and data["speedup_text"] == "0.99x"
+    assert data["tokens_per_step"] == pytest.approx((1 - 0.392**5) / (1 - 0.392))
+    assert 0.392 < data["break_even_alpha"] < 0.40  # just short of break-even
+    assert data["optimal_gamma"] >= 1 and data["optimal_speedup"] >= data["speedup"]
+
+
+def test_theory_table_and_no_break_even(capsys):
+    assert main(["theory", "--alpha", "0.392", "--gamma", "4", "--c", "0.1601"]) == 0
+    assert "0.99x" in capsys.readouterr().out
+    data = run_json(capsys, "theory", "--alpha", "0.5", "--gamma", "3", "--c", "1.2")
+    assert data["break_even_alpha"] is None and "c >= 1" in data["note"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["theory", "--alpha", "1.0", "--gamma", "4", "--c", "0.1"],
+    ["theory", "--alpha", "-0.2", "--gamma", "4", "--c", "0.1"],
+    ["theory", "--alpha", "nan", "--gamma", "4", "--c", "0.1"],
+    ["theory", "--alpha", "0.5", "--gamma", "0", "--c", "0.1"],
+    ["theory", "--alpha", "0.5", "--gamma", "2.5", "--c", "0.1"],
+    ["theory", "--alpha", "0.5", "--gamma", "4", "--c", "-1"],
+    ["theory", "--alpha", "0.5", "--gamma", "4", "--c", "nan"],
+    ["flops", "Qwen/Qwen2.5-3B-Instruct", "--context", "-5"],
+    ["flops", "nobody/no-such-model-xyz"],
+    ["ratio", "nobody/no-such-model-xyz", "Qwen/Qwen2.5-3B-Instruct"],
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, argv):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"specnb {argv[0]}: error:")
+    assert "Traceback" not in captured.err and "nan" not in lines[0].split("error:")[1].replace("NaN", "")
+
+
+def test_missing_config_field_exit_2(capsys, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": "many"}))
+    assert main(["flops", str(tmp_path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
