@@ -39,18 +39,6 @@ from urllib.parse import urlparse
 
 from specnb.errors import ConfigError, ModelNotFoundError, ParameterError
 
-__all__ = [
-    "FlopsReport",
-    "MeasuredFlops",
-    "ModelDims",
-    "analytic_flops",
-    "cost_ratio",
-    "measure_flops",
-    "measure_flops_breakdown",
-    "model_dims",
-    "resolve_config",
-]
-
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 COUNTERS = ("fvcore", "flop_counter")
 CONFIGS_DIR = Path(__file__).parent / "configs"
@@ -140,8 +128,9 @@ def resolve_config(name_or_path):
         raise ModelNotFoundError(f"folder {path} has no config.json; point at the model folder itself")
     if path.is_file():
         return load_config_json(path)
-    if _shipped_file(name):
-        return load_config_json(_shipped_file(name))
+    shipped = _shipped_file(name)
+    if shipped:
+        return load_config_json(shipped)
     if (DRAFTS_DIR / name / "config.json").is_file():
         return load_config_json(DRAFTS_DIR / name / "config.json")
     if name.startswith("exit:"):
