@@ -392,6 +392,7 @@ def decode_speculative(vkv, dkv, draft, rows: Rows, contexts, last, seq_len, gam
             emitted = torch.cat([drafts, last[:, None]], 1).scatter(1, n[:, None].long(), last[:, None])
             host = torch.cat([n[:, None].long(), n_drafted[:, None].long(), emitted], 1).tolist()
             active = rows.active()
+            was_active = [not done for done in rows.done]
             for i in active:
                 n_i, k_i = host[i][0], host[i][1]
                 rows.accepted[i].append(n_i)
@@ -400,7 +401,7 @@ def decode_speculative(vkv, dkv, draft, rows: Rows, contexts, last, seq_len, gam
         # 4. roll both caches back to the accepted prefix (rows that are done never force holes)
         with timer.stage("rollback"):
             best = max(host[i][0] for i in active)
-            keep_n = [host[i][0] if i in active else best for i in range(batch)]
+            keep_n = [row[0] if live else best for row, live in zip(host, was_active)]
             vkv.rollback([n_i + 1 for n_i in keep_n], width + 1)
             if forwards:
                 w = max(map(len, pending))

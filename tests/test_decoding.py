@@ -1,0 +1,262 @@
+"""The decoding engine is lossless: greedy speculative == greedy verifier-only == HF generate, token
+for token; sampled speculative output follows the verifier's exact distribution."""
+
+import math
+
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from specnb.decoding import SamplingConfig, crop_cache, encode_prompts, generate, logits_to_probs
+from specnb.errors import IncompatibleModelsError, ParameterError
+from specnb.lookup import PromptLookupDrafter
+from specnb.timing import STAGES
+
+ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+
+
+def tiny(arch="llama", vocab=200, hidden=64, layers=2, seed=0):
+    config_cls, model_cls = ARCHS[arch]
+    torch.manual_seed(seed)
+    config = config_cls(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                        intermediate_size=2 * hidden, vocab_size=vocab, tie_word_embeddings=False)
+    return model_cls(config).eval()
+
+
+def peaked_pair(arch, noise=0.004, scale=8.0, vocab=200):
+    """Verifier with peaked logits (no argmax near-ties) and a draft that is a perturbed copy of it."""
+    verifier = tiny(arch, vocab)
+    with torch.no_grad():
+        verifier.lm_head.weight.mul_(scale)
+    draft = tiny(arch, vocab)
+    draft.load_state_dict(verifier.state_dict())
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * noise)
+    return verifier, draft
+
+
+def ragged_prompts(batch=4, width=12, vocab=200, seed=0):
+    """Left-padded random prompts of lengths width, width-3, width-6, ..."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (batch, width), generator=gen)
+    mask = torch.ones_like(ids)
+    for i in range(batch):
+        mask[i, : (3 * i) % (width - 2)] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run far faster on one thread, and the test machine is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def pair(request):
+    return peaked_pair(request.param)
+
+
+def test_crop_cache_equals_fresh_cache():
+    model = tiny()
+    ids = torch.randint(0, 200, (2, 10))
+    with torch.inference_mode():
+        cropped, fresh = DynamicCache(config=model.config), DynamicCache(config=model.config)
+        model(input_ids=ids, cache=cropped, use_cache=True)
+        crop_cache(cropped, 4)
+        model(input_ids=ids[:, :6], cache=fresh, use_cache=True)
+        assert cropped.get_seq_length() == fresh.get_seq_length() == 6
+        for a, b in zip(cropped.layers, fresh.layers):
+            torch.testing.assert_close(a.keys, b.keys)
+            torch.testing.assert_close(a.values, b.values)
+        nxt = ids[:, 6:7]
+        la = model(input_ids=nxt, cache=cropped, use_cache=True).logits
+        lb = model(input_ids=nxt, cache=fresh, use_cache=True).logits
+        torch.testing.assert_close(la, lb)
+        crop_cache(cropped, 0)  # a no-op, not an error
+        assert cropped.get_seq_length() == 7
+
+
+def test_verifier_only_greedy_matches_hf_generate(pair):
+    verifier, _ = pair
+    ids, mask = ragged_prompts()
+    ours = generate(verifier, ids, mask, max_new_tokens=16)
+    with torch.inference_mode():
+        hf = verifier.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=16, min_new_tokens=16,
+                               pad_token_id=0, eos_token_id=None)
+    assert ours.tokens == hf[:, ids.shape[1]:].tolist()
+    assert ours.verifier_forwards == 16 and ours.draft_forwards == 0
+
+
+def test_batch_equals_one_by_one(pair):
+    verifier, draft = pair
+    ids, mask = ragged_prompts()
+    for d in (None, draft):
+        batched = generate(verifier, ids, mask, draft=d, gamma=3, max_new_tokens=12)
+        single = [generate(verifier, ids[i:i + 1, mask[i].bool()], draft=d, gamma=3, max_new_tokens=12).tokens[0]
+                  for i in range(len(ids))]
+        assert batched.tokens == single
+
+
+def test_speculative_greedy_is_token_identical_for_gamma_1_to_6(pair):
+    verifier, draft = pair
+    ids, mask = ragged_prompts(seed=3)
+    accepted = drafted = 0
+    for batch in (1, 2, 3, 4):
+        b_ids, b_mask = ids[-batch:], mask[-batch:]  # the last rows have the shortest prompts
+        expected = generate(verifier, b_ids, b_mask, max_new_tokens=15).tokens
+        for gamma in range(1, 7):
+            result = generate(verifier, b_ids, b_mask, draft=draft, gamma=gamma, max_new_tokens=15)
+            assert result.tokens == expected, (batch, gamma)
+            accepted += sum(map(sum, result.accepted_per_step))
+            drafted += sum(map(sum, result.drafted_per_step))
+    # both branches (accept and reject) must have been exercised
+    assert 0.1 < accepted / drafted < 0.95
+
+
+def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(pair):
+    verifier, _ = pair
+    ids, mask = ragged_prompts(seed=5)
+    ids = torch.cat([ids, ids[:, -6:]], 1)  # repeated text gives the n-gram lookup something to find
+    mask = torch.cat([mask, mask[:, -6:]], 1)
+    expected = generate(verifier, ids, mask, max_new_tokens=20).tokens
+    result = generate(verifier, ids, mask, draft=PromptLookupDrafter(), gamma=4, max_new_tokens=20)
+    assert result.tokens == expected
+    assert result.draft_forwards == 0
+    drafted = sum(map(sum, result.drafted_per_step))
+    assert drafted > 0 and 0 < sum(map(sum, result.accepted_per_step)) <= drafted
+
+
+def test_statistics_are_consistent(pair):
+    verifier, draft = pair
+    ids, mask = ragged_prompts()
+    r = generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=20)
+    steps = [len(a) for a in r.accepted_per_step]
+    assert r.verifier_forwards == 1 + max(steps)
+    assert all(n <= d <= 4 for a, b in zip(r.accepted_per_step, r.drafted_per_step) for n, d in zip(a, b))
+    flat_n = [n for row in r.accepted_per_step for n in row]
+    assert r.mean_tokens_per_step == pytest.approx(sum(flat_n) / len(flat_n) + 1)
+    assert len(r.per_position_acceptance) == 4 and r.per_position_acceptance[0] >= r.per_position_acceptance[-1]
+    for row, toks in zip(r.records(), r.tokens):
+        assert row["new_tokens"] == len(toks) == 20
+        # the first token comes from prefill; steps emit accepted + 1 each (the last may be truncated)
+        assert 1 + sum(n + 1 for n in row["accept_lengths"]) >= 20
+    assert r.tokens_per_s == pytest.approx(80 / (r.wall_ms / 1e3))
+
+
+@pytest.mark.parametrize("use_draft", [False, True])
+def test_eos_and_budget_are_exact(pair, use_draft):
+    verifier, draft = pair
+    ids, mask = ragged_prompts()
+    d = draft if use_draft else None
+    free = generate(verifier, ids, mask, draft=d, gamma=3, max_new_tokens=18).tokens
+    assert all(len(t) == 18 for t in free)
+    eos = free[0][5]  # a token row 0 produces at position 5
+    stopped = generate(verifier, ids, mask, draft=d, gamma=3, max_new_tokens=18, eos_token_id=[eos]).tokens
+    for full, cut in zip(free, stopped):
+        expected = full[: full.index(eos) + 1] if eos in full else full
+        assert cut == expected  # nothing after EOS; rows without it run to the budget
+    assert len(stopped[0]) <= 6
+    for budget in (1, 2, 5):
+        assert generate(verifier, ids, mask, draft=d, gamma=4, max_new_tokens=budget).tokens == [t[:budget] for t in free]
+
+
+def test_stage_times_sum_to_wall_time(pair):
+    verifier, draft = pair
+    ids, mask = ragged_prompts()
+    r = generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=16, timer=True)
+    assert set(r.stages_ms) == set(STAGES)
+    assert abs(sum(r.stages_ms.values()) - r.wall_ms) / r.wall_ms < 0.02
+    assert r.stages_ms["draft"] > 0 and r.stages_ms["verify"] > 0 and r.stages_ms["rollback"] > 0
+    assert generate(verifier, ids, mask, max_new_tokens=4).stages_ms == {}  # timing off by default
+
+
+def test_vocab_mismatch_needs_explicit_vocab_size():
+    verifier, draft = tiny(vocab=200), tiny(vocab=216, seed=1)
+    ids, mask = ragged_prompts(batch=2)
+    with pytest.raises(IncompatibleModelsError, match="vocab_size"):
+        generate(verifier, ids, mask, draft=draft)
+    expected = generate(verifier, ids, mask, max_new_tokens=8).tokens
+    assert generate(verifier, ids, mask, draft=draft, vocab_size=200, max_new_tokens=8).tokens == expected
+    with pytest.raises(ParameterError):
+        generate(verifier, ids, mask, draft=draft, vocab_size=300)
+
+
+@pytest.mark.parametrize("kwargs", [{"gamma": 0}, {"max_new_tokens": 0},
+                                    {"sampling": SamplingConfig(temperature=0)}, {"sampling": SamplingConfig(top_p=0)}])
+def test_bad_parameters_are_rejected(kwargs):
+    with pytest.raises(ParameterError):
+        generate(tiny(), torch.tensor([[1, 2, 3]]), **kwargs)
+
+
+def test_encode_prompts_left_pads_and_applies_chat_template():
+    class Tok:
+        chat_template = "x"
+        pad_token_id, eos_token_id = 0, 2
+
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            assert add_generation_prompt and not tokenize
+            return "<u>" + messages[0]["content"]
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [ord(c) for c in text] + ([] if not add_special_tokens else [])}
+
+    ids, mask = encode_prompts(Tok(), ["ab", "abcd"])
+    assert ids.tolist() == [[0, 0] + [ord(c) for c in "<u>ab"], [ord(c) for c in "<u>abcd"]]
+    assert mask.tolist() == [[0, 0] + [1] * 5, [1] * 7]
+    ids, _ = encode_prompts(Tok(), ["ab"], chat=False)
+    assert ids.tolist() == [[ord("a"), ord("b")]]
+
+
+# ---------------------------------------------------------------- sampling is lossless (statistical)
+
+
+def exact_pair_distribution(verifier, prompt, sampling, vocab):
+    """P(t2, t3) of the verifier: sum over t1 of P(t1) P(t2 | t1) P(t3 | t1, t2), by enumeration."""
+    with torch.inference_mode():
+        p1 = logits_to_probs(verifier(input_ids=prompt[None]).logits[0, -1], sampling)  # [V]
+        grid = torch.cartesian_prod(torch.arange(vocab), torch.arange(vocab))  # [V*V, 2] (t1, t2)
+        seqs = torch.cat([prompt.expand(len(grid), -1), grid], 1)
+        logits = verifier(input_ids=seqs).logits  # [V*V, S+2, V]
+        p2 = logits_to_probs(logits[:, -2], sampling)  # P(t2 | t1), rows indexed by (t1, t2)
+        p3 = logits_to_probs(logits[:, -1], sampling)  # P(t3 | t1, t2)
+    p_t1 = p1[grid[:, 0]]
+    p_t2 = p2.gather(1, grid[:, 1:2]).squeeze(1)
+    joint = (p_t1 * p_t2)[:, None] * p3  # [V*V (t1,t2), V (t3)]
+    return joint.view(vocab, vocab, vocab).sum(0).flatten()  # [(t2, t3)]
+
+
+def total_variation(counts, probs):
+    return 0.5 * (counts / counts.sum() - probs).abs().sum().item()
+
+
+def expected_tv(probs, n):
+    """Mean TV distance of an n-draw empirical distribution from its source (normal approximation)."""
+    return 0.5 * sum(math.sqrt(2 * p * (1 - p) / (math.pi * n)) for p in probs.tolist())
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup"])
+@pytest.mark.parametrize("sampling", [SamplingConfig(1.0, 1.0, seed=0), SamplingConfig(0.7, 0.9, seed=1)])
+def test_sampled_speculative_output_follows_verifier_distribution(drafter, sampling):
+    vocab, n = 8, 8000
+    verifier, draft = tiny(vocab=vocab, hidden=32, layers=1, seed=2), tiny(vocab=vocab, hidden=32, layers=1, seed=3)
+    with torch.no_grad():
+        verifier.lm_head.weight.mul_(4)  # moderately peaked, so drafts are both accepted and rejected
+        draft.lm_head.weight.mul_(4)
+    prompt = torch.tensor([1, 2, 3, 1, 2])
+    target = exact_pair_distribution(verifier, prompt, sampling, vocab)
+    d = draft if drafter == "model" else PromptLookupDrafter(max_ngram=2)
+    # budget 4 with gamma 3: the first speculative step drafts 2 tokens, which produce t2 and t3
+    r = generate(verifier, prompt.expand(n, -1), draft=d, gamma=3, max_new_tokens=4, sampling=sampling)
+    pairs = torch.tensor([t[1] * vocab + t[2] for t in r.tokens])
+    counts = torch.bincount(pairs, minlength=vocab * vocab).float()
+    threshold = 2 * expected_tv(target, n)
+    assert 0.05 < r.acceptance_rate < 0.95  # both accept and reject paths are exercised
+    assert total_variation(counts, target) < threshold
+    # power check: the draft's own distribution is far outside the threshold
+    if drafter == "model":
+        assert 0.5 * (exact_pair_distribution(draft, prompt, sampling, vocab) - target).abs().sum() > 2 * threshold
