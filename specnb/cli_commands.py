@@ -101,3 +101,18 @@ def run_theory(args: argparse.Namespace) -> dict:
     if result["break_even_alpha"] is None:
         result["note"] = "no alpha breaks even: with c >= 1 a draft forward costs as much as a verifier forward"
     return result
+
+
+# --- models: the embedded verifier and drafts ---------------------------------------------
+
+
+def _args_models(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+@command("models", "list the embedded models: role, parameters, FLOPs/token and local folder (builds caches)",
+         _args_models)
+def run_models(args: argparse.Namespace) -> list[dict]:
+    from specnb.models import list_embedded
+
+    return list_embedded()
