@@ -206,7 +206,21 @@ def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stage
         "accepted_by_position": [sum(n > i for n in accepted_steps) for i in range(gamma)],
         "drafted_by_position": [sum(n > i for n in drafted_steps) for i in range(gamma)],
     })
+    record.update(ragged_costs(result.accepted_per_step, len(batch)))
     return record
+
+
+def ragged_costs(accepted_per_step: list[list[int]], batch_size: int) -> dict[str, int]:
+    """What batching costs when rows accept different numbers of tokens (see ``specnb.decoding``):
+    ``ragged_slots`` = cache slots kept but masked because another row accepted more in that step;
+    ``idle_row_steps`` = row-steps computed for rows that had already finished (EOS or budget)."""
+    steps = max((len(row) for row in accepted_per_step), default=0)
+    ragged = idle = 0
+    for t in range(steps):
+        active = [row[t] for row in accepted_per_step if len(row) > t]  # rows still generating at step t
+        ragged += sum(max(active) - n for n in active)
+        idle += batch_size - len(active)
+    return {"ragged_slots": ragged, "idle_row_steps": idle}
 
 
 # ---------------------------------------------------------------- summaries
@@ -313,6 +327,46 @@ def per_prompt(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
         "alpha": drafts["accepted"] / drafts["drafted"].where(drafts["drafted"] > 0),
         "tok_s": tok_s, "speedup": tok_s / base_tok_s,
     })
+
+
+# ---------------------------------------------------------------- FLOPs of a pair
+
+def draft_config(verifier_config, name: str):
+    """Config of a draft for FLOPs counting; early exits are the verifier cut to K layers; None for
+    prompt lookup (no model, no FLOPs)."""
+    from specnb.flops import resolve_config
+    from specnb.models import EMBEDDED_EXITS, PROMPT_LOOKUP, exit_config
+
+    if name == PROMPT_LOOKUP:
+        return None
+    if name in EMBEDDED_EXITS:
+        return exit_config(verifier_config, EMBEDDED_EXITS[name])
+    if name.startswith("exit:"):
+        return exit_config(verifier_config, exit_layers(name, ""))
+    return resolve_config(name)
+
+
+def flops_table(verifier: str, drafts: list[str], context: int = 128) -> pd.DataFrame:
+    """FLOPs per token (seed convention, and with attention over ``context`` cached tokens),
+    parameters and the FLOPs cost ratio c of each draft against ``verifier``; from configs only."""
+    from specnb.flops import analytic_flops, resolve_config
+
+    v_config = resolve_config(verifier)
+    v = analytic_flops(v_config, context)
+    rows = [{"model": verifier, "role": "verifier", "layers": v.layers, "hidden_size": v.hidden_size,
+             "params": v.params, "flops_per_token": v.flops_per_token, "flops_at_context": v.flops_per_token_at_context}]
+    for name in drafts:
+        config = draft_config(v_config, name)
+        d = analytic_flops(config, context) if config is not None else None
+        rows.append({"model": name, "role": "draft", "layers": d.layers if d else 0,
+                     "hidden_size": d.hidden_size if d else 0, "params": d.params if d else 0,
+                     "flops_per_token": d.flops_per_token if d else 0,
+                     "flops_at_context": d.flops_per_token_at_context if d else 0})
+    frame = pd.DataFrame(rows)
+    frame["c_flops"] = frame["flops_per_token"] / v.flops_per_token
+    frame["c_flops_at_context"] = frame["flops_at_context"] / v.flops_per_token_at_context
+    frame.attrs["context"] = context
+    return frame
 
 
 # ---------------------------------------------------------------- forward microbenchmarks

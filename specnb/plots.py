@@ -15,3 +15,229 @@ def use_static_renderer() -> None:
     """Charts become inline SVG (vl-convert): no JavaScript, no network, visible in any browser."""
     alt.renderers.enable("svg")
     alt.data_transformers.disable_max_rows()
+
+
+# ---------------------------------------------------------------- theory (notebook 01)
+
+SPEEDUP_SCALE = alt.Scale(scheme="redblue", domainMid=1.0)
+
+
+def speedup_heatmap(surface, x: str = "alpha", y: str = "gamma", title: str | None = None) -> alt.Chart:
+    """Leviathan expected speedup over a tidy grid (``theory.speedup_surface_*``); blue wins, red loses."""
+    labels = {"alpha": "acceptance rate α", "gamma": "draft tokens per step γ", "c": "cost ratio c (draft ÷ verifier)"}
+    fixed = [k for k in ("alpha", "gamma", "c") if k not in (x, y) and surface[k].nunique() == 1]
+    where = ", ".join(f"{k} = {surface[k].iloc[0]:.4g}" for k in fixed)
+    base = alt.Chart(surface).encode(
+        x=alt.X(f"{x}:O", title=labels[x], axis=alt.Axis(format=".2f") if x != "gamma" else alt.Axis()),
+        y=alt.Y(f"{y}:O", title=labels[y], sort="descending",
+                axis=alt.Axis(format=".2f") if y != "gamma" else alt.Axis()),
+    )
+    cells = base.mark_rect().encode(
+        color=alt.Color("speedup:Q", scale=SPEEDUP_SCALE, title="speedup (x)"),
+        tooltip=[alt.Tooltip(c, format=".3f") for c in ("alpha", "gamma", "c", "speedup")],
+    )
+    text = base.mark_text(fontSize=8).encode(text=alt.Text("speedup:Q", format=".2f"))
+    return (cells + text).properties(title=title or f"Expected speedup (Leviathan et al.) at {where}",
+                                     width=420, height=260)
+
+
+def break_even_chart(frame) -> alt.Chart:
+    """Break-even α (speedup = 1) against γ, one line per cost ratio c; above a line speculation wins."""
+    return alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("gamma:Q", title="draft tokens per step γ"),
+        y=alt.Y("break_even_alpha:Q", title="break-even acceptance rate α", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("label:N", title="cost ratio c"),
+        tooltip=["label", "gamma", alt.Tooltip("break_even_alpha:Q", format=".3f")],
+    ).properties(title="Acceptance needed to break even, per γ and cost ratio c", width=420, height=260)
+
+
+def speedup_vs_alpha_chart(frame, alpha: float | None = None, title: str | None = None) -> alt.Chart:
+    """Expected speedup against α, one line per γ (tidy: alpha, gamma, speedup); a rule at 1x."""
+    lines = alt.Chart(frame).mark_line().encode(
+        x=alt.X("alpha:Q", title="acceptance rate α"),
+        y=alt.Y("speedup:Q", title="expected speedup (x)"),
+        color=alt.Color("gamma:O", title="γ"),
+        tooltip=["gamma", alt.Tooltip("alpha:Q", format=".2f"), alt.Tooltip("speedup:Q", format=".3f")],
+    )
+    layers = [lines, unit_rule()]
+    if alpha is not None:
+        layers.append(alt.Chart(alt.Data(values=[{"alpha": alpha}])).mark_rule(strokeDash=[4, 3]).encode(x="alpha:Q"))
+    c = frame["c"].iloc[0] if "c" in frame and frame["c"].nunique() == 1 else None
+    default = f"Expected speedup vs acceptance rate (c = {c:.3f})" if c is not None else "Expected speedup vs α"
+    return alt.layer(*layers).properties(title=title or default, width=420, height=260)
+
+
+def unit_rule(axis: str = "y") -> alt.Chart:
+    """A grey rule at speedup 1x: above wins, below loses."""
+    return alt.Chart(alt.Data(values=[{"v": 1.0}])).mark_rule(color="grey", strokeDash=[2, 2]).encode(
+        **{axis: alt.Y("v:Q") if axis == "y" else alt.X("v:Q")})
+
+
+# ---------------------------------------------------------------- dispatch overhead (notebook 02)
+
+def forward_time_chart(grid, y: str = "median_ms", title: str | None = None) -> alt.Chart:
+    """Per-forward wall time against tokens per forward, one line per model, log-2 x axis."""
+    label = "ms per forward" if y == "median_ms" else "ms per token"
+    return alt.Chart(grid).mark_line(point=True).encode(
+        x=alt.X("n_tokens:Q", title="tokens per forward", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y(f"{y}:Q", title=label, scale=alt.Scale(type="log")),
+        color=alt.Color("model:N", title="model"),
+        tooltip=["model", "n_tokens", "batch_size", alt.Tooltip(f"{y}:Q", format=".2f")],
+    ).properties(title=title or "Forward time vs tokens per forward (median, KV cache of 128 tokens)",
+                 width=420, height=280)
+
+
+def dispatch_fit_chart(points, fit) -> alt.Chart:
+    """Measured forward ms against forward GFLOPs with the fitted t = t0 + k·FLOPs line."""
+    import numpy as np
+    import pandas as pd
+
+    x = np.linspace(0.0, float(points["gflops"].max()) * 1.05, 50)
+    line = pd.DataFrame({"gflops": x, "fit_ms": fit.t0_ms + fit.ms_per_gflop * x})
+    dots = alt.Chart(points).mark_point(filled=True).encode(
+        x=alt.X("gflops:Q", title="GFLOPs per forward"),
+        y=alt.Y("median_ms:Q", title="ms per forward"),
+        color=alt.Color("model:N", title="model"),
+        tooltip=["model", "n_tokens", alt.Tooltip("gflops:Q", format=".3f"), alt.Tooltip("median_ms:Q", format=".2f")],
+    )
+    fitted = alt.Chart(line).mark_line(color="black", strokeDash=[4, 2]).encode(x="gflops:Q", y="fit_ms:Q")
+    title = f"t = {fit.t0_ms:.1f} ms + {fit.ms_per_gflop:.1f} ms/GFLOP × FLOPs  (R² = {fit.r2:.3f})"
+    return (dots + fitted).properties(title=title, width=420, height=280)
+
+
+def cost_ratio_chart(frame) -> alt.Chart:
+    """FLOPs c next to wall-clock c per draft (tidy: draft, kind, c)."""
+    return alt.Chart(frame).mark_bar().encode(
+        x=alt.X("kind:N", title=None, axis=alt.Axis(labels=False, ticks=False)),
+        y=alt.Y("c:Q", title="cost ratio c (draft ÷ verifier)"),
+        color=alt.Color("kind:N", title="measured by"),
+        column=alt.Column("draft:N", title="draft"),
+        tooltip=["draft", "kind", alt.Tooltip("c:Q", format=".3f")],
+    ).properties(title="Cost ratio c: FLOPs vs wall clock", width=60, height=240)
+
+
+# ---------------------------------------------------------------- measured runs (notebooks 03-05)
+
+def speedup_chart(summary, x: str = "gamma", predictions=None, title: str | None = None) -> alt.Chart:
+    """Measured speedup (95% bootstrap CI) against ``x``, optionally with predicted lines
+    (tidy ``predictions``: x, speedup, source); a rule at 1x separates wins from losses."""
+    titles = {"gamma": "draft tokens per step γ", "batch_size": "batch size (prompts per batch)"}
+    data = summary[summary["gamma"] > 0] if "gamma" in summary else summary
+    color = alt.Color("series:N", title="")
+    data = data.assign(series=data.get("draft", "measured").astype(str) + " (measured)")
+    measured = alt.Chart(data).encode(x=alt.X(f"{x}:Q", title=titles.get(x, x)), color=color)
+    layers = [
+        measured.mark_errorbar().encode(y=alt.Y("speedup_lo:Q", title="speedup over verifier-only (x)",
+                                                scale=alt.Scale(zero=False)),
+                                        y2="speedup_hi:Q"),
+        measured.mark_line(point=True).encode(
+            y="speedup:Q", tooltip=["candidate", x, alt.Tooltip("speedup:Q", format=".3f"),
+                                    alt.Tooltip("speedup_lo:Q", format=".3f"), alt.Tooltip("speedup_hi:Q", format=".3f"),
+                                    alt.Tooltip("alpha:Q", format=".3f")]),
+        unit_rule(),
+    ]
+    if predictions is not None:
+        layers.append(alt.Chart(predictions.assign(series=predictions["source"])).mark_line(strokeDash=[5, 3]).encode(
+            x=f"{x}:Q", y="speedup:Q", color=color, tooltip=["source", x, alt.Tooltip("speedup:Q", format=".3f")]))
+    return alt.layer(*layers).properties(title=title or f"Speedup vs {titles.get(x, x)}", width=420, height=280)
+
+
+STAGE_ORDER = ["prefill", "draft", "verify", "accept", "rollback", "other"]
+
+
+def stage_frame(summary, by: str = "candidate"):
+    """Tidy per-stage ms per generated token from ``bench.summarise`` output."""
+    cols = [f"{s}_ms_per_token" for s in STAGE_ORDER]
+    ids = list(dict.fromkeys(c for c in (by, "candidate", "gamma", "batch_size") if c in summary))
+    frame = summary.melt(id_vars=ids, value_vars=cols, var_name="stage", value_name="ms_per_token")
+    frame["stage"] = frame["stage"].str.replace("_ms_per_token", "", regex=False)
+    return frame
+
+
+def stage_breakdown_chart(summary, by: str = "candidate", title: str | None = None) -> alt.Chart:
+    """Stacked bars: where each generated token's time goes (draft / verify / overhead), per candidate."""
+    frame = stage_frame(summary, by)
+    order = list(dict.fromkeys(summary[by].astype(str)))
+    return alt.Chart(frame.assign(**{by: frame[by].astype(str)})).mark_bar().encode(
+        x=alt.X(f"{by}:N", title=by.replace("_", " "), sort=order),
+        y=alt.Y("ms_per_token:Q", title="ms per generated token"),
+        color=alt.Color("stage:N", title="stage", sort=STAGE_ORDER),
+        order=alt.Order("stage_rank:Q"),
+        tooltip=[by, "stage", alt.Tooltip("ms_per_token:Q", format=".2f")],
+    ).transform_calculate(stage_rank=f"indexof({STAGE_ORDER}, datum.stage)").properties(
+        title=title or "Time per generated token by stage", width=420, height=280)
+
+
+def metric_chart(summary, y: str, x: str = "gamma", title: str | None = None) -> alt.Chart:
+    """One measured metric (tok/s, α, τ) against γ or batch size, one line per draft."""
+    labels = {"tok_s": "generated tokens per second", "alpha": "acceptance rate α", "tau": "tokens per verifier step τ",
+              "gamma": "draft tokens per step γ", "batch_size": "batch size"}
+    return alt.Chart(summary).mark_line(point=True).encode(
+        x=alt.X(f"{x}:Q", title=labels.get(x, x)), y=alt.Y(f"{y}:Q", title=labels.get(y, y)),
+        color=alt.Color("draft:N", title="draft"), tooltip=["candidate", x, alt.Tooltip(f"{y}:Q", format=".3f")],
+    ).properties(title=title or f"{labels.get(y, y)} vs {labels.get(x, x)}", width=300, height=220)
+
+
+def break_even_curves(gammas, alphas=None):
+    """c at which speedup is exactly 1, per (α, γ): c = (E[tokens per step] − 1) ÷ γ (tidy)."""
+    import numpy as np
+    import pandas as pd
+
+    from specnb.theory import tokens_per_step
+
+    alphas = np.linspace(0.0, 0.95, 39) if alphas is None else np.asarray(alphas)
+    rows = [{"alpha": a, "gamma": g, "c": (float(tokens_per_step(a, g)) - 1.0) / g} for g in gammas for a in alphas]
+    return pd.DataFrame(rows)
+
+
+def c_alpha_chart(points, gammas=(1, 2, 4, 8), title: str | None = None) -> alt.Chart:
+    """Every draft at its measured (α, wall-clock c), with break-even curves per γ: below a curve
+    that γ wins, above it speculation is a tax (tidy ``points``: draft, alpha, c, best_speedup)."""
+    curves = alt.Chart(break_even_curves(gammas)).mark_line(strokeDash=[4, 3]).encode(
+        x=alt.X("alpha:Q", title="acceptance rate α", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("c:Q", title="wall-clock cost ratio c (draft ÷ verifier)"),
+        detail="gamma:O", color=alt.value("grey"))
+    labels = alt.Chart(break_even_curves(gammas, [0.95])).mark_text(align="left", dx=4, color="grey").encode(
+        x="alpha:Q", y="c:Q", text=alt.Text("gamma:O", format="d"))
+    dots = alt.Chart(points).mark_point(filled=True, size=90).encode(
+        x="alpha:Q", y="c:Q", color=alt.Color("draft:N", title="draft"),
+        shape=alt.Shape("verdict:N", title="best measured"),
+        tooltip=["draft", alt.Tooltip("alpha:Q", format=".3f"), alt.Tooltip("c:Q", format=".3f"),
+                 alt.Tooltip("best_speedup:Q", format=".3f"), "best_gamma"])
+    names = alt.Chart(points).mark_text(align="left", dx=7, dy=-7, fontSize=10).encode(x="alpha:Q", y="c:Q",
+                                                                                       text="draft:N")
+    return (curves + labels + dots + names).properties(
+        title=title or "Draft cost vs acceptance; dashed: break-even per γ (labels), below wins", width=460, height=320)
+
+
+def acceptance_strip_chart(rows, group: str = "categories", title: str | None = None) -> alt.Chart:
+    """Per-prompt acceptance rates as dots per draft, coloured by ``group`` (prompt category or run)."""
+    return alt.Chart(rows).mark_tick(thickness=2, size=14).encode(
+        x=alt.X("alpha:Q", title="acceptance rate α (per prompt)", scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("draft:N", title="draft"),
+        color=alt.Color(f"{group}:N", title=group.replace("_", " ")),
+        tooltip=["draft", "gamma", group, "prompt_ids", alt.Tooltip("alpha:Q", format=".3f"),
+                 alt.Tooltip("speedup:Q", format=".3f")],
+    ).properties(title=title or "Acceptance varies prompt to prompt", width=460, height=220)
+
+
+def histogram_chart(frame, x: str, title: str, x_title: str, color: str | None = None) -> alt.Chart:
+    """Counts of ``x`` in 20 bins (e.g. α of simulated short runs)."""
+    enc = {"color": alt.Color(f"{color}:N", title=color)} if color else {}
+    return alt.Chart(frame).mark_bar(opacity=0.7).encode(
+        x=alt.X(f"{x}:Q", bin=alt.Bin(maxbins=20), title=x_title),
+        y=alt.Y("count():Q", title="runs", stack=None), **enc,
+    ).properties(title=title, width=420, height=220)
+
+
+def per_token_vs_batch_chart(grid, title: str | None = None) -> alt.Chart:
+    """Forward ms per token in the batch against batch size, one line per tokens-per-forward:
+    flat-falling while memory-bound (weights read once for the whole batch), flat when compute-bound."""
+    frame = grid.assign(ms_per_token=grid["median_ms"] / (grid["n_tokens"] * grid["batch_size"]))
+    return alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("batch_size:Q", title="batch size", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("ms_per_token:Q", title="ms per token (forward ÷ tokens in it)", scale=alt.Scale(type="log")),
+        color=alt.Color("n_tokens:O", title="tokens per row"),
+        tooltip=["batch_size", "n_tokens", alt.Tooltip("median_ms:Q", format=".2f"),
+                 alt.Tooltip("ms_per_token:Q", format=".3f")],
+    ).properties(title=title or "Verifier forward cost per token vs batch size", width=420, height=280)

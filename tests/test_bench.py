@@ -208,3 +208,23 @@ def test_bad_arguments(pair, prompts):
     with pytest.raises(ParameterError, match="lacks columns"):
         bench.as_prompt_frame(pd.DataFrame({"text": ["a"]}))
     assert bench.as_prompt_frame(["w1 w2", "w3"])["id"].tolist() == ["p00", "p01"]
+
+
+def test_ragged_costs_count_masked_slots_and_idle_rows():
+    # step 0: rows accept 1, 3, 0 -> 2 + 0 + 3 masked slots; step 1: 2, 0, 0 -> 0 + 2 + 2; step 2: two rows left
+    costs = bench.ragged_costs([[1, 2, 0], [3, 0], [0, 0, 0]], batch_size=4)
+    assert costs == {"ragged_slots": 9, "idle_row_steps": 1 + 1 + 2}
+    assert bench.ragged_costs([[2, 1]], batch_size=1) == {"ragged_slots": 0, "idle_row_steps": 0}
+
+
+def test_flops_table_reproduces_reference_ratios_and_handles_every_draft_kind():
+    ref = bench.flops_table("Qwen/Qwen2.5-3B-Instruct", ["Qwen/Qwen2.5-0.5B-Instruct"], context=0).set_index("model")
+    assert ref.loc["Qwen/Qwen2.5-3B-Instruct", "flops_per_token"] == 6_171_394_048
+    assert round(ref.loc["Qwen/Qwen2.5-0.5B-Instruct", "c_flops"], 4) == 0.1601
+    ours = bench.flops_table("smollm2-135m", ["exit:4", "smollm2-exit-12", "prompt-lookup"], context=128)
+    ours = ours.set_index("model")
+    assert ours.loc["exit:4", "layers"] == 4 and ours.loc["smollm2-exit-12", "layers"] == 12
+    assert ours.loc["prompt-lookup", "flops_per_token"] == 0
+    # the shared lm_head keeps a 4-of-30-layer exit well above 4/30 of the verifier's FLOPs
+    assert 4 / 30 < ours.loc["exit:4", "c_flops"] < ours.loc["smollm2-exit-12", "c_flops"] < 1
+    assert (ours["flops_at_context"] > ours["flops_per_token"]).sum() == 3  # attention over 128 cached tokens
