@@ -1,0 +1,273 @@
+"""Measuring what ``specnb.predict`` needs, and checking its predictions against measurement.
+
+Calibration (``calibrate``) measures, on the target device: each model's forward time over tokens
+per forward (1..γ+1) and batch sizes (the dispatch-overhead microbenchmarks of
+``bench.measure_forward_grid``), prompt-length prefill forwards, and one short speculative run per
+draft at the longest γ on the user's prompts, which gives the per-position acceptance profile (per
+prompt) and the per-step bookkeeping time from the stage timers. The result is a
+``HardwareProfile`` that ``predict`` reuses, saved as JSON.
+
+Validation (``validate``) then runs a grid of (draft × γ × batch size) on *other* prompts,
+interleaved with verifier-only as ``bench.run_interleaved`` does, and sets the measured speedup next
+to the prediction and next to the Leviathan formula fed with FLOPs-c (what people use today).
+
+Reference for the measurement protocol: Spec-Bench (Xia et al. 2024).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specnb import bench
+from specnb.errors import ParameterError
+from specnb.predict import (LOOKUP, CostModel, DraftCosts, HardwareProfile, fit_cost_model, predict,
+                            profile_from_records)
+
+BASELINE = bench.BASELINE
+STAGE_OVERHEAD = ("accept_ms", "rollback_ms", "other_ms")
+
+
+def split_prompts(spec: str = "all", n_calibration: int = 3, n_validation: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Disjoint calibration and validation prompts, each spread over the chosen categories."""
+    from specnb.prompts import select_prompts
+
+    if n_calibration < 1 or n_validation < 0:
+        raise ParameterError(f"need >= 1 calibration prompt and >= 0 validation prompts, got {n_calibration}, {n_validation}")
+    frame = select_prompts(spec)
+    rank = frame.groupby("category", sort=False).cumcount()
+    frame = frame.assign(_rank=rank).sort_values("_rank", kind="stable").drop(columns="_rank").reset_index(drop=True)
+    if len(frame) < n_calibration + n_validation:
+        raise ParameterError(f"prompts {spec!r} give {len(frame)} prompts; need {n_calibration} + {n_validation}")
+    calibration = frame.iloc[:n_calibration].reset_index(drop=True)
+    return calibration, frame.iloc[n_calibration:n_calibration + n_validation].reset_index(drop=True)
+
+
+def prompt_tokens(tokenizer, prompts: pd.DataFrame, batch_size: int = 1) -> float:
+    """Mean prefill width: the longest (chat-templated) prompt of each batch, averaged over batches."""
+    from specnb.decoding import encode_prompts
+
+    widths = [encode_prompts(tokenizer, list(b["prompt"]))[0].shape[1] for b in bench.batches_of(prompts, batch_size)]
+    return float(np.mean(widths))
+
+
+def describe_machine(device) -> dict[str, Any]:
+    """Enough to tell two machines apart: platform, CPU, threads, GPU, torch version."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "gpu": gpu,
+            "device": str(device), "torch": torch.__version__}
+
+
+# ---------------------------------------------------------------------------- calibration
+
+
+def measure_costs(model, name: str, batch_sizes, max_tokens: int, context_len: int, prefill_len: int,
+                  repeats: int, device) -> tuple[pd.DataFrame, CostModel, CostModel]:
+    """Decode grid (1..max_tokens tokens per forward) and prefill grid (half and full prompt length)."""
+    decode = bench.measure_forward_grid(model, range(1, max_tokens + 1), batch_sizes, context_len, repeats,
+                                        name=name, device=device).assign(kind="decode")
+    lengths = sorted({max(2, prefill_len // 2), max(3, prefill_len)})
+    prefill = bench.measure_forward_grid(model, lengths, batch_sizes, 1, max(2, repeats // 2),
+                                         name=name, device=device).assign(kind="prefill")
+    return pd.concat([decode, prefill], ignore_index=True), fit_cost_model(decode), fit_cost_model(prefill)
+
+
+def per_step_overhead(records: pd.DataFrame, draft: str, lookup: bool) -> float:
+    """Host bookkeeping per speculative step (accept, rollback, other; + proposing, for lookup)."""
+    rows = records[records["draft"] == draft]
+    columns = list(STAGE_OVERHEAD) + (["draft_ms"] if lookup else [])
+    return float(rows[columns].to_numpy().sum() / max(rows["steps"].sum(), 1))
+
+
+def baseline_overhead(records: pd.DataFrame) -> float:
+    """Host time per generated token of verifier-only beyond its forwards."""
+    rows = records[records["candidate"] == BASELINE]
+    return float(rows[list(STAGE_OVERHEAD)].to_numpy().sum() / max((rows["verifier_forwards"] - 1).sum(), 1))
+
+
+def flops_per_token(model) -> float:
+    from specnb.flops import analytic_flops
+
+    return float(analytic_flops(model.config).flops_per_token)
+
+
+def calibrate(verifier: str = "smollm2-135m", drafts=("smollm2-exit-4",), *, device="auto", prompts=None,
+              gamma: int = 8, max_new_tokens: int = 48, batch_sizes=(1,), repeats: int = 5, loaded=None,
+              progress: bool = True) -> tuple[HardwareProfile, pd.DataFrame]:
+    """Measure a ``HardwareProfile`` for a verifier and its drafts; returns it and the raw records
+    of the acceptance run. ``loaded`` = (pair, {name: draft}) from ``bench.load_candidates`` reuses
+    models already in memory; ``prompts`` is a frame/list, or None for 3 prompts of the shipped set."""
+    from specnb.lookup import PromptLookupDrafter
+
+    if gamma < 1 or max_new_tokens < 2:
+        raise ParameterError(f"calibration needs gamma >= 1 and max_new_tokens >= 2, got {gamma}, {max_new_tokens}")
+    pair, models = loaded or bench.load_candidates(verifier, list(drafts), device=device)
+    frame = split_prompts("all", 3, 0)[0] if prompts is None else bench.as_prompt_frame(prompts)
+    width = prompt_tokens(pair.tokenizer, frame)
+    context = int(width + max_new_tokens // 2)
+    grid, v_decode, v_prefill = measure_costs(pair.verifier, pair.verifier_name, batch_sizes, gamma + 1, context,
+                                              int(width), repeats, pair.device)
+    costs, grids = {}, [grid]
+    for name, draft in models.items():
+        if isinstance(draft, PromptLookupDrafter):
+            costs[name] = DraftCosts(LOOKUP, None, None, 0.0)
+            continue
+        g, decode, prefill = measure_costs(draft, name, batch_sizes, 2, context, int(width), repeats, pair.device)
+        grids.append(g)
+        costs[name] = DraftCosts("model", decode, prefill, flops_per_token(draft))
+    candidates = bench.make_candidates(models, [gamma])
+    records = bench.run_interleaved(pair, frame, candidates, max_new_tokens=max_new_tokens, progress=progress)
+    overhead = {BASELINE: baseline_overhead(records)}
+    for name, cost in costs.items():
+        overhead[name] = per_step_overhead(records, name, False)
+        if cost.kind == LOOKUP:  # proposing is host work in the "draft" stage
+            cost.step_ms = per_step_overhead(records, name, True) - overhead[name]
+    from specnb import __version__
+
+    profile = HardwareProfile(
+        verifier=pair.verifier_name, device=str(pair.device), machine=describe_machine(pair.device),
+        verifier_decode=v_decode, verifier_prefill=v_prefill, verifier_flops_per_token=flops_per_token(pair.verifier),
+        drafts=costs, acceptance={name: profile_from_records(records, name) for name in models},
+        overhead_ms=overhead, max_new_tokens=max_new_tokens, prompt_tokens=width,
+        grid=pd.concat(grids, ignore_index=True).drop(columns="samples_ms").to_dict("records"),
+        prompts=",".join(frame["id"].astype(str)), created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        specnb_version=__version__)
+    return profile, records
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def validate(profile: HardwareProfile, loaded, prompts, gammas=(1, 2, 3, 4, 6), batch_sizes=(1,),
+             max_new_tokens: int | None = None, repeats: int = 1, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Measure every (draft, γ, batch size) on ``prompts`` and set predictions beside it.
+
+    Returns (raw records, one row per grid point with measured and predicted speedups and errors).
+    """
+    pair, models = loaded
+    frame = bench.as_prompt_frame(prompts)
+    n_new = int(max_new_tokens or profile.max_new_tokens)
+    records, rows = [], []
+    for b in batch_sizes:
+        got = bench.run_interleaved(pair, frame, bench.make_candidates(models, gammas), max_new_tokens=n_new,
+                                    batch_size=b, repeats=repeats, progress=progress)
+        records.append(got)
+        measured = bench.summarise(got, n_boot=500)
+        width = prompt_tokens(pair.tokenizer, frame, b)
+        for name in models:
+            pred = predict(profile, name, gammas, b, n_new, width).table.set_index("gamma")
+            for _, m in measured[measured["draft"] == name].iterrows():
+                p = pred.loc[int(m["gamma"])]
+                rows.append({"draft": name, "gamma": int(m["gamma"]), "batch_size": b,
+                             "measured_speedup": m["speedup"], "measured_lo": m["speedup_lo"],
+                             "measured_hi": m["speedup_hi"], "measured_alpha": m["alpha"], "measured_tau": m["tau"],
+                             "predicted_speedup": p["predicted_speedup"], "predicted_lo": p["speedup_lo"],
+                             "predicted_hi": p["speedup_hi"], "predicted_tau": p["tokens_per_step"],
+                             "flops_leviathan_speedup": p["flops_leviathan_speedup"],
+                             "wallclock_leviathan_speedup": p["wallclock_leviathan_speedup"]})
+    table = pd.DataFrame(rows)
+    for column, name in (("predicted_speedup", "error"), ("flops_leviathan_speedup", "flops_error"),
+                         ("wallclock_leviathan_speedup", "wallclock_error")):
+        table[name] = (table[column] - table["measured_speedup"]) / table["measured_speedup"]
+    return pd.concat(records, ignore_index=True), table
+
+
+def recommendation_check(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft, batch): the γ the predictor recommends among the measured ones (None: verifier
+    only, worth 1.0x) and its measured speedup against the best measured option."""
+    rows = []
+    for (draft, b), group in table.groupby(["draft", "batch_size"], sort=False):
+        rows.append(check_choice(group, draft=draft, batch_size=b))
+    for b, group in table.groupby("batch_size", sort=False):  # the whole verdict: which draft and γ
+        rows.append(check_choice(group, draft="any", batch_size=b))
+    return pd.DataFrame(rows)
+
+
+def check_choice(group: pd.DataFrame, **keys) -> dict:
+    best_pred = group.loc[group["predicted_speedup"].idxmax()]
+    recommended = best_pred if best_pred["predicted_speedup"] > 1.0 else None
+    got = float(recommended["measured_speedup"]) if recommended is not None else 1.0
+    best = group.loc[group["measured_speedup"].idxmax()]
+    best_measured = max(float(best["measured_speedup"]), 1.0)
+    return {**keys, "recommended": None if recommended is None else f"{recommended['draft']} γ={int(recommended['gamma'])}",
+            "recommended_measured_speedup": got,
+            "best_measured": f"{best['draft']} γ={int(best['gamma'])}" if best["measured_speedup"] > 1.0 else "verifier-only",
+            "best_measured_speedup": best_measured, "ratio_to_best": got / best_measured,
+            "within_5pct": got >= 0.95 * best_measured}
+
+
+def validation_summary(table: pd.DataFrame) -> dict[str, Any]:
+    """Headline numbers: median |error| as a fraction of measured speedup, for the predictor and
+    for the Leviathan formula with FLOPs-c and with wall-clock c, and the recommendation check."""
+    checks = recommendation_check(table)
+    return {
+        "grid_points": int(len(table)),
+        "median_abs_error": float(table["error"].abs().median()),
+        "max_abs_error": float(table["error"].abs().max()),
+        "flops_leviathan_median_abs_error": float(table["flops_error"].abs().median()),
+        "wallclock_leviathan_median_abs_error": float(table["wallclock_error"].abs().median()),
+        "within_band": float(((table["measured_speedup"] >= table["predicted_lo"]) &
+                              (table["measured_speedup"] <= table["predicted_hi"])).mean()),
+        "recommendation_worst_ratio": float(checks["ratio_to_best"].min()),
+        "recommendations_within_5pct": f"{int(checks['within_5pct'].sum())}/{len(checks)}",
+        "target_error_met": bool(table["error"].abs().median() <= 0.10),
+        "target_recommendation_met": bool(checks["within_5pct"].all()),
+    }
+
+
+# ---------------------------------------------------------------------------- what `specnb predict` runs
+
+
+def ensure_calibrated(verifier: str, draft: str, profile: HardwareProfile | None = None, *, device="auto",
+                      prompts=None, gamma: int = 8, max_new_tokens: int = 48, progress: bool = False) -> HardwareProfile:
+    """A profile that covers ``draft``: measured now when ``profile`` is None (a short calibration),
+    else completed by measuring only what it lacks: the draft's costs if it was never calibrated,
+    its acceptance if it has none or if ``prompts`` (acceptance depends on them) are given."""
+    if profile is None:
+        return calibrate(verifier, [draft], device=device, prompts=prompts, gamma=gamma,
+                         max_new_tokens=max_new_tokens, repeats=3, progress=progress)[0]
+    if profile.verifier != verifier:
+        raise ParameterError(f"profile was calibrated for verifier {profile.verifier!r}, not {verifier!r}; "
+                             "pass the same --verifier or calibrate a new profile")
+    if device != "auto" and str(device) != profile.device:
+        raise ParameterError(f"profile was measured on device {profile.device!r}, not {device!r}; "
+                             "use --device auto or calibrate on that device")
+    if draft in profile.drafts and draft in profile.acceptance and prompts is None:
+        return profile
+    return complete_profile(profile, draft, prompts, gamma, progress)
+
+
+def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, progress: bool) -> HardwareProfile:
+    from specnb.lookup import PromptLookupDrafter
+
+    pair, models = bench.load_candidates(profile.verifier, [draft], device=profile.device)
+    frame = split_prompts("all", 3, 0)[0] if prompts is None else bench.as_prompt_frame(prompts)
+    width = prompt_tokens(pair.tokenizer, frame)
+    drafts = dict(profile.drafts)
+    if draft not in drafts:
+        model = models[draft]
+        if isinstance(model, PromptLookupDrafter):
+            drafts[draft] = DraftCosts(LOOKUP, None, None, 0.0)
+        else:
+            context = int(width + profile.max_new_tokens // 2)
+            batch_sizes = sorted({int(g["batch_size"]) for g in profile.grid} or {1})
+            _, decode, prefill = measure_costs(model, draft, batch_sizes, 2, context, int(width), 3, pair.device)
+            drafts[draft] = DraftCosts("model", decode, prefill, flops_per_token(model))
+    records = bench.run_interleaved(pair, frame, bench.make_candidates(models, [gamma], baseline=False),
+                                    max_new_tokens=profile.max_new_tokens, progress=progress)
+    lookup = drafts[draft].kind == LOOKUP
+    overhead = dict(profile.overhead_ms)
+    overhead[draft] = per_step_overhead(records, draft, False)
+    if lookup:
+        drafts[draft].step_ms = per_step_overhead(records, draft, True) - overhead[draft]
+    return HardwareProfile(**{**profile.__dict__, "drafts": drafts, "overhead_ms": overhead, "prompt_tokens": width,
+                              "acceptance": {**profile.acceptance, draft: profile_from_records(records, draft)},
+                              "prompts": ",".join(frame["id"].astype(str))})

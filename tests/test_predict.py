@@ -1,0 +1,273 @@
+"""predict/calibrate: cost-model fit, acceptance profiles, simulation vs Monte Carlo and closed forms,
+the recommendation, the hand-entered reference profile, profile JSON, and bad inputs (API and CLI).
+Synthetic numbers, plus one end-to-end run on tiny random models."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from specnb import predict as P
+from specnb import theory
+from specnb.cli import main
+from specnb.errors import DeviceError, ParameterError
+
+DRAFT = "tiny-draft"
+
+
+def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), profile=(0.8, 0.7, 0.6, 0.5, 0.5, 0.5), steps=400,
+                      prefill=(20.0, 0.5), overhead=(0.5, 1.0)) -> P.HardwareProfile:
+    """A profile built from known numbers; acceptance counts follow ``profile`` exactly."""
+    reached, accepted, n = [], [], steps
+    for a in profile:
+        reached.append(n)
+        accepted.append(round(n * a))
+        n = accepted[-1]
+    per_prompt = [{"prompt_id": p, "reached": [r // 2 for r in reached], "accepted": [a // 2 for a in accepted]}
+                  for p in ("a", "b")]
+    return P.HardwareProfile(
+        verifier="tiny", device="cpu", machine={}, verifier_decode=P.CostModel(*t_v),
+        verifier_prefill=P.CostModel(*prefill), verifier_flops_per_token=1e9,
+        drafts={DRAFT: P.DraftCosts("model", P.CostModel(*t_d), P.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8)},
+        acceptance={DRAFT: P.AcceptanceProfile(len(profile), reached, accepted, per_prompt)},
+        overhead_ms={"verifier-only": overhead[0], DRAFT: overhead[1]}, max_new_tokens=48, prompt_tokens=40.0)
+
+
+# ---------------------------------------------------------------------------- cost model
+
+
+def test_fit_recovers_known_coefficients():
+    rng = np.random.default_rng(0)
+    n, b = np.meshgrid(np.arange(1, 10), [1, 2, 4])
+    true_ms = 42.0 + 3.5 * n * b
+    grid = pd.DataFrame({"n_tokens": n.ravel(), "batch_size": b.ravel(),
+                         "median_ms": (true_ms * (1 + 0.01 * rng.standard_normal(true_ms.shape))).ravel()})
+    fit = P.fit_cost_model(grid)
+    assert fit.t0_ms == pytest.approx(42.0, rel=0.03)
+    assert fit.ms_per_token == pytest.approx(3.5, rel=0.03)
+    assert fit.r2 > 0.99 and fit.n_points == 27
+    assert fit.forward_ms(5, 2) == pytest.approx(fit.t0_ms + 10 * fit.ms_per_token)
+
+
+def test_fit_needs_two_sizes():
+    grid = pd.DataFrame({"n_tokens": [1, 1], "batch_size": [1, 1], "median_ms": [5.0, 6.0]})
+    with pytest.raises(ParameterError, match="two sizes"):
+        P.fit_cost_model(grid)
+
+
+# ---------------------------------------------------------------------------- acceptance
+
+
+def sample_accept_lengths(profile, steps, rng) -> np.ndarray:
+    """Independent Monte Carlo: per step, accept positions in order while a coin with a_i lands."""
+    lengths = np.zeros(steps, dtype=int)
+    for s in range(steps):
+        for a in profile:
+            if rng.random() >= a:
+                break
+            lengths[s] += 1
+    return lengths
+
+
+def test_tokens_per_step_matches_monte_carlo():
+    profile = np.array([0.9, 0.7, 0.6, 0.4, 0.3])
+    lengths = sample_accept_lengths(profile, 20000, np.random.default_rng(1))
+    tau = lengths.mean() + 1
+    se = lengths.std() / np.sqrt(len(lengths))
+    assert abs(theory.tokens_per_step_from_profile(profile) - tau) < 4 * se
+
+
+def test_simulation_steps_match_the_profile():
+    """With only the verifier forward priced (1 ms a step) the simulated time is the step count,
+    so (tokens − 1) / steps is τ, up to the truncated last step of a long generation."""
+    profile = np.array([0.9, 0.7, 0.6, 0.4])
+    costs = P.StepCosts(lambda n: np.ones_like(n, dtype=float), lambda k, w: np.zeros_like(k, dtype=float), 0.0, 0.0)
+    n_new = 2001
+    steps = P.simulate_speculative_ms(np.tile(profile, (200, 1, 1)), costs, 4, n_new, np.random.default_rng(2))
+    assert (n_new - 1) / steps.mean() == pytest.approx(theory.tokens_per_step_from_profile(profile), rel=0.01)
+
+
+def test_profile_recovered_from_bench_style_records():
+    true = [0.85, 0.6, 0.5, 0.3]
+    rng = np.random.default_rng(3)
+    rows = []
+    for prompt in ("p1", "p2", "p3"):
+        lengths = sample_accept_lengths(true, 3000, rng)
+        rows.append({"draft": "d", "gamma": 4, "prompt_ids": prompt,
+                     "accepted_by_position": [int((lengths > i).sum()) for i in range(4)],
+                     "drafted_by_position": [len(lengths)] * 4})
+    profile = P.profile_from_records(pd.DataFrame(rows), "d")
+    assert profile.gamma == 4 and len(profile.per_prompt) == 3
+    reached = np.array(profile.reached)
+    se = np.sqrt(np.array(true) * (1 - np.array(true)) / reached)
+    assert np.all(np.abs(profile.conditional() - true) < 4 * se)
+
+
+def test_counts_from_positions_handles_shortened_drafts():
+    # 3 steps: accepted 2 of 3, 0 of 3, then a last step that drafted 1 and accepted it
+    reached, accepted = P.counts_from_positions([2, 1, 0], [3, 2, 2])
+    assert reached == [3, 2, 1] and accepted == [2, 1, 0]
+
+
+def test_extrapolation_is_flagged_and_capped():
+    profile = synthetic_profile(profile=(0.6, 0.9, 0.95))
+    table, pooled = profile.acceptance[DRAFT].extended(6)
+    assert table.shape == (2, 6)
+    assert pooled[3:] == pytest.approx([profile.acceptance[DRAFT].alpha_iid()] * 3)  # tail 0.93 capped at pooled α
+    pred = P.predict(profile, DRAFT, range(1, 7), n_boot=20, sims_per_boot=4)
+    assert list(pred.table["extrapolated"]) == [False] * 3 + [True] * 3
+    assert pred.notes
+
+
+# ---------------------------------------------------------------------------- prediction
+
+
+def test_prediction_agrees_with_leviathan_when_its_assumptions_hold():
+    """Free verification, no prefill or overhead, long generation, flat α: the Leviathan formula
+    with wall-clock c is exact, so the simulated prediction must match it."""
+    alpha, c, t_v = 0.7, 0.2, 50.0
+    profile = synthetic_profile(t_v=(t_v, 0.0), t_d=(c * t_v, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0))
+    profile.acceptance[DRAFT] = P.flat_profile(alpha, 8)
+    pred = P.predict(profile, DRAFT, range(1, 9), max_new_tokens=400, n_boot=20, sims_per_boot=4)
+    # the draft's catch-up forward is priced as an ordinary one, as Leviathan's γ·c does
+    expected = theory.expected_speedup(alpha, np.arange(1, 9), c)
+    assert np.allclose(pred.table["predicted_speedup"], expected, rtol=0.02)
+    assert np.allclose(pred.table["break_even_alpha"], theory.break_even_alpha(np.arange(1, 9), c), atol=0.02)
+
+
+def test_recommendation_is_the_argmax():
+    pred = P.predict(synthetic_profile(), DRAFT, range(1, 9), n_boot=30, sims_per_boot=4)
+    table = pred.table
+    assert pred.best_gamma == int(table.loc[table["predicted_speedup"].idxmax(), "gamma"])
+    assert pred.recommended_gamma == pred.best_gamma and pred.predicted_speedup > 1.0
+    assert pred.speedup_lo <= pred.predicted_speedup <= pred.speedup_hi
+    assert 0.0 < pred.break_even_alpha < 1.0
+
+
+def test_no_recommendation_when_nothing_beats_the_verifier():
+    slow = synthetic_profile(t_d=(55.0, 3.0), profile=(0.3, 0.2, 0.1))
+    pred = P.predict(slow, DRAFT, range(1, 5), n_boot=30, sims_per_boot=4)
+    assert pred.recommended_gamma is None and pred.predicted_speedup <= 1.0
+    assert (pred.table["predicted_speedup"] <= 1.0).all()
+    data = pred.as_dict()
+    assert data["recommended_gamma"] is None and len(data["table"]) == 4
+
+
+def test_batch_runs_until_the_slowest_row():
+    profile = synthetic_profile(t_v=(60.0, 0.0), t_d=(6.0, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0))
+    one = P.predict(profile, DRAFT, [4], batch_size=1, n_boot=40, sims_per_boot=8)
+    four = P.predict(profile, DRAFT, [4], batch_size=4, n_boot=40, sims_per_boot=8)
+    # costs do not depend on batch here, so only the slowest-row effect lowers the speedup
+    assert four.predicted_speedup < one.predicted_speedup
+
+
+def test_what_if_moves_the_verdict():
+    profile = synthetic_profile()
+    base = P.predict(profile, DRAFT, range(1, 9), n_boot=20, sims_per_boot=4)
+    better = P.what_if(profile, DRAFT, alpha=0.95)
+    faster = P.what_if(profile, DRAFT, draft_speed=3.0)
+    assert better.predicted_speedup > base.predicted_speedup
+    assert faster.predicted_speedup > base.predicted_speedup
+    with pytest.raises(ParameterError):
+        P.what_if(profile, DRAFT, draft_speed=0)
+
+
+def test_reference_mps_profile_is_in_the_right_ballpark():
+    profile = P.reference_mps_profile(0.0)
+    draft = next(iter(profile.drafts))
+    pred = P.predict(profile, draft, range(1, 9), n_boot=20, sims_per_boot=4)
+    tok_s = pred.table.set_index("gamma")["predicted_tok_s"]
+    assert pred.baseline_tok_s == pytest.approx(14.4, rel=0.01)
+    for gamma, reported in P.REFERENCE_MPS["reported_tok_s"].items():
+        assert 0.6 * reported < tok_s[gamma] < 1.4 * reported
+    # FLOPs-c reproduces the reference's 0.99x at γ = 4
+    assert theory.format_speedup(pred.table.set_index("gamma").loc[4, "flops_leviathan_speedup"]) == "0.99x"
+    # costlier verification can only slow speculation down
+    costly = P.predict(P.reference_mps_profile(0.2), draft, [4, 7], n_boot=20, sims_per_boot=4)
+    assert (costly.table["predicted_tok_s"].to_numpy() < tok_s.loc[[4, 7]].to_numpy()).all()
+
+
+# ---------------------------------------------------------------------------- JSON and bad input
+
+
+def test_profile_json_round_trip(tmp_path):
+    profile = synthetic_profile()
+    path = P.save_profile(profile, tmp_path / "p.json")
+    loaded = P.load_profile(path)
+    assert P.save_profile(loaded, tmp_path / "again.json").read_text() == path.read_text()
+    assert loaded.verifier_decode.t0_ms == 60.0 and loaded.acceptance[DRAFT].reached == profile.acceptance[DRAFT].reached
+
+
+@pytest.mark.parametrize("text,match", [("{not json", "not valid JSON"), ('{"format": "other"}', "malformed"),
+                                        ('{"format": "specnb-hardware-profile/1"}', "malformed")])
+def test_malformed_profile_is_a_clear_error(tmp_path, text, match):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ParameterError, match=match):
+        P.load_profile(path)
+
+
+def test_bad_arguments():
+    profile = synthetic_profile()
+    with pytest.raises(ParameterError, match="gamma"):
+        P.predict(profile, DRAFT, [0, 1])
+    with pytest.raises(ParameterError, match="no calibration for draft"):
+        P.predict(profile, "other", [1])
+    with pytest.raises(ParameterError, match="batch_size"):
+        P.predict(profile, DRAFT, [1], batch_size=0)
+
+
+def run_cli(argv, capsys):
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_predict_from_profile_json(tmp_path, capsys):
+    path = P.save_profile(synthetic_profile(), tmp_path / "p.json")
+    code, out, err = run_cli(["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path),
+                              "--gamma", "3", "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert {"recommended_gamma", "predicted_speedup", "break_even_alpha", "table"} <= set(data)
+    assert [row["gamma"] for row in data["table"]] == list(range(1, 9))
+    assert data["gamma_speedup"]["gamma"] == 3
+    code, out, _ = run_cli(["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path)], capsys)
+    assert code == 0 and "break_even_alpha" in out and "predicted_speedup" in out
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--max-gamma", "0"], "gamma must be >= 1"),
+    (["--gamma", "0"], "gamma must be >= 1"),
+    (["--prompts", "does/not/exist.txt"], "does not exist"),
+    (["--device", "mps"], "device"),
+])
+def test_cli_bad_inputs_exit_2(tmp_path, capsys, extra, match):
+    path = P.save_profile(synthetic_profile(), tmp_path / "p.json")
+    code, out, err = run_cli(["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path), *extra], capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and match in err
+
+
+def test_cli_unparseable_prompt_file_and_profile(tmp_path, capsys):
+    bad = tmp_path / "prompts.txt"
+    bad.write_bytes(b"\xff\xfe\x00broken")
+    code, _, err = run_cli(["predict", "--draft", DRAFT, "--prompts", str(bad)], capsys)
+    assert code == 2 and "not UTF-8" in err
+    broken = tmp_path / "p.json"
+    broken.write_text("[1, 2")
+    code, _, err = run_cli(["predict", "--draft", DRAFT, "--profile", str(broken)], capsys)
+    assert code == 2 and "not valid JSON" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_calibrate_on_a_missing_device(tmp_path, capsys):
+    from specnb.calibrate import calibrate
+
+    with pytest.raises(DeviceError):
+        calibrate("smollm2-135m", ["prompt-lookup"], device="cuda")
+    code, _, err = run_cli(["calibrate", "--draft", "prompt-lookup", "--device", "cuda",
+                            "--out", str(tmp_path / "p.json")], capsys)
+    assert code == 2 and "not available" in err and len(err.strip().splitlines()) == 1
