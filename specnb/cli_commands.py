@@ -116,3 +116,103 @@ def run_models(args: argparse.Namespace) -> list[dict]:
     from specnb.models import list_embedded
 
     return list_embedded()
+
+
+# --- calibrate / predict: the decision framework ------------------------------------------
+
+
+def _prompt_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verifier", default="smollm2-135m", help="verifier: embedded name, HF id or folder")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--prompts", help="prompts to measure acceptance on: a category, cat1,cat2, all, or a file "
+                                     "with one prompt per line (default: 3 shipped prompts)")
+    p.add_argument("--n-prompts", type=int, default=3, help="how many prompts of --prompts to use (default 3)")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="generation length to predict for (default 48)")
+
+
+def _selected_prompts(args: argparse.Namespace):
+    from specnb.prompts import select_prompts
+
+    return None if args.prompts is None else select_prompts(args.prompts, args.n_prompts)
+
+
+def _args_calibrate(p: argparse.ArgumentParser) -> None:
+    _prompt_arguments(p)
+    p.add_argument("--draft", action="append", required=True, help="draft to calibrate; repeatable")
+    p.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes to time (default 1)")
+    p.add_argument("--gamma", type=int, default=8, help="longest gamma to profile acceptance at (default 8)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per forward size (default 5)")
+    p.add_argument("--out", required=True, help="where to write the hardware profile (JSON)")
+
+
+@command("calibrate", "measure this machine's forward costs and the drafts' acceptance into a profile (JSON)",
+         _args_calibrate)
+def run_calibrate(args: argparse.Namespace) -> dict:
+    from specnb.calibrate import calibrate
+    from specnb.predict import save_profile
+    from specnb.theory import validate_gamma
+
+    validate_gamma(args.gamma)
+    prompts = _selected_prompts(args)
+    profile, _ = calibrate(args.verifier, args.draft, device=args.device, prompts=prompts, gamma=args.gamma,
+                           max_new_tokens=args.max_new_tokens, batch_sizes=args.batch, repeats=args.repeats,
+                           progress=not args.json)
+    path = save_profile(profile, args.out)
+    table = [{"model": profile.verifier, "t0_ms": profile.verifier_decode.t0_ms,
+              "ms_per_token": profile.verifier_decode.ms_per_token, "r2": profile.verifier_decode.r2}]
+    for name, cost in profile.drafts.items():
+        decode = cost.decode
+        table.append({"model": name, "t0_ms": decode.t0_ms if decode else cost.step_ms,
+                      "ms_per_token": decode.ms_per_token if decode else 0.0, "r2": decode.r2 if decode else None,
+                      "alpha": profile.acceptance[name].alpha_iid()})
+    return {"profile": str(path), "device": profile.device, "verifier": profile.verifier, "table": table}
+
+
+def _args_predict(p: argparse.ArgumentParser) -> None:
+    _prompt_arguments(p)
+    p.add_argument("--draft", required=True, help="draft: embedded name, exit:K, prompt-lookup, HF id or folder")
+    p.add_argument("--batch", type=int, default=1, help="batch size to predict for (default 1)")
+    p.add_argument("--profile", help="hardware profile from `specnb calibrate` (default: calibrate now, briefly)")
+    p.add_argument("--max-gamma", type=int, default=8, help="predict gamma = 1..this (default 8)")
+    p.add_argument("--gamma", type=int, help="also report this gamma's prediction")
+
+
+@command("predict", "recommended gamma (or don't speculate), predicted speedup with band, break-even alpha",
+         _args_predict)
+def run_predict(args: argparse.Namespace) -> dict:
+    from specnb.calibrate import ensure_calibrated
+    from specnb.predict import load_profile, predict
+    from specnb.theory import validate_gamma
+
+    validate_gamma(args.max_gamma)
+    if args.gamma is not None:
+        validate_gamma(args.gamma)
+    prompts = _selected_prompts(args)  # a bad prompt file fails before any measurement
+    profile = load_profile(args.profile) if args.profile else None
+    profile = ensure_calibrated(args.verifier, args.draft, profile, device=args.device, prompts=prompts,
+                                gamma=max(args.max_gamma, args.gamma or 1), max_new_tokens=args.max_new_tokens,
+                                progress=not args.json)
+    gammas = range(1, max(args.max_gamma, args.gamma or 1) + 1)
+    result = predict(profile, args.draft, gammas, args.batch, args.max_new_tokens).as_dict()
+    if args.gamma is not None:
+        row = next(r for r in result["table"] if r["gamma"] == args.gamma)
+        result["gamma_speedup"] = {"gamma": args.gamma, **{k: row[k] for k in ("predicted_speedup", "speedup_lo", "speedup_hi")}}
+    result["verdict"] = (f"speculate with gamma={result['recommended_gamma']}" if result["recommended_gamma"]
+                         else "don't speculate: no gamma beats verifier-only")
+    result["device"] = profile.device
+    return result
+
+
+# --- models: the embedded verifier and drafts ---------------------------------------------
+
+
+def _args_models(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+@command("models", "list the embedded models: role, parameters, FLOPs/token and local folder (builds caches)",
+         _args_models)
+def run_models(args: argparse.Namespace) -> list[dict]:
+    from specnb.models import list_embedded
+
+    return list_embedded()
