@@ -201,18 +201,3 @@ def run_predict(args: argparse.Namespace) -> dict:
                          else "don't speculate: no gamma beats verifier-only")
     result["device"] = profile.device
     return result
-
-
-# --- models: the embedded verifier and drafts ---------------------------------------------
-
-
-def _args_models(p: argparse.ArgumentParser) -> None:
-    pass
-
-
-@command("models", "list the embedded models: role, parameters, FLOPs/token and local folder (builds caches)",
-         _args_models)
-def run_models(args: argparse.Namespace) -> list[dict]:
-    from specnb.models import list_embedded
-
-    return list_embedded()
