@@ -415,8 +415,8 @@ def decode_speculative(vkv, dkv, draft, rows: Rows, contexts, last, seq_len, gam
 # ----------------------------------------------------------------------------- entry point
 
 
-def check_inputs(verifier, draft, gamma, max_new_tokens, sampling, vocab_size) -> int | None:
-    """Validate arguments before any work; returns the vocabulary size both models are sliced to."""
+def check_parameters(gamma: int, max_new_tokens: int, sampling: SamplingConfig | None) -> None:
+    """Range checks that need no model (the CLI runs them before loading anything)."""
     if gamma < 1:
         raise ParameterError(f"gamma must be >= 1 (draft tokens per step), got {gamma}")
     if max_new_tokens < 1:
@@ -424,6 +424,11 @@ def check_inputs(verifier, draft, gamma, max_new_tokens, sampling, vocab_size) -
     if sampling is not None and (sampling.temperature <= 0 or not 0 < sampling.top_p <= 1):
         raise ParameterError(f"need temperature > 0 and 0 < top_p <= 1, got {sampling}; "
                              "use sampling=None for greedy decoding")
+
+
+def check_inputs(verifier, draft, gamma, max_new_tokens, sampling, vocab_size) -> int | None:
+    """Validate arguments before any work; returns the vocabulary size both models are sliced to."""
+    check_parameters(gamma, max_new_tokens, sampling)
     v_vocab = verifier.config.vocab_size
     d_vocab = getattr(getattr(draft, "config", None), "vocab_size", None)
     if vocab_size is None:
