@@ -55,7 +55,7 @@ def fake_cache(tmp_path, tokenizer_dir, monkeypatch):
 
     def convert(gguf, out):
         builds.append(out)
-        save_tiny(out, tokenizer_dir)
+        save_tiny(out, tokenizer_dir, seed=len(builds))  # each rebuild: different weights
 
     monkeypatch.setattr(models, "convert_gguf", convert)
     return builds
@@ -271,14 +271,24 @@ def test_draft_assembly_is_standalone_and_rebuilt_on_new_weights(fake_cache, tmp
     redrafted = AutoModelForCausalLM.from_pretrained(models.embedded_draft_path("tiny-draft"))
     assert torch.equal(redrafted.state_dict()[q], new_state[q].float())
 
+    (models.embedded_verifier_path() / "specnb-manifest.json").unlink()  # verifier rebuilt: new embedding
+    verifier_embed = AutoModelForCausalLM.from_pretrained(models.embedded_verifier_path()).model.embed_tokens.weight
+    redrafted = AutoModelForCausalLM.from_pretrained(models.embedded_draft_path("tiny-draft"))
+    expected = verifier_embed @ new_state["embed_proj.weight"].float().T
+    assert torch.allclose(redrafted.model.embed_tokens.weight, expected, atol=1e-5)
+
     pair = models.load_pair("smollm2-135m", "tiny-draft", device="cpu")
     assert pair.draft.config.hidden_size == 32 and pair.vocab_size is None
 
 
-def test_unknown_draft_name(fake_cache, tmp_path, monkeypatch):
+def test_unknown_or_incomplete_draft(fake_cache, tmp_path, monkeypatch):
     monkeypatch.setattr(models, "DRAFTS_DIR", tmp_path / "drafts")
     with pytest.raises(ModelNotFoundError, match="build-drafts"):
         models.embedded_draft_path("smollm2-draft-zz")
+    write_committed_draft(tmp_path / "drafts", "half-done")
+    (tmp_path / "drafts" / "half-done" / "weights.safetensors").unlink()
+    with pytest.raises(ModelNotFoundError, match="no weights.safetensors"):
+        models.embedded_draft_path("half-done")
 
 
 # ---------------------------------------------------------------- early exit
@@ -319,3 +329,21 @@ def test_real_embedded_verifier_loads_quickly_from_cache():
     assert seconds < 10, f"cached load took {seconds:.1f} s"
     draft, _ = models.load_model("smollm2-exit-4", device="cpu")
     assert draft.config.num_hidden_layers == 4
+
+
+def test_cli_models_json(fake_cache, tmp_path, monkeypatch, capsys):
+    from specnb.cli import main
+
+    monkeypatch.setattr(models, "DRAFTS_DIR", tmp_path / "drafts")
+    monkeypatch.setattr(models, "EMBEDDED_EXITS", {"smollm2-exit-1": 1})  # the fake verifier has 2 layers
+    write_committed_draft(tmp_path / "drafts", "tiny-draft")
+    assert main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"smollm2-135m", "tiny-draft", "smollm2-exit-1", "prompt-lookup"}
+    assert all(set(r) == {"name", "role", "params", "flops_per_token", "path"} for r in rows.values())
+    assert rows["smollm2-135m"]["role"] == "verifier" and rows["tiny-draft"]["role"] == "draft"
+    assert rows["smollm2-exit-1"]["path"] is None and rows["prompt-lookup"]["params"] == 0
+    for name in ("smollm2-135m", "tiny-draft"):
+        AutoModelForCausalLM.from_pretrained(rows[name]["path"])
+        AutoTokenizer.from_pretrained(rows[name]["path"])
+    assert 0 < rows["tiny-draft"]["flops_per_token"] < rows["smollm2-135m"]["flops_per_token"]
