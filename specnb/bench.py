@@ -326,6 +326,8 @@ def per_prompt(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
         "repeat": drafts["repeat"], "prompt_ids": drafts["prompt_ids"], "categories": drafts["categories"],
         "alpha": drafts["accepted"] / drafts["drafted"].where(drafts["drafted"] > 0),
         "tok_s": tok_s, "speedup": tok_s / base_tok_s,
+        "accepted": drafts["accepted"], "drafted": drafts["drafted"], "new_tokens": drafts["new_tokens"],
+        "wall_ms": drafts["wall_ms"], "new_tokens_base": drafts["new_tokens_base"], "wall_ms_base": drafts["wall_ms_base"],
     })
 
 
@@ -436,3 +438,75 @@ def wall_clock_c(grid: pd.DataFrame, draft: str, verifier: str, n_tokens: int = 
         return float(rows["median_ms"].median())
 
     return median(draft) / median(verifier)
+
+
+# ---------------------------------------------------------------- choosing and costing drafts
+
+def default_draft(verifier: str) -> str:
+    """The draft a notebook uses when none is named: for the embedded verifier, the distilled draft
+    with the best Leviathan speedup predicted from its recorded held-out agreement (as α) and its
+    FLOPs c; the early exit ``smollm2-exit-4`` when no distilled draft is committed."""
+    import json
+
+    from specnb.models import DRAFTS_DIR, EMBEDDED_VERIFIER, embedded_draft_names
+    from specnb.theory import optimal_gamma
+
+    if verifier != EMBEDDED_VERIFIER:
+        raise ParameterError(f"no default draft for verifier {verifier!r}; pass one, e.g. -p draft Qwen/Qwen2.5-0.5B-Instruct")
+    names = embedded_draft_names()
+    if not names:
+        return "smollm2-exit-4"
+    table = flops_table(verifier, names, context=0).set_index("model")
+
+    def predicted(name: str) -> float:
+        try:
+            meta = json.loads((DRAFTS_DIR / name / "meta.json").read_text())
+            alpha = float(meta["heldout_top1_agreement"]["after"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0.0
+        return float(optimal_gamma(min(alpha, 0.99), table.loc[name, "c_flops"])[1])
+
+    return max(names, key=predicted)
+
+
+def wall_clock_costs(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per draft candidate, what drafting and verifying really cost in the runs: draft ms per
+    drafted token, verify ms per verification step, and c by wall clock = draft ms per drafted
+    token ÷ the baseline's verify ms per (one-token) step. Works for prompt lookup too."""
+    records = pd.DataFrame(records)
+    base = records[records["candidate"] == baseline]
+    base_steps = (base["verifier_forwards"] - 1).sum()  # the prefill forward is timed as prefill
+    verifier_step_ms = base["verify_ms"].sum() / base_steps if base_steps else float("nan")
+    rows = []
+    for name, group in records[records["candidate"] != baseline].groupby("candidate", sort=False):
+        drafted, steps = group["drafted"].sum(), group["steps"].sum()
+        draft_ms = group["draft_ms"].sum() / drafted if drafted else float("nan")
+        rows.append({"candidate": name, "draft": group["draft"].iloc[0], "gamma": int(group["gamma"].iloc[0]),
+                     "draft_ms_per_drafted_token": draft_ms,
+                     "verify_ms_per_step": group["verify_ms"].sum() / steps if steps else float("nan"),
+                     "baseline_verify_ms_per_step": verifier_step_ms, "c_wall": draft_ms / verifier_step_ms})
+    return pd.DataFrame(rows)
+
+
+def best_per_draft(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each draft's row at its best measured γ (highest speedup), per batch size."""
+    drafts = summary[summary["gamma"] > 0]
+    best = drafts.loc[drafts.groupby(["draft", "batch_size"], sort=False)["speedup"].idxmax()]
+    return best.reset_index(drop=True)
+
+
+def simulate_runs(rows: pd.DataFrame, run_size: int, n_runs: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """What short benchmark runs of ``run_size`` prompts would report: draw that many measured
+    per-prompt records (``per_prompt`` plus accepted/drafted/tokens/wall columns) without
+    replacement, per candidate, and compute each run's α and speedup as ratios of sums."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for name, group in rows.groupby("candidate", sort=False):
+        values = group[["accepted", "drafted", "new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].to_numpy()
+        size = min(run_size, len(values))
+        for run in range(n_runs):
+            totals = values[rng.choice(len(values), size=size, replace=False)].sum(axis=0)
+            out.append({"candidate": name, "draft": group["draft"].iloc[0], "run": run, "prompts": size,
+                        "alpha": totals[0] / totals[1] if totals[1] else float("nan"),
+                        "speedup": float(paired_speedup(totals[2:]))})
+    return pd.DataFrame(out)

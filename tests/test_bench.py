@@ -228,3 +228,46 @@ def test_flops_table_reproduces_reference_ratios_and_handles_every_draft_kind():
     # the shared lm_head keeps a 4-of-30-layer exit well above 4/30 of the verifier's FLOPs
     assert 4 / 30 < ours.loc["exit:4", "c_flops"] < ours.loc["smollm2-exit-12", "c_flops"] < 1
     assert (ours["flops_at_context"] > ours["flops_per_token"]).sum() == 3  # attention over 128 cached tokens
+
+
+def test_wall_clock_costs_from_records():
+    base = synthetic("verifier-only", [10], [100.0], steps=0)
+    base[0].update(verifier_forwards=10, verify_ms=90.0)  # 9 decoding steps after prefill: 10 ms each
+    cand = synthetic("d γ=2", [10], [100.0], accepted=4, drafted=8, steps=4, gamma=2)
+    cand[0].update(draft_ms=16.0, verify_ms=60.0)
+    cost = bench.wall_clock_costs(pd.DataFrame(base + cand)).iloc[0]
+    assert cost["draft_ms_per_drafted_token"] == pytest.approx(2.0) and cost["verify_ms_per_step"] == pytest.approx(15.0)
+    assert cost["c_wall"] == pytest.approx(0.2)
+
+
+def test_best_per_draft_and_simulated_runs():
+    summary = pd.DataFrame({"draft": ["", "a", "a", "b"], "gamma": [0, 1, 2, 1], "batch_size": 1,
+                            "speedup": [1.0, 1.1, 1.3, 0.8], "candidate": ["v", "a γ=1", "a γ=2", "b γ=1"]})
+    assert bench.best_per_draft(summary)["candidate"].tolist() == ["a γ=2", "b γ=1"]
+    frame = pd.DataFrame(synthetic("verifier-only", [10] * 4, [100] * 4)
+                         + synthetic("d γ=1", [10] * 4, [50, 50, 200, 200], accepted=1, drafted=4, gamma=1))
+    frame.loc[4, "accepted"] = 4  # one prompt accepts everything
+    runs = bench.simulate_runs(bench.per_prompt(frame), run_size=2, n_runs=200, seed=1)
+    assert len(runs) == 200 and set(runs["prompts"]) == {2}
+    assert runs["alpha"].min() == pytest.approx(2 / 8) and runs["alpha"].max() == pytest.approx(5 / 8)
+    assert set(runs["speedup"].round(6)) <= {2.0, 0.5, round(20 / 250 / (20 / 200), 6)}
+
+
+def test_default_draft_prefers_best_predicted_and_falls_back(tmp_path, monkeypatch):
+    import json
+
+    from specnb import models
+
+    monkeypatch.setattr(models, "DRAFTS_DIR", tmp_path)
+    with pytest.raises(ParameterError, match="no default draft"):
+        bench.default_draft("Qwen/Qwen2.5-3B-Instruct")
+    assert bench.default_draft("smollm2-135m") == "smollm2-exit-4"  # nothing committed
+    for name, layers, agreement in (("d-cheap", 1, 0.6), ("d-deep", 8, 0.65)):
+        (tmp_path / name).mkdir()
+        config = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": layers, "num_attention_heads": 9,
+                  "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True,
+                  "architectures": ["LlamaForCausalLM"]}
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "meta.json").write_text(json.dumps({"heldout_top1_agreement": {"after": agreement}}))
+    monkeypatch.setattr("specnb.flops.DRAFTS_DIR", tmp_path)
+    assert bench.default_draft("smollm2-135m") == "d-cheap"  # slightly lower α, far cheaper
