@@ -10,6 +10,7 @@ Public API::
     generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma=4, max_new_tokens=64,
              sampling=None, eos_token_id=None, timer=None, vocab_size=None) -> GenerationResult
 
+The KV-cache helpers live in ``specnb.kvcache`` and the accept/reject rule in ``specnb.sampling``.
 ``draft=None`` runs the verifier-only loop (prefill, then one token per forward). ``draft`` may be
 a Hugging Face causal LM or a ``PromptLookupDrafter``. ``sampling=None`` is greedy, else a
 ``SamplingConfig`` (temperature, top-p, seed). ``timer``: None (off), True, or a ``StageTimer``.
@@ -38,24 +39,16 @@ at EOS or at ``max_new_tokens``.
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
 
 import torch
 
 from specnb.errors import IncompatibleModelsError, ParameterError
+from specnb.kvcache import ModelKV, crop_cache  # noqa: F401  (crop_cache re-exported)
 from specnb.lookup import PromptLookupDrafter
+from specnb.sampling import SamplingConfig, accept_reject, logits_to_probs, pick_token  # noqa: F401
 from specnb.timing import NULL_TIMER, StageTimer, synchronize
-
-
-@dataclass
-class SamplingConfig:
-    """Sampling settings; pass ``sampling=None`` to ``generate`` for greedy decoding."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
 
 
 @dataclass
@@ -135,124 +128,6 @@ def encode_prompts(tokenizer, prompts: list[str], chat: bool = True, device=None
     input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
     attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
     return input_ids.to(device or "cpu"), attention_mask.to(device or "cpu")
-
-
-# ----------------------------------------------------------------------------- KV caches
-
-
-def crop_cache(cache, n_drop: int) -> None:
-    """Drop the last ``n_drop`` slots of every layer (transformers 5.x ``crop`` takes a negative count)."""
-    if n_drop > 0:
-        cache.crop(-n_drop)
-
-
-class ModelKV:
-    """A model with its DynamicCache and the 2D slot mask (None while the cache has no holes)."""
-
-    def __init__(self, model, vocab_size: int | None):
-        from transformers import DynamicCache
-
-        params = inspect.signature(model.forward).parameters
-        self.model, self.vocab_size = model, vocab_size
-        self.cache = DynamicCache(config=model.config)
-        self.cache_arg = "cache" if "cache" in params else "past_key_values"
-        self.keeps_logits = "logits_to_keep" in params
-        self.mask: torch.Tensor | None = None  # [B, L] bool, True = a real token
-        self.length = 0
-
-    def forward(self, ids, positions, chunk_mask=None, keep: int = 1) -> torch.Tensor:
-        """Append ``ids`` [B, T] at ``positions`` [B, T]; return logits [B, keep, V] of the last columns."""
-        batch, width = ids.shape
-        if chunk_mask is not None or self.mask is not None:
-            if self.mask is None:
-                self.mask = torch.ones(batch, self.length, dtype=torch.bool, device=ids.device)
-            new = chunk_mask if chunk_mask is not None else torch.ones_like(ids, dtype=torch.bool)
-            self.mask = torch.cat([self.mask, new.bool()], dim=1)
-        kwargs = {self.cache_arg: self.cache}
-        if self.keeps_logits:
-            kwargs["logits_to_keep"] = keep
-        out = self.model(input_ids=ids, position_ids=positions, attention_mask=self.mask, use_cache=True, **kwargs)
-        self.length += width
-        logits = out.logits[:, -keep:]  # [B, keep, V]
-        return logits[..., : self.vocab_size] if self.vocab_size else logits
-
-    def rollback(self, keep: list[int], appended: int) -> None:
-        """Of the last ``appended`` slots row i keeps the first ``keep[i]``: crop the common tail, mask the rest."""
-        top = max(keep)
-        crop_cache(self.cache, appended - top)
-        self.length -= appended - top
-        if self.mask is not None:
-            self.mask = self.mask[:, : self.length]
-        if min(keep) == top:
-            return
-        device = self.cache.layers[0].keys.device
-        if self.mask is None:
-            self.mask = torch.ones(len(keep), self.length, dtype=torch.bool, device=device)
-        tail = torch.tensor([top - k for k in keep], device=device)  # [B] rejected slots per row
-        cols = torch.arange(self.length, device=device)  # [L]
-        self.mask = self.mask & (cols[None, :] < (self.length - tail)[:, None])
-
-
-# ----------------------------------------------------------------------------- sampling
-
-
-def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-    """Temperature then top-p (nucleus) filtering; logits [..., V] -> probs [..., V] in fp32."""
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        # drop a token when the mass before it already reaches top_p (the first token always stays)
-        drop = (sorted_probs.cumsum(-1) - sorted_probs) >= sampling.top_p
-        probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
-
-
-def sample(probs: torch.Tensor, generator=None) -> torch.Tensor:
-    """One token per row: probs [B, V] -> ids [B]."""
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def pick_token(logits: torch.Tensor, sampling, generator=None):
-    """Greedy argmax or a sample; logits [B, V] -> (ids [B], probs [B, V] or None when greedy)."""
-    if sampling is None:
-        return logits.argmax(-1), None
-    probs = logits_to_probs(logits, sampling)
-    return sample(probs, generator), probs
-
-
-def accept_reject(drafts, q, p_logits, n_drafted, sampling, generator=None):
-    """Accepted count per row and the token that follows the accepted prefix.
-
-    drafts [B, k]; q [B, k, V] draft probs (None when greedy); p_logits [B, k+1, V]; n_drafted [B]
-    (real proposals per row, positions beyond are padding). Returns (n [B], next_token [B]).
-    """
-    batch, k = drafts.shape
-    valid = torch.arange(k, device=drafts.device)[None, :] < n_drafted[:, None]  # [B, k]
-    if sampling is None:
-        # greedy: accept while the draft matches the verifier's argmax; the argmax at the first
-        # mismatch (or after the last draft: the bonus token) is the next token
-        target = p_logits.argmax(-1)  # [B, k+1]
-        n = ((drafts == target[:, :k]) & valid).int().cumprod(1).sum(1)  # [B]
-        return n, target.gather(1, n[:, None].long()).squeeze(1)
-    p = logits_to_probs(p_logits, sampling)  # [B, k+1, V]
-    if q is None:  # nothing drafted this step (k == 0)
-        q = p.new_zeros(batch, k, p.shape[-1])
-    p_d = p[:, :k].gather(-1, drafts[..., None]).squeeze(-1)  # [B, k]
-    q_d = q.gather(-1, drafts[..., None]).squeeze(-1)  # [B, k]
-    # accept draft j with probability min(1, p/q): r < p/q  <=>  r * q < p
-    r = torch.rand(batch, k, device=drafts.device, generator=generator)
-    n = ((r * q_d < p_d) & valid).int().cumprod(1).sum(1).long()  # [B]
-    vocab = p.shape[-1]
-    p_n = p.gather(1, n[:, None, None].expand(-1, 1, vocab)).squeeze(1)  # [B, V]
-    q_pad = torch.cat([q, q.new_zeros(batch, 1, vocab)], dim=1)  # [B, k+1, V]
-    q_n = q_pad.gather(1, n[:, None, None].expand(-1, 1, vocab)).squeeze(1)
-    # rejected at n: sample norm(max(p - q, 0)); all real drafts accepted: bonus token from p
-    q_n = q_n * (n < n_drafted)[:, None]
-    residual = (p_n - q_n).clamp_min(0)
-    mass = residual.sum(-1, keepdim=True)
-    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_n)
-    return n, sample(residual, generator)
 
 
 # ----------------------------------------------------------------------------- bookkeeping

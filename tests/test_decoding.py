@@ -7,9 +7,11 @@ import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from specnb.decoding import SamplingConfig, crop_cache, encode_prompts, generate, logits_to_probs
+from specnb.decoding import SamplingConfig, encode_prompts, generate
 from specnb.errors import IncompatibleModelsError, ParameterError
+from specnb.kvcache import crop_cache
 from specnb.lookup import PromptLookupDrafter
+from specnb.sampling import logits_to_probs
 from specnb.timing import STAGES
 
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
