@@ -275,6 +275,20 @@ def hub_offline() -> bool:
     return flag or bool(constants.HF_HUB_OFFLINE)
 
 
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """One quick TCP connect, so a machine without network fails in seconds, not after the hub
+    client's retries (about 25 s)."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
 def locate(name: str) -> ModelSource:
     """Resolve an embedded name, a local folder, or a hub id (local cache first, hub only when online)."""
     if name in (EMBEDDED_VERIFIER, *embedded_draft_names()):
@@ -307,6 +321,8 @@ def _hub_model(name: str) -> ModelSource:
     fix = "pass a local folder with config.json and tokenizer files, or go online so it can be downloaded"
     if hub_offline():
         raise ModelNotFoundError(f"model {name!r} not found offline (HF_HUB_OFFLINE is set); {tried}; {fix}")
+    if not hub_reachable():
+        raise ModelNotFoundError(f"model {name!r} not found and the hub is unreachable (no network?); {tried}; {fix}")
     try:
         hf_hub_download(name, "config.json")
     except Exception as err:  # no network, no such repo, gated repo: all end the same way for the user

@@ -162,6 +162,15 @@ def test_missing_hub_id_offline_says_what_was_tried(monkeypatch):
     assert time.perf_counter() - start < 5  # offline means no network wait
 
 
+def test_unreachable_hub_fails_fast(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    assert not models.hub_reachable()
+    with pytest.raises(ModelNotFoundError, match="unreachable.*local folder"):
+        models.load_model("no-such-org-xyz/no-such-model-123", device="cpu")
+
+
 def test_drafts_are_not_verifiers_and_need_one():
     with pytest.raises(ParameterError, match="needs a verifier"):
         models.load_model("exit:4", device="cpu")
