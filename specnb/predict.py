@@ -520,3 +520,58 @@ def reference_mps_profile(verify_extra_token_fraction: float = 0.0, alpha: float
         overhead_ms={}, max_new_tokens=128, prompt_tokens=0.0,
         notes=[f"hand-entered: t_v(1)={t_v:.1f} ms, t_d(1)={t_d:.1f} ms, each extra verified token "
                f"+{f:.0%} of t_v(1), flat α"])
+
+
+def flat_alpha_for_rate(rate: float, gamma: int) -> float:
+    """The flat conditional α whose accepted ÷ drafted at this γ equals ``rate``: (τ(α, γ) − 1) / γ = rate.
+
+    Tools report α as accepted ÷ drafted; Leviathan's α is a per-token probability. At γ = 4 a
+    reported 0.392 means a per-token α of about 0.66, not 0.392."""
+    rate = float(theory.validate_alpha(rate))
+    low, high = 0.0, 0.999999
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if (theory.tokens_per_step(mid, gamma) - 1) / gamma < rate else (low, mid)
+    return (low + high) / 2
+
+
+def reference_comparison(fractions=(0.0, 0.05, 0.1, 0.15, 0.2, 0.3), measured_at_gamma: int = 4) -> pd.DataFrame:
+    """Predictions for the reference MPS run at its reported γ, under each assumption about the cost
+    of verifying γ+1 tokens and two readings of its α = 0.392, next to what it reported.
+
+    Readings: Leviathan's per-token probability, or (what tools print) accepted ÷ drafted measured
+    at ``measured_at_gamma``, i.e. a per-token α of ``flat_alpha_for_rate(0.392, γ)``, reused for
+    every γ because acceptance per position does not depend on how many positions follow."""
+    ref = REFERENCE_MPS
+    draft = "Qwen/Qwen2.5-0.5B-Instruct"
+    readings = {"per-token α (Leviathan)": ref["alpha"],
+                f"accepted ÷ drafted at γ={measured_at_gamma}": flat_alpha_for_rate(ref["alpha"], measured_at_gamma)}
+    rows = []
+    for gamma, reported in ref["reported_tok_s"].items():
+        flops_tok_s = ref["verifier_tok_s"] * float(theory.expected_speedup(
+            ref["alpha"], gamma, ref["draft_flops_per_token"] / ref["verifier_flops_per_token"]))
+        for reading, alpha in readings.items():
+            for f in fractions:
+                pred = predict(reference_mps_profile(f, alpha), draft, [gamma], n_boot=20, sims_per_boot=8)
+                tok_s = float(pred.table["predicted_tok_s"].iloc[0])
+                rows.append({"gamma": gamma, "alpha_reading": reading, "flat_alpha": alpha,
+                             "verify_extra_token_fraction": f, "predicted_tok_s": tok_s,
+                             "reported_tok_s": reported, "flops_theory_tok_s": flops_tok_s,
+                             "error": (tok_s - reported) / reported,
+                             "flops_theory_error": (flops_tok_s - reported) / reported})
+    return pd.DataFrame(rows)
+
+
+def verdict_grid(profile: HardwareProfile, draft: str, alphas=(None,), batch_sizes=(1,), draft_speeds=(1.0,),
+                 gammas=range(1, 9)) -> pd.DataFrame:
+    """What-if verdicts: recommended γ and best predicted speedup over combinations of a flat α
+    (None: as measured), batch size and draft speed-up factor."""
+    rows = []
+    for alpha in alphas:
+        for b in batch_sizes:
+            for speed in draft_speeds:
+                pred = what_if(profile, draft, alpha, b, speed, gammas)
+                rows.append({"alpha": "measured" if alpha is None else f"{alpha:.2f}", "batch_size": b,
+                             "draft_speed": speed, "recommended_gamma": pred.recommended_gamma,
+                             "best_speedup": pred.predicted_speedup, "break_even_alpha": pred.break_even_alpha})
+    return pd.DataFrame(rows)

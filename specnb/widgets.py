@@ -104,3 +104,27 @@ def measured_explorer(make_chart, summary, key: str, interactive: bool, label: s
     controls = {key: widgets.SelectionSlider(options=values, value=values[0], description=label or key,
                                              continuous_update=False)} if interactive else {}
     return explore(lambda **kw: make_chart(kw[key]), controls, interactive, {key: values}, columns)
+
+
+# ---------------------------------------------------------------- decision framework (notebook 06)
+
+def what_if_chart(profile, draft: str, alpha: float, batch_size: int, draft_speed: float) -> alt.TopLevelMixin:
+    """The predicted speedup per γ if acceptance were a flat α, at a batch size, with a draft
+    ``draft_speed`` times faster (``specnb.predict.what_if``), titled with the verdict."""
+    from specnb.predict import what_if
+
+    pred = what_if(profile, draft, alpha, batch_size, draft_speed)
+    verdict = f"γ={pred.recommended_gamma}, {pred.predicted_speedup:.2f}x" if pred.recommended_gamma else \
+        f"don't speculate (best {pred.predicted_speedup:.2f}x)"
+    return plots.prediction_chart(pred.table.assign(draft=draft),
+                                  title=f"α={alpha:.2f}, batch {batch_size}, draft {draft_speed:g}x faster: {verdict}")
+
+
+def what_if_explorer(profile, draft: str, interactive: bool, grid: dict[str, list] | None = None):
+    """Sliders for flat α, batch size and draft speed over the calibrated profile (static: a grid)."""
+    measured = round(profile.acceptance[draft].alpha_iid(), 2)
+    controls = {"alpha": float_slider("α (flat)", min(measured, 0.95), 0.0, 0.95, 0.01),
+                "batch_size": int_slider("batch", 1, 1, 16),
+                "draft_speed": float_slider("draft ×", 1.0, 0.5, 4.0, 0.25)} if interactive else {}
+    grid = grid or {"alpha": [min(measured, 0.95), 0.8], "batch_size": [1], "draft_speed": [1.0, 2.0]}
+    return explore(lambda **kw: what_if_chart(profile, draft, **kw), controls, interactive, grid, columns=2)
