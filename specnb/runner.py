@@ -34,6 +34,11 @@ _OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {% block jupyter_widgets %}{% endblock jupyter_widgets %}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block data_svg scoped -%}
+<div class="jp-RenderedSVG jp-OutputArea-output {{ extra_class }}" data-mime-type="image/svg+xml">
+{{ output.data['image/svg+xml'] }}
+</div>
+{%- endblock data_svg %}
 """
 
 
@@ -181,7 +186,11 @@ def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progre
 
 
 def export_html(ipynb: Path) -> Path:
-    """Standalone HTML with no network requests: CDN script blocks removed, images embedded."""
+    """Standalone HTML with no network requests: CDN script blocks removed, images embedded.
+
+    Charts (our own vl-convert SVG) go in as ``<svg>`` elements rather than base64 ``<img>``: their
+    labels stay searchable and selectable, and the page reads them without decoding.
+    """
     import nbformat
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
