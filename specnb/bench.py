@@ -510,3 +510,147 @@ def simulate_runs(rows: pd.DataFrame, run_size: int, n_runs: int = 1000, seed: i
                         "alpha": totals[0] / totals[1] if totals[1] else float("nan"),
                         "speedup": float(paired_speedup(totals[2:]))})
     return pd.DataFrame(out)
+
+
+# ---------------------------------------------------------------- gamma sweep (notebook 03)
+
+def leviathan_predictions(summary: pd.DataFrame, flops_c: dict[str, float], wall: pd.DataFrame) -> pd.DataFrame:
+    """Speedup Leviathan et al.'s formula predicts for every measured (draft, γ) from its measured α,
+    once with the FLOPs c (``flops_c``: draft name -> c) and once with the wall-clock c of
+    ``wall_clock_costs`` (tidy: candidate, draft, gamma, batch_size, alpha, c, kind, source, speedup).
+
+    Both readings assume verifying γ + 1 tokens costs one one-token forward and that bookkeeping is
+    free; the gap between them and the measured speedup is what those assumptions miss.
+    """
+    from specnb.theory import expected_speedup
+
+    wall_c = pd.DataFrame(wall).set_index("candidate")["c_wall"].to_dict() if len(wall) else {}
+    columns = ["candidate", "draft", "gamma", "batch_size", "alpha", "c", "kind", "source", "speedup"]
+    rows = []
+    for r in summary[summary["gamma"] > 0].itertuples():
+        if not np.isfinite(r.alpha):
+            continue  # nothing was drafted (a lookup that never matched): α is undefined
+        alpha = min(float(r.alpha), 0.999)  # the formula diverges at α = 1
+        for kind, c in (("FLOPs c", flops_c.get(r.draft)), ("wall-clock c", wall_c.get(r.candidate))):
+            if c is None or not np.isfinite(c) or c < 0:
+                continue
+            rows.append({"candidate": r.candidate, "draft": r.draft, "gamma": int(r.gamma),
+                         "batch_size": int(r.batch_size), "alpha": float(r.alpha), "c": float(c), "kind": kind,
+                         "source": f"{r.draft} (Leviathan, {kind})",
+                         "speedup": float(expected_speedup(alpha, int(r.gamma), float(c)))})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def step_costs(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """One decoding step's economics per speculative candidate and batch size (prefill excluded).
+
+    A step = one verifier forward. Columns: ms drafting, verifying and on bookkeeping (accept +
+    rollback + other) per step; ``tokens_per_step`` it yields (all rows, after the prefill's first
+    token); ``baseline_ms_per_token`` of verifier-only decoding at the same batch size; the step's
+    parts in units of that time (``draft_cost``, ``verify_cost``, ``overhead_cost``, summing to
+    ``break_even_tokens``: what a step must yield to tie) and ``decode_speedup``. A γ wins decoding
+    exactly when ``tokens_per_step > break_even_tokens``: the reason a γ wins or loses, in numbers.
+    """
+    records = pd.DataFrame(records)
+    if baseline not in set(records["candidate"]):
+        raise ParameterError(f"baseline {baseline!r} not among the candidates {sorted(set(records['candidate']))}")
+
+    def totals(group: pd.DataFrame) -> dict:
+        return {"steps": int((group["verifier_forwards"] - 1).sum()),  # the prefill forward is not a step
+                "tokens": float((group["new_tokens"] - group["batch_size"]).clip(lower=0).sum()),
+                "draft": group["draft_ms"].sum(), "verify": group["verify_ms"].sum(),
+                "overhead": group[["accept_ms", "rollback_ms", "other_ms"]].sum().sum()}
+
+    rows = []
+    for (name, batch_size), group in records.groupby(["candidate", "batch_size"], sort=False):
+        if name == baseline:
+            continue
+        base = totals(records[(records["candidate"] == baseline) & (records["batch_size"] == batch_size)])
+        t = totals(group)
+        base_ms = (base["verify"] + base["overhead"]) / base["tokens"] if base["tokens"] else float("nan")
+        per_step = {k: t[k] / t["steps"] if t["steps"] else float("nan") for k in ("draft", "verify", "overhead")}
+        step_ms = sum(per_step.values())
+        tokens_per_step = t["tokens"] / t["steps"] if t["steps"] else float("nan")
+        rows.append({"candidate": name, "draft": group["draft"].iloc[0], "gamma": int(group["gamma"].iloc[0]),
+                     "batch_size": int(batch_size), "steps": t["steps"], "tokens_per_step": tokens_per_step,
+                     "draft_ms_per_step": per_step["draft"], "verify_ms_per_step": per_step["verify"],
+                     "overhead_ms_per_step": per_step["overhead"], "step_ms": step_ms,
+                     "baseline_ms_per_token": base_ms,
+                     "draft_cost": per_step["draft"] / base_ms, "verify_cost": per_step["verify"] / base_ms,
+                     "overhead_cost": per_step["overhead"] / base_ms, "break_even_tokens": step_ms / base_ms,
+                     "decode_speedup": tokens_per_step * base_ms / step_ms if step_ms else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def gamma_verdicts(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per speculative candidate: ``verdict`` (wins / loses by the 95% CI of the measured speedup,
+    ``inconclusive`` when it spans 1x; the point estimate decides when there is no CI) and a
+    one-line ``reason`` from ``step_costs``: what a step costs in verifier-only tokens and what it yields."""
+    merged = summary[summary["gamma"] > 0].merge(
+        steps.drop(columns=["draft", "gamma"]), on=["candidate", "batch_size"], how="left")
+
+    def verdict(r) -> str:
+        if np.isfinite(r.speedup_lo) and np.isfinite(r.speedup_hi):
+            return "wins" if r.speedup_lo > 1 else "loses" if r.speedup_hi < 1 else "inconclusive"
+        return "wins" if r.speedup > 1 else "loses"
+
+    def reason(r) -> str:
+        ci = f" [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]" if np.isfinite(r.speedup_lo) else " (no CI: one prompt batch)"
+        yields = "yields" if r.tokens_per_step > r.break_even_tokens else "yields only"
+        return (f"{r.candidate}, batch {r.batch_size}: {r.speedup:.2f}x{ci}, {r.verdict}. A step costs the time of "
+                f"{r.break_even_tokens:.2f} verifier-only tokens ({r.draft_ms_per_step:.0f} ms drafting {r.gamma} "
+                f"tokens, {r.verify_ms_per_step:.0f} ms verifying {r.gamma + 1}, {r.overhead_ms_per_step:.0f} ms "
+                f"bookkeeping) and {yields} {r.tokens_per_step:.2f} tokens (α = {r.alpha:.2f}).")
+
+    merged["verdict"] = [verdict(r) for r in merged.itertuples()]
+    merged["reason"] = [reason(r) for r in merged.itertuples()]
+    return merged
+
+
+# ---------------------------------------------------------------- batch size (notebook 05)
+
+def forward_scaling(grid: pd.DataFrame) -> pd.DataFrame:
+    """Each forward of one model's grid against its one-token, batch-1 forward: ``tokens`` in the
+    forward (n_tokens × batch_size), ``ms_per_token`` and ``times_one_token`` (how many one-token
+    forwards' time it costs). While memory- or dispatch-bound, tokens ride along almost free."""
+    one = grid[(grid["n_tokens"] == 1) & (grid["batch_size"] == 1)]["median_ms"]
+    if one.empty:
+        raise ParameterError("forward_scaling needs a forward of 1 token at batch size 1 in the grid")
+    tokens = grid["n_tokens"] * grid["batch_size"]
+    return grid.assign(tokens=tokens, ms_per_token=grid["median_ms"] / tokens,
+                       times_one_token=grid["median_ms"] / float(one.median())).sort_values(["tokens", "batch_size"])
+
+
+def batch_knee(grid: pd.DataFrame, ratio: float = 2.0) -> float:
+    """Fewest tokens in one forward that cost at least ``ratio`` one-token forwards: below it the
+    verifier is memory/dispatch-bound (verifying γ + 1 tokens per row costs about one forward),
+    from there on compute grows with the tokens. NaN when no measured forward got that slow."""
+    scaled = forward_scaling(grid)
+    slow = scaled[scaled["times_one_token"] >= ratio]
+    return float(slow["tokens"].min()) if len(slow) else float("nan")
+
+
+def ragged_summary(records: pd.DataFrame) -> pd.DataFrame:
+    """What batching cost per candidate and batch size (``ragged_costs`` summed over records).
+
+    ``masked_slot_share`` = cache slots kept but masked ÷ slots appended for live rows (accepted +
+    1 per row-step, plus the masked ones); ``idle_row_share`` = row-steps computed for rows that had
+    finished ÷ all row-steps (batch size × verifier forwards after prefill). Verifier-only records
+    carry no per-step counts; their live row-steps are their tokens after the first.
+    """
+    records = pd.DataFrame(records)
+    rows = []
+    for (name, batch_size), g in records.groupby(["candidate", "batch_size"], sort=False):
+        row_steps = int(((g["verifier_forwards"] - 1) * g["batch_size"]).sum())
+        speculative = int(g["gamma"].iloc[0]) > 0
+        live = int(g["steps"].sum()) if speculative else int((g["new_tokens"] - g["batch_size"]).clip(lower=0).sum())
+        idle = int(g["idle_row_steps"].sum()) if speculative else row_steps - live
+        ragged = int(g["ragged_slots"].sum())
+        slots = ragged + int(g["accepted"].sum()) + live
+        rows.append({"candidate": name, "draft": g["draft"].iloc[0], "gamma": int(g["gamma"].iloc[0]),
+                     "batch_size": int(batch_size), "ragged_slots": ragged, "idle_row_steps": idle,
+                     "row_steps": row_steps, "new_tokens": int(g["new_tokens"].sum()),
+                     "masked_slot_share": ragged / slots if slots else 0.0,
+                     "idle_row_share": idle / row_steps if row_steps else 0.0,
+                     "ragged_slots_per_token": ragged / g["new_tokens"].sum() if g["new_tokens"].sum() else 0.0})
+    return pd.DataFrame(rows)

@@ -353,3 +353,67 @@ def reference_chart(frame, title: str | None = None) -> alt.Chart:
     return (lines + reported + flops).properties(width=300, height=240).facet(
         column=alt.Column("gamma:O", title="γ")).properties(
         title=title or "Reference MPS run: black = reported, dashed = FLOPs theory, lines = predictor")
+
+
+# ---------------------------------------------------------------- gamma sweep and batch size (notebooks 03, 05)
+
+def step_cost_chart(steps, title: str | None = None) -> alt.LayerChart:
+    """Per γ (one draft): a decoding step's time in verifier-only tokens, stacked draft / verify /
+    bookkeeping (``bench.step_costs``), next to the tokens the step yields (black diamonds). A γ
+    wins where the diamond is above its bar: it buys more tokens than the step costs."""
+    parts = {"draft_cost": "draft", "verify_cost": "verify", "overhead_cost": "accept + rollback + other"}
+    tidy = steps.melt(id_vars=["candidate", "gamma"], value_vars=list(parts), var_name="part", value_name="tokens")
+    tidy["part"] = tidy["part"].map(parts)
+    tidy["rank"] = tidy["part"].map({v: i for i, v in enumerate(parts.values())})
+    x = alt.X("gamma:O", title="draft tokens per step γ")
+    bars = alt.Chart(tidy).mark_bar(opacity=0.8).encode(
+        x=x, y=alt.Y("tokens:Q", title="verifier-only tokens (time of) / tokens yielded"),
+        color=alt.Color("part:N", title="a step costs", sort=list(parts.values())), order=alt.Order("rank:Q"),
+        tooltip=["candidate", "part", alt.Tooltip("tokens:Q", format=".2f")])
+    yielded = alt.Chart(steps).mark_point(shape="diamond", filled=True, size=110, color="black").encode(
+        x=x, y="tokens_per_step:Q", tooltip=["candidate", alt.Tooltip("tokens_per_step:Q", format=".2f"),
+                                             alt.Tooltip("break_even_tokens:Q", format=".2f")])
+    return (bars + yielded).properties(
+        title=title or "A step's cost in verifier-only tokens (bars) vs tokens it yields (◆): ◆ above bar wins",
+        width=420, height=280)
+
+
+def accept_length_chart(records, gamma: int, title: str | None = None) -> alt.LayerChart:
+    """Share of verifier steps that accepted n = 0..γ draft tokens at one γ (bars), and what an
+    i.i.d. acceptance at the measured α would give (dots). Mass at 0 is why τ saturates as γ grows."""
+    import numpy as np
+    import pandas as pd
+
+    rows = records[records["gamma"] == gamma]
+    lengths = np.array([n for row in rows["accept_lengths"] for n in row], dtype=int)
+    counts = np.bincount(lengths, minlength=gamma + 1)[:gamma + 1] if len(lengths) else np.zeros(gamma + 1)
+    drafted = rows["drafted"].sum()
+    alpha = rows["accepted"].sum() / drafted if drafted else 0.0
+    iid = [alpha ** n * (1 - alpha) for n in range(gamma)] + [alpha ** gamma]  # stop at first rejection
+    frame = pd.DataFrame({"accepted": np.arange(gamma + 1), "measured": counts / max(counts.sum(), 1), "iid": iid})
+    x = alt.X("accepted:O", title="draft tokens accepted in a step")
+    bars = alt.Chart(frame).mark_bar(opacity=0.7).encode(
+        x=x, y=alt.Y("measured:Q", title="share of steps", scale=alt.Scale(domain=[0, 1])),
+        tooltip=["accepted", alt.Tooltip("measured:Q", format=".3f"), alt.Tooltip("iid:Q", format=".3f")])
+    dots = alt.Chart(frame).mark_point(filled=True, color="black").encode(x=x, y="iid:Q")
+    tau = 1 + float((frame["accepted"] * frame["measured"]).sum())
+    return (bars + dots).properties(
+        title=title or f"γ = {gamma}: accepted per step (bars), i.i.d. at α = {alpha:.2f} (dots); τ = {tau:.2f}",
+        width=260, height=200)
+
+
+def ragged_cost_chart(ragged, title: str | None = None) -> alt.FacetChart:
+    """What ragged batches cost per batch size (``bench.ragged_summary``): the share of cache slots
+    kept but masked (another row accepted more) and of row-steps spent on finished rows."""
+    labels = {"masked_slot_share": "cache slots masked (ragged acceptance)",
+              "idle_row_share": "row-steps on finished rows"}
+    tidy = ragged.melt(id_vars=["candidate", "gamma", "batch_size"], value_vars=list(labels), var_name="cost",
+                       value_name="share")
+    tidy["cost"] = tidy["cost"].map(labels)
+    return alt.Chart(tidy).mark_line(point=True).encode(
+        x=alt.X("batch_size:Q", title="batch size", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("share:Q", title="share", axis=alt.Axis(format="%")),
+        color=alt.Color("gamma:O", title="γ (0 = verifier-only)"),
+        tooltip=["candidate", "batch_size", alt.Tooltip("share:Q", format=".1%")],
+    ).properties(width=260, height=220).facet(column=alt.Column("cost:N", title=None)).properties(
+        title=title or "Ragged-batch costs per batch size")
