@@ -512,6 +512,47 @@ def simulate_runs(rows: pd.DataFrame, run_size: int, n_runs: int = 1000, seed: i
     return pd.DataFrame(out)
 
 
+# ---------------------------------------------------------------- notebooks 01, 02 and 06
+
+DRAFT_KINDS = ("distilled", "exits", "lookup")
+
+
+def notebook_drafts(verifier: str, draft: str | None = None, drafts=None, kinds=DRAFT_KINDS) -> list[str]:
+    """The drafts a notebook compares: ``[draft]`` when one is named (``-p draft X`` is what every
+    notebook accepts), else ``drafts``, else for the embedded verifier its embedded drafts of
+    ``kinds`` (distilled ones cheapest first, early exits, prompt lookup). Another verifier has no embedded drafts:
+    it gets ``default_draft``'s one-line error asking for one, not drafts built for a different model."""
+    from specnb import models
+
+    if draft is not None:
+        return [draft]
+    if drafts is not None:
+        return [drafts] if isinstance(drafts, str) else list(drafts)
+    if verifier != models.EMBEDDED_VERIFIER:
+        return [default_draft(verifier)]
+    unknown = set(kinds) - set(DRAFT_KINDS)
+    if unknown:
+        raise ParameterError(f"unknown draft kinds {sorted(unknown)}; known: {', '.join(DRAFT_KINDS)}")
+    distilled = models.embedded_draft_names()
+    if distilled:  # cheapest first, so a smoke run's drafts[:1] is the fastest to load and run
+        c = flops_table(verifier, distilled, context=0).set_index("model")["c_flops"]
+        distilled = sorted(distilled, key=lambda name: c[name])
+    found = {"distilled": distilled, "exits": list(models.EMBEDDED_EXITS), "lookup": [models.PROMPT_LOOKUP]}
+    return [name for kind in kinds for name in found[kind]]
+
+
+def smaller_vs_faster(fit: DispatchFit, verifier_flops: float,
+                      factors=(1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32)) -> pd.DataFrame:
+    """Why s-times fewer FLOPs is not s-times faster: under the fitted t = t0 + k·FLOPs a forward of
+    verifier_flops / s costs (t0 + kF) / (t0 + kF/s) times less, which tends to 1 + kF/t0, not s."""
+    factors = np.asarray(factors, dtype=float)
+    if np.any(factors <= 0):
+        raise ParameterError(f"FLOPs reduction factors must be positive, got {factors.tolist()}")
+    verifier_ms = float(fit.predict_ms(verifier_flops))
+    return pd.DataFrame({"flops_smaller": factors,
+                         "times_faster": verifier_ms / fit.predict_ms(verifier_flops / factors)})
+
+
 # ---------------------------------------------------------------- gamma sweep (notebook 03)
 
 def leviathan_predictions(summary: pd.DataFrame, flops_c: dict[str, float], wall: pd.DataFrame) -> pd.DataFrame:

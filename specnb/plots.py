@@ -12,9 +12,20 @@ import altair as alt
 
 
 def use_static_renderer() -> None:
-    """Charts become inline SVG (vl-convert): no JavaScript, no network, visible in any browser."""
+    """Charts become inline SVG (vl-convert): no JavaScript, no network, visible in any browser.
+
+    Progress bars become plain text too: in a kernel ``tqdm.auto`` draws an ipywidgets bar, which
+    the static HTML can only show as a dead widget. The text bar's final line (count, elapsed
+    time) stays in the rendered copy. transformers' own weight-loading bars are switched off.
+    """
+    import tqdm.auto
+    import tqdm.std
+    from transformers.utils import logging as hf_logging
+
     alt.renderers.enable("svg")
     alt.data_transformers.disable_max_rows()
+    tqdm.auto.tqdm = tqdm.std.tqdm  # read at call time by bench, models and transformers
+    hf_logging.disable_progress_bar()
 
 
 # ---------------------------------------------------------------- theory (notebook 01)
@@ -114,6 +125,26 @@ def cost_ratio_chart(frame) -> alt.Chart:
         column=alt.Column("draft:N", title="draft"),
         tooltip=["draft", "kind", alt.Tooltip("c:Q", format=".3f")],
     ).properties(title="Cost ratio c: FLOPs vs wall clock", width=60, height=240)
+
+
+def smaller_vs_faster_chart(curve, ratios, reference=(6.0, 2.8)) -> alt.LayerChart:
+    """How much faster per token a draft with s-times fewer FLOPs is: the fitted line
+    (``bench.smaller_vs_faster``), the measured drafts (``flops_smaller``, ``times_faster``) and
+    the reference's (s, x faster) point on MPS. The gap to the diagonal is the dispatch cost."""
+    import pandas as pd
+
+    x = alt.X("flops_smaller:Q", title="draft FLOPs smaller by (x)", scale=alt.Scale(type="log"))
+    y = alt.Y("times_faster:Q", title="draft faster per token (x)", scale=alt.Scale(type="log"))
+    ideal = alt.Chart(curve.assign(times_faster=curve["flops_smaller"])).mark_line(color="lightgray").encode(x=x, y=y)
+    fitted = alt.Chart(curve).mark_line(point=True).encode(x=x, y=y, tooltip=[
+        alt.Tooltip("flops_smaller:Q", format=".1f"), alt.Tooltip("times_faster:Q", format=".2f")])
+    measured = alt.Chart(ratios).mark_point(shape="diamond", size=120, filled=True, color="black").encode(
+        x=x, y=y, tooltip=["draft", alt.Tooltip("flops_smaller:Q", format=".1f"), alt.Tooltip("times_faster:Q", format=".2f")])
+    ref = alt.Chart(pd.DataFrame({"flops_smaller": [reference[0]], "times_faster": [reference[1]]})).mark_point(
+        shape="cross", size=150, color="red").encode(x=x, y=y)
+    return (ideal + fitted + measured + ref).properties(
+        title="Fewer FLOPs vs faster per token: blue = this machine's fit, ◆ = measured drafts, "
+              "✚ = reference (MPS), gray = FLOPs ratio", width=460, height=280)
 
 
 # ---------------------------------------------------------------- measured runs (notebooks 03-05)

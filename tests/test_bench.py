@@ -271,3 +271,36 @@ def test_default_draft_prefers_best_predicted_and_falls_back(tmp_path, monkeypat
         (tmp_path / name / "meta.json").write_text(json.dumps({"heldout_top1_agreement": {"after": agreement}}))
     monkeypatch.setattr("specnb.flops.DRAFTS_DIR", tmp_path)
     assert bench.default_draft("smollm2-135m") == "d-cheap"  # slightly lower α, far cheaper
+
+
+def test_notebook_drafts_named_listed_embedded_and_foreign_verifier(tmp_path, monkeypatch):
+    import json
+
+    from specnb import models
+
+    monkeypatch.setattr(models, "DRAFTS_DIR", tmp_path)
+    monkeypatch.setattr("specnb.flops.DRAFTS_DIR", tmp_path)
+    assert bench.notebook_drafts("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", ["x"]) == ["Qwen/Qwen2.5-0.5B-Instruct"]
+    assert bench.notebook_drafts("smollm2-135m", None, "smollm2-exit-4") == ["smollm2-exit-4"]
+    with pytest.raises(ParameterError, match="no default draft"):  # never SmolLM2 drafts for another verifier
+        bench.notebook_drafts("Qwen/Qwen2.5-3B-Instruct")
+    assert bench.notebook_drafts("smollm2-135m", kinds=("exits", "lookup")) == [*models.EMBEDDED_EXITS, "prompt-lookup"]
+    for name, layers in (("d-big", 8), ("d-small", 2)):  # alphabetical order is not cost order
+        (tmp_path / name).mkdir()
+        config = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": layers, "num_attention_heads": 9,
+                  "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True,
+                  "architectures": ["LlamaForCausalLM"]}
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    assert bench.notebook_drafts("smollm2-135m", kinds=("distilled", "lookup")) == ["d-small", "d-big", "prompt-lookup"]
+    with pytest.raises(ParameterError, match="unknown draft kinds"):
+        bench.notebook_drafts("smollm2-135m", kinds=("exit",))
+
+
+def test_smaller_vs_faster_follows_the_dispatch_line():
+    fit = bench.DispatchFit(t0_ms=5.0, ms_per_gflop=2.0, r2=1.0, n_points=6)
+    curve = bench.smaller_vs_faster(fit, 6e9, factors=[1, 6, 1e6])
+    assert curve["times_faster"].tolist() == pytest.approx([1.0, 17.0 / 7.0, 17.0 / 5.0], rel=1e-4)  # → 1 + kF/t0
+    no_dispatch = bench.smaller_vs_faster(bench.DispatchFit(0.0, 2.0, 1.0, 6), 6e9, factors=[6])
+    assert no_dispatch["times_faster"].iloc[0] == pytest.approx(6.0)
+    with pytest.raises(ParameterError, match="positive"):
+        bench.smaller_vs_faster(fit, 6e9, factors=[0])
