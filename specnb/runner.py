@@ -189,17 +189,21 @@ def export_html(ipynb: Path) -> Path:
     """Standalone HTML with no network requests: CDN script blocks removed, images embedded.
 
     Charts (our own vl-convert SVG) go in as ``<svg>`` elements rather than base64 ``<img>``: their
-    labels stay searchable and selectable, and the page reads them without decoding.
+    labels stay searchable and selectable, and the page reads them without decoding. A text
+    progress bar is stored as one stream output per redraw ("\\r..."); they are merged so the page
+    shows its last state only, as a terminal would.
     """
     import nbformat
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
     exporter = HTMLExporter(
         extra_loaders=[DictLoader({"specnb_offline.html.j2": _OFFLINE_TEMPLATE})],
         template_file="specnb_offline.html.j2",
         embed_images=True,
     )
+    exporter.register_preprocessor(CoalesceStreamsPreprocessor(), enabled=True)
     body, _ = exporter.from_notebook_node(nbformat.read(ipynb, as_version=4))
     html = ipynb.with_suffix(".html")
     html.write_text(body, encoding="utf-8")

@@ -75,3 +75,14 @@ def test_export_html_strips_cdn_scripts_from_any_notebook(tmp_path):
     path = tmp_path / "x.ipynb"
     nbformat.write(nb, path)
     assert_offline(export_html(path).read_text())
+
+
+def test_export_html_keeps_the_last_state_of_a_text_progress_bar(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    redraws = [nbformat.v4.new_output("stream", name="stderr", text=f"\rruns: {i}/3") for i in range(4)]
+    nb.cells = [nbformat.v4.new_code_cell("run()", outputs=[*redraws, nbformat.v4.new_output("stream", name="stderr",
+                                                                                             text="\n")])]
+    path = tmp_path / "bars.ipynb"
+    nbformat.write(nb, path)
+    html = export_html(path).read_text()
+    assert "runs: 3/3" in html and "runs: 2/3" not in html and "runs: 0/3" not in html
