@@ -106,5 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # commands register in the imported specnb.cli, not in this __main__ copy
+    from specnb.cli import main as registered_main
+
+    sys.exit(registered_main())

@@ -1,0 +1,7 @@
+"""``python -m specnb`` is the ``specnb`` command."""
+
+import sys
+
+from specnb.cli import main
+
+sys.exit(main())
