@@ -1,0 +1,72 @@
+"""The shipped notebooks: stored clean with one parameters cell, and all of them smoke-run through the CLI.
+
+Notebooks are discovered from ``notebooks/`` at collection time, so a new numbered notebook is
+covered without editing this file. The smoke run is one test on purpose: notebooks run one after
+another (they time model forwards), exactly as ``specnb run --smoke`` / ``make smoke`` runs them.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import nbformat
+import pandas as pd
+import papermill
+import pytest
+from test_runner import assert_offline
+
+from specnb.runner import REPO_ROOT, list_notebooks
+
+NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
+RUNNER_SET = {"smoke": False, "output_dir": ".", "interactive": True}  # the runner sets these; defaults for JupyterLab
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def test_notebooks_are_found():
+    assert len(NOTEBOOKS) >= 3, NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_clean_with_one_parameters_cell_and_a_conclusion(path):
+    nb = nbformat.read(path, as_version=4)
+    assert [c.execution_count for c in code_cells(nb) if c.outputs or c.execution_count is not None] == []
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and tagged[0].cell_type == "code"
+    declared = papermill.inspect_notebook(str(path))
+    assert {name: ast.literal_eval(declared[name]["default"]) for name in RUNNER_SET if name in declared} == RUNNER_SET
+    assert nb.cells[0].cell_type == "markdown" and "?" in nb.cells[0].source  # the question it answers
+    conclusion = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "Conclusion" in c.source]
+    assert conclusion and any(c.cell_type == "code" for c in nb.cells[conclusion[-1]:])  # printed from the data
+
+
+@pytest.mark.slow
+def test_smoke_run_of_every_notebook_writes_parseable_outputs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"}
+    done = subprocess.run([sys.executable, "-m", "specnb", "run", "--smoke", "--json", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout)
+    assert [r["notebook"] for r in runs] == [p.stem for p in NOTEBOOKS] and all(r["ok"] for r in runs)
+    for path in NOTEBOOKS:
+        stem = path.stem
+        executed = nbformat.read(tmp_path / f"{stem}.ipynb", as_version=4)
+        outputs = [o for c in code_cells(executed) for o in c.outputs]
+        assert [o for o in outputs if o.output_type == "error"] == [], stem
+        assert [o for o in outputs if WIDGET_VIEW in o.get("data", {})] == [], f"{stem}: a widget is dead in HTML"
+        html = (tmp_path / f"{stem}.html").read_text(encoding="utf-8")
+        assert "<svg" in html, f"{stem}: no inline SVG chart"
+        assert "cdn.jsdelivr" not in html and '<script src="http' not in html, stem
+        assert_offline(html)
+        summary = json.loads((tmp_path / f"{stem}.summary.json").read_text())
+        assert summary["ok"] and summary["parameters"]["smoke"] is True, stem
+        assert summary["environment"]["packages"]["torch"] and summary["results"], stem
+        tables = [name for name in summary["files"] if name.endswith(".csv")]
+        assert tables, f"{stem} recorded no table"
+        for name in tables:
+            assert not pd.read_csv(tmp_path / name).empty, name
