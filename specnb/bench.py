@@ -555,8 +555,28 @@ def smaller_vs_faster(fit: DispatchFit, verifier_flops: float,
 
 # ---------------------------------------------------------------- gamma sweep (notebook 03)
 
-def leviathan_predictions(summary: pd.DataFrame, flops_c: dict[str, float], wall: pd.DataFrame) -> pd.DataFrame:
-    """Speedup Leviathan et al.'s formula predicts for every measured (draft, γ) from its measured α,
+def token_alpha_by_candidate(records: pd.DataFrame) -> pd.DataFrame:
+    """Per speculative candidate and batch size: accepted ÷ draft positions *reached* (drafted with
+    every earlier position accepted), the per-token α of Leviathan et al.'s formula. The summary's
+    α = accepted ÷ drafted is lower and falls with γ even at a constant per-token α, because
+    positions after a rejection are drafted but never get a chance."""
+    from specnb.predict import counts_from_positions
+
+    records = pd.DataFrame(records)
+    rows = []
+    for (name, batch_size), group in records[records["gamma"] > 0].groupby(["candidate", "batch_size"], sort=False):
+        reached = sum(sum(counts_from_positions(a, d)[0])
+                      for a, d in zip(group["accepted_by_position"], group["drafted_by_position"]))
+        accepted = int(group["accepted"].sum())
+        rows.append({"candidate": name, "batch_size": int(batch_size), "accepted": accepted, "reached": int(reached),
+                     "alpha_token": accepted / reached if reached else float("nan")})
+    return pd.DataFrame(rows, columns=["candidate", "batch_size", "accepted", "reached", "alpha_token"])
+
+
+def leviathan_predictions(summary: pd.DataFrame, flops_c: dict[str, float], wall: pd.DataFrame,
+                          alpha: str = "alpha") -> pd.DataFrame:
+    """Speedup Leviathan et al.'s formula predicts for every measured (draft, γ) from its measured α
+    (the summary column ``alpha``; pass ``"alpha_token"`` after merging ``token_alpha_by_candidate``),
     once with the FLOPs c (``flops_c``: draft name -> c) and once with the wall-clock c of
     ``wall_clock_costs`` (tidy: candidate, draft, gamma, batch_size, alpha, c, kind, source, speedup).
 
@@ -568,17 +588,17 @@ def leviathan_predictions(summary: pd.DataFrame, flops_c: dict[str, float], wall
     wall_c = pd.DataFrame(wall).set_index("candidate")["c_wall"].to_dict() if len(wall) else {}
     columns = ["candidate", "draft", "gamma", "batch_size", "alpha", "c", "kind", "source", "speedup"]
     rows = []
-    for r in summary[summary["gamma"] > 0].itertuples():
-        if not np.isfinite(r.alpha):
+    for r in summary[summary["gamma"] > 0].rename(columns={alpha: "alpha_used"}).itertuples():
+        if not np.isfinite(r.alpha_used):
             continue  # nothing was drafted (a lookup that never matched): α is undefined
-        alpha = min(float(r.alpha), 0.999)  # the formula diverges at α = 1
+        a = min(float(r.alpha_used), 0.999)  # the formula diverges at α = 1
         for kind, c in (("FLOPs c", flops_c.get(r.draft)), ("wall-clock c", wall_c.get(r.candidate))):
             if c is None or not np.isfinite(c) or c < 0:
                 continue
             rows.append({"candidate": r.candidate, "draft": r.draft, "gamma": int(r.gamma),
-                         "batch_size": int(r.batch_size), "alpha": float(r.alpha), "c": float(c), "kind": kind,
+                         "batch_size": int(r.batch_size), "alpha": float(r.alpha_used), "c": float(c), "kind": kind,
                          "source": f"{r.draft} (Leviathan, {kind})",
-                         "speedup": float(expected_speedup(alpha, int(r.gamma), float(c)))})
+                         "speedup": float(expected_speedup(a, int(r.gamma), float(c)))})
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -640,8 +660,8 @@ def gamma_verdicts(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         yields = "yields" if r.tokens_per_step > r.break_even_tokens else "yields only"
         return (f"{r.candidate}, batch {r.batch_size}: {r.speedup:.2f}x{ci}, {r.verdict}. A step costs the time of "
                 f"{r.break_even_tokens:.2f} verifier-only tokens ({r.draft_ms_per_step:.0f} ms drafting {r.gamma} "
-                f"tokens, {r.verify_ms_per_step:.0f} ms verifying {r.gamma + 1}, {r.overhead_ms_per_step:.0f} ms "
-                f"bookkeeping) and {yields} {r.tokens_per_step:.2f} tokens (α = {r.alpha:.2f}).")
+                f"token{'s' if r.gamma > 1 else ''}, {r.verify_ms_per_step:.0f} ms verifying {r.gamma + 1}, "
+                f"{r.overhead_ms_per_step:.0f} ms bookkeeping) and {yields} {r.tokens_per_step:.2f} tokens (α = {r.alpha:.2f}).")
 
     merged["verdict"] = [verdict(r) for r in merged.itertuples()]
     merged["reason"] = [reason(r) for r in merged.itertuples()]

@@ -154,7 +154,7 @@ def speedup_chart(summary, x: str = "gamma", predictions=None, title: str | None
     (tidy ``predictions``: x, speedup, source); a rule at 1x separates wins from losses."""
     titles = {"gamma": "draft tokens per step γ", "batch_size": "batch size (prompts per batch)"}
     data = summary[summary["gamma"] > 0] if "gamma" in summary else summary
-    color = alt.Color("series:N", title="")
+    color = alt.Color("series:N", title="", legend=alt.Legend(labelLimit=320))
     data = data.assign(series=data.get("draft", "measured").astype(str) + " (measured)")
     measured = alt.Chart(data).encode(x=alt.X(f"{x}:Q", title=titles.get(x, x)), color=color)
     layers = [
@@ -405,8 +405,24 @@ def step_cost_chart(steps, title: str | None = None) -> alt.LayerChart:
         x=x, y="tokens_per_step:Q", tooltip=["candidate", alt.Tooltip("tokens_per_step:Q", format=".2f"),
                                              alt.Tooltip("break_even_tokens:Q", format=".2f")])
     return (bars + yielded).properties(
-        title=title or "A step's cost in verifier-only tokens (bars) vs tokens it yields (◆): ◆ above bar wins",
+        title=title or "A step's cost in verifier-only tokens (bars) vs tokens it yields (diamonds)",
         width=420, height=280)
+
+
+def alpha_chart(summary, title: str | None = None) -> alt.Chart:
+    """Two acceptance rates against γ (summary merged with ``bench.token_alpha_by_candidate``):
+    accepted ÷ drafted, which falls with γ by construction, and accepted ÷ positions reached, the
+    per-token α of Leviathan's formula, flat when acceptance does not depend on the position."""
+    labels = {"alpha": "accepted ÷ drafted", "alpha_token": "accepted ÷ reached (per-token α)"}
+    tidy = summary[summary["gamma"] > 0].melt(id_vars=["candidate", "gamma"], value_vars=list(labels),
+                                              var_name="measure", value_name="rate")
+    tidy["measure"] = tidy["measure"].map(labels)
+    return alt.Chart(tidy).mark_line(point=True).encode(
+        x=alt.X("gamma:Q", title="draft tokens per step γ"),
+        y=alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("measure:N", title="α as"),
+        tooltip=["candidate", "measure", alt.Tooltip("rate:Q", format=".3f")],
+    ).properties(title=title or "Acceptance rate vs γ", width=300, height=220)
 
 
 def accept_length_chart(records, gamma: int, title: str | None = None) -> alt.LayerChart:

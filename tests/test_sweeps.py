@@ -81,6 +81,22 @@ def test_leviathan_predictions_from_measured_alpha_and_both_cs():
     assert len(bench.leviathan_predictions(summary, {}, pd.DataFrame())) == 0
 
 
+def test_token_alpha_counts_only_reached_positions_and_feeds_predictions():
+    # γ=3, three steps accepting 3, 1, 0: position 1 reached 3x (2 accepted), 2 reached 2x (1), 3 reached 1x (1)
+    rec = record("d γ=3", 3, tokens=8, forwards=4, accepted=4, drafted=9, steps=3, accept_lengths=[3, 1, 0])
+    rec.update(accepted_by_position=[2, 1, 1], drafted_by_position=[3, 3, 3])
+    frame = pd.DataFrame([record("verifier-only", 0, tokens=8, forwards=8, verify_ms=70.0), rec])
+    alpha = bench.token_alpha_by_candidate(frame)
+    assert alpha.set_index("candidate").loc["d γ=3", ["reached", "alpha_token"]].tolist() == pytest.approx([6, 4 / 6])
+    summary = bench.summarise(frame, n_boot=10).merge(alpha[["candidate", "batch_size", "alpha_token"]], how="left")
+    pred = bench.leviathan_predictions(summary, {"d": 0.0}, pd.DataFrame(), alpha="alpha_token")
+    assert pred["alpha"].tolist() == pytest.approx([4 / 6])
+    assert pred["speedup"].tolist() == pytest.approx([(1 - (4 / 6) ** 4) / (1 - 4 / 6)])
+    chart = plots.alpha_chart(summary).to_dict()
+    rates = {d["measure"]: d["rate"] for d in next(iter(chart["datasets"].values()))}
+    assert rates == pytest.approx({"accepted ÷ drafted": 4 / 9, "accepted ÷ reached (per-token α)": 4 / 6})
+
+
 def test_forward_scaling_and_knee():
     # memory-bound up to 8 tokens per forward (10 ms), then 1.25 ms per extra token
     grid = pd.DataFrame([{"model": "v", "n_tokens": n, "batch_size": b,
