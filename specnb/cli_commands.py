@@ -35,6 +35,28 @@ def run_run(args: argparse.Namespace) -> list[dict]:
     return [{"notebook": r.name, "ok": r.ok, "seconds": round(r.seconds, 1), "html": r.html} for r in runs]
 
 
+# --- build-drafts: distil the embedded drafts from the embedded verifier ---------------------
+
+
+def _args_build_drafts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="seed for instructions, init and data order (default 0)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="build only these drafts (default: the whole family)")
+    p.add_argument("--quick", action="store_true", help="tiny corpus and one short epoch: a smoke test, not real drafts")
+    p.add_argument("--out", help="output folder (default: the package's specnb/data/drafts/)")
+
+
+@command("build-drafts", "distil the draft family from the embedded verifier (about 30 min on 2 CPU cores)",
+         _args_build_drafts)
+def run_build_drafts(args: argparse.Namespace) -> list[dict]:
+    from specnb.distill import build_drafts
+
+    reports = build_drafts(seed=args.seed, only=args.only, quick=args.quick, out=args.out)
+    return [{"draft": r.name, "params_non_embedding": r.params_non_embedding, "params_total": r.params_total,
+             "weights_mb": r.committed_mb, "heldout_agreement": round(r.agreement_after, 4),
+             "loss_first": round(r.loss_first, 3), "loss_last": round(r.loss_last, 3), "train_s": round(r.train_s, 1),
+             "folder": r.folder} for r in reports]
+
+
 # --- flops / ratio / theory: cost per token and the closed-form speedup ---------------------
 
 
@@ -116,6 +138,81 @@ def run_models(args: argparse.Namespace) -> list[dict]:
     from specnb.models import list_embedded
 
     return list_embedded()
+
+
+# --- generate: the decoding engine --------------------------------------------------------
+
+
+def _args_generate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verifier", required=True, help="HF id, local folder (with a tokenizer) or embedded name")
+    p.add_argument("--draft", default=None, help="draft model (same forms), exit:K or prompt-lookup; omit for verifier-only")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per verifier step (default 4)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
+    p.add_argument("--prompt", action="append", default=None,
+                   help="a prompt; repeat the flag to run several prompts as one batch")
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (with --sample)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (with --sample)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (with --sample)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (default)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    p.add_argument("--no-chat-template", action="store_true", help="feed prompts as raw text, not as a user turn")
+
+
+_DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
+
+
+@command("generate", "generate text with the verifier alone or with speculative decoding, with per-stage times",
+         _args_generate)
+def run_generate(args: argparse.Namespace) -> dict:
+    from specnb.decoding import SamplingConfig, check_parameters, encode_prompts, generate
+    from specnb.models import load_pair
+    from specnb.timing import StageTimer
+
+    sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
+    check_parameters(args.gamma, args.max_new_tokens, sampling)  # fail before loading any weights
+    prompts = args.prompt or [_DEFAULT_PROMPT]
+    pair = load_pair(args.verifier, args.draft, device=args.device, dtype=args.dtype)
+    input_ids, mask = encode_prompts(pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device)
+    eos = pair.verifier.generation_config.eos_token_id
+    result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=args.gamma,
+                      max_new_tokens=args.max_new_tokens, sampling=sampling,
+                      eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
+                      timer=StageTimer(pair.device), vocab_size=pair.vocab_size)
+    return _generate_report(args, pair, prompts, result)
+
+
+def _rate(numerator: float, denominator: float):
+    return numerator / denominator if denominator else None
+
+
+def _generate_report(args: argparse.Namespace, pair, prompts: list[str], result) -> dict:
+    """Per-prompt results plus batch totals; tok/s per prompt uses the batch's wall time."""
+    seconds = result.wall_ms / 1e3
+    stages = {k: round(v, 3) for k, v in result.stages_ms.items()}
+    rows = []
+    for prompt, tokens, accepted, drafted in zip(prompts, result.tokens, result.accepted_per_step,
+                                                  result.drafted_per_step):
+        rows.append({"prompt": prompt, "text": pair.tokenizer.decode(tokens, skip_special_tokens=True),
+                     "tokens": tokens, "accepted": sum(accepted), "drafted": sum(drafted),
+                     "acceptance_rate": _rate(sum(accepted), sum(drafted)),
+                     "tokens_per_s": len(tokens) / seconds, "stages": stages})
+    drafted = sum(map(sum, result.drafted_per_step))
+    report = {
+        "verifier": pair.verifier_name, "draft": pair.draft_name, "gamma": args.gamma if pair.draft else None,
+        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "batch_size": len(prompts),
+        "new_tokens": result.new_tokens, "wall_ms": result.wall_ms, "prefill_ms": result.prefill_ms,
+        "tokens_per_s": result.tokens_per_s,
+        "acceptance_rate": _rate(sum(map(sum, result.accepted_per_step)), drafted),
+        "mean_tokens_per_step": result.mean_tokens_per_step if drafted else None,
+        "verifier_forwards": result.verifier_forwards, "draft_forwards": result.draft_forwards,
+        "stages_ms": stages, "results": rows,
+    }
+    if not args.json:
+        report["table"] = [{"prompt": r["prompt"][:40], "new_tokens": len(r["tokens"]), "accepted": r["accepted"],
+                            "acceptance_rate": r["acceptance_rate"], "tokens_per_s": r["tokens_per_s"],
+                            "text": r["text"].replace("\n", " ")[:60]} for r in rows]
+    return report
 
 
 # --- calibrate / predict: the decision framework ------------------------------------------
@@ -201,78 +298,3 @@ def run_predict(args: argparse.Namespace) -> dict:
                          else "don't speculate: no gamma beats verifier-only")
     result["device"] = profile.device
     return result
-
-
-# --- generate: the decoding engine --------------------------------------------------------
-
-
-def _args_generate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--verifier", required=True, help="HF id, local folder (with a tokenizer) or embedded name")
-    p.add_argument("--draft", default=None, help="draft model (same forms), exit:K or prompt-lookup; omit for verifier-only")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per verifier step (default 4)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
-    p.add_argument("--prompt", action="append", default=None,
-                   help="a prompt; repeat the flag to run several prompts as one batch")
-    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (with --sample)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (with --sample)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (with --sample)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (default)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
-    p.add_argument("--no-chat-template", action="store_true", help="feed prompts as raw text, not as a user turn")
-
-
-_DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
-
-
-@command("generate", "generate text with the verifier alone or with speculative decoding, with per-stage times",
-         _args_generate)
-def run_generate(args: argparse.Namespace) -> dict:
-    from specnb.decoding import SamplingConfig, check_parameters, encode_prompts, generate
-    from specnb.models import load_pair
-    from specnb.timing import StageTimer
-
-    sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
-    check_parameters(args.gamma, args.max_new_tokens, sampling)  # fail before loading any weights
-    prompts = args.prompt or [_DEFAULT_PROMPT]
-    pair = load_pair(args.verifier, args.draft, device=args.device, dtype=args.dtype)
-    input_ids, mask = encode_prompts(pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device)
-    eos = pair.verifier.generation_config.eos_token_id
-    result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=args.gamma,
-                      max_new_tokens=args.max_new_tokens, sampling=sampling,
-                      eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
-                      timer=StageTimer(pair.device), vocab_size=pair.vocab_size)
-    return _generate_report(args, pair, prompts, result)
-
-
-def _rate(numerator: float, denominator: float):
-    return numerator / denominator if denominator else None
-
-
-def _generate_report(args: argparse.Namespace, pair, prompts: list[str], result) -> dict:
-    """Per-prompt results plus batch totals; tok/s per prompt uses the batch's wall time."""
-    seconds = result.wall_ms / 1e3
-    stages = {k: round(v, 3) for k, v in result.stages_ms.items()}
-    rows = []
-    for prompt, tokens, accepted, drafted in zip(prompts, result.tokens, result.accepted_per_step,
-                                                  result.drafted_per_step):
-        rows.append({"prompt": prompt, "text": pair.tokenizer.decode(tokens, skip_special_tokens=True),
-                     "tokens": tokens, "accepted": sum(accepted), "drafted": sum(drafted),
-                     "acceptance_rate": _rate(sum(accepted), sum(drafted)),
-                     "tokens_per_s": len(tokens) / seconds, "stages": stages})
-    drafted = sum(map(sum, result.drafted_per_step))
-    report = {
-        "verifier": pair.verifier_name, "draft": pair.draft_name, "gamma": args.gamma if pair.draft else None,
-        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "batch_size": len(prompts),
-        "new_tokens": result.new_tokens, "wall_ms": result.wall_ms, "prefill_ms": result.prefill_ms,
-        "tokens_per_s": result.tokens_per_s,
-        "acceptance_rate": _rate(sum(map(sum, result.accepted_per_step)), drafted),
-        "mean_tokens_per_step": result.mean_tokens_per_step if drafted else None,
-        "verifier_forwards": result.verifier_forwards, "draft_forwards": result.draft_forwards,
-        "stages_ms": stages, "results": rows,
-    }
-    if not args.json:
-        report["table"] = [{"prompt": r["prompt"][:40], "new_tokens": len(r["tokens"]), "accepted": r["accepted"],
-                            "acceptance_rate": r["acceptance_rate"], "tokens_per_s": r["tokens_per_s"],
-                            "text": r["text"].replace("\n", " ")[:60]} for r in rows]
-    return report

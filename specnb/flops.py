@@ -302,7 +302,8 @@ def analytic_flops(config_or_name, context: int = 0) -> FlopsReport:
     context = check_context(context)
     config = resolve_config(config_or_name)
     d = model_dims(config)
-    lm_head = 2 * d.hidden_size * d.vocab_size
+    # a draft with a trimmed head (specnb.heads) scores only its ``head_tokens`` most frequent tokens
+    lm_head = 2 * d.hidden_size * (getattr(config, "head_tokens", None) or d.vocab_size)
     seed = 2 * d.layers * _layer_macs(d) + lm_head
     per_position = 4 * d.layers * d.heads * d.head_dim
     return FlopsReport(

@@ -252,6 +252,10 @@ def assemble_draft(source: Path, verifier_dir: Path, out: Path, sources: dict) -
     for name in (*_TOKENIZER_FILES, "special_tokens_map.json", "chat_template.jinja", "generation_config.json"):
         if (verifier_dir / name).is_file():
             shutil.copy(verifier_dir / name, out / name)
+    from specnb.heads import HEAD_FILE
+
+    if (source / HEAD_FILE).is_file():  # a trimmed head (specnb.heads): applied when specnb loads it
+        shutil.copy(source / HEAD_FILE, out / HEAD_FILE)
     (out / _SOURCE_FILE).write_text(json.dumps({"draft": source.name, **sources}))
 
 
@@ -353,6 +357,11 @@ def load_weights(source: ModelSource, device, dtype):
         model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype, local_files_only=source.local_only)
     except (OSError, ValueError) as err:
         raise ModelNotFoundError(f"could not load the weights of {source.name!r}: {err}") from None
+    from specnb.heads import read_head_tokens, trim_head
+
+    head_tokens = read_head_tokens(source.location) if Path(source.location).is_dir() else None
+    if head_tokens is not None:  # a draft that scores only its frequent tokens (specnb.heads)
+        trim_head(model, head_tokens)
     return model.to(device).eval()
 
 
