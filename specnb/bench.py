@@ -715,3 +715,154 @@ def ragged_summary(records: pd.DataFrame) -> pd.DataFrame:
                      "idle_row_share": idle / row_steps if row_steps else 0.0,
                      "ragged_slots_per_token": ragged / g["new_tokens"].sum() if g["new_tokens"].sum() else 0.0})
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- draft-size tradeoff (notebook 04, benchmarks/drafts.py)
+
+VERDICTS = ("faster", "no clear difference", "slower (speculation tax)")
+
+
+def tradeoff_drafts(verifier: str, drafts=None, extra: str | None = None) -> list[str]:
+    """The drafts to compare: ``drafts`` as given, or for the embedded verifier its distilled family,
+    early exits and prompt lookup (the whole size range, from a full model's layers to no model at
+    all); for another verifier prompt lookup only, since its early exits are untrained. ``extra``
+    (e.g. a hub id) is added first."""
+    from specnb.models import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP, embedded_draft_names
+
+    if drafts is None:
+        drafts = [*embedded_draft_names(), *EMBEDDED_EXITS, PROMPT_LOOKUP] if verifier == EMBEDDED_VERIFIER \
+            else [PROMPT_LOOKUP]
+    elif isinstance(drafts, str):
+        drafts = [drafts]
+    names = list(dict.fromkeys([*([extra] if extra else []), *drafts]))
+    if not names:
+        raise ParameterError("no drafts to compare; pass drafts=[...] with embedded names, exit:K, prompt-lookup or hub ids")
+    return names
+
+
+def positions_reached(record) -> int:
+    """Draft positions a record's steps reached (drafted with every earlier position accepted): the
+    denominator of Leviathan's per-token α, where accepted ÷ drafted counts positions never tried."""
+    from specnb.predict import counts_from_positions
+
+    reached, _ = counts_from_positions(record["accepted_by_position"], record["drafted_by_position"])
+    return int(sum(reached))
+
+
+def per_token_alpha(records: pd.DataFrame) -> pd.DataFrame:
+    """Per draft, pooled over its γs: accepted ÷ positions reached, the i.i.d. α of Leviathan et al.
+    that break-even curves are drawn in (accepted ÷ drafted is lower: at γ = 4 an α of 0.66 shows
+    as 0.39)."""
+    drafts = pd.DataFrame(records)
+    drafts = drafts[drafts["gamma"] > 0]
+    reached = drafts.apply(positions_reached, axis=1) if len(drafts) else pd.Series(dtype=float)
+    sums = drafts.assign(reached=reached).groupby("draft", sort=False)[["accepted", "reached"]].sum()
+    sums["alpha_token"] = sums["accepted"] / sums["reached"].where(sums["reached"] > 0)
+    return sums.reset_index()
+
+
+def draft_wall_c(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per draft, pooled over its γs: draft ms per drafted token, and c by wall clock = that ÷ the
+    baseline's verify ms per one-token step (as ``wall_clock_costs``, which is per candidate)."""
+    costs = wall_clock_costs(records, baseline)
+    records = pd.DataFrame(records)
+    drafts = records[records["candidate"] != baseline].groupby("draft", sort=False)[["draft_ms", "drafted"]].sum()
+    drafts["draft_ms_per_drafted_token"] = drafts["draft_ms"] / drafts["drafted"].where(drafts["drafted"] > 0)
+    verifier_step_ms = float(costs["baseline_verify_ms_per_step"].iloc[0]) if len(costs) else float("nan")
+    drafts["verifier_step_ms"] = verifier_step_ms
+    drafts["c_wall"] = drafts["draft_ms_per_drafted_token"] / verifier_step_ms
+    return drafts[["draft_ms_per_drafted_token", "verifier_step_ms", "c_wall"]].reset_index()
+
+
+def prompt_alpha_spread(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per candidate: α (accepted ÷ drafted) of each prompt batch, repeats pooled, summarised as
+    mean, standard deviation, min and max across prompts (``rows`` from ``per_prompt``)."""
+    per = rows.groupby(["candidate", "prompt_ids"], sort=False)[["accepted", "drafted"]].sum()
+    per["alpha"] = per["accepted"] / per["drafted"].where(per["drafted"] > 0)
+    spread = per.groupby("candidate", sort=False)["alpha"].agg(["mean", "std", "min", "max", "count"])
+    return spread.rename(columns=lambda c: f"alpha_prompt_{c}" if c != "count" else "n_prompts").reset_index()
+
+
+def speedup_verdict(speedup: float, lo: float, hi: float) -> str:
+    """"faster" / "slower (speculation tax)" when the 95% CI excludes 1x (the point estimate when
+    there is no CI, e.g. one prompt), else "no clear difference"."""
+    if np.isfinite(lo) and np.isfinite(hi):
+        return VERDICTS[0] if lo > 1 else VERDICTS[2] if hi < 1 else VERDICTS[1]
+    return VERDICTS[0] if speedup > 1 else VERDICTS[2] if speedup < 1 else VERDICTS[1]
+
+
+def draft_table(records: pd.DataFrame, flops: pd.DataFrame, summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per draft (batch size 1): size (params, FLOPs/token, c by FLOPs from ``flops_table``),
+    cost here (c by wall clock, pooled over γs), acceptance (α = accepted ÷ drafted at the best γ,
+    its spread across prompts, and the per-token α), the best measured γ with its speedup and 95%
+    CI, the break-even c at that (α per token, γ) and a verdict. Sorted by FLOPs/token, largest first."""
+    from specnb.theory import tokens_per_step
+
+    records = pd.DataFrame(records)
+    records = records[records["batch_size"] == records["batch_size"].min()]
+    summary = summarise(records) if summary is None else summary[summary["batch_size"] == records["batch_size"].min()]
+    best = best_per_draft(summary)[["draft", "candidate", "gamma", "alpha", "tau", "tok_s", "speedup", "speedup_lo",
+                                    "speedup_hi"]].rename(columns={"gamma": "best_gamma"})
+    spread = prompt_alpha_spread(per_prompt(records))
+    sizes = flops.set_index("model")[["params", "flops_per_token", "c_flops"]]
+    table = (best.merge(spread, on="candidate", how="left")
+             .merge(per_token_alpha(records)[["draft", "alpha_token"]], on="draft", how="left")
+             .merge(draft_wall_c(records), on="draft", how="left")
+             .merge(sizes, left_on="draft", right_index=True, how="left"))
+    alpha = table["alpha_token"].clip(upper=0.999).fillna(0.0).to_numpy()
+    gamma = table["best_gamma"].to_numpy()
+    table["break_even_c"] = (tokens_per_step(alpha, gamma) - 1.0) / gamma
+    table["verdict"] = [speedup_verdict(s, lo, hi) for s, lo, hi in
+                        table[["speedup", "speedup_lo", "speedup_hi"]].itertuples(index=False)]
+    columns = ["draft", "params", "flops_per_token", "c_flops", "c_wall", "draft_ms_per_drafted_token",
+               "verifier_step_ms", "alpha", "alpha_prompt_mean", "alpha_prompt_std", "alpha_prompt_min",
+               "alpha_prompt_max", "n_prompts", "alpha_token", "best_gamma", "tau", "tok_s", "speedup", "speedup_lo",
+               "speedup_hi", "break_even_c", "verdict", "candidate"]
+    return table[columns].sort_values("flops_per_token", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def c_alpha_points(table: pd.DataFrame) -> pd.DataFrame:
+    """Tidy points for ``plots.c_alpha_chart``: each draft at (per-token α, c) once with c by FLOPs
+    and once by wall clock (column ``c_kind``)."""
+    base = table.assign(alpha=table["alpha_token"], best_speedup=table["speedup"])
+    keep = ["draft", "alpha", "best_speedup", "best_gamma", "verdict"]
+    return pd.concat([base[keep].assign(c=table["c_flops"], c_kind="FLOPs"),
+                      base[keep].assign(c=table["c_wall"], c_kind="wall clock")], ignore_index=True)
+
+
+def profile_speedups(records: pd.DataFrame, table: pd.DataFrame, max_gamma: int | None = None) -> pd.DataFrame:
+    """Leviathan speedup per γ from each draft's measured per-position acceptance (at its largest
+    γ) and its c by FLOPs and by wall clock: τ(a_1..a_γ) ÷ (γc + 1). Shows where the best γ would
+    lie; like Leviathan it prices verifying γ + 1 tokens as one forward, so it is an upper bound.
+    Past the measured γ the last position's rate is repeated (``extrapolated``)."""
+    from specnb.predict import profile_from_records
+    from specnb.theory import tokens_per_step_from_profile
+
+    rows = []
+    for r in table.itertuples():
+        rates = profile_from_records(records, r.draft).conditional()
+        for gamma in range(1, (max_gamma or len(rates)) + 1):
+            a = np.concatenate([rates, np.full(max(gamma - len(rates), 0), rates[-1])])[:gamma]
+            tau = float(tokens_per_step_from_profile(a))
+            for kind, c in (("FLOPs", r.c_flops), ("wall clock", r.c_wall)):
+                rows.append({"draft": r.draft, "gamma": gamma, "c_kind": kind, "c": c, "tau": tau,
+                             "speedup": tau / (gamma * c + 1.0), "extrapolated": gamma > len(rates)})
+    return pd.DataFrame(rows)
+
+
+def explain_draft(row) -> str:
+    """Why a draft (a ``draft_table`` row) won or paid the speculation tax, in Leviathan's terms:
+    its wall-clock c against the break-even c at its best γ, and against its per-token α (the
+    break-even c at γ = 1, the highest of all γ)."""
+    c, alpha, be, gamma = row["c_wall"], row["alpha_token"], row["break_even_c"], int(row["best_gamma"])
+    if not (np.isfinite(c) and np.isfinite(alpha)):
+        return "it drafted no tokens here, so c and α are unknown"
+    if c >= alpha:
+        return (f"its wall-clock c {c:.3f} is at or above its per-token α {alpha:.3f}, the break-even c at γ = 1, "
+                "so no γ can pay")
+    if c >= be:
+        return f"its wall-clock c {c:.3f} is above the break-even c {be:.3f} at γ = {gamma} (per-token α {alpha:.3f})"
+    if row["speedup"] < 1:
+        return (f"its wall-clock c {c:.3f} is below the break-even c {be:.3f} at γ = {gamma}, yet it lost: verifying "
+                "γ + 1 tokens costs more than one and the loop has overheads, which the formula leaves out")
+    return f"its wall-clock c {c:.3f} is below the break-even c {be:.3f} at γ = {gamma} (per-token α {alpha:.3f})"

@@ -221,12 +221,14 @@ def break_even_curves(gammas, alphas=None):
     return pd.DataFrame(rows)
 
 
-def c_alpha_chart(points, gammas=(1, 2, 4, 8), title: str | None = None) -> alt.Chart:
+def c_alpha_chart(points, gammas=(1, 2, 4, 8), title: str | None = None,
+                  c_title: str = "wall-clock cost ratio c (draft ÷ verifier)") -> alt.Chart:
     """Every draft at its measured (α, wall-clock c), with break-even curves per γ: below a curve
-    that γ wins, above it speculation is a tax (tidy ``points``: draft, alpha, c, best_speedup)."""
+    that γ wins, above it speculation is a tax (tidy ``points``: draft, alpha, c, best_speedup);
+    ``c_title`` names the c when it is not by wall clock (e.g. by FLOPs)."""
     curves = alt.Chart(break_even_curves(gammas)).mark_line(strokeDash=[4, 3]).encode(
         x=alt.X("alpha:Q", title="acceptance rate α", scale=alt.Scale(domain=[0, 1])),
-        y=alt.Y("c:Q", title="wall-clock cost ratio c (draft ÷ verifier)"),
+        y=alt.Y("c:Q", title=c_title),
         detail="gamma:O", color=alt.value("grey"))
     labels = alt.Chart(break_even_curves(gammas, [0.95])).mark_text(align="left", dx=4, color="grey").encode(
         x="alpha:Q", y="c:Q", text=alt.Text("gamma:O", format="d"))

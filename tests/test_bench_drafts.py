@@ -1,0 +1,153 @@
+"""bench, draft-size tradeoff: per-draft tables from synthetic records with known answers, and once on tiny models."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
+
+from specnb import bench, plots
+from specnb.errors import ParameterError
+from specnb.lookup import PromptLookupDrafter
+from specnb.models import Pair
+
+
+def record(candidate, prompt, tokens, wall, draft="", gamma=0, accepted_by_position=(), drafted_by_position=(),
+           steps=None, draft_ms=0.0, verify_ms=None, verifier_forwards=None, repeat=0, category="c"):
+    accepted, drafted = sum(accepted_by_position), sum(drafted_by_position)
+    steps = tokens if steps is None else steps
+    return {"repeat": repeat, "prompt_ids": prompt, "categories": category, "candidate": candidate, "draft": draft,
+            "gamma": gamma, "batch_size": 1, "new_tokens": tokens, "wall_ms": wall, "prefill_ms": 0.0,
+            "draft_ms": draft_ms, "verify_ms": wall - draft_ms if verify_ms is None else verify_ms, "accept_ms": 0.0,
+            "rollback_ms": 0.0, "other_ms": 0.0, "accepted": accepted, "drafted": drafted, "steps": steps,
+            "verifier_forwards": steps + 1 if verifier_forwards is None else verifier_forwards, "draft_forwards": 0,
+            "accept_lengths": [], "accepted_by_position": list(accepted_by_position),
+            "drafted_by_position": list(drafted_by_position)}
+
+
+@pytest.fixture
+def records():
+    """Two prompts; draft "big" at γ=1 (2x faster) and γ=2 (1.25x), draft "tiny" at γ=1 (0.5x)."""
+    rows = []
+    for p in ("p1", "p2"):
+        rows.append(record("verifier-only", p, 10, 100.0, verify_ms=90.0, verifier_forwards=10))  # 10 ms per step
+        rows.append(record("big γ=1", p, 10, 50.0, "big", 1, [3 if p == "p1" else 1], [4], steps=4, draft_ms=4.0))
+        rows.append(record("big γ=2", p, 10, 80.0, "big", 2, [3, 2], [4, 4], steps=4, draft_ms=4.0))
+        rows.append(record("tiny γ=1", p, 10, 200.0, "tiny", 1, [0], [10], steps=10, draft_ms=1.0))
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def flops():
+    return pd.DataFrame({"model": ["v", "big", "tiny"], "params": [100, 50, 1], "flops_per_token": [200, 100, 2],
+                         "c_flops": [1.0, 0.5, 0.01]})
+
+
+def test_tradeoff_drafts_defaults_extra_and_errors(tmp_path, monkeypatch):
+    from specnb import models
+
+    monkeypatch.setattr(models, "DRAFTS_DIR", tmp_path)  # no distilled drafts committed
+    assert bench.tradeoff_drafts("smollm2-135m") == [*models.EMBEDDED_EXITS, "prompt-lookup"]
+    assert bench.tradeoff_drafts("Qwen/Qwen2.5-3B-Instruct") == ["prompt-lookup"]
+    assert bench.tradeoff_drafts("Qwen/Qwen2.5-3B-Instruct", extra="Qwen/Qwen2.5-0.5B-Instruct") == [
+        "Qwen/Qwen2.5-0.5B-Instruct", "prompt-lookup"]
+    assert bench.tradeoff_drafts("x", drafts="exit:2") == ["exit:2"]
+    assert bench.tradeoff_drafts("x", drafts=["a", "b"], extra="a") == ["a", "b"]
+    with pytest.raises(ParameterError, match="no drafts"):
+        bench.tradeoff_drafts("x", drafts=[])
+
+
+def test_per_token_alpha_counts_only_positions_reached(records):
+    rec = records.iloc[2]  # big γ=2: 4 steps, position 1 accepted 3 times, position 2 twice
+    assert bench.positions_reached(rec) == 4 + 3
+    alpha = bench.per_token_alpha(records).set_index("draft")
+    # big: γ=1 reached 4+4, accepted 3+1; γ=2 reached 7+7, accepted 5+5 -> 14 / 22
+    assert alpha.loc["big", "alpha_token"] == pytest.approx(14 / 22)
+    assert alpha.loc["tiny", "alpha_token"] == 0.0
+
+
+def test_draft_wall_c_pools_gammas(records):
+    c = bench.draft_wall_c(records).set_index("draft")
+    assert c.loc["big", "verifier_step_ms"] == pytest.approx(10.0)  # 180 ms over 18 steps after prefill
+    assert c.loc["big", "draft_ms_per_drafted_token"] == pytest.approx(16.0 / 24)
+    assert c.loc["big", "c_wall"] == pytest.approx(16.0 / 24 / 10.0)
+    assert c.loc["tiny", "c_wall"] == pytest.approx(0.01)
+
+
+def test_speedup_verdict():
+    assert bench.speedup_verdict(1.3, 1.1, 1.5) == "faster"
+    assert bench.speedup_verdict(0.8, 0.7, 0.9) == "slower (speculation tax)"
+    assert bench.speedup_verdict(1.1, 0.9, 1.3) == "no clear difference"
+    assert bench.speedup_verdict(0.9, float("nan"), float("nan")) == "slower (speculation tax)"
+
+
+def test_draft_table_known_answers(records, flops):
+    table = bench.draft_table(records, flops)
+    assert table["draft"].tolist() == ["big", "tiny"]  # largest FLOPs first
+    big, tiny = table.iloc[0], table.iloc[1]
+    assert big["best_gamma"] == 1 and big["speedup"] == pytest.approx(2.0) and big["verdict"] == "faster"
+    assert big["alpha"] == pytest.approx(4 / 8)  # accepted ÷ drafted at γ=1, both prompts
+    assert big[["alpha_prompt_mean", "alpha_prompt_min", "alpha_prompt_max"]].tolist() == pytest.approx([0.5, 0.25, 0.75])
+    assert big["n_prompts"] == 2 and big["alpha_prompt_std"] == pytest.approx(np.std([0.25, 0.75], ddof=1))
+    assert big["alpha_token"] == pytest.approx(14 / 22)
+    assert big["break_even_c"] == pytest.approx(14 / 22)  # at γ = 1 the break-even c is α itself
+    assert big[["params", "flops_per_token", "c_flops"]].tolist() == [50, 100, 0.5]
+    assert tiny["speedup"] == pytest.approx(0.5) and tiny["verdict"] == "slower (speculation tax)"
+    assert tiny["break_even_c"] == 0.0 and tiny["c_wall"] > tiny["break_even_c"]
+
+
+def test_c_alpha_points_and_chart(records, flops):
+    table = bench.draft_table(records, flops)
+    points = bench.c_alpha_points(table)
+    assert len(points) == 4 and set(points["c_kind"]) == {"FLOPs", "wall clock"}
+    flops_big = points[(points["draft"] == "big") & (points["c_kind"] == "FLOPs")].iloc[0]
+    assert flops_big["c"] == 0.5 and flops_big["alpha"] == pytest.approx(14 / 22) and flops_big["best_speedup"] == 2.0
+    spec = plots.c_alpha_chart(points[points["c_kind"] == "FLOPs"], c_title="FLOPs c").to_dict()
+    assert any(layer.get("encoding", {}).get("y", {}).get("title") == "FLOPs c" for layer in spec["layer"])
+
+
+def test_profile_speedups_from_measured_positions(records, flops):
+    table = bench.draft_table(records, flops)
+    pred = bench.profile_speedups(records, table).set_index(["draft", "gamma", "c_kind"])
+    # big at γ=2 (its largest): position 1 accepted 6 of 8, position 2 accepted 4 of the 6 that reached it
+    assert pred.loc[("big", 2, "FLOPs"), "tau"] == pytest.approx(1 + 0.75 + 0.75 * 4 / 6)
+    assert pred.loc[("big", 1, "FLOPs"), "speedup"] == pytest.approx(1.75 / 1.5)
+    assert pred.loc[("tiny", 1, "wall clock"), "speedup"] == pytest.approx(1 / 1.01)
+    longer = bench.profile_speedups(records, table, max_gamma=4).query("draft == 'tiny'")
+    assert len(longer) == 8 and longer["extrapolated"].tolist() == [False] * 2 + [True] * 6
+
+
+def test_draft_table_on_tiny_models():
+    """End to end on real records: every column filled and the α's consistent."""
+    torch.set_num_threads(1)
+    verifier = tiny_llama(0)
+    pair = Pair(verifier, None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    prompts = pd.DataFrame({"id": ["a", "b"], "category": ["x", "y"],
+                            "prompt": [" ".join(WORDS[i:i + 8]) for i in (0, 5)]})
+    drafts = {"noisy": perturbed_copy(verifier, 0.3, 1), "lookup": PromptLookupDrafter()}
+    recs = bench.run_interleaved(pair, prompts, bench.make_candidates(drafts, [1, 3]), max_new_tokens=10,
+                                 progress=False)
+    flops = pd.DataFrame({"model": ["noisy", "lookup"], "params": [1, 0], "flops_per_token": [10, 0],
+                          "c_flops": [1.0, 0.0]})
+    table = bench.draft_table(recs, flops)
+    assert set(table["draft"]) == {"noisy", "lookup"} and table["best_gamma"].isin([1, 3]).all()
+    assert (table["c_wall"] > 0).all() and (table["n_prompts"] == 2).all()
+    pooled = recs[recs["gamma"] > 0].groupby("draft")[["accepted", "drafted"]].sum()
+    per_token = table.set_index("draft")["alpha_token"]
+    assert (per_token >= (pooled["accepted"] / pooled["drafted"]).reindex(per_token.index) - 1e-12).all()  # reached ≤ drafted
+    assert (table["alpha_prompt_min"] <= table["alpha_prompt_max"]).all()
+    assert len(bench.profile_speedups(recs, table)) == 2 * 3 * 2
+
+
+def test_explain_draft_names_the_binding_comparison():
+    row = {"c_wall": 0.3, "alpha_token": 0.2, "break_even_c": 0.1, "best_gamma": 2, "speedup": 0.7}
+    assert "no γ can pay" in bench.explain_draft(row)
+    row.update(alpha_token=0.5, break_even_c=0.25)
+    assert "above the break-even c 0.250 at γ = 2" in bench.explain_draft(row)
+    row.update(break_even_c=0.4)
+    assert "yet it lost" in bench.explain_draft(row)
+    row.update(speedup=1.2)
+    assert "below the break-even c 0.400" in bench.explain_draft(row) and "lost" not in bench.explain_draft(row)
+    row.update(c_wall=float("nan"))
+    assert "no tokens" in bench.explain_draft(row)
