@@ -18,6 +18,8 @@ decoding compares token ids (Leviathan et al. 2023; Chen et al. 2023).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -128,10 +130,26 @@ def convert_gguf(gguf: Path, out: Path) -> None:
 def embedded_verifier_path() -> Path:
     """Folder of the cached embedded verifier, building (or rebuilding a damaged one) first."""
     target = cache_dir() / EMBEDDED_VERIFIER
-    if not cache_is_valid(target):
-        gguf = find_embedded_gguf()
-        publish_atomically(lambda tmp: convert_gguf(gguf, tmp), target)
+    if cache_is_valid(target):
+        return target
+    with build_lock(target):
+        if not cache_is_valid(target):  # another process may have built it while we waited
+            gguf = find_embedded_gguf()
+            publish_atomically(lambda tmp: convert_gguf(gguf, tmp), target)
     return target
+
+
+@contextlib.contextmanager
+def build_lock(target: Path):
+    """An exclusive lock beside ``target`` while one process builds it: parallel users (notebooks,
+    pytest -n) wait for that build instead of racing to replace a folder another is reading."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ---------------------------------------------------------------- names of the embedded models
@@ -209,9 +227,15 @@ def embedded_draft_path(name: str) -> Path:
     sources = {"weights_sha256": _sha256(source / "weights.safetensors"),
                "verifier_sha256": _manifest_digest(verifier, "model.safetensors")}
     target = cache_dir() / name
-    if cache_is_valid(target) and _read_json(target / _SOURCE_FILE) == {"draft": name, **sources}:
+
+    def current() -> bool:
+        return cache_is_valid(target) and _read_json(target / _SOURCE_FILE) == {"draft": name, **sources}
+
+    if current():
         return target
-    return publish_atomically(lambda tmp: assemble_draft(source, verifier, tmp, sources), target)
+    with build_lock(target):
+        return target if current() else publish_atomically(lambda tmp: assemble_draft(source, verifier, tmp, sources),
+                                                           target)
 
 
 def _read_json(path: Path) -> Any:
