@@ -32,7 +32,8 @@ drafts: setup
 	$(BIN)/specnb build-drafts
 
 bench: setup
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/engine.py
+	$(BIN)/python benchmarks/drafts.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
