@@ -374,7 +374,7 @@ def verdict_heatmap(frame, x: str = "draft_speed", y: str = "batch_size", title:
 
 def reference_chart(frame, title: str | None = None) -> alt.Chart:
     """The reference MPS run: predicted tok/s against the assumed extra cost per verified token,
-    per reading of α, with the reported tok/s as horizontal rules (one panel per γ)."""
+    per reading of α, with the reported tok/s and verifier-only tok/s as horizontal rules (one panel per γ)."""
     lines = alt.Chart(frame).mark_line(point=True).encode(
         x=alt.X("verify_extra_token_fraction:Q", title="each extra verified token costs (fraction of a forward)"),
         y=alt.Y("predicted_tok_s:Q", title="tokens per second"),
@@ -383,9 +383,11 @@ def reference_chart(frame, title: str | None = None) -> alt.Chart:
                  "reported_tok_s"])
     reported = alt.Chart(frame).mark_rule(color="black").encode(y="reported_tok_s:Q")
     flops = alt.Chart(frame).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="flops_theory_tok_s:Q")
-    return (lines + reported + flops).properties(width=300, height=240).facet(
+    alone = alt.Chart(frame).mark_rule(color="red", strokeDash=[1, 3]).encode(y="verifier_only_tok_s:Q")
+    return (lines + reported + flops + alone).properties(width=300, height=240).facet(
         column=alt.Column("gamma:O", title="γ")).properties(
-        title=title or "Reference MPS run: black = reported, dashed = FLOPs theory, lines = predictor")
+        title=title or "Reference MPS run: black = reported, dashed = FLOPs theory, red dotted = verifier-only, "
+                       "lines = predictor")
 
 
 # ---------------------------------------------------------------- gamma sweep and batch size (notebooks 03, 05)

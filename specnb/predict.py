@@ -556,7 +556,8 @@ def reference_comparison(fractions=(0.0, 0.05, 0.1, 0.15, 0.2, 0.3), measured_at
                 tok_s = float(pred.table["predicted_tok_s"].iloc[0])
                 rows.append({"gamma": gamma, "alpha_reading": reading, "flat_alpha": alpha,
                              "verify_extra_token_fraction": f, "predicted_tok_s": tok_s,
-                             "reported_tok_s": reported, "flops_theory_tok_s": flops_tok_s,
+                             "reported_tok_s": reported, "verifier_only_tok_s": ref["verifier_tok_s"],
+                             "flops_theory_tok_s": flops_tok_s,
                              "error": (tok_s - reported) / reported,
                              "flops_theory_error": (flops_tok_s - reported) / reported})
     return pd.DataFrame(rows)
