@@ -655,13 +655,17 @@ def gamma_verdicts(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             return "wins" if r.speedup_lo > 1 else "loses" if r.speedup_hi < 1 else "inconclusive"
         return "wins" if r.speedup > 1 else "loses"
 
+    def alpha_text(r) -> str:
+        token = getattr(r, "alpha_token", float("nan"))
+        return f"α = {r.alpha:.2f}" + (f", per token {token:.2f}" if np.isfinite(token) else "")
+
     def reason(r) -> str:
         ci = f" [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]" if np.isfinite(r.speedup_lo) else " (no CI: one prompt batch)"
         yields = "yields" if r.tokens_per_step > r.break_even_tokens else "yields only"
         return (f"{r.candidate}, batch {r.batch_size}: {r.speedup:.2f}x{ci}, {r.verdict}. A step costs the time of "
                 f"{r.break_even_tokens:.2f} verifier-only tokens ({r.draft_ms_per_step:.0f} ms drafting {r.gamma} "
                 f"token{'s' if r.gamma > 1 else ''}, {r.verify_ms_per_step:.0f} ms verifying {r.gamma + 1}, "
-                f"{r.overhead_ms_per_step:.0f} ms bookkeeping) and {yields} {r.tokens_per_step:.2f} tokens (α = {r.alpha:.2f}).")
+                f"{r.overhead_ms_per_step:.0f} ms bookkeeping) and {yields} {r.tokens_per_step:.2f} tokens ({alpha_text(r)}).")
 
     merged["verdict"] = [verdict(r) for r in merged.itertuples()]
     merged["reason"] = [reason(r) for r in merged.itertuples()]

@@ -403,7 +403,9 @@ def step_cost_chart(steps, title: str | None = None) -> alt.LayerChart:
     x = alt.X("gamma:O", title="draft tokens per step γ")
     bars = alt.Chart(tidy).mark_bar(opacity=0.8).encode(
         x=x, y=alt.Y("tokens:Q", title="verifier-only tokens (time of) / tokens yielded"),
-        color=alt.Color("part:N", title="a step costs", sort=list(parts.values())), order=alt.Order("rank:Q"),
+        color=alt.Color("part:N", title="a step costs", sort=list(parts.values()),
+                        scale=alt.Scale(domain=list(parts.values()), range=["#f58518", "#e45756", "#72b7b2"])),
+        order=alt.Order("rank:Q"),  # draft, verify, bookkeeping: the stage chart's colours
         tooltip=["candidate", "part", alt.Tooltip("tokens:Q", format=".2f")])
     yielded = alt.Chart(steps).mark_point(shape="diamond", filled=True, size=110, color="black").encode(
         x=x, y="tokens_per_step:Q", tooltip=["candidate", alt.Tooltip("tokens_per_step:Q", format=".2f"),
@@ -431,15 +433,19 @@ def alpha_chart(summary, title: str | None = None) -> alt.Chart:
 
 def accept_length_chart(records, gamma: int, title: str | None = None) -> alt.LayerChart:
     """Share of verifier steps that accepted n = 0..γ draft tokens at one γ (bars), and what an
-    i.i.d. acceptance at the measured α would give (dots). Mass at 0 is why τ saturates as γ grows."""
+    i.i.d. acceptance at the measured per-token α (accepted ÷ positions reached) would give (dots).
+    Mass at 0 is why τ saturates as γ grows."""
     import numpy as np
     import pandas as pd
+
+    from specnb.predict import counts_from_positions
 
     rows = records[records["gamma"] == gamma]
     lengths = np.array([n for row in rows["accept_lengths"] for n in row], dtype=int)
     counts = np.bincount(lengths, minlength=gamma + 1)[:gamma + 1] if len(lengths) else np.zeros(gamma + 1)
-    drafted = rows["drafted"].sum()
-    alpha = rows["accepted"].sum() / drafted if drafted else 0.0
+    reached = sum(sum(counts_from_positions(a, d)[0])
+                  for a, d in zip(rows["accepted_by_position"], rows["drafted_by_position"]))
+    alpha = min(rows["accepted"].sum() / reached, 1.0) if reached else 0.0  # per-token α, as the formula uses
     iid = [alpha ** n * (1 - alpha) for n in range(gamma)] + [alpha ** gamma]  # stop at first rejection
     frame = pd.DataFrame({"accepted": np.arange(gamma + 1), "measured": counts / max(counts.sum(), 1), "iid": iid})
     x = alt.X("accepted:O", title="draft tokens accepted in a step")

@@ -15,15 +15,17 @@ from specnb.models import Pair
 
 def record(candidate, gamma, prompt="p0", *, tokens, forwards, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0,
            accepted=0, drafted=0, steps=0, batch_size=1, ragged=0, idle=0, accept_lengths=(), repeat=0):
-    """One run_interleaved-style record; ``overhead_ms`` is split over accept and rollback."""
+    """One run_interleaved-style record; ``overhead_ms`` is split over accept and rollback; per-position
+    counts follow from ``accept_lengths`` with every step drafting γ."""
     wall = draft_ms + verify_ms + overhead_ms + 5.0
     return {"repeat": repeat, "prompt_ids": prompt, "categories": "c", "candidate": candidate,
             "draft": "d" if gamma else "", "gamma": gamma, "batch_size": batch_size, "new_tokens": tokens,
             "wall_ms": wall, "prefill_ms": 5.0, "draft_ms": draft_ms, "verify_ms": verify_ms,
             "accept_ms": overhead_ms / 2, "rollback_ms": overhead_ms / 2, "other_ms": 0.0, "drafted": drafted,
             "accepted": accepted, "steps": steps, "verifier_forwards": forwards, "draft_forwards": 0,
-            "accept_lengths": list(accept_lengths), "accepted_by_position": [0] * gamma,
-            "drafted_by_position": [0] * gamma, "ragged_slots": ragged, "idle_row_steps": idle}
+            "accept_lengths": list(accept_lengths),
+            "accepted_by_position": [sum(n > i for n in accept_lengths) for i in range(gamma)],
+            "drafted_by_position": [len(accept_lengths)] * gamma, "ragged_slots": ragged, "idle_row_steps": idle}
 
 
 @pytest.fixture
@@ -59,7 +61,9 @@ def test_gamma_verdicts_name_winner_loser_and_why(sweep):
     summary = bench.summarise(sweep, n_boot=200)
     verdicts = bench.gamma_verdicts(summary, bench.step_costs(sweep)).set_index("candidate")
     assert verdicts.loc["d γ=2", "verdict"] == "wins" and verdicts.loc["d γ=6", "verdict"] == "loses"
-    assert "2.40 verifier-only tokens" in verdicts.loc["d γ=2", "reason"]
+    assert "2.40 verifier-only tokens" in verdicts.loc["d γ=2", "reason"] and "(α = 0.75)" in verdicts.loc["d γ=2", "reason"]
+    with_token = summary.merge(bench.token_alpha_by_candidate(sweep), how="left")
+    assert "α = 0.17, per token 0.50" in bench.gamma_verdicts(with_token, bench.step_costs(sweep)).iloc[1]["reason"]
     assert "yields only 2.00 tokens" in verdicts.loc["d γ=6", "reason"]
     one = bench.summarise(sweep[sweep["prompt_ids"] == "p0"], n_boot=50)  # one prompt: no CI, point decides
     assert bench.gamma_verdicts(one, bench.step_costs(sweep))["verdict"].tolist() == ["wins", "loses"]
