@@ -723,44 +723,17 @@ def ragged_summary(records: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- draft-size tradeoff (notebook 04, benchmarks/drafts.py)
 
-VERDICTS = ("faster", "no clear difference", "slower (speculation tax)")
-
-
-def tradeoff_drafts(verifier: str, drafts=None, extra: str | None = None) -> list[str]:
-    """The drafts to compare: ``drafts`` as given, or for the embedded verifier its distilled family,
-    early exits and prompt lookup (the whole size range, from a full model's layers to no model at
-    all); for another verifier prompt lookup only, since its early exits are untrained. ``extra``
-    (e.g. a hub id) is added first."""
-    from specnb.models import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP, embedded_draft_names
-
-    if drafts is None:
-        drafts = [*embedded_draft_names(), *EMBEDDED_EXITS, PROMPT_LOOKUP] if verifier == EMBEDDED_VERIFIER \
-            else [PROMPT_LOOKUP]
-    elif isinstance(drafts, str):
-        drafts = [drafts]
-    names = list(dict.fromkeys([*([extra] if extra else []), *drafts]))
-    if not names:
-        raise ParameterError("no drafts to compare; pass drafts=[...] with embedded names, exit:K, prompt-lookup or hub ids")
-    return names
-
-
-def positions_reached(record) -> int:
-    """Draft positions a record's steps reached (drafted with every earlier position accepted): the
-    denominator of Leviathan's per-token α, where accepted ÷ drafted counts positions never tried."""
-    from specnb.predict import counts_from_positions
-
-    reached, _ = counts_from_positions(record["accepted_by_position"], record["drafted_by_position"])
-    return int(sum(reached))
+VERDICTS = ("wins", "inconclusive", "loses")  # the words of ``gamma_verdicts``
 
 
 def per_token_alpha(records: pd.DataFrame) -> pd.DataFrame:
-    """Per draft, pooled over its γs: accepted ÷ positions reached, the i.i.d. α of Leviathan et al.
-    that break-even curves are drawn in (accepted ÷ drafted is lower: at γ = 4 an α of 0.66 shows
-    as 0.39)."""
-    drafts = pd.DataFrame(records)
-    drafts = drafts[drafts["gamma"] > 0]
-    reached = drafts.apply(positions_reached, axis=1) if len(drafts) else pd.Series(dtype=float)
-    sums = drafts.assign(reached=reached).groupby("draft", sort=False)[["accepted", "reached"]].sum()
+    """Per draft, pooled over its γs (batch size as given): accepted ÷ positions reached, the i.i.d.
+    α of Leviathan et al. that break-even curves are drawn in (``token_alpha_by_candidate`` per
+    candidate; accepted ÷ drafted is lower: at γ = 4 an α of 0.66 shows as 0.39)."""
+    records = pd.DataFrame(records)
+    drafts = records[records["gamma"] > 0][["candidate", "draft"]].drop_duplicates("candidate")
+    sums = token_alpha_by_candidate(records).merge(drafts, on="candidate").groupby("draft", sort=False)[
+        ["accepted", "reached"]].sum()
     sums["alpha_token"] = sums["accepted"] / sums["reached"].where(sums["reached"] > 0)
     return sums.reset_index()
 
@@ -788,8 +761,8 @@ def prompt_alpha_spread(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_verdict(speedup: float, lo: float, hi: float) -> str:
-    """"faster" / "slower (speculation tax)" when the 95% CI excludes 1x (the point estimate when
-    there is no CI, e.g. one prompt), else "no clear difference"."""
+    """"wins" / "loses" (pays the speculation tax) when the 95% CI of the speedup excludes 1x (the
+    point estimate when there is no CI, e.g. one prompt), else "inconclusive"."""
     if np.isfinite(lo) and np.isfinite(hi):
         return VERDICTS[0] if lo > 1 else VERDICTS[2] if hi < 1 else VERDICTS[1]
     return VERDICTS[0] if speedup > 1 else VERDICTS[2] if speedup < 1 else VERDICTS[1]
@@ -857,15 +830,18 @@ def profile_speedups(records: pd.DataFrame, table: pd.DataFrame, max_gamma: int 
 def explain_draft(row) -> str:
     """Why a draft (a ``draft_table`` row) won or paid the speculation tax, in Leviathan's terms:
     its wall-clock c against the break-even c at its best γ, and against its per-token α (the
-    break-even c at γ = 1, the highest of all γ)."""
+    break-even c at γ = 1, the highest of all γ); says so when the measurement disagrees."""
     c, alpha, be, gamma = row["c_wall"], row["alpha_token"], row["break_even_c"], int(row["best_gamma"])
     if not (np.isfinite(c) and np.isfinite(alpha)):
         return "it drafted no tokens here, so c and α are unknown"
+    disagree = (f", yet it measured {row['speedup']:.2f}x: measurement and formula disagree, a sign of noise (few "
+                "prompts or tokens, a busy machine)")
     if c >= alpha:
         return (f"its wall-clock c {c:.3f} is at or above its per-token α {alpha:.3f}, the break-even c at γ = 1, "
-                "so no γ can pay")
+                "so by the formula no γ can pay" + (disagree if row["speedup"] > 1 else ""))
     if c >= be:
-        return f"its wall-clock c {c:.3f} is above the break-even c {be:.3f} at γ = {gamma} (per-token α {alpha:.3f})"
+        return (f"its wall-clock c {c:.3f} is above the break-even c {be:.3f} at γ = {gamma} (per-token α {alpha:.3f})"
+                + (disagree if row["speedup"] > 1 else ""))
     if row["speedup"] < 1:
         return (f"its wall-clock c {c:.3f} is below the break-even c {be:.3f} at γ = {gamma}, yet it lost: verifying "
                 "γ + 1 tokens costs more than one and the loop has overheads, which the formula leaves out")

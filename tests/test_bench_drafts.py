@@ -8,7 +8,6 @@ import torch
 from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
 
 from specnb import bench, plots
-from specnb.errors import ParameterError
 from specnb.lookup import PromptLookupDrafter
 from specnb.models import Pair
 
@@ -44,23 +43,7 @@ def flops():
                          "c_flops": [1.0, 0.5, 0.01]})
 
 
-def test_tradeoff_drafts_defaults_extra_and_errors(tmp_path, monkeypatch):
-    from specnb import models
-
-    monkeypatch.setattr(models, "DRAFTS_DIR", tmp_path)  # no distilled drafts committed
-    assert bench.tradeoff_drafts("smollm2-135m") == [*models.EMBEDDED_EXITS, "prompt-lookup"]
-    assert bench.tradeoff_drafts("Qwen/Qwen2.5-3B-Instruct") == ["prompt-lookup"]
-    assert bench.tradeoff_drafts("Qwen/Qwen2.5-3B-Instruct", extra="Qwen/Qwen2.5-0.5B-Instruct") == [
-        "Qwen/Qwen2.5-0.5B-Instruct", "prompt-lookup"]
-    assert bench.tradeoff_drafts("x", drafts="exit:2") == ["exit:2"]
-    assert bench.tradeoff_drafts("x", drafts=["a", "b"], extra="a") == ["a", "b"]
-    with pytest.raises(ParameterError, match="no drafts"):
-        bench.tradeoff_drafts("x", drafts=[])
-
-
-def test_per_token_alpha_counts_only_positions_reached(records):
-    rec = records.iloc[2]  # big γ=2: 4 steps, position 1 accepted 3 times, position 2 twice
-    assert bench.positions_reached(rec) == 4 + 3
+def test_per_token_alpha_pools_positions_reached_over_gammas(records):
     alpha = bench.per_token_alpha(records).set_index("draft")
     # big: γ=1 reached 4+4, accepted 3+1; γ=2 reached 7+7, accepted 5+5 -> 14 / 22
     assert alpha.loc["big", "alpha_token"] == pytest.approx(14 / 22)
@@ -76,24 +59,24 @@ def test_draft_wall_c_pools_gammas(records):
 
 
 def test_speedup_verdict():
-    assert bench.speedup_verdict(1.3, 1.1, 1.5) == "faster"
-    assert bench.speedup_verdict(0.8, 0.7, 0.9) == "slower (speculation tax)"
-    assert bench.speedup_verdict(1.1, 0.9, 1.3) == "no clear difference"
-    assert bench.speedup_verdict(0.9, float("nan"), float("nan")) == "slower (speculation tax)"
+    assert bench.speedup_verdict(1.3, 1.1, 1.5) == "wins"
+    assert bench.speedup_verdict(0.8, 0.7, 0.9) == "loses"
+    assert bench.speedup_verdict(1.1, 0.9, 1.3) == "inconclusive"
+    assert bench.speedup_verdict(0.9, float("nan"), float("nan")) == "loses"
 
 
 def test_draft_table_known_answers(records, flops):
     table = bench.draft_table(records, flops)
     assert table["draft"].tolist() == ["big", "tiny"]  # largest FLOPs first
     big, tiny = table.iloc[0], table.iloc[1]
-    assert big["best_gamma"] == 1 and big["speedup"] == pytest.approx(2.0) and big["verdict"] == "faster"
+    assert big["best_gamma"] == 1 and big["speedup"] == pytest.approx(2.0) and big["verdict"] == "wins"
     assert big["alpha"] == pytest.approx(4 / 8)  # accepted ÷ drafted at γ=1, both prompts
     assert big[["alpha_prompt_mean", "alpha_prompt_min", "alpha_prompt_max"]].tolist() == pytest.approx([0.5, 0.25, 0.75])
     assert big["n_prompts"] == 2 and big["alpha_prompt_std"] == pytest.approx(np.std([0.25, 0.75], ddof=1))
     assert big["alpha_token"] == pytest.approx(14 / 22)
     assert big["break_even_c"] == pytest.approx(14 / 22)  # at γ = 1 the break-even c is α itself
     assert big[["params", "flops_per_token", "c_flops"]].tolist() == [50, 100, 0.5]
-    assert tiny["speedup"] == pytest.approx(0.5) and tiny["verdict"] == "slower (speculation tax)"
+    assert tiny["speedup"] == pytest.approx(0.5) and tiny["verdict"] == "loses"
     assert tiny["break_even_c"] == 0.0 and tiny["c_wall"] > tiny["break_even_c"]
 
 
@@ -142,7 +125,8 @@ def test_draft_table_on_tiny_models():
 
 def test_explain_draft_names_the_binding_comparison():
     row = {"c_wall": 0.3, "alpha_token": 0.2, "break_even_c": 0.1, "best_gamma": 2, "speedup": 0.7}
-    assert "no γ can pay" in bench.explain_draft(row)
+    assert "no γ can pay" in bench.explain_draft(row) and "disagree" not in bench.explain_draft(row)
+    assert "measured 1.30x: measurement and formula disagree" in bench.explain_draft({**row, "speedup": 1.3})
     row.update(alpha_token=0.5, break_even_c=0.25)
     assert "above the break-even c 0.250 at γ = 2" in bench.explain_draft(row)
     row.update(break_even_c=0.4)
