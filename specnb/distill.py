@@ -22,8 +22,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -459,27 +457,21 @@ def draft_state_dict(body, proj) -> dict:
 def save_draft(folder: Path, config: dict, state: dict, meta: dict, head: list[int] | None = None) -> Path:
     """Write the files (``head_tokens.json`` too for a trimmed head) into a temporary sibling
     folder, then rename: never a partial draft."""
-    from specnb.heads import HEAD_FILE
-
     from safetensors.torch import save_file
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
+    from specnb.heads import HEAD_FILE
+    from specnb.models import publish_atomically
+
+    def write(tmp: Path) -> None:
         (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
         save_file(state, str(tmp / "weights.safetensors"))
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         if head is not None:
             (tmp / HEAD_FILE).write_text(json.dumps([int(i) for i in head]))
         for path in [tmp, *tmp.iterdir()]:
-            path.chmod(0o755 if path.is_dir() else 0o644)  # mkdtemp makes it private
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+            path.chmod(0o755 if path.is_dir() else 0o644)  # mkdtemp makes it private; these get committed
+
+    return publish_atomically(write, folder, manifest=False)
 
 
 def assemble_draft(folder: Path, verifier):

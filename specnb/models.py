@@ -88,13 +88,15 @@ def cache_is_valid(folder: Path, full_hash: bool = True) -> bool:
     return bool(manifest)
 
 
-def publish_atomically(build, target: Path) -> Path:
-    """Run ``build(tmp_folder)``, write its manifest, then move it to ``target`` in one rename."""
+def publish_atomically(build, target: Path, manifest: bool = True) -> Path:
+    """Run ``build(tmp_folder)``, write its manifest (checksums for ``cache_is_valid``), then move it
+    to ``target`` in one rename: readers see the old folder or the new one, never a partial one."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         build(tmp)
-        write_manifest(tmp)
+        if manifest:
+            write_manifest(tmp)
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)
