@@ -1,0 +1,80 @@
+"""Predictor validation: notebook 06's held-out grid, summarised into benchmarks/README.md.
+
+    python benchmarks/predictor.py [RUN_DIR]
+
+RUN_DIR is a finished ``specnb run`` folder holding ``06_decision_framework.*`` (default: the newest
+``outputs/*`` that has one). The notebook is where the validation is measured (calibrate on some
+prompts, then predict and measure a γ × draft × batch grid on others); this script only copies its
+recorded figures, with the run's machine, date and commit, between the ``predictor`` markers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from engine import write_readme_section  # benchmarks/engine.py
+
+STEM = "06_decision_framework"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def find_run(argv: list[str]) -> Path:
+    if argv:
+        return Path(argv[0])
+    runs = sorted((p.parent for p in (ROOT / "outputs").glob(f"*/{STEM}.summary.json")), key=lambda p: p.name)
+    if not runs:
+        sys.exit(f"no outputs/*/{STEM}.summary.json: run `specnb run 06` first")
+    return runs[-1]
+
+
+def render(run: Path) -> str:
+    summary = json.loads((run / f"{STEM}.summary.json").read_text())
+    res, env, params = summary["results"], summary["environment"], summary["parameters"]
+    table = pd.read_csv(run / f"{STEM}.validation.csv")
+    checks = pd.read_csv(run / f"{STEM}.recommendation_check.csv")
+    ok = lambda cond: "met" if cond else "**missed**"  # noqa: E731
+    per_draft = (table.assign(abs_error=table["error"].abs(), abs_flops=table["flops_error"].abs())
+                 .groupby("draft")[["abs_error", "abs_flops"]].median())
+    lines = [
+        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch {env['packages']['torch']}; "
+        f"{env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; notebook 06 defaults"
+        f"{' (smoke)' if params.get('smoke') else ''}, run `{run.name}`.",
+        f"Grid: {res['validation_grid_points']} held-out points (γ × draft × batch), validation prompts never seen "
+        "by calibration.",
+        "",
+        "| measure | value | target | status |",
+        "|---|---|---|---|",
+        f"| median \\|predicted − measured\\| ÷ measured speedup, specnb predictor | {100 * res['validation_median_abs_error']:.1f}% "
+        f"| ≤ 10% | {ok(res['validation_target_error_met'])} |",
+        f"| same, Leviathan with FLOPs c | {100 * res['validation_flops_leviathan_median_abs_error']:.1f}% | predictor "
+        f"clearly better | {ok(res['validation_median_abs_error'] < res['validation_flops_leviathan_median_abs_error'])} |",
+        f"| same, Leviathan with wall-clock c | {100 * res['validation_wallclock_leviathan_median_abs_error']:.1f}% | — | — |",
+        f"| recommendation's measured speedup within 5% of the best measured | {res['validation_recommendations_within_5pct']} "
+        f"(worst {100 * res['validation_recommendation_worst_ratio']:.0f}% of best) | all | "
+        f"{ok(res['validation_target_recommendation_met'])} |",
+        f"| measured speedup inside the predicted 10–90% band | {100 * res['validation_within_band']:.0f}% | — | — |",
+        "",
+        "Median absolute error per draft (predictor / FLOPs-c Leviathan): "
+        + ", ".join(f"{d} {100 * r.abs_error:.0f}% / {100 * r.abs_flops:.0f}%" for d, r in per_draft.iterrows()) + ".",
+        "",
+        "Recommendations checked:",
+        "",
+        checks.round(3).to_markdown(index=False),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    run = find_run(sys.argv[1:] if argv is None else argv)
+    markdown = render(run)
+    print(markdown)
+    write_readme_section(markdown, name="predictor")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
