@@ -1,13 +1,15 @@
 """Draft benchmarks: every draft's size, cost ratio c, acceptance and best measured speedup.
 
-    python benchmarks/drafts.py [--verifier smollm2-135m] [--drafts a,b,...] [--gammas 1,2,3] [--prompts 16]
-                                [--max-new-tokens 64] [--quick]
+    python benchmarks/drafts.py [--verifier smollm2-135m] [--drafts a,b,...] [--gammas 1,3] [--prompts 16]
+                                [--max-new-tokens 32] [--quick]
 
 The table the drafts issue asks for, per draft: parameters, FLOPs per token, c by FLOPs, c by wall clock on this
 machine, α on the prompt set (pooled, and mean/spread across prompts), the best measured γ and the speedup there
 with a 95% bootstrap CI over prompts. It is notebook 04's analysis (``specnb.bench.draft_table``) on more prompts
 (round-robin over every category) and longer generations; verifier-only and every (draft, γ) run interleaved per
-prompt, so machine drift hits all of them alike.
+prompt, so machine drift hits all of them alike. Cost: every (draft, γ) generates the same tokens as the verifier
+alone, and weak drafts are slower than it, so with 7 drafts at 2 γs a run takes over 20 times as long as generating
+with the verifier alone; the defaults are sized for about 15 minutes with the embedded verifier on 2 CPU cores.
 
 A full run writes benchmarks/results/drafts.json (environment, configuration, table), the raw records to
 benchmarks/results/drafts_records.csv, and the section between the ``drafts`` markers of benchmarks/README.md.
@@ -38,9 +40,9 @@ def parse_args(argv=None):
     p.add_argument("--verifier", default="smollm2-135m")
     p.add_argument("--drafts", default=None, help="comma-separated; default for the embedded verifier: its distilled "
                                                    "drafts, early exits and prompt lookup")
-    p.add_argument("--gammas", default="1,2,3", help="comma-separated γ values measured per draft")
+    p.add_argument("--gammas", default="1,3", help="comma-separated γ values measured per draft")
     p.add_argument("--prompts", type=int, default=16, help="prompts, round-robin over every category")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--device", default="auto")
     p.add_argument("--quick", action="store_true", help="tiny run to check the script; results go to results/quick/")
