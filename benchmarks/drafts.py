@@ -5,7 +5,7 @@
 
 The table the drafts issue asks for, per draft: parameters, FLOPs per token, c by FLOPs, c by wall clock on this
 machine, α on the prompt set (pooled, and mean/spread across prompts), the best measured γ and the speedup there
-with a 95% bootstrap CI over prompts. It is notebook 04's analysis (``specnb.bench.draft_table``) on more prompts
+with a 95% bootstrap CI over prompts. It is notebook 04's analysis (``specnb.analysis.draft_table``) on more prompts
 (round-robin over every category) and longer generations; verifier-only and every (draft, γ) run interleaved per
 prompt, so machine drift hits all of them alike. Cost: every (draft, γ) generates the same tokens as the verifier
 alone, and weak drafts are slower than it, so with 7 drafts at 2 γs a run takes over 20 times as long as generating
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from specnb import bench
+from specnb import analysis, bench, microbench
 from specnb.prompts import select_prompts
-from specnb.runner import describe_environment
+from specnb.runner import describe_environment, write_marked_section
 
 HERE = Path(__file__).parent
 QUICK = {"prompts": 2, "max_new_tokens": 12, "gammas": [1, 2]}
@@ -62,9 +62,9 @@ def measure(args) -> dict:
     prompts = select_prompts("all", args.prompts)
     records = bench.run_interleaved(pair, prompts, bench.make_candidates(loaded, args.gammas), repeats=args.repeats,
                                     max_new_tokens=args.max_new_tokens)
-    flops = bench.flops_table(args.verifier, list(loaded))
+    flops = microbench.flops_table(args.verifier, list(loaded))
     summary = bench.summarise(records)
-    return {"records": records, "summary": summary, "flops": flops, "table": bench.draft_table(records, flops, summary),
+    return {"records": records, "summary": summary, "flops": flops, "table": analysis.draft_table(records, flops, summary),
             "device": str(pair.device), "dtype": str(pair.dtype), "categories": sorted(set(prompts["category"]))}
 
 
@@ -112,16 +112,7 @@ def render_markdown(result: dict) -> str:
 
 
 def write_readme_section(markdown: str, name: str = "drafts") -> None:
-    """Replace (or append) the section between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
-    path = HERE / "README.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{start}\n{markdown}\n{end}"
-    if start in text and end in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip() + "\n\n## Drafts\n\n" + block + "\n"
-    path.write_text(text)
+    write_marked_section(HERE / "README.md", name, markdown)
 
 
 def write_results(result: dict, markdown: str, quick: bool) -> Path:

@@ -32,7 +32,7 @@ from specnb.decoding import encode_prompts, generate
 from specnb.hf_baseline import compare_with_hf, summarize
 from specnb.models import embedded_draft_names
 from specnb.prompts import load_prompts
-from specnb.runner import describe_environment
+from specnb.runner import describe_environment, write_marked_section
 from specnb.timing import measure_forward_ms
 
 HERE = Path(__file__).parent
@@ -149,15 +149,7 @@ def render_markdown(result: dict) -> str:
 
 
 def write_readme_section(markdown: str, name: str = "engine") -> None:
-    path = HERE / "README.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{start}\n{markdown}\n{end}"
-    if start in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
+    write_marked_section(HERE / "README.md", name, markdown)
 
 
 def main(argv=None) -> int:

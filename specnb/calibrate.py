@@ -2,7 +2,7 @@
 
 Calibration (``calibrate``) measures, on the target device: each model's forward time over tokens
 per forward (1..γ+1) and batch sizes (the dispatch-overhead microbenchmarks of
-``bench.measure_forward_grid``), prompt-length prefill forwards, and one short speculative run per
+``microbench.measure_forward_grid``), prompt-length prefill forwards, and one short speculative run per
 draft at the longest γ on the user's prompts, which gives the per-position acceptance profile (per
 prompt) and the per-step bookkeeping time from the stage timers. The result is a
 ``HardwareProfile`` that ``predict`` reuses, saved as JSON.
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specnb import bench
+from specnb import bench, microbench
 from specnb.errors import ParameterError
 from specnb.predict import (LOOKUP, CostModel, DraftCosts, HardwareProfile, fit_cost_model, predict,
                             profile_from_records)
@@ -72,10 +72,10 @@ def describe_machine(device) -> dict[str, Any]:
 def measure_costs(model, name: str, batch_sizes, max_tokens: int, context_len: int, prefill_len: int,
                   repeats: int, device) -> tuple[pd.DataFrame, CostModel, CostModel]:
     """Decode grid (1..max_tokens tokens per forward) and prefill grid (half and full prompt length)."""
-    decode = bench.measure_forward_grid(model, range(1, max_tokens + 1), batch_sizes, context_len, repeats,
+    decode = microbench.measure_forward_grid(model, range(1, max_tokens + 1), batch_sizes, context_len, repeats,
                                         name=name, device=device).assign(kind="decode")
     lengths = sorted({max(2, prefill_len // 2), max(3, prefill_len)})
-    prefill = bench.measure_forward_grid(model, lengths, batch_sizes, 1, max(2, repeats // 2),
+    prefill = microbench.measure_forward_grid(model, lengths, batch_sizes, 1, max(2, repeats // 2),
                                          name=name, device=device).assign(kind="prefill")
     return pd.concat([decode, prefill], ignore_index=True), fit_cost_model(decode), fit_cost_model(prefill)
 

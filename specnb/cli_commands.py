@@ -45,7 +45,7 @@ def _args_build_drafts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output folder (default: the package's specnb/data/drafts/)")
 
 
-@command("build-drafts", "distil the draft family from the embedded verifier (about 30 min on 2 CPU cores)",
+@command("build-drafts", "distil the draft family from the embedded verifier (15-35 min on 2 CPU cores; an interrupted corpus step resumes)",
          _args_build_drafts)
 def run_build_drafts(args: argparse.Namespace) -> list[dict]:
     from specnb.distill import build_drafts

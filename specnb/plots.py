@@ -129,7 +129,7 @@ def cost_ratio_chart(frame) -> alt.Chart:
 
 def smaller_vs_faster_chart(curve, ratios, reference=(6.0, 2.8)) -> alt.LayerChart:
     """How much faster per token a draft with s-times fewer FLOPs is: the fitted line
-    (``bench.smaller_vs_faster``), the measured drafts (``flops_smaller``, ``times_faster``) and
+    (``microbench.smaller_vs_faster``), the measured drafts (``flops_smaller``, ``times_faster``) and
     the reference's (s, x faster) point on MPS. The gap to the diagonal is the dispatch cost."""
     import pandas as pd
 
@@ -394,7 +394,7 @@ def reference_chart(frame, title: str | None = None) -> alt.Chart:
 
 def step_cost_chart(steps, title: str | None = None) -> alt.LayerChart:
     """Per γ (one draft): a decoding step's time in verifier-only tokens, stacked draft / verify /
-    bookkeeping (``bench.step_costs``), next to the tokens the step yields (black diamonds). A γ
+    bookkeeping (``analysis.step_costs``), next to the tokens the step yields (black diamonds). A γ
     wins where the diamond is above its bar: it buys more tokens than the step costs."""
     parts = {"draft_cost": "draft", "verify_cost": "verify", "overhead_cost": "accept + rollback + other"}
     tidy = steps.melt(id_vars=["candidate", "gamma"], value_vars=list(parts), var_name="part", value_name="tokens")
@@ -416,7 +416,7 @@ def step_cost_chart(steps, title: str | None = None) -> alt.LayerChart:
 
 
 def alpha_chart(summary, title: str | None = None) -> alt.Chart:
-    """Two acceptance rates against γ (summary merged with ``bench.token_alpha_by_candidate``):
+    """Two acceptance rates against γ (summary merged with ``analysis.token_alpha_by_candidate``):
     accepted ÷ drafted, which falls with γ by construction, and accepted ÷ positions reached, the
     per-token α of Leviathan's formula, flat when acceptance does not depend on the position."""
     labels = {"alpha": "accepted ÷ drafted", "alpha_token": "accepted ÷ reached (per-token α)"}
@@ -460,7 +460,7 @@ def accept_length_chart(records, gamma: int, title: str | None = None) -> alt.La
 
 
 def ragged_cost_chart(ragged, title: str | None = None) -> alt.FacetChart:
-    """What ragged batches cost per batch size (``bench.ragged_summary``): the share of cache slots
+    """What ragged batches cost per batch size (``analysis.ragged_summary``): the share of cache slots
     kept but masked (another row accepted more) and of row-steps spent on finished rows."""
     labels = {"masked_slot_share": "cache slots masked (ragged acceptance)",
               "idle_row_share": "row-steps on finished rows"}

@@ -304,3 +304,16 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
+
+
+def write_marked_section(path: Path, name: str, markdown: str) -> None:
+    """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (or
+    append the block): each benchmark script owns one section of benchmarks/README.md."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{markdown}\n{end}"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specnb import bench
+from specnb import analysis, bench, microbench
 from specnb.errors import ParameterError
 from specnb.lookup import PromptLookupDrafter
 from specnb.models import Pair
@@ -164,18 +164,18 @@ def test_per_prompt_speedup_and_alpha():
 def test_fit_dispatch_recovers_known_line_and_wall_clock_c():
     grid = pd.DataFrame([{"model": m, "n_tokens": n, "batch_size": 1, "median_ms": 5.0 + 2.0 * f * n / 1e9}
                          for m, f in (("big", 6e9), ("small", 1e9)) for n in (1, 4, 16)])
-    fit = bench.fit_dispatch(grid, {"big": 6e9, "small": 1e9})
+    fit = microbench.fit_dispatch(grid, {"big": 6e9, "small": 1e9})
     assert fit.t0_ms == pytest.approx(5.0) and fit.ms_per_gflop == pytest.approx(2.0) and fit.r2 == pytest.approx(1.0)
     assert fit.predict_ms(1e9) == pytest.approx(7.0)
-    assert bench.wall_clock_c(grid, "small", "big") == pytest.approx(7.0 / 17.0)  # not the FLOPs ratio 1/6
+    assert microbench.wall_clock_c(grid, "small", "big") == pytest.approx(7.0 / 17.0)  # not the FLOPs ratio 1/6
     with pytest.raises(ParameterError, match="no FLOPs/token"):
-        bench.fit_dispatch(grid, {"big": 6e9})
+        microbench.fit_dispatch(grid, {"big": 6e9})
     with pytest.raises(ParameterError, match="two different sizes"):
-        bench.fit_dispatch(grid[grid["n_tokens"] == 1].head(1), 1e9)
+        microbench.fit_dispatch(grid[grid["n_tokens"] == 1].head(1), 1e9)
 
 
 def test_measure_forward_grid_on_a_tiny_model(pair):
-    grid = bench.measure_forward_grid(pair.verifier, n_tokens=(1, 4), batch_sizes=(1, 2), context_len=8, repeats=2,
+    grid = microbench.measure_forward_grid(pair.verifier, n_tokens=(1, 4), batch_sizes=(1, 2), context_len=8, repeats=2,
                                       name="tiny")
     assert grid[["n_tokens", "batch_size"]].values.tolist() == [[1, 1], [4, 1], [1, 2], [4, 2]]
     assert (grid["median_ms"] > 0).all() and grid["samples_ms"].map(len).eq(2).all()
@@ -218,10 +218,10 @@ def test_ragged_costs_count_masked_slots_and_idle_rows():
 
 
 def test_flops_table_reproduces_reference_ratios_and_handles_every_draft_kind():
-    ref = bench.flops_table("Qwen/Qwen2.5-3B-Instruct", ["Qwen/Qwen2.5-0.5B-Instruct"], context=0).set_index("model")
+    ref = microbench.flops_table("Qwen/Qwen2.5-3B-Instruct", ["Qwen/Qwen2.5-0.5B-Instruct"], context=0).set_index("model")
     assert ref.loc["Qwen/Qwen2.5-3B-Instruct", "flops_per_token"] == 6_171_394_048
     assert round(ref.loc["Qwen/Qwen2.5-0.5B-Instruct", "c_flops"], 4) == 0.1601
-    ours = bench.flops_table("smollm2-135m", ["exit:4", "smollm2-exit-12", "prompt-lookup"], context=128)
+    ours = microbench.flops_table("smollm2-135m", ["exit:4", "smollm2-exit-12", "prompt-lookup"], context=128)
     ours = ours.set_index("model")
     assert ours.loc["exit:4", "layers"] == 4 and ours.loc["smollm2-exit-12", "layers"] == 12
     assert ours.loc["prompt-lookup", "flops_per_token"] == 0
@@ -235,7 +235,7 @@ def test_wall_clock_costs_from_records():
     base[0].update(verifier_forwards=10, verify_ms=90.0)  # 9 decoding steps after prefill: 10 ms each
     cand = synthetic("d γ=2", [10], [100.0], accepted=4, drafted=8, steps=4, gamma=2)
     cand[0].update(draft_ms=16.0, verify_ms=60.0)
-    cost = bench.wall_clock_costs(pd.DataFrame(base + cand)).iloc[0]
+    cost = analysis.wall_clock_costs(pd.DataFrame(base + cand)).iloc[0]
     assert cost["draft_ms_per_drafted_token"] == pytest.approx(2.0) and cost["verify_ms_per_step"] == pytest.approx(15.0)
     assert cost["c_wall"] == pytest.approx(0.2)
 
@@ -243,11 +243,11 @@ def test_wall_clock_costs_from_records():
 def test_best_per_draft_and_simulated_runs():
     summary = pd.DataFrame({"draft": ["", "a", "a", "b"], "gamma": [0, 1, 2, 1], "batch_size": 1,
                             "speedup": [1.0, 1.1, 1.3, 0.8], "candidate": ["v", "a γ=1", "a γ=2", "b γ=1"]})
-    assert bench.best_per_draft(summary)["candidate"].tolist() == ["a γ=2", "b γ=1"]
+    assert analysis.best_per_draft(summary)["candidate"].tolist() == ["a γ=2", "b γ=1"]
     frame = pd.DataFrame(synthetic("verifier-only", [10] * 4, [100] * 4)
                          + synthetic("d γ=1", [10] * 4, [50, 50, 200, 200], accepted=1, drafted=4, gamma=1))
     frame.loc[4, "accepted"] = 4  # one prompt accepts everything
-    runs = bench.simulate_runs(bench.per_prompt(frame), run_size=2, n_runs=200, seed=1)
+    runs = analysis.simulate_runs(bench.per_prompt(frame), run_size=2, n_runs=200, seed=1)
     assert len(runs) == 200 and set(runs["prompts"]) == {2}
     assert runs["alpha"].min() == pytest.approx(2 / 8) and runs["alpha"].max() == pytest.approx(5 / 8)
     assert set(runs["speedup"].round(6)) <= {2.0, 0.5, round(20 / 250 / (20 / 200), 6)}
@@ -297,10 +297,10 @@ def test_notebook_drafts_named_listed_embedded_and_foreign_verifier(tmp_path, mo
 
 
 def test_smaller_vs_faster_follows_the_dispatch_line():
-    fit = bench.DispatchFit(t0_ms=5.0, ms_per_gflop=2.0, r2=1.0, n_points=6)
-    curve = bench.smaller_vs_faster(fit, 6e9, factors=[1, 6, 1e6])
+    fit = microbench.DispatchFit(t0_ms=5.0, ms_per_gflop=2.0, r2=1.0, n_points=6)
+    curve = microbench.smaller_vs_faster(fit, 6e9, factors=[1, 6, 1e6])
     assert curve["times_faster"].tolist() == pytest.approx([1.0, 17.0 / 7.0, 17.0 / 5.0], rel=1e-4)  # → 1 + kF/t0
-    no_dispatch = bench.smaller_vs_faster(bench.DispatchFit(0.0, 2.0, 1.0, 6), 6e9, factors=[6])
+    no_dispatch = microbench.smaller_vs_faster(microbench.DispatchFit(0.0, 2.0, 1.0, 6), 6e9, factors=[6])
     assert no_dispatch["times_faster"].iloc[0] == pytest.approx(6.0)
     with pytest.raises(ParameterError, match="positive"):
-        bench.smaller_vs_faster(fit, 6e9, factors=[0])
+        microbench.smaller_vs_faster(fit, 6e9, factors=[0])

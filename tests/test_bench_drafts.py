@@ -7,7 +7,7 @@ import torch
 
 from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
 
-from specnb import bench, plots
+from specnb import analysis, bench, plots
 from specnb.lookup import PromptLookupDrafter
 from specnb.models import Pair
 
@@ -44,14 +44,14 @@ def flops():
 
 
 def test_per_token_alpha_pools_positions_reached_over_gammas(records):
-    alpha = bench.per_token_alpha(records).set_index("draft")
+    alpha = analysis.per_token_alpha(records).set_index("draft")
     # big: γ=1 reached 4+4, accepted 3+1; γ=2 reached 7+7, accepted 5+5 -> 14 / 22
     assert alpha.loc["big", "alpha_token"] == pytest.approx(14 / 22)
     assert alpha.loc["tiny", "alpha_token"] == 0.0
 
 
 def test_draft_wall_c_pools_gammas(records):
-    c = bench.draft_wall_c(records).set_index("draft")
+    c = analysis.draft_wall_c(records).set_index("draft")
     assert c.loc["big", "verifier_step_ms"] == pytest.approx(10.0)  # 180 ms over 18 steps after prefill
     assert c.loc["big", "draft_ms_per_drafted_token"] == pytest.approx(16.0 / 24)
     assert c.loc["big", "c_wall"] == pytest.approx(16.0 / 24 / 10.0)
@@ -59,14 +59,14 @@ def test_draft_wall_c_pools_gammas(records):
 
 
 def test_speedup_verdict():
-    assert bench.speedup_verdict(1.3, 1.1, 1.5) == "wins"
-    assert bench.speedup_verdict(0.8, 0.7, 0.9) == "loses"
-    assert bench.speedup_verdict(1.1, 0.9, 1.3) == "inconclusive"
-    assert bench.speedup_verdict(0.9, float("nan"), float("nan")) == "loses"
+    assert analysis.speedup_verdict(1.3, 1.1, 1.5) == "wins"
+    assert analysis.speedup_verdict(0.8, 0.7, 0.9) == "loses"
+    assert analysis.speedup_verdict(1.1, 0.9, 1.3) == "inconclusive"
+    assert analysis.speedup_verdict(0.9, float("nan"), float("nan")) == "loses"
 
 
 def test_draft_table_known_answers(records, flops):
-    table = bench.draft_table(records, flops)
+    table = analysis.draft_table(records, flops)
     assert table["draft"].tolist() == ["big", "tiny"]  # largest FLOPs first
     big, tiny = table.iloc[0], table.iloc[1]
     assert big["best_gamma"] == 1 and big["speedup"] == pytest.approx(2.0) and big["verdict"] == "wins"
@@ -81,8 +81,8 @@ def test_draft_table_known_answers(records, flops):
 
 
 def test_c_alpha_points_and_chart(records, flops):
-    table = bench.draft_table(records, flops)
-    points = bench.c_alpha_points(table)
+    table = analysis.draft_table(records, flops)
+    points = analysis.c_alpha_points(table)
     assert len(points) == 4 and set(points["c_kind"]) == {"FLOPs", "wall clock"}
     flops_big = points[(points["draft"] == "big") & (points["c_kind"] == "FLOPs")].iloc[0]
     assert flops_big["c"] == 0.5 and flops_big["alpha"] == pytest.approx(14 / 22) and flops_big["best_speedup"] == 2.0
@@ -91,13 +91,13 @@ def test_c_alpha_points_and_chart(records, flops):
 
 
 def test_profile_speedups_from_measured_positions(records, flops):
-    table = bench.draft_table(records, flops)
-    pred = bench.profile_speedups(records, table).set_index(["draft", "gamma", "c_kind"])
+    table = analysis.draft_table(records, flops)
+    pred = analysis.profile_speedups(records, table).set_index(["draft", "gamma", "c_kind"])
     # big at γ=2 (its largest): position 1 accepted 6 of 8, position 2 accepted 4 of the 6 that reached it
     assert pred.loc[("big", 2, "FLOPs"), "tau"] == pytest.approx(1 + 0.75 + 0.75 * 4 / 6)
     assert pred.loc[("big", 1, "FLOPs"), "speedup"] == pytest.approx(1.75 / 1.5)
     assert pred.loc[("tiny", 1, "wall clock"), "speedup"] == pytest.approx(1 / 1.01)
-    longer = bench.profile_speedups(records, table, max_gamma=4).query("draft == 'tiny'")
+    longer = analysis.profile_speedups(records, table, max_gamma=4).query("draft == 'tiny'")
     assert len(longer) == 8 and longer["extrapolated"].tolist() == [False] * 2 + [True] * 6
 
 
@@ -113,25 +113,25 @@ def test_draft_table_on_tiny_models():
                                  progress=False)
     flops = pd.DataFrame({"model": ["noisy", "lookup"], "params": [1, 0], "flops_per_token": [10, 0],
                           "c_flops": [1.0, 0.0]})
-    table = bench.draft_table(recs, flops)
+    table = analysis.draft_table(recs, flops)
     assert set(table["draft"]) == {"noisy", "lookup"} and table["best_gamma"].isin([1, 3]).all()
     assert (table["c_wall"] > 0).all() and (table["n_prompts"] == 2).all()
     pooled = recs[recs["gamma"] > 0].groupby("draft")[["accepted", "drafted"]].sum()
     per_token = table.set_index("draft")["alpha_token"]
     assert (per_token >= (pooled["accepted"] / pooled["drafted"]).reindex(per_token.index) - 1e-12).all()  # reached ≤ drafted
     assert (table["alpha_prompt_min"] <= table["alpha_prompt_max"]).all()
-    assert len(bench.profile_speedups(recs, table)) == 2 * 3 * 2
+    assert len(analysis.profile_speedups(recs, table)) == 2 * 3 * 2
 
 
 def test_explain_draft_names_the_binding_comparison():
     row = {"c_wall": 0.3, "alpha_token": 0.2, "break_even_c": 0.1, "best_gamma": 2, "speedup": 0.7}
-    assert "no γ can pay" in bench.explain_draft(row) and "disagree" not in bench.explain_draft(row)
-    assert "measured 1.30x: measurement and formula disagree" in bench.explain_draft({**row, "speedup": 1.3})
+    assert "no γ can pay" in analysis.explain_draft(row) and "disagree" not in analysis.explain_draft(row)
+    assert "measured 1.30x: measurement and formula disagree" in analysis.explain_draft({**row, "speedup": 1.3})
     row.update(alpha_token=0.5, break_even_c=0.25)
-    assert "above the break-even c 0.250 at γ = 2" in bench.explain_draft(row)
+    assert "above the break-even c 0.250 at γ = 2" in analysis.explain_draft(row)
     row.update(break_even_c=0.4)
-    assert "yet it lost" in bench.explain_draft(row)
+    assert "yet it lost" in analysis.explain_draft(row)
     row.update(speedup=1.2)
-    assert "below the break-even c 0.400" in bench.explain_draft(row) and "lost" not in bench.explain_draft(row)
+    assert "below the break-even c 0.400" in analysis.explain_draft(row) and "lost" not in analysis.explain_draft(row)
     row.update(c_wall=float("nan"))
-    assert "no tokens" in bench.explain_draft(row)
+    assert "no tokens" in analysis.explain_draft(row)

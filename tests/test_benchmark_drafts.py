@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from test_bench_drafts import record
 
-from specnb import bench
+from specnb import analysis, bench
 from specnb.runner import REPO_ROOT
 
 
@@ -30,7 +30,7 @@ def fake_result():
     summary = bench.summarise(records)
     env = {"cpu": "CPU", "cpu_count": 2, "gpu": None, "packages": {"torch": "2", "transformers": "5"},
            "time_utc": "2026-01-02T03:04:05Z", "git_commit": "abcdef123"}
-    return {"records": records, "summary": summary, "flops": flops, "table": bench.draft_table(records, flops, summary),
+    return {"records": records, "summary": summary, "flops": flops, "table": analysis.draft_table(records, flops, summary),
             "device": "cpu", "dtype": "torch.float32", "categories": ["c"], "environment": env, "seconds": 90.0,
             "config": {"verifier": "v", "repeats": 1, "max_new_tokens": 10, "gammas": [1]}}
 

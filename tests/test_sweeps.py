@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_bench import WORDS, one_thread, perturbed_copy, tiny_llama, tiny_tokenizer  # noqa: F401 (autouse fixture)
 
-from specnb import bench, plots
+from specnb import analysis, bench, microbench, plots
 from specnb.errors import ParameterError
 from specnb.models import Pair
 
@@ -43,7 +43,7 @@ def sweep():
 
 
 def test_step_costs_express_a_step_in_verifier_only_tokens(sweep):
-    steps = bench.step_costs(sweep).set_index("candidate")
+    steps = analysis.step_costs(sweep).set_index("candidate")
     assert list(steps.index) == ["d γ=2", "d γ=6"]
     win = steps.loc["d γ=2"]
     assert win["baseline_ms_per_token"] == pytest.approx(10.0)
@@ -54,21 +54,21 @@ def test_step_costs_express_a_step_in_verifier_only_tokens(sweep):
     lose = steps.loc["d γ=6"]
     assert lose["break_even_tokens"] == pytest.approx(4.4) and lose["decode_speedup"] == pytest.approx(2 / 4.4)
     with pytest.raises(ParameterError, match="baseline"):
-        bench.step_costs(sweep[sweep["gamma"] > 0])
+        analysis.step_costs(sweep[sweep["gamma"] > 0])
 
 
 def test_gamma_verdicts_name_winner_loser_and_why(sweep):
     summary = bench.summarise(sweep, n_boot=200)
-    verdicts = bench.gamma_verdicts(summary, bench.step_costs(sweep)).set_index("candidate")
+    verdicts = analysis.gamma_verdicts(summary, analysis.step_costs(sweep)).set_index("candidate")
     assert verdicts.loc["d γ=2", "verdict"] == "wins" and verdicts.loc["d γ=6", "verdict"] == "loses"
     assert "2.40 verifier-only tokens" in verdicts.loc["d γ=2", "reason"] and "(α = 0.75)" in verdicts.loc["d γ=2", "reason"]
-    with_token = summary.merge(bench.token_alpha_by_candidate(sweep), how="left")
-    assert "α = 0.17, per token 0.50" in bench.gamma_verdicts(with_token, bench.step_costs(sweep)).iloc[1]["reason"]
+    with_token = summary.merge(analysis.token_alpha_by_candidate(sweep), how="left")
+    assert "α = 0.17, per token 0.50" in analysis.gamma_verdicts(with_token, analysis.step_costs(sweep)).iloc[1]["reason"]
     assert "yields only 2.00 tokens" in verdicts.loc["d γ=6", "reason"]
     one = bench.summarise(sweep[sweep["prompt_ids"] == "p0"], n_boot=50)  # one prompt: no CI, point decides
-    assert bench.gamma_verdicts(one, bench.step_costs(sweep))["verdict"].tolist() == ["wins", "loses"]
+    assert analysis.gamma_verdicts(one, analysis.step_costs(sweep))["verdict"].tolist() == ["wins", "loses"]
     flat = summary.assign(speedup_lo=0.9, speedup_hi=1.1)
-    assert set(bench.gamma_verdicts(flat, bench.step_costs(sweep))["verdict"]) == {"inconclusive"}
+    assert set(analysis.gamma_verdicts(flat, analysis.step_costs(sweep))["verdict"]) == {"inconclusive"}
 
 
 def test_leviathan_predictions_from_measured_alpha_and_both_cs():
@@ -76,13 +76,13 @@ def test_leviathan_predictions_from_measured_alpha_and_both_cs():
                             "draft": ["", "d", "d", "lookup"], "gamma": [0, 2, 4, 2], "batch_size": 1,
                             "alpha": [np.nan, 0.5, 1.0, np.nan]})
     wall = pd.DataFrame({"candidate": ["d γ=2", "d γ=4"], "c_wall": [0.25, 0.3]})
-    pred = bench.leviathan_predictions(summary, {"d": 0.1}, wall)
+    pred = analysis.leviathan_predictions(summary, {"d": 0.1}, wall)
     assert len(pred) == 4  # baseline and the lookup that never drafted have no α
     at2 = pred[pred["gamma"] == 2].set_index("kind")["speedup"]
     assert at2["FLOPs c"] == pytest.approx(1.75 / 1.2) and at2["wall-clock c"] == pytest.approx(1.75 / 1.5)
     assert np.isfinite(pred[pred["gamma"] == 4]["speedup"]).all()  # α = 1 is clipped, not a division by zero
     assert set(pred["source"]) == {"d (Leviathan, FLOPs c)", "d (Leviathan, wall-clock c)"}
-    assert len(bench.leviathan_predictions(summary, {}, pd.DataFrame())) == 0
+    assert len(analysis.leviathan_predictions(summary, {}, pd.DataFrame())) == 0
 
 
 def test_token_alpha_counts_only_reached_positions_and_feeds_predictions():
@@ -90,10 +90,10 @@ def test_token_alpha_counts_only_reached_positions_and_feeds_predictions():
     rec = record("d γ=3", 3, tokens=8, forwards=4, accepted=4, drafted=9, steps=3, accept_lengths=[3, 1, 0])
     rec.update(accepted_by_position=[2, 1, 1], drafted_by_position=[3, 3, 3])
     frame = pd.DataFrame([record("verifier-only", 0, tokens=8, forwards=8, verify_ms=70.0), rec])
-    alpha = bench.token_alpha_by_candidate(frame)
+    alpha = analysis.token_alpha_by_candidate(frame)
     assert alpha.set_index("candidate").loc["d γ=3", ["reached", "alpha_token"]].tolist() == pytest.approx([6, 4 / 6])
     summary = bench.summarise(frame, n_boot=10).merge(alpha[["candidate", "batch_size", "alpha_token"]], how="left")
-    pred = bench.leviathan_predictions(summary, {"d": 0.0}, pd.DataFrame(), alpha="alpha_token")
+    pred = analysis.leviathan_predictions(summary, {"d": 0.0}, pd.DataFrame(), alpha="alpha_token")
     assert pred["alpha"].tolist() == pytest.approx([4 / 6])
     assert pred["speedup"].tolist() == pytest.approx([(1 - (4 / 6) ** 4) / (1 - 4 / 6)])
     chart = plots.alpha_chart(summary).to_dict()
@@ -105,14 +105,14 @@ def test_forward_scaling_and_knee():
     # memory-bound up to 8 tokens per forward (10 ms), then 1.25 ms per extra token
     grid = pd.DataFrame([{"model": "v", "n_tokens": n, "batch_size": b,
                           "median_ms": 10.0 + 1.25 * max(0, n * b - 8)} for b in (1, 2, 4, 8) for n in (1, 4)])
-    scaled = bench.forward_scaling(grid)
+    scaled = microbench.forward_scaling(grid)
     assert scaled["tokens"].tolist() == sorted(scaled["tokens"].tolist())
     assert scaled.set_index("tokens").loc[32, "times_one_token"] == pytest.approx(4.0)
     assert scaled.set_index("tokens").loc[8, "ms_per_token"].tolist() == pytest.approx([1.25, 1.25])
-    assert bench.batch_knee(grid) == 16  # 10 + 1.25·8 = 20 ms = 2 one-token forwards
-    assert np.isnan(bench.batch_knee(grid, ratio=10))
+    assert microbench.batch_knee(grid) == 16  # 10 + 1.25·8 = 20 ms = 2 one-token forwards
+    assert np.isnan(microbench.batch_knee(grid, ratio=10))
     with pytest.raises(ParameterError, match="1 token at batch size 1"):
-        bench.forward_scaling(grid[grid["batch_size"] > 1])
+        microbench.forward_scaling(grid[grid["batch_size"] > 1])
 
 
 def test_ragged_summary_shares():
@@ -120,7 +120,7 @@ def test_ragged_summary_shares():
         record("verifier-only", 0, tokens=20, forwards=8, batch_size=4),  # 28 row-steps, 16 live
         record("d γ=2", 2, tokens=20, forwards=5, batch_size=4, accepted=10, drafted=24, steps=12, ragged=6, idle=4),
     ])
-    r = bench.ragged_summary(frame).set_index("candidate")
+    r = analysis.ragged_summary(frame).set_index("candidate")
     assert r.loc["verifier-only", ["row_steps", "idle_row_steps", "ragged_slots"]].tolist() == [28, 12, 0]
     assert r.loc["verifier-only", "idle_row_share"] == pytest.approx(12 / 28)
     assert r.loc["d γ=2", "masked_slot_share"] == pytest.approx(6 / (6 + 10 + 12))
@@ -139,21 +139,21 @@ def test_on_real_engine_records_the_counts_add_up():
     candidates = bench.make_candidates({"noisy": perturbed_copy(verifier, 0.3, 1)}, gammas=[1, 3])
     records = pd.concat([bench.run_interleaved(pair, prompts, candidates, max_new_tokens=10, batch_size=b,
                                                progress=False) for b in (1, 2)], ignore_index=True)
-    steps = bench.step_costs(records)
+    steps = analysis.step_costs(records)
     assert len(steps) == 4 and (steps["tokens_per_step"] >= 1).all()
     assert np.allclose(steps["step_ms"], steps[["draft_ms_per_step", "verify_ms_per_step",
                                                   "overhead_ms_per_step"]].sum(axis=1))
-    ragged = bench.ragged_summary(records)
+    ragged = analysis.ragged_summary(records)
     spec = records[records["gamma"] > 0]
     assert ((spec["steps"] + spec["idle_row_steps"]) == (spec["verifier_forwards"] - 1) * spec["batch_size"]).all()
     assert (ragged[ragged["batch_size"] == 1]["ragged_slots"] == 0).all()
     assert ragged["masked_slot_share"].between(0, 1).all() and ragged["idle_row_share"].between(0, 1).all()
     summary = bench.summarise(records, n_boot=50)
-    verdicts = bench.gamma_verdicts(summary, steps)
+    verdicts = analysis.gamma_verdicts(summary, steps)
     assert set(verdicts["verdict"]) <= {"wins", "loses", "inconclusive"} and verdicts["reason"].str.len().gt(50).all()
-    grid = bench.measure_forward_grid(verifier, n_tokens=(1, 2), batch_sizes=(1, 2), context_len=4, repeats=1)
+    grid = microbench.measure_forward_grid(verifier, n_tokens=(1, 2), batch_sizes=(1, 2), context_len=4, repeats=1)
     for chart in (plots.step_cost_chart(steps[steps["batch_size"] == 1]), plots.accept_length_chart(records, 3),
-                  plots.ragged_cost_chart(ragged), plots.per_token_vs_batch_chart(bench.forward_scaling(grid))):
+                  plots.ragged_cost_chart(ragged), plots.per_token_vs_batch_chart(microbench.forward_scaling(grid))):
         assert chart.to_dict()["title"]
 
 
