@@ -157,11 +157,14 @@ def validate(profile: HardwareProfile, loaded, prompts, gammas=(1, 2, 3, 4, 6), 
     n_new = int(max_new_tokens or profile.max_new_tokens)
     records, rows = [], []
     for b in batch_sizes:
-        got = bench.run_interleaved(pair, frame, bench.make_candidates(models, gammas), max_new_tokens=n_new,
+        full = frame.iloc[: len(frame) // b * b]  # whole batches only: a last, smaller batch is another grid point
+        if full.empty:
+            raise ParameterError(f"batch size {b} needs at least {b} validation prompts, got {len(frame)}")
+        got = bench.run_interleaved(pair, full, bench.make_candidates(models, gammas), max_new_tokens=n_new,
                                     batch_size=b, repeats=repeats, progress=progress)
         records.append(got)
         measured = bench.summarise(got, n_boot=500)
-        width = prompt_tokens(pair.tokenizer, frame, b)
+        width = prompt_tokens(pair.tokenizer, full, b)
         for name in models:
             pred = predict(profile, name, gammas, b, n_new, width).table.set_index("gamma")
             for _, m in measured[measured["draft"] == name].iterrows():

@@ -65,15 +65,30 @@ LOOKUP = "lookup"
 
 @dataclass
 class CostModel:
-    """t(n, b) = t0_ms + ms_per_token · n · b for one forward of ``n`` tokens in ``b`` rows."""
+    """t(n, b) = t0_ms + ms_per_token · n · b for one forward of ``n`` tokens in ``b`` rows, and the
+    measured medians it was fitted on.
+
+    Where (n, b) lies inside the measured grid the measured time is used (linear interpolation
+    between measured n at that b); the line only extrapolates. Why: on a CPU the forward of 2
+    tokens costs far more than 1 more token's worth (matrix-vector products become matrix-matrix
+    products, with their packing overhead), a jump that a line through 1..γ+1 tokens smooths away,
+    and it is exactly the cost of a verification step.
+    """
 
     t0_ms: float
     ms_per_token: float
     r2: float = float("nan")
     n_points: int = 0
+    measured: list = field(default_factory=list)  # [[n_tokens, batch_size, median_ms], ...]
 
     def forward_ms(self, n_tokens, batch_size=1):
-        return self.t0_ms + self.ms_per_token * np.asarray(n_tokens, dtype=float) * batch_size
+        n = np.asarray(n_tokens, dtype=float)
+        fitted = self.t0_ms + self.ms_per_token * n * batch_size
+        points = sorted((row[0], row[2]) for row in self.measured if row[1] == batch_size)
+        if len(points) < 2:
+            return fitted
+        xs, ys = (np.array(v, dtype=float) for v in zip(*points))
+        return np.where((n >= xs[0]) & (n <= xs[-1]), np.interp(n, xs, ys), fitted)
 
 
 def fit_cost_model(grid: pd.DataFrame) -> CostModel:
@@ -87,7 +102,8 @@ def fit_cost_model(grid: pd.DataFrame) -> CostModel:
     (t0, k), *_ = np.linalg.lstsq(design, y, rcond=None)
     total = np.sum((y - y.mean()) ** 2)
     r2 = 1.0 - np.sum((y - design @ [t0, k]) ** 2) / total if total > 0 else 1.0
-    return CostModel(float(t0), float(max(k, 0.0)), float(r2), len(y))
+    measured = grid[["n_tokens", "batch_size", "median_ms"]].to_numpy(dtype=float).tolist()
+    return CostModel(float(t0), float(max(k, 0.0)), float(r2), len(y), measured)
 
 
 # ---------------------------------------------------------------------------- acceptance profile

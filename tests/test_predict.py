@@ -3,6 +3,7 @@ the recommendation, the hand-entered reference profile, profile JSON, and bad in
 Synthetic numbers, plus one end-to-end run on tiny random models."""
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -48,7 +49,20 @@ def test_fit_recovers_known_coefficients():
     assert fit.t0_ms == pytest.approx(42.0, rel=0.03)
     assert fit.ms_per_token == pytest.approx(3.5, rel=0.03)
     assert fit.r2 > 0.99 and fit.n_points == 27
-    assert fit.forward_ms(5, 2) == pytest.approx(fit.t0_ms + 10 * fit.ms_per_token)
+    measured = grid.set_index(["n_tokens", "batch_size"])["median_ms"]
+    assert fit.forward_ms(5, 2) == pytest.approx(measured[(5, 2)])  # measured points are used as measured
+    assert fit.forward_ms(20, 2) == pytest.approx(fit.t0_ms + 40 * fit.ms_per_token)  # the line extrapolates
+    assert fit.forward_ms(5, 3) == pytest.approx(fit.t0_ms + 15 * fit.ms_per_token)  # unmeasured batch size
+
+
+def test_cost_model_keeps_a_jump_the_line_smooths_away():
+    # a CPU-like forward: 2 tokens cost 1.7x one (matrix-vector -> matrix-matrix), then ~linear
+    grid = pd.DataFrame({"n_tokens": [1, 2, 3, 4, 5], "batch_size": 1, "median_ms": [60.0, 102, 104, 106, 108]})
+    fit = P.fit_cost_model(grid)
+    assert fit.forward_ms(np.array([1, 2, 2.5])) == pytest.approx([60.0, 102.0, 103.0])
+    assert fit.t0_ms + fit.ms_per_token * 1 > 70  # what the line alone would say for 1 token
+    restored = P.CostModel(**json.loads(json.dumps(asdict(fit))))
+    assert restored.forward_ms(2) == pytest.approx(102.0)
 
 
 def test_fit_needs_two_sizes():
