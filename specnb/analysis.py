@@ -146,6 +146,22 @@ def step_costs(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def step_trend(steps: pd.DataFrame, token_alpha: pd.DataFrame, draft: str) -> str:
+    """How one draft's step cost and yield move from its smallest to its largest γ (batch 1), in
+    one sentence: the arithmetic behind its verdicts (``step_costs``, ``token_alpha_by_candidate``)."""
+    mine = steps[(steps["draft"] == draft) & (steps["batch_size"] == 1)].sort_values("gamma")
+    if mine.empty:
+        raise ParameterError(f"no batch-1 steps of draft {draft!r}; drafts here: {sorted(set(steps['draft']))}")
+    lo, hi = mine.iloc[0], mine.iloc[-1]
+    counts = token_alpha[token_alpha["candidate"].isin(set(mine["candidate"]))]
+    alpha = counts["accepted"].sum() / max(counts["reached"].sum(), 1)  # per-token α, every γ pooled
+    return (f"from γ = {lo.gamma} to γ = {hi.gamma} drafting per step grows {lo.draft_ms_per_step:.0f} → "
+            f"{hi.draft_ms_per_step:.0f} ms and verifying {lo.verify_ms_per_step:.0f} → {hi.verify_ms_per_step:.0f} ms, "
+            f"so a step costs {lo.break_even_tokens:.2f} → {hi.break_even_tokens:.2f} verifier-only tokens while it "
+            f"yields {lo.tokens_per_step:.2f} → {hi.tokens_per_step:.2f} (at a per-token α of {alpha:.2f} no γ yields "
+            f"more than 1/(1 − α) = {1 / (1 - min(alpha, 0.999)):.2f} on average).")
+
+
 def gamma_verdicts(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per speculative candidate: ``verdict`` (wins / loses by the 95% CI of the measured speedup,
     ``inconclusive`` when it spans 1x; the point estimate decides when there is no CI) and a

@@ -362,3 +362,14 @@ def notebook_drafts(verifier: str, draft: str | None = None, drafts=None, kinds=
         distilled = sorted(distilled, key=lambda name: c[name])
     found = {"distilled": distilled, "exits": list(models.EMBEDDED_EXITS), "lookup": [models.PROMPT_LOOKUP]}
     return [name for kind in kinds for name in found[kind]]
+
+
+def sweep_drafts(verifier: str, draft: str | None = None, drafts=None) -> list[str]:
+    """Notebook 03's drafts: as ``notebook_drafts``, but by default for the embedded verifier prompt
+    lookup (no forward: the draft that can win on a CPU) next to ``default_draft`` (a distilled
+    model, which shows the speculation tax), swept side by side on the same prompts."""
+    from specnb import models
+
+    if draft is None and drafts is None and verifier == models.EMBEDDED_VERIFIER:
+        return [models.PROMPT_LOOKUP, default_draft(verifier)]
+    return notebook_drafts(verifier, draft, drafts)

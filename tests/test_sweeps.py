@@ -57,6 +57,15 @@ def test_step_costs_express_a_step_in_verifier_only_tokens(sweep):
         analysis.step_costs(sweep[sweep["gamma"] > 0])
 
 
+def test_step_trend_reads_the_step_arithmetic_of_one_draft(sweep):
+    steps, token_alpha = analysis.step_costs(sweep), analysis.token_alpha_by_candidate(sweep)
+    trend = analysis.step_trend(steps, token_alpha, "d")
+    assert "γ = 2 to γ = 6" in trend and "10 → 30 ms" in trend and "2.40 → 4.40 verifier-only tokens" in trend
+    assert "2.50 → 2.00" in trend
+    with pytest.raises(ParameterError, match="no batch-1 steps"):
+        analysis.step_trend(steps, token_alpha, "other")
+
+
 def test_gamma_verdicts_name_winner_loser_and_why(sweep):
     summary = bench.summarise(sweep, n_boot=200)
     verdicts = analysis.gamma_verdicts(summary, analysis.step_costs(sweep)).set_index("candidate")
