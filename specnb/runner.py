@@ -138,7 +138,7 @@ def new_run_dir(out: Path | None) -> Path:
     if out is None:
         out = REPO_ROOT / "outputs" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    return out
+    return out.resolve()  # notebooks run with the run folder as cwd: a relative --out would nest
 
 
 def run_notebooks(

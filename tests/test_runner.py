@@ -45,6 +45,13 @@ def test_run_writes_notebook_html_tables_and_summary(tmp_path):
     assert_offline(html)
 
 
+def test_relative_out_folder_holds_the_tables(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # notebooks run with the run folder as cwd: a relative --out must not nest
+    (run,) = run_notebooks(["ok"], {"scale": 2}, out=Path("runs/a"), progress=False)
+    assert run.ok and (tmp_path / "runs" / "a" / "01_ok.points.csv").exists()
+    assert not (tmp_path / "runs" / "a" / "runs").exists()
+
+
 def assert_offline(html: str) -> None:
     """No script, stylesheet or image is fetched from the network."""
     remote = re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)=["'](https?:)?//""", html)
