@@ -11,6 +11,8 @@ from specnb.errors import ParameterError
 from specnb.lookup import PromptLookupDrafter
 from specnb.models import Pair
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 WORDS = [f"w{i}" for i in range(60)]
 
 
@@ -44,14 +46,6 @@ def perturbed_copy(model, scale: float, seed: int) -> LlamaForCausalLM:
             p.add_(scale * p.std() * torch.randn_like(p))
     return draft
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread avoids spin-waiting when the cores are shared (20x faster here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

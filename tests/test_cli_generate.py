@@ -12,7 +12,9 @@ from specnb.decoding import generate
 from specnb.hf_baseline import compare_with_hf, fixed_gamma, summarize
 from specnb.models import Pair
 
-from test_decoding import one_thread, peaked_pair  # noqa: F401  (autouse one-thread fixture, tiny pair)
+from test_decoding import peaked_pair
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class CharTokenizer:

@@ -14,6 +14,8 @@ from specnb.lookup import PromptLookupDrafter
 from specnb.sampling import logits_to_probs
 from specnb.timing import STAGES
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
 
 
@@ -48,14 +50,6 @@ def ragged_prompts(batch=4, width=12, vocab=200, seed=0):
         mask[i, : (3 * i) % (width - 2)] = 0
     return ids.masked_fill(mask == 0, 0), mask
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run far faster on one thread, and the test machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])

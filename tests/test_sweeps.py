@@ -6,11 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_bench import WORDS, one_thread, perturbed_copy, tiny_llama, tiny_tokenizer  # noqa: F401 (autouse fixture)
+from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
 
 from specnb import analysis, bench, microbench, plots
 from specnb.errors import ParameterError
 from specnb.models import Pair
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def record(candidate, gamma, prompt="p0", *, tokens, forwards, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0,

@@ -1,0 +1,14 @@
+"""Shared fixtures."""
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run far faster on one thread: two threads spin-wait on each other's tiny matmuls
+    when the cores are shared (20x slower here). Modules opt in with ``pytestmark``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
