@@ -285,3 +285,13 @@ def test_calibrate_on_a_missing_device(tmp_path, capsys):
     code, _, err = run_cli(["calibrate", "--draft", "prompt-lookup", "--device", "cuda",
                             "--out", str(tmp_path / "p.json")], capsys)
     assert code == 2 and "not available" in err and len(err.strip().splitlines()) == 1
+
+
+def test_calibration_and_validation_prompts_are_disjoint_and_share_categories():
+    from specnb.calibrate import split_prompts
+
+    calibration, validation = split_prompts("all", 4, 4)
+    assert not set(calibration["id"]) & set(validation["id"])
+    assert list(calibration["category"]) == list(validation["category"])
+    with pytest.raises(ParameterError, match="need 9 \\+ 1"):
+        split_prompts("code", 9, 1)
