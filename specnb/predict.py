@@ -81,14 +81,21 @@ class CostModel:
     n_points: int = 0
     measured: list = field(default_factory=list)  # [[n_tokens, batch_size, median_ms], ...]
 
-    def forward_ms(self, n_tokens, batch_size=1):
-        n = np.asarray(n_tokens, dtype=float)
-        fitted = self.t0_ms + self.ms_per_token * n * batch_size
+    def curve(self, batch_size=1) -> Callable[[np.ndarray], np.ndarray]:
+        """ms per forward as a function of n at one batch size, the measured points sorted once
+        (the simulation calls it every step)."""
         points = sorted((row[0], row[2]) for row in self.measured if row[1] == batch_size)
-        if len(points) < 2:
-            return fitted
-        xs, ys = (np.array(v, dtype=float) for v in zip(*points))
-        return np.where((n >= xs[0]) & (n <= xs[-1]), np.interp(n, xs, ys), fitted)
+        xs, ys = (np.array(v, dtype=float) for v in zip(*points)) if len(points) >= 2 else (None, None)
+
+        def ms(n_tokens):
+            n = np.asarray(n_tokens, dtype=float)
+            fitted = self.t0_ms + self.ms_per_token * n * batch_size
+            return fitted if xs is None else np.where((n >= xs[0]) & (n <= xs[-1]), np.interp(n, xs, ys), fitted)
+
+        return ms
+
+    def forward_ms(self, n_tokens, batch_size=1):
+        return self.curve(batch_size)(n_tokens)
 
 
 def fit_cost_model(grid: pd.DataFrame) -> CostModel:
@@ -305,12 +312,12 @@ def step_costs(profile: HardwareProfile, draft: str, batch_size: int, prompt_tok
     else:
         prefill += float(d.prefill.forward_ms(prompt_tokens, batch_size))
 
+        draft_curve = d.decode.curve(batch_size)
+
         def draft_ms(k, width):
             # k forwards: the first feeds the pending tokens (width 1 or 2), the rest one token each
-            first = d.decode.forward_ms(width, batch_size)
-            rest = (k - 1) * d.decode.forward_ms(1, batch_size)
-            return np.where(k > 0, first + rest, 0.0)
-    return StepCosts(lambda n: v.forward_ms(n, batch_size), draft_ms, profile.overhead_ms.get(draft, 0.0), prefill)
+            return np.where(k > 0, draft_curve(width) + (k - 1) * draft_curve(1), 0.0)
+    return StepCosts(v.curve(batch_size), draft_ms, profile.overhead_ms.get(draft, 0.0), prefill)
 
 
 def simulate_speculative_ms(profiles: np.ndarray, costs: StepCosts, gamma: int, n_new: int, rng,
