@@ -70,18 +70,32 @@ def flops_table(verifier: str, drafts: list[str], context: int = 128) -> pd.Data
 
 
 def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context_len: int = 128, repeats: int = 5,
-                         name: str | None = None, device=None) -> pd.DataFrame:
-    """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache."""
-    from specnb.timing import measure_forward_ms
+                         name: str | None = None, device=None, warmup: int = 2) -> pd.DataFrame:
+    """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache.
+
+    Within a batch size the shapes are timed interleaved, one forward of each in turn, ``repeats``
+    times. Why: on a shared machine a slow spell of a few seconds would otherwise land on whichever
+    shape was being timed then and show up as a shape effect; interleaved, it slows every shape
+    alike, and the differences between shapes (what γ trades against) survive it.
+    """
+    from specnb.timing import ForwardProbe
 
     rows = []
     for b in batch_sizes:
-        for n in n_tokens:
-            t = measure_forward_ms(model, n_tokens=int(n), batch_size=int(b), context_len=context_len,
-                                   repeats=repeats, device=device)
+        probes = [ForwardProbe(model, int(n), int(b), context_len, device) for n in n_tokens]
+        for _ in range(warmup):
+            for probe in probes:
+                probe.time_ms()
+        samples = [[] for _ in probes]
+        for _ in range(repeats):
+            for probe, got in zip(probes, samples):
+                got.append(probe.time_ms())
+        for probe, got in zip(probes, samples):
+            t = probe.timing(got)
             rows.append({"model": name or type(model).__name__, "n_tokens": t.n_tokens, "batch_size": t.batch_size,
                          "context_len": t.context_len, "median_ms": t.median_ms,
-                         "min_ms": min(t.samples_ms), "max_ms": max(t.samples_ms), "samples_ms": t.samples_ms})
+                         "min_ms": min(got), "max_ms": max(got), "samples_ms": got})
+        del probes  # free the caches before the next batch size
     return pd.DataFrame(rows)
 
 

@@ -205,33 +205,52 @@ def _cache_kwarg(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def measure_forward_ms(model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128,
-                       repeats: int = 10, device=None, warmup: int = 2) -> ForwardTiming:
-    """Median wall time of one forward of ``[batch_size, n_tokens]`` after a ``context_len`` prefill.
+class ForwardProbe:
+    """One forward shape ``[batch_size, n_tokens]`` on its own ``context_len`` KV cache, timed on demand.
 
     Why a cache: a decoding step (verifier-only: 1 token; verification: gamma+1 tokens) always runs
-    against a KV cache, and its cost depends on it. The cache is cropped back after every repeat so
+    against a KV cache, and its cost depends on it. The cache is cropped back after every forward so
     each sample sees the same context. Random token ids: cost does not depend on their values.
+    Several probes alive at once let a grid be timed one forward of each shape after another.
     """
-    from transformers import DynamicCache
 
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    vocab = model.config.vocab_size
-    gen = torch.Generator().manual_seed(0)
-    context = torch.randint(0, vocab, (batch_size, max(context_len, 1)), generator=gen).to(device)
-    new = torch.randint(0, vocab, (batch_size, n_tokens), generator=gen).to(device)
-    positions = torch.arange(context.shape[1], context.shape[1] + n_tokens, device=device).expand(batch_size, -1)
-    cache = DynamicCache(config=model.config)
-    name = _cache_kwarg(model)
-    samples = []
-    with torch.inference_mode():
-        model(input_ids=context, use_cache=True, **{name: cache})
-        for i in range(warmup + repeats):
-            synchronize(device)
+    def __init__(self, model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128, device=None):
+        from transformers import DynamicCache
+
+        self.model, self.n_tokens, self.batch_size = model, n_tokens, batch_size
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        gen = torch.Generator().manual_seed(0)
+        vocab = model.config.vocab_size
+        context = torch.randint(0, vocab, (batch_size, max(context_len, 1)), generator=gen).to(self.device)
+        self.context_len = context.shape[1]
+        self.new = torch.randint(0, vocab, (batch_size, n_tokens), generator=gen).to(self.device)  # [B, n]
+        self.positions = torch.arange(self.context_len, self.context_len + n_tokens,
+                                      device=self.device).expand(batch_size, -1)  # [B, n]
+        self.cache = DynamicCache(config=model.config)
+        self.kwargs = {_cache_kwarg(model): self.cache, "use_cache": True}
+        with torch.inference_mode():
+            model(input_ids=context, **self.kwargs)
+
+    def time_ms(self) -> float:
+        with torch.inference_mode():
+            synchronize(self.device)
             t0 = time.perf_counter()
-            model(input_ids=new, position_ids=positions, use_cache=True, **{name: cache})
-            synchronize(device)
-            if i >= warmup:
-                samples.append((time.perf_counter() - t0) * 1e3)
-            cache.crop(-n_tokens)
-    return ForwardTiming(n_tokens, batch_size, context.shape[1], statistics.median(samples), samples)
+            self.model(input_ids=self.new, position_ids=self.positions, **self.kwargs)
+            synchronize(self.device)
+            elapsed = (time.perf_counter() - t0) * 1e3
+        self.cache.crop(-self.n_tokens)
+        return elapsed
+
+    def timing(self, samples_ms: list[float]) -> ForwardTiming:
+        return ForwardTiming(self.n_tokens, self.batch_size, self.context_len, statistics.median(samples_ms),
+                             list(samples_ms))
+
+
+def measure_forward_ms(model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128,
+                       repeats: int = 10, device=None, warmup: int = 2) -> ForwardTiming:
+    """Median wall time of one forward of ``[batch_size, n_tokens]`` after a ``context_len`` prefill
+    (see ``ForwardProbe``)."""
+    probe = ForwardProbe(model, n_tokens, batch_size, context_len, device)
+    for _ in range(warmup):
+        probe.time_ms()
+    return probe.timing([probe.time_ms() for _ in range(repeats)])
