@@ -63,7 +63,7 @@ def token_alpha_by_candidate(records: pd.DataFrame) -> pd.DataFrame:
     every earlier position accepted), the per-token α of Leviathan et al.'s formula. The summary's
     α = accepted ÷ drafted is lower and falls with γ even at a constant per-token α, because
     positions after a rejection are drafted but never get a chance."""
-    from specnb.predict import counts_from_positions
+    from specnb.acceptance import counts_from_positions
 
     records = pd.DataFrame(records)
     rows = []
@@ -306,7 +306,7 @@ def profile_speedups(records: pd.DataFrame, table: pd.DataFrame, max_gamma: int 
     γ) and its c by FLOPs and by wall clock: τ(a_1..a_γ) ÷ (γc + 1). Shows where the best γ would
     lie; like Leviathan it prices verifying γ + 1 tokens as one forward, so it is an upper bound.
     Past the measured γ the last position's rate is repeated (``extrapolated``)."""
-    from specnb.predict import profile_from_records
+    from specnb.acceptance import profile_from_records
     from specnb.theory import tokens_per_step_from_profile
 
     rows = []

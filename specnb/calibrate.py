@@ -2,10 +2,12 @@
 
 Calibration (``calibrate``) measures, on the target device: each model's forward time over tokens
 per forward (1..γ+1) and batch sizes (the dispatch-overhead microbenchmarks of
-``microbench.measure_forward_grid``), prompt-length prefill forwards, and one short speculative run per
-draft at the longest γ on the user's prompts, which gives the per-position acceptance profile (per
-prompt) and the per-step bookkeeping time from the stage timers. The result is a
-``HardwareProfile`` that ``predict`` reuses, saved as JSON.
+``microbench.measure_forward_grid``, shapes interleaved), prompt-length prefill forwards, the
+acceptance traces of every draft on the user's prompts (``acceptance.measure_traces``: one greedy
+verifier-only generation per prompt plus a teacher-forced draft forward), and one short speculative
+run per draft at the longest γ on the first prompts, which gives the per-step bookkeeping time from
+the stage timers and checks that replaying the traces reproduces the steps the engine took
+(``replay_check``). The result is a ``HardwareProfile`` that ``predict`` reuses, saved as JSON.
 
 Validation (``validate``) then runs a grid of (draft × γ × batch size) on *other* prompts,
 interleaved with verifier-only as ``bench.run_interleaved`` does, and sets the measured speedup next
@@ -25,24 +27,29 @@ import numpy as np
 import pandas as pd
 
 from specnb import bench, microbench
+from specnb.acceptance import emitted_per_step, measure_traces, pack, profile_from_traces, replay
 from specnb.errors import ParameterError
-from specnb.predict import (LOOKUP, CostModel, DraftCosts, HardwareProfile, fit_cost_model, predict,
-                            profile_from_records)
+from specnb.predict import LOOKUP, CostModel, DraftCosts, HardwareProfile, fit_cost_model, predict
 
 BASELINE = bench.BASELINE
 STAGE_OVERHEAD = ("accept_ms", "rollback_ms", "other_ms")
 
 
 def split_prompts(spec: str = "all", n_calibration: int = 3, n_validation: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Disjoint calibration and validation prompts from the same categories: within each category
-    the prompts alternate between the two pools, and each pool is taken round-robin over the
-    categories. Why: validating on categories calibration never saw measures how prompt mixes
-    differ (prompt lookup accepts far more on copy-heavy prompts), not how good the predictor is."""
+    """Disjoint calibration and validation prompts with the same mix of categories: within each
+    category the prompts alternate between the two pools, each pool is taken round-robin over the
+    categories, and when validation needs fewer prompts than there are categories both pools keep
+    only the categories validation covers. Why: acceptance differs far more between categories
+    than within one (prompt lookup copies from summaries and extractions, not from translations),
+    so calibrating on one mix and validating on another measures the mixes, not the predictor."""
     from specnb.prompts import select_prompts
 
     if n_calibration < 1 or n_validation < 0:
         raise ParameterError(f"need >= 1 calibration prompt and >= 0 validation prompts, got {n_calibration}, {n_validation}")
     frame = select_prompts(spec)
+    categories = list(dict.fromkeys(frame["category"]))
+    if 0 < n_validation < len(categories):
+        frame = frame[frame["category"].isin(categories[:n_validation])]
     rank = frame.groupby("category", sort=False).cumcount()  # 0, 1, 2, ... within each category
     frame = frame.assign(_pool=rank % 2, _rank=rank // 2).sort_values("_rank", kind="stable")
     pools = [frame[frame["_pool"] == k].drop(columns=["_pool", "_rank"]).reset_index(drop=True) for k in (0, 1)]
@@ -77,10 +84,10 @@ def measure_costs(model, name: str, batch_sizes, max_tokens: int, context_len: i
                   repeats: int, device) -> tuple[pd.DataFrame, CostModel, CostModel]:
     """Decode grid (1..max_tokens tokens per forward) and prefill grid (half and full prompt length)."""
     decode = microbench.measure_forward_grid(model, range(1, max_tokens + 1), batch_sizes, context_len, repeats,
-                                        name=name, device=device).assign(kind="decode")
+                                             name=name, device=device).assign(kind="decode")
     lengths = sorted({max(2, prefill_len // 2), max(3, prefill_len)})
-    prefill = microbench.measure_forward_grid(model, lengths, batch_sizes, 1, max(2, repeats // 2),
-                                         name=name, device=device).assign(kind="prefill")
+    prefill = microbench.measure_forward_grid(model, lengths, batch_sizes, 1, max(2, repeats // 3),
+                                              name=name, device=device).assign(kind="prefill")
     return pd.concat([decode, prefill], ignore_index=True), fit_cost_model(decode), fit_cost_model(prefill)
 
 
@@ -104,15 +111,19 @@ def flops_per_token(model) -> float:
 
 
 def calibrate(verifier: str = "smollm2-135m", drafts=("smollm2-exit-4",), *, device="auto", prompts=None,
-              gamma: int = 8, max_new_tokens: int = 48, batch_sizes=(1,), repeats: int = 5, loaded=None,
-              progress: bool = True) -> tuple[HardwareProfile, pd.DataFrame]:
+              gamma: int = 8, max_new_tokens: int = 48, batch_sizes=(1,), repeats: int = 15,
+              overhead_prompts: int = 2, loaded=None, progress: bool = True) -> tuple[HardwareProfile, pd.DataFrame]:
     """Measure a ``HardwareProfile`` for a verifier and its drafts; returns it and the raw records
-    of the acceptance run. ``loaded`` = (pair, {name: draft}) from ``bench.load_candidates`` reuses
-    models already in memory; ``prompts`` is a frame/list, or None for 3 prompts of the shipped set."""
+    of the short speculative run (per-step overhead; ``replay_check`` compares it with the traces).
+
+    ``loaded`` = (pair, {name: draft}) from ``bench.load_candidates`` reuses models already in
+    memory; ``prompts`` is a frame/list, or None for 3 prompts of the shipped set; acceptance
+    traces are measured on all of them, the speculative run on the first ``overhead_prompts``."""
     from specnb.lookup import PromptLookupDrafter
 
-    if gamma < 1 or max_new_tokens < 2:
-        raise ParameterError(f"calibration needs gamma >= 1 and max_new_tokens >= 2, got {gamma}, {max_new_tokens}")
+    if gamma < 1 or max_new_tokens < 2 or overhead_prompts < 1:
+        raise ParameterError(f"calibration needs gamma >= 1, max_new_tokens >= 2 and overhead_prompts >= 1, "
+                             f"got {gamma}, {max_new_tokens}, {overhead_prompts}")
     pair, models = loaded or bench.load_candidates(verifier, list(drafts), device=device)
     frame = split_prompts("all", 3, 0)[0] if prompts is None else bench.as_prompt_frame(prompts)
     width = prompt_tokens(pair.tokenizer, frame)
@@ -127,8 +138,9 @@ def calibrate(verifier: str = "smollm2-135m", drafts=("smollm2-exit-4",), *, dev
         g, decode, prefill = measure_costs(draft, name, batch_sizes, 2, context, int(width), repeats, pair.device)
         grids.append(g)
         costs[name] = DraftCosts("model", decode, prefill, flops_per_token(draft))
-    candidates = bench.make_candidates(models, [gamma])
-    records = bench.run_interleaved(pair, frame, candidates, max_new_tokens=max_new_tokens, progress=progress)
+    traces = measure_traces(pair, models, frame, max_new_tokens, progress=progress)
+    records = bench.run_interleaved(pair, frame.iloc[:overhead_prompts], bench.make_candidates(models, [gamma]),
+                                    max_new_tokens=max_new_tokens, progress=progress)
     overhead = {BASELINE: baseline_overhead(records)}
     for name, cost in costs.items():
         overhead[name] = per_step_overhead(records, name, False)
@@ -139,12 +151,35 @@ def calibrate(verifier: str = "smollm2-135m", drafts=("smollm2-exit-4",), *, dev
     profile = HardwareProfile(
         verifier=pair.verifier_name, device=str(pair.device), machine=describe_machine(pair.device),
         verifier_decode=v_decode, verifier_prefill=v_prefill, verifier_flops_per_token=flops_per_token(pair.verifier),
-        drafts=costs, acceptance={name: profile_from_records(records, name) for name in models},
-        overhead_ms=overhead, max_new_tokens=max_new_tokens, prompt_tokens=width,
+        drafts=costs, acceptance={name: profile_from_traces(t, gamma, max_new_tokens) for name, t in traces.items()},
+        traces=traces, overhead_ms=overhead, max_new_tokens=max_new_tokens, prompt_tokens=width,
         grid=pd.concat(grids, ignore_index=True).drop(columns="samples_ms").to_dict("records"),
         prompts=",".join(frame["id"].astype(str)), created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         specnb_version=__version__)
     return profile, records
+
+
+def replay_check(profile: HardwareProfile, records: pd.DataFrame) -> pd.DataFrame:
+    """Per (draft, prompt) of a batch-1 speculative run: the tokens each step emitted, as the engine
+    recorded them and as the replayed traces say. Greedy decoding makes them identical; a
+    mismatch means float noise flipped a near-tied argmax between the cached (incremental) and the
+    teacher-forced (full-sequence) forward."""
+    rows = []
+    for _, r in records[(records["gamma"] > 0) & (records["batch_size"] == 1)].iterrows():
+        traces = [t for t in profile.traces.get(r["draft"], []) if t.prompt_id == str(r["prompt_ids"])]
+        if not traces:
+            continue
+        packed = pack(traces, profile.max_new_tokens)
+        got = replay(packed, np.zeros((1, 1), dtype=int), int(r["gamma"]), profile.max_new_tokens)
+        length = int(packed.lengths[0])
+        replayed = emitted_per_step(got.accepted[got.active[:, 0, 0], 0, 0], length)
+        measured = emitted_per_step([int(n) for n in r["accept_lengths"]], length)
+        rows.append({"draft": r["draft"], "prompt_id": str(r["prompt_ids"]), "gamma": int(r["gamma"]),
+                     "measured_steps": len(measured), "replayed_steps": len(replayed),
+                     "measured_tokens_per_step": sum(measured) / max(len(measured), 1),
+                     "replayed_tokens_per_step": sum(replayed) / max(len(replayed), 1),
+                     "identical": measured == replayed})
+    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------------------- validation
@@ -204,9 +239,12 @@ def check_choice(group: pd.DataFrame, **keys) -> dict:
     got = float(recommended["measured_speedup"]) if recommended is not None else 1.0
     best = group.loc[group["measured_speedup"].idxmax()]
     best_measured = max(float(best["measured_speedup"]), 1.0)
+    spec_wins = best["measured_speedup"] > 1.0
     return {**keys, "recommended": None if recommended is None else f"{recommended['draft']} γ={int(recommended['gamma'])}",
+            "recommended_predicted_speedup": float(best_pred["predicted_speedup"]) if recommended is not None else 1.0,
             "recommended_measured_speedup": got,
-            "best_measured": f"{best['draft']} γ={int(best['gamma'])}" if best["measured_speedup"] > 1.0 else "verifier-only",
+            "best_measured": f"{best['draft']} γ={int(best['gamma'])}" if spec_wins else "verifier-only",
+            "best_measured_predicted_speedup": float(best["predicted_speedup"]) if spec_wins else 1.0,
             "best_measured_speedup": best_measured, "ratio_to_best": got / best_measured,
             "within_5pct": got >= 0.95 * best_measured}
 
@@ -240,14 +278,14 @@ def ensure_calibrated(verifier: str, draft: str, profile: HardwareProfile | None
     its acceptance if it has none or if ``prompts`` (acceptance depends on them) are given."""
     if profile is None:
         return calibrate(verifier, [draft], device=device, prompts=prompts, gamma=gamma,
-                         max_new_tokens=max_new_tokens, repeats=3, progress=progress)[0]
+                         max_new_tokens=max_new_tokens, repeats=7, progress=progress)[0]
     if profile.verifier != verifier:
         raise ParameterError(f"profile was calibrated for verifier {profile.verifier!r}, not {verifier!r}; "
                              "pass the same --verifier or calibrate a new profile")
     if device != "auto" and str(device) != profile.device:
         raise ParameterError(f"profile was measured on device {profile.device!r}, not {device!r}; "
                              "use --device auto or calibrate on that device")
-    if draft in profile.drafts and draft in profile.acceptance and prompts is None:
+    if draft in profile.drafts and draft in profile.traces and prompts is None:
         return profile
     return complete_profile(profile, draft, prompts, gamma, progress)
 
@@ -266,9 +304,10 @@ def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, 
         else:
             context = int(width + profile.max_new_tokens // 2)
             batch_sizes = sorted({int(g["batch_size"]) for g in profile.grid} or {1})
-            _, decode, prefill = measure_costs(model, draft, batch_sizes, 2, context, int(width), 3, pair.device)
+            _, decode, prefill = measure_costs(model, draft, batch_sizes, 2, context, int(width), 7, pair.device)
             drafts[draft] = DraftCosts("model", decode, prefill, flops_per_token(model))
-    records = bench.run_interleaved(pair, frame, bench.make_candidates(models, [gamma], baseline=False),
+    traces = measure_traces(pair, models, frame, profile.max_new_tokens, progress=progress)[draft]
+    records = bench.run_interleaved(pair, frame.iloc[:2], bench.make_candidates(models, [gamma], baseline=False),
                                     max_new_tokens=profile.max_new_tokens, progress=progress)
     lookup = drafts[draft].kind == LOOKUP
     overhead = dict(profile.overhead_ms)
@@ -276,5 +315,7 @@ def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, 
     if lookup:
         drafts[draft].step_ms = per_step_overhead(records, draft, True) - overhead[draft]
     return HardwareProfile(**{**profile.__dict__, "drafts": drafts, "overhead_ms": overhead, "prompt_tokens": width,
-                              "acceptance": {**profile.acceptance, draft: profile_from_records(records, draft)},
+                              "traces": {**profile.traces, draft: traces},
+                              "acceptance": {**profile.acceptance,
+                                             draft: profile_from_traces(traces, gamma, profile.max_new_tokens)},
                               "prompts": ",".join(frame["id"].astype(str))})

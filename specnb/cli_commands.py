@@ -238,7 +238,7 @@ def _args_calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", action="append", required=True, help="draft to calibrate; repeatable")
     p.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes to time (default 1)")
     p.add_argument("--gamma", type=int, default=8, help="longest gamma to profile acceptance at (default 8)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats per forward size (default 5)")
+    p.add_argument("--repeats", type=int, default=15, help="timed forwards per size, interleaved across sizes (default 15)")
     p.add_argument("--out", required=True, help="where to write the hardware profile (JSON)")
 
 

@@ -438,7 +438,7 @@ def accept_length_chart(records, gamma: int, title: str | None = None) -> alt.La
     import numpy as np
     import pandas as pd
 
-    from specnb.predict import counts_from_positions
+    from specnb.acceptance import counts_from_positions
 
     rows = records[records["gamma"] == gamma]
     lengths = np.array([n for row in rows["accept_lengths"] for n in row], dtype=int)

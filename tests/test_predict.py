@@ -1,4 +1,4 @@
-"""predict/calibrate: cost-model fit, acceptance profiles, simulation vs Monte Carlo and closed forms,
+"""predict/calibrate: cost-model fit, acceptance profiles, prediction vs closed forms,
 the recommendation, the hand-entered reference profile, profile JSON, and bad inputs (API and CLI).
 Synthetic numbers, plus one end-to-end run on tiny random models."""
 
@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
+from specnb import acceptance as A
 from specnb import predict as P
+from specnb import reference as R
 from specnb import theory
 from specnb.cli import main
 from specnb.errors import DeviceError, ParameterError
@@ -18,22 +20,17 @@ from specnb.errors import DeviceError, ParameterError
 DRAFT = "tiny-draft"
 
 
-def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), profile=(0.8, 0.7, 0.6, 0.5, 0.5, 0.5), steps=400,
-                      prefill=(20.0, 0.5), overhead=(0.5, 1.0)) -> P.HardwareProfile:
-    """A profile built from known numbers; acceptance counts follow ``profile`` exactly."""
-    reached, accepted, n = [], [], steps
-    for a in profile:
-        reached.append(n)
-        accepted.append(round(n * a))
-        n = accepted[-1]
-    per_prompt = [{"prompt_id": p, "reached": [r // 2 for r in reached], "accepted": [a // 2 for a in accepted]}
-                  for p in ("a", "b")]
-    return P.HardwareProfile(
+def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0, 0.5), overhead=(0.5, 1.0),
+                      n_new=48) -> P.HardwareProfile:
+    """A profile built from known numbers: linear costs and i.i.d. acceptance α (synthetic traces)."""
+    profile = P.HardwareProfile(
         verifier="tiny", device="cpu", machine={}, verifier_decode=P.CostModel(*t_v),
         verifier_prefill=P.CostModel(*prefill), verifier_flops_per_token=1e9,
         drafts={DRAFT: P.DraftCosts("model", P.CostModel(*t_d), P.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8)},
-        acceptance={DRAFT: P.AcceptanceProfile(len(profile), reached, accepted, per_prompt)},
-        overhead_ms={"verifier-only": overhead[0], DRAFT: overhead[1]}, max_new_tokens=48, prompt_tokens=40.0)
+        acceptance={}, traces={}, overhead_ms={"verifier-only": overhead[0], DRAFT: overhead[1]},
+        max_new_tokens=n_new, prompt_tokens=40.0)
+    P.set_flat_acceptance(profile, DRAFT, alpha, n_new)
+    return profile
 
 
 # ---------------------------------------------------------------------------- cost model
@@ -93,16 +90,6 @@ def test_tokens_per_step_matches_monte_carlo():
     assert abs(theory.tokens_per_step_from_profile(profile) - tau) < 4 * se
 
 
-def test_simulation_steps_match_the_profile():
-    """With only the verifier forward priced (1 ms a step) the simulated time is the step count,
-    so (tokens − 1) / steps is τ, up to the truncated last step of a long generation."""
-    profile = np.array([0.9, 0.7, 0.6, 0.4])
-    costs = P.StepCosts(lambda n: np.ones_like(n, dtype=float), lambda k, w: np.zeros_like(k, dtype=float), 0.0, 0.0)
-    n_new = 2001
-    steps = P.simulate_speculative_ms(np.tile(profile, (200, 1, 1)), costs, 4, n_new, np.random.default_rng(2))
-    assert (n_new - 1) / steps.mean() == pytest.approx(theory.tokens_per_step_from_profile(profile), rel=0.01)
-
-
 def test_profile_recovered_from_bench_style_records():
     true = [0.85, 0.6, 0.5, 0.3]
     rng = np.random.default_rng(3)
@@ -112,7 +99,7 @@ def test_profile_recovered_from_bench_style_records():
         rows.append({"draft": "d", "gamma": 4, "prompt_ids": prompt,
                      "accepted_by_position": [int((lengths > i).sum()) for i in range(4)],
                      "drafted_by_position": [len(lengths)] * 4})
-    profile = P.profile_from_records(pd.DataFrame(rows), "d")
+    profile = A.profile_from_records(pd.DataFrame(rows), "d")
     assert profile.gamma == 4 and len(profile.per_prompt) == 3
     reached = np.array(profile.reached)
     se = np.sqrt(np.array(true) * (1 - np.array(true)) / reached)
@@ -121,18 +108,32 @@ def test_profile_recovered_from_bench_style_records():
 
 def test_counts_from_positions_handles_shortened_drafts():
     # 3 steps: accepted 2 of 3, 0 of 3, then a last step that drafted 1 and accepted it
-    reached, accepted = P.counts_from_positions([2, 1, 0], [3, 2, 2])
+    reached, accepted = A.counts_from_positions([2, 1, 0], [3, 2, 2])
     assert reached == [3, 2, 1] and accepted == [2, 1, 0]
 
 
-def test_extrapolation_is_flagged_and_capped():
-    profile = synthetic_profile(profile=(0.6, 0.9, 0.95))
-    table, pooled = profile.acceptance[DRAFT].extended(6)
-    assert table.shape == (2, 6)
-    assert pooled[3:] == pytest.approx([profile.acceptance[DRAFT].alpha_iid()] * 3)  # tail 0.93 capped at pooled α
+def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> P.HardwareProfile:
+    """``synthetic_profile`` whose draft is a lookup drafter with the given trace (repeated)."""
+    profile = synthetic_profile(overhead=(0.0, 0.0))
+    profile.drafts[DRAFT] = P.DraftCosts(P.LOOKUP, None, None, 0.0, step_ms)
+    profile.traces[DRAFT] = [A.AcceptanceTrace(p, list(runs), list(proposed), cap, True) for p in "ab"]
+    return profile
+
+
+def test_proposals_beyond_the_trace_cap_are_flagged():
+    profile = lookup_profile([0] + [4] * 47, [0] + [4] * 47)
     pred = P.predict(profile, DRAFT, range(1, 7), n_boot=20, sims_per_boot=4)
-    assert list(pred.table["extrapolated"]) == [False] * 3 + [True] * 3
-    assert pred.notes
+    assert list(pred.table["extrapolated"]) == [False] * 4 + [True] * 2
+    assert pred.notes and "up to 4 tokens" in pred.notes[0]
+
+
+def test_a_draft_that_proposes_nothing_costs_only_its_bookkeeping():
+    """A lookup drafter without matches is verified 1 token at a time: verifier-only plus its host
+    time, not the γ + 1-token forward a "k drafts per step" model would charge."""
+    profile = lookup_profile([0] * 48, [0] * 48, step_ms=0.0)
+    pred = P.predict(profile, DRAFT, [4], n_boot=20, sims_per_boot=4)
+    assert pred.predicted_speedup == pytest.approx(1.0, abs=1e-9)
+    assert pred.table["tokens_per_step"].iloc[0] == pytest.approx(1.0)
 
 
 # ---------------------------------------------------------------------------- prediction
@@ -142,9 +143,9 @@ def test_prediction_agrees_with_leviathan_when_its_assumptions_hold():
     """Free verification, no prefill or overhead, long generation, flat α: the Leviathan formula
     with wall-clock c is exact, so the simulated prediction must match it."""
     alpha, c, t_v = 0.7, 0.2, 50.0
-    profile = synthetic_profile(t_v=(t_v, 0.0), t_d=(c * t_v, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0))
-    profile.acceptance[DRAFT] = P.flat_profile(alpha, 8)
-    pred = P.predict(profile, DRAFT, range(1, 9), max_new_tokens=400, n_boot=20, sims_per_boot=4)
+    profile = synthetic_profile(t_v=(t_v, 0.0), t_d=(c * t_v, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0),
+                                alpha=alpha, n_new=400)
+    pred = P.predict(profile, DRAFT, range(1, 9), n_boot=20, sims_per_boot=4)
     # the draft's catch-up forward is priced as an ordinary one, as Leviathan's γ·c does
     expected = theory.expected_speedup(alpha, np.arange(1, 9), c)
     assert np.allclose(pred.table["predicted_speedup"], expected, rtol=0.02)
@@ -161,7 +162,7 @@ def test_recommendation_is_the_argmax():
 
 
 def test_no_recommendation_when_nothing_beats_the_verifier():
-    slow = synthetic_profile(t_d=(55.0, 3.0), profile=(0.3, 0.2, 0.1))
+    slow = synthetic_profile(t_d=(55.0, 3.0), alpha=0.2)
     pred = P.predict(slow, DRAFT, range(1, 5), n_boot=30, sims_per_boot=4)
     assert pred.recommended_gamma is None and pred.predicted_speedup <= 1.0
     assert (pred.table["predicted_speedup"] <= 1.0).all()
@@ -189,17 +190,17 @@ def test_what_if_moves_the_verdict():
 
 
 def test_reference_mps_profile_is_in_the_right_ballpark():
-    profile = P.reference_mps_profile(0.0)
+    profile = R.reference_mps_profile(0.0)
     draft = next(iter(profile.drafts))
     pred = P.predict(profile, draft, range(1, 9), n_boot=20, sims_per_boot=4)
     tok_s = pred.table.set_index("gamma")["predicted_tok_s"]
     assert pred.baseline_tok_s == pytest.approx(14.4, rel=0.01)
-    for gamma, reported in P.REFERENCE_MPS["reported_tok_s"].items():
+    for gamma, reported in R.REFERENCE_MPS["reported_tok_s"].items():
         assert 0.6 * reported < tok_s[gamma] < 1.4 * reported
     # FLOPs-c reproduces the reference's 0.99x at γ = 4
     assert theory.format_speedup(pred.table.set_index("gamma").loc[4, "flops_leviathan_speedup"]) == "0.99x"
     # costlier verification can only slow speculation down
-    costly = P.predict(P.reference_mps_profile(0.2), draft, [4, 7], n_boot=20, sims_per_boot=4)
+    costly = P.predict(R.reference_mps_profile(0.2), draft, [4, 7], n_boot=20, sims_per_boot=4)
     assert (costly.table["predicted_tok_s"].to_numpy() < tok_s.loc[[4, 7]].to_numpy()).all()
 
 
@@ -212,9 +213,11 @@ def test_profile_json_round_trip(tmp_path):
     loaded = P.load_profile(path)
     assert P.save_profile(loaded, tmp_path / "again.json").read_text() == path.read_text()
     assert loaded.verifier_decode.t0_ms == 60.0 and loaded.acceptance[DRAFT].reached == profile.acceptance[DRAFT].reached
+    assert loaded.traces[DRAFT] == profile.traces[DRAFT]
 
 
 @pytest.mark.parametrize("text,match", [("{not json", "not valid JSON"), ('{"format": "other"}', "malformed"),
+                                        ('{"format": "specnb-hardware-profile/2"}', "malformed"),
                                         ('{"format": "specnb-hardware-profile/1"}', "malformed")])
 def test_malformed_profile_is_a_clear_error(tmp_path, text, match):
     path = tmp_path / "bad.json"
@@ -293,5 +296,35 @@ def test_calibration_and_validation_prompts_are_disjoint_and_share_categories():
     calibration, validation = split_prompts("all", 4, 4)
     assert not set(calibration["id"]) & set(validation["id"])
     assert list(calibration["category"]) == list(validation["category"])
+    calibration, validation = split_prompts("all", 8, 4)  # more calibration prompts: the same 4 categories, twice
+    assert sorted(calibration["category"]) == sorted(list(validation["category"]) * 2)
+    calibration, _ = split_prompts("all", 8, 0)  # calibration alone: every category
+    assert calibration["category"].nunique() == 8
     with pytest.raises(ParameterError, match="need 9 \\+ 1"):
         split_prompts("code", 9, 1)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
+    """Calibration on tiny random models: the replayed traces take the steps the engine took, the
+    profile survives JSON, and validation sets a prediction beside every measured grid point."""
+    from test_bench import perturbed_copy, tiny_llama, tiny_tokenizer
+
+    from specnb.calibrate import calibrate, replay_check, validate, validation_summary
+    from specnb.lookup import PromptLookupDrafter
+    from specnb.models import Pair
+
+    pair = Pair(tiny_llama(0), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookupDrafter()}
+    texts = ["w1 w2 w3 w1 w2 w3 w1", "w4 w5 w6 w7 w4 w5", "w8 w9 w8 w9 w8", "w2 w4 w6 w8 w2 w4"]
+    profile, records = calibrate("tiny", drafts, loaded=(pair, drafts), prompts=texts[:3], gamma=4, max_new_tokens=12,
+                                 batch_sizes=(1, 2), repeats=2, progress=False)
+    assert set(profile.traces) == set(drafts) and all(len(t) == 3 for t in profile.traces.values())
+    check = replay_check(profile, records)
+    assert len(check) == 2 * 2 and check["identical"].all()  # 2 drafts x the 2 overhead prompts
+    loaded = P.load_profile(P.save_profile(profile, tmp_path / "p.json"))
+    assert loaded.traces == profile.traces
+    _, table = validate(profile, (pair, drafts), texts[3:] * 2, gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12,
+                        progress=False)
+    assert len(table) == 2 * 2 * 2 and table["predicted_speedup"].gt(0).all()
+    assert validation_summary(table)["grid_points"] == 8
