@@ -58,6 +58,9 @@ def render(run: Path) -> str:
         f"{ok(res['validation_target_recommendation_met'])} |",
         f"| measured speedup inside the predicted 10–90% band | {100 * res['validation_within_band']:.0f}% | — | — |",
         "",
+        f"Replay check (calibration's speculative run vs its replayed acceptance traces, steps identical): "
+        f"{res.get('replay_identical', 'not recorded')}.",
+        "",
         "Median absolute error per draft (predictor / FLOPs-c Leviathan): "
         + ", ".join(f"{d} {100 * r.abs_error:.0f}% / {100 * r.abs_flops:.0f}%" for d, r in per_draft.iterrows()) + ".",
         "",
