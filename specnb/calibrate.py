@@ -29,7 +29,7 @@ import pandas as pd
 from specnb import bench, microbench
 from specnb.acceptance import emitted_per_step, measure_traces, pack, profile_from_traces, replay
 from specnb.errors import ParameterError
-from specnb.predict import LOOKUP, CostModel, DraftCosts, HardwareProfile, fit_cost_model, predict
+from specnb.predict import LOOKUP, CostModel, DraftCosts, HardwareProfile, clears_break_even, fit_cost_model, predict
 
 BASELINE = bench.BASELINE
 STAGE_OVERHEAD = ("accept_ms", "rollback_ms", "other_ms")
@@ -224,7 +224,8 @@ def validate(profile: HardwareProfile, loaded, prompts, gammas=(1, 2, 3, 4, 6), 
 
 def recommendation_check(table: pd.DataFrame) -> pd.DataFrame:
     """Per (draft, batch): the γ the predictor recommends among the measured ones (None: verifier
-    only, worth 1.0x) and its measured speedup against the best measured option."""
+    only, worth 1.0x; the rule of ``predict.Prediction``) and its measured speedup against the best
+    measured option."""
     rows = []
     for (draft, b), group in table.groupby(["draft", "batch_size"], sort=False):
         rows.append(check_choice(group, draft=draft, batch_size=b))
@@ -235,7 +236,7 @@ def recommendation_check(table: pd.DataFrame) -> pd.DataFrame:
 
 def check_choice(group: pd.DataFrame, **keys) -> dict:
     best_pred = group.loc[group["predicted_speedup"].idxmax()]
-    recommended = best_pred if best_pred["predicted_speedup"] > 1.0 else None
+    recommended = best_pred if clears_break_even(best_pred["predicted_speedup"], best_pred["predicted_lo"]) else None
     got = float(recommended["measured_speedup"]) if recommended is not None else 1.0
     best = group.loc[group["measured_speedup"].idxmax()]
     best_measured = max(float(best["measured_speedup"]), 1.0)

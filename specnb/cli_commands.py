@@ -295,6 +295,8 @@ def run_predict(args: argparse.Namespace) -> dict:
         row = next(r for r in result["table"] if r["gamma"] == args.gamma)
         result["gamma_speedup"] = {"gamma": args.gamma, **{k: row[k] for k in ("predicted_speedup", "speedup_lo", "speedup_hi")}}
     result["verdict"] = (f"speculate with gamma={result['recommended_gamma']}" if result["recommended_gamma"]
-                         else "don't speculate: no gamma beats verifier-only")
+                         else "don't speculate: no gamma beats verifier-only" if result["predicted_speedup"] <= 1.0
+                         else f"don't speculate: gamma={result['best_gamma']} wins on average, but its band "
+                              f"{result['speedup_lo']:.2f}-{result['speedup_hi']:.2f}x includes 1.0")
     result["device"] = profile.device
     return result

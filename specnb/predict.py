@@ -247,7 +247,14 @@ def simulate_ms(costs: StepCosts, packed: PackedTraces, rows: np.ndarray, gamma:
 
 @dataclass
 class Prediction:
-    """The verdict for one (draft, batch size): recommended γ (None: don't speculate) and the table."""
+    """The verdict for one (draft, batch size): recommended γ (None: don't speculate) and the table.
+
+    The recommendation is the γ with the highest predicted speedup, *if* the lower end of its band
+    (10th percentile over bootstrapped calibration prompts) is above 1.0. Why not "any γ above
+    1.0x": a predicted 1.005x is a coin flip between a small gain and a small loss on the next
+    prompts, and speculation costs memory and a second model; the gain forgone by waiting for a
+    clear margin is at most the margin. ``best_gamma`` and the table keep the raw predictions.
+    """
 
     draft: str
     batch_size: int
@@ -310,11 +317,20 @@ def predict(profile: HardwareProfile, draft: str, gammas=range(1, 9), batch_size
     best = table.loc[table["predicted_speedup"].idxmax()]
     best_gamma = int(best["gamma"])
     notes = trace_notes(profile.traces[draft], packed, max(gammas), n_new)
-    return Prediction(draft, batch_size, best_gamma if best["predicted_speedup"] > 1.0 else None, best_gamma,
+    recommended = best_gamma if clears_break_even(best["predicted_speedup"], best["speedup_lo"]) else None
+    if recommended is None and best["predicted_speedup"] > 1.0:
+        notes.append(f"γ={best_gamma} predicts {best['predicted_speedup']:.3f}x on average, but its band reaches down "
+                     f"to {best['speedup_lo']:.3f}x: on some prompt mixes it loses, so it is not recommended")
+    return Prediction(draft, batch_size, recommended, best_gamma,
                       float(best["predicted_speedup"]), float(best["speedup_lo"]), float(best["speedup_hi"]),
                       float(np.nanmin(table["break_even_alpha"])) if table["break_even_alpha"].notna().any()
                       else float("nan"), float(table["baseline_tok_s"].iloc[0]), table,
                       notes)
+
+
+def clears_break_even(predicted_speedup: float, speedup_lo: float) -> bool:
+    """The recommendation rule (see ``Prediction``): speculate only when even the band's low end wins."""
+    return bool(predicted_speedup > 1.0 and speedup_lo > 1.0)
 
 
 def bootstrap_rows(n_prompts: int, batch: int, n_boot: int, per_boot: int, seed: int) -> np.ndarray:

@@ -328,3 +328,17 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
                         progress=False)
     assert len(table) == 2 * 2 * 2 and table["predicted_speedup"].gt(0).all()
     assert validation_summary(table)["grid_points"] == 8
+
+
+def test_a_gain_inside_the_band_is_not_recommended():
+    """One calibration prompt the draft gets all right, one it gets all wrong: on average speculation
+    wins, but a bootstrap set of the bad prompt loses, so the band reaches below 1.0x: no
+    recommendation, and a note saying why."""
+    profile = synthetic_profile(t_v=(60.0, 0.0), t_d=(2.0, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0), n_new=40)
+    profile.traces[DRAFT] = [A.AcceptanceTrace("good", [40] * 40, None, None, True),
+                             A.AcceptanceTrace("bad", [0] * 40, None, None, True)]
+    pred = P.predict(profile, DRAFT, [4], n_boot=100, sims_per_boot=4)
+    assert pred.predicted_speedup > 1.3 and pred.speedup_lo < 1.0
+    assert pred.best_gamma == 4 and pred.recommended_gamma is None
+    assert any("not recommended" in note for note in pred.notes)
+    assert P.clears_break_even(1.01, 1.02) and not P.clears_break_even(1.01, 0.97) and not P.clears_break_even(0.9, 0.8)
