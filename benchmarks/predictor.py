@@ -54,7 +54,7 @@ def render(run: Path) -> str:
         f"clearly better | {ok(res['validation_median_abs_error'] < res['validation_flops_leviathan_median_abs_error'])} |",
         f"| same, Leviathan with wall-clock c | {100 * res['validation_wallclock_leviathan_median_abs_error']:.1f}% | — | — |",
         f"| recommendation's measured speedup within 5% of the best measured | {res['validation_recommendations_within_5pct']} "
-        f"(worst {100 * res['validation_recommendation_worst_ratio']:.0f}% of best) | all | "
+        f"(worst {100 * res['validation_recommendation_worst_ratio']:.1f}% of best) | all | "
         f"{ok(res['validation_target_recommendation_met'])} |",
         f"| measured speedup inside the predicted 10–90% band | {100 * res['validation_within_band']:.0f}% | — | — |",
         "",
