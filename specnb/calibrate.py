@@ -189,6 +189,10 @@ def validate(profile: HardwareProfile, loaded, prompts, gammas=(1, 2, 3, 4, 6), 
              max_new_tokens: int | None = None, repeats: int = 1, progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measure every (draft, γ, batch size) on ``prompts`` and set predictions beside it.
 
+    Batch size b runs ``repeats × b`` interleaved repeats, so every grid point rests on the same
+    number of timed generations (P prompts make P / b batches). Why: with 4 prompts, batch 2 would
+    otherwise be 2 timed runs per point, and two options 5% apart would be ranked by timing noise.
+
     Returns (raw records, one row per grid point with measured and predicted speedups and errors).
     """
     pair, models = loaded
@@ -200,7 +204,7 @@ def validate(profile: HardwareProfile, loaded, prompts, gammas=(1, 2, 3, 4, 6), 
         if full.empty:
             raise ParameterError(f"batch size {b} needs at least {b} validation prompts, got {len(frame)}")
         got = bench.run_interleaved(pair, full, bench.make_candidates(models, gammas), max_new_tokens=n_new,
-                                    batch_size=b, repeats=repeats, progress=progress)
+                                    batch_size=b, repeats=repeats * b, progress=progress)
         records.append(got)
         measured = bench.summarise(got, n_boot=500)
         width = prompt_tokens(pair.tokenizer, full, b)
