@@ -33,6 +33,7 @@ from specnb.predict import LOOKUP, CostModel, DraftCosts, HardwareProfile, clear
 
 BASELINE = bench.BASELINE
 STAGE_OVERHEAD = ("accept_ms", "rollback_ms", "other_ms")
+OVERHEAD_PROMPTS = 2  # prompts of the short speculative run that times per-step bookkeeping
 
 
 def split_prompts(spec: str = "all", n_calibration: int = 3, n_validation: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -104,6 +105,33 @@ def baseline_overhead(records: pd.DataFrame) -> float:
     return float(rows[list(STAGE_OVERHEAD)].to_numpy().sum() / max((rows["verifier_forwards"] - 1).sum(), 1))
 
 
+def draft_costs(model, name: str, batch_sizes, context_len: int, prefill_len: int, repeats: int,
+                device) -> tuple[pd.DataFrame | None, DraftCosts]:
+    """(timing grid, costs) of one draft: measured forwards for a model; for a lookup drafter no
+    forward at all, its proposing time per step comes from ``time_steps``."""
+    from specnb.lookup import PromptLookupDrafter
+
+    if isinstance(model, PromptLookupDrafter):
+        return None, DraftCosts(LOOKUP, None, None, 0.0)
+    grid, decode, prefill = measure_costs(model, name, batch_sizes, 2, context_len, prefill_len, repeats, device)
+    return grid, DraftCosts("model", decode, prefill, flops_per_token(model))
+
+
+def time_steps(pair, models: dict, costs: dict[str, DraftCosts], prompts: pd.DataFrame, gamma: int,
+               max_new_tokens: int, baseline: bool, progress: bool) -> tuple[pd.DataFrame, dict[str, float]]:
+    """A short interleaved speculative run at ``gamma``: its records and the host time per step of
+    each draft (per generated token for verifier-only, with ``baseline``). A lookup drafter's
+    proposing time per step is set on its ``costs`` entry."""
+    records = bench.run_interleaved(pair, prompts, bench.make_candidates(models, [gamma], baseline=baseline),
+                                    max_new_tokens=max_new_tokens, progress=progress)
+    overhead = {BASELINE: baseline_overhead(records)} if baseline else {}
+    for name in models:
+        overhead[name] = per_step_overhead(records, name, False)
+        if costs[name].kind == LOOKUP:  # proposing is host work in the "draft" stage
+            costs[name].step_ms = per_step_overhead(records, name, True) - overhead[name]
+    return records, overhead
+
+
 def flops_per_token(model) -> float:
     from specnb.flops import analytic_flops
 
@@ -112,15 +140,13 @@ def flops_per_token(model) -> float:
 
 def calibrate(verifier: str = "smollm2-135m", drafts=("smollm2-exit-4",), *, device="auto", prompts=None,
               gamma: int = 8, max_new_tokens: int = 48, batch_sizes=(1,), repeats: int = 15,
-              overhead_prompts: int = 2, loaded=None, progress: bool = True) -> tuple[HardwareProfile, pd.DataFrame]:
+              overhead_prompts: int = OVERHEAD_PROMPTS, loaded=None, progress: bool = True) -> tuple[HardwareProfile, pd.DataFrame]:
     """Measure a ``HardwareProfile`` for a verifier and its drafts; returns it and the raw records
     of the short speculative run (per-step overhead; ``replay_check`` compares it with the traces).
 
     ``loaded`` = (pair, {name: draft}) from ``bench.load_candidates`` reuses models already in
     memory; ``prompts`` is a frame/list, or None for 3 prompts of the shipped set; acceptance
     traces are measured on all of them, the speculative run on the first ``overhead_prompts``."""
-    from specnb.lookup import PromptLookupDrafter
-
     if gamma < 1 or max_new_tokens < 2 or overhead_prompts < 1:
         raise ParameterError(f"calibration needs gamma >= 1, max_new_tokens >= 2 and overhead_prompts >= 1, "
                              f"got {gamma}, {max_new_tokens}, {overhead_prompts}")
@@ -132,20 +158,12 @@ def calibrate(verifier: str = "smollm2-135m", drafts=("smollm2-exit-4",), *, dev
                                               int(width), repeats, pair.device)
     costs, grids = {}, [grid]
     for name, draft in models.items():
-        if isinstance(draft, PromptLookupDrafter):
-            costs[name] = DraftCosts(LOOKUP, None, None, 0.0)
-            continue
-        g, decode, prefill = measure_costs(draft, name, batch_sizes, 2, context, int(width), repeats, pair.device)
-        grids.append(g)
-        costs[name] = DraftCosts("model", decode, prefill, flops_per_token(draft))
+        g, costs[name] = draft_costs(draft, name, batch_sizes, context, int(width), repeats, pair.device)
+        if g is not None:
+            grids.append(g)
     traces = measure_traces(pair, models, frame, max_new_tokens, progress=progress)
-    records = bench.run_interleaved(pair, frame.iloc[:overhead_prompts], bench.make_candidates(models, [gamma]),
-                                    max_new_tokens=max_new_tokens, progress=progress)
-    overhead = {BASELINE: baseline_overhead(records)}
-    for name, cost in costs.items():
-        overhead[name] = per_step_overhead(records, name, False)
-        if cost.kind == LOOKUP:  # proposing is host work in the "draft" stage
-            cost.step_ms = per_step_overhead(records, name, True) - overhead[name]
+    records, overhead = time_steps(pair, models, costs, frame.iloc[:overhead_prompts], gamma, max_new_tokens,
+                                   baseline=True, progress=progress)
     from specnb import __version__
 
     profile = HardwareProfile(
@@ -296,29 +314,18 @@ def ensure_calibrated(verifier: str, draft: str, profile: HardwareProfile | None
 
 
 def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, progress: bool) -> HardwareProfile:
-    from specnb.lookup import PromptLookupDrafter
-
     pair, models = bench.load_candidates(profile.verifier, [draft], device=profile.device)
     frame = split_prompts("all", 3, 0)[0] if prompts is None else bench.as_prompt_frame(prompts)
     width = prompt_tokens(pair.tokenizer, frame)
     drafts = dict(profile.drafts)
     if draft not in drafts:
-        model = models[draft]
-        if isinstance(model, PromptLookupDrafter):
-            drafts[draft] = DraftCosts(LOOKUP, None, None, 0.0)
-        else:
-            context = int(width + profile.max_new_tokens // 2)
-            batch_sizes = sorted({int(g["batch_size"]) for g in profile.grid} or {1})
-            _, decode, prefill = measure_costs(model, draft, batch_sizes, 2, context, int(width), 7, pair.device)
-            drafts[draft] = DraftCosts("model", decode, prefill, flops_per_token(model))
+        batch_sizes = sorted({int(g["batch_size"]) for g in profile.grid} or {1})
+        _, drafts[draft] = draft_costs(models[draft], draft, batch_sizes, int(width + profile.max_new_tokens // 2),
+                                       int(width), 7, pair.device)
     traces = measure_traces(pair, models, frame, profile.max_new_tokens, progress=progress)[draft]
-    records = bench.run_interleaved(pair, frame.iloc[:2], bench.make_candidates(models, [gamma], baseline=False),
-                                    max_new_tokens=profile.max_new_tokens, progress=progress)
-    lookup = drafts[draft].kind == LOOKUP
-    overhead = dict(profile.overhead_ms)
-    overhead[draft] = per_step_overhead(records, draft, False)
-    if lookup:
-        drafts[draft].step_ms = per_step_overhead(records, draft, True) - overhead[draft]
+    _, measured = time_steps(pair, models, drafts, frame.iloc[:OVERHEAD_PROMPTS], gamma, profile.max_new_tokens,
+                             baseline=False, progress=progress)
+    overhead = {**profile.overhead_ms, **measured}
     return HardwareProfile(**{**profile.__dict__, "drafts": drafts, "overhead_ms": overhead, "prompt_tokens": width,
                               "traces": {**profile.traces, draft: traces},
                               "acceptance": {**profile.acceptance,
