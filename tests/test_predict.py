@@ -189,6 +189,17 @@ def test_what_if_moves_the_verdict():
         P.what_if(profile, DRAFT, draft_speed=0)
 
 
+def test_what_if_with_nothing_changed_is_the_prediction():
+    """A draft with measured forward times: the what-if at speed 1.0 keeps them, not just the line."""
+    profile = synthetic_profile()
+    grid = pd.DataFrame({"n_tokens": [1, 2, 1, 2], "batch_size": [1, 1, 2, 2], "median_ms": [9.0, 16.0, 12.0, 18.0]})
+    profile.drafts[DRAFT].decode = P.fit_cost_model(grid)
+    base = P.predict(profile, DRAFT, range(1, 5), n_boot=40, sims_per_boot=8)
+    same = P.what_if(profile, DRAFT, gammas=range(1, 5))
+    assert same.table["predicted_speedup"].to_numpy() == pytest.approx(base.table["predicted_speedup"].to_numpy())
+    assert P.scale(profile.drafts[DRAFT].decode, 2.0).forward_ms(2) == pytest.approx(8.0)
+
+
 def test_reference_mps_profile_is_in_the_right_ballpark():
     profile = R.reference_mps_profile(0.0)
     draft = next(iter(profile.drafts))
