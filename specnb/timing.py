@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specnb.kvcache import crop_cache
+
 STAGES = ("prefill", "draft", "verify", "accept", "rollback", "other")
 
 
@@ -238,7 +240,7 @@ class ForwardProbe:
             self.model(input_ids=self.new, position_ids=self.positions, **self.kwargs)
             synchronize(self.device)
             elapsed = (time.perf_counter() - t0) * 1e3
-        self.cache.crop(-self.n_tokens)
+        crop_cache(self.cache, self.n_tokens)
         return elapsed
 
     def timing(self, samples_ms: list[float]) -> ForwardTiming:
