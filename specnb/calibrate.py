@@ -2,7 +2,8 @@
 
 Calibration (``calibrate``) measures, on the target device: each model's forward time over tokens
 per forward (1..γ+1) and batch sizes (the dispatch-overhead microbenchmarks of
-``microbench.measure_forward_grid``, shapes interleaved), prompt-length prefill forwards, the
+``microbench.measure_forward_grids``, every model's shapes interleaved, each forward asking for the
+logits the decoding loop asks for), prompt-length prefill forwards, the
 acceptance traces of every draft on the user's prompts (``acceptance.measure_traces``: one greedy
 verifier-only generation per prompt plus a teacher-forced draft forward), and one short speculative
 run per draft at the longest γ on the first prompts, which gives the per-step bookkeeping time from
@@ -27,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from specnb import bench, microbench
+from specnb.microbench import GridShapes
 from specnb.acceptance import emitted_per_step, measure_traces, pack, profile_from_traces, replay
 from specnb.errors import ParameterError
 from specnb.predict import LOOKUP, CostModel, DraftCosts, HardwareProfile, clears_break_even, fit_cost_model, predict
@@ -81,15 +83,39 @@ def describe_machine(device) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- calibration
 
 
-def measure_costs(model, name: str, batch_sizes, max_tokens: int, context_len: int, prefill_len: int,
-                  repeats: int, device) -> tuple[pd.DataFrame, CostModel, CostModel]:
-    """Decode grid (1..max_tokens tokens per forward) and prefill grid (half and full prompt length)."""
-    decode = microbench.measure_forward_grid(model, range(1, max_tokens + 1), batch_sizes, context_len, repeats,
-                                             name=name, device=device).assign(kind="decode")
-    lengths = sorted({max(2, prefill_len // 2), max(3, prefill_len)})
-    prefill = microbench.measure_forward_grid(model, lengths, batch_sizes, 1, max(2, repeats // 3),
-                                              name=name, device=device).assign(kind="prefill")
-    return pd.concat([decode, prefill], ignore_index=True), fit_cost_model(decode), fit_cost_model(prefill)
+def measure_costs(shapes: list[GridShapes], batch_sizes, context_len: int, prefill_len: int, repeats: int,
+                  device) -> pd.DataFrame:
+    """Decode grid (each model's tokens per forward) and prefill grid (half and full prompt length,
+    last logits only, as ``decoding.prefill`` asks), every model's shapes interleaved."""
+    decode = microbench.measure_forward_grids(shapes, batch_sizes, context_len, repeats, device).assign(kind="decode")
+    lengths = tuple(sorted({max(2, prefill_len // 2), max(3, prefill_len)}))
+    prefill = microbench.measure_forward_grids([GridShapes(s.name, s.model, lengths, 1) for s in shapes], batch_sizes,
+                                               1, max(2, repeats // 3), device).assign(kind="prefill")
+    return pd.concat([decode, prefill], ignore_index=True).drop(columns="samples_ms")
+
+
+def fit_costs(grid: pd.DataFrame, name: str) -> tuple[CostModel, CostModel]:
+    """(decode, prefill) cost models of one model's rows of a ``measure_costs`` grid."""
+    rows = grid[grid["model"] == name]
+    return fit_cost_model(rows[rows["kind"] == "decode"]), fit_cost_model(rows[rows["kind"] == "prefill"])
+
+
+def draft_shapes(models: dict) -> list[GridShapes]:
+    """The forwards a model draft runs: 1 token, or 2 when it catches up; only the last logits
+    (the loop's ``keep``). A lookup drafter runs none."""
+    from specnb.lookup import PromptLookupDrafter
+
+    return [GridShapes(name, m, (1, 2), 1) for name, m in models.items() if not isinstance(m, PromptLookupDrafter)]
+
+
+def draft_cost(model, name: str, grid: pd.DataFrame) -> DraftCosts:
+    """A model draft's fitted costs from the grid; a lookup drafter has no forward at all (its
+    proposing time per step comes from ``time_steps``)."""
+    from specnb.lookup import PromptLookupDrafter
+
+    if isinstance(model, PromptLookupDrafter):
+        return DraftCosts(LOOKUP, None, None, 0.0)
+    return DraftCosts("model", *fit_costs(grid, name), flops_per_token(model))
 
 
 def per_step_overhead(records: pd.DataFrame, draft: str, lookup: bool) -> float:
@@ -103,18 +129,6 @@ def baseline_overhead(records: pd.DataFrame) -> float:
     """Host time per generated token of verifier-only beyond its forwards."""
     rows = records[records["candidate"] == BASELINE]
     return float(rows[list(STAGE_OVERHEAD)].to_numpy().sum() / max((rows["verifier_forwards"] - 1).sum(), 1))
-
-
-def draft_costs(model, name: str, batch_sizes, context_len: int, prefill_len: int, repeats: int,
-                device) -> tuple[pd.DataFrame | None, DraftCosts]:
-    """(timing grid, costs) of one draft: measured forwards for a model; for a lookup drafter no
-    forward at all, its proposing time per step comes from ``time_steps``."""
-    from specnb.lookup import PromptLookupDrafter
-
-    if isinstance(model, PromptLookupDrafter):
-        return None, DraftCosts(LOOKUP, None, None, 0.0)
-    grid, decode, prefill = measure_costs(model, name, batch_sizes, 2, context_len, prefill_len, repeats, device)
-    return grid, DraftCosts("model", decode, prefill, flops_per_token(model))
 
 
 def time_steps(pair, models: dict, costs: dict[str, DraftCosts], prompts: pd.DataFrame, gamma: int,
@@ -154,13 +168,10 @@ def calibrate(verifier: str = "smollm2-135m", drafts=("smollm2-exit-4",), *, dev
     frame = split_prompts("all", 3, 0)[0] if prompts is None else bench.as_prompt_frame(prompts)
     width = prompt_tokens(pair.tokenizer, frame)
     context = int(width + max_new_tokens // 2)
-    grid, v_decode, v_prefill = measure_costs(pair.verifier, pair.verifier_name, batch_sizes, gamma + 1, context,
-                                              int(width), repeats, pair.device)
-    costs, grids = {}, [grid]
-    for name, draft in models.items():
-        g, costs[name] = draft_costs(draft, name, batch_sizes, context, int(width), repeats, pair.device)
-        if g is not None:
-            grids.append(g)
+    shapes = [GridShapes(pair.verifier_name, pair.verifier, tuple(range(1, gamma + 2)))] + draft_shapes(models)
+    grid = measure_costs(shapes, batch_sizes, context, int(width), repeats, pair.device)
+    v_decode, v_prefill = fit_costs(grid, pair.verifier_name)
+    costs = {name: draft_cost(draft, name, grid) for name, draft in models.items()}
     traces = measure_traces(pair, models, frame, max_new_tokens, progress=progress)
     records, overhead = time_steps(pair, models, costs, frame.iloc[:overhead_prompts], gamma, max_new_tokens,
                                    baseline=True, progress=progress)
@@ -171,7 +182,7 @@ def calibrate(verifier: str = "smollm2-135m", drafts=("smollm2-exit-4",), *, dev
         verifier_decode=v_decode, verifier_prefill=v_prefill, verifier_flops_per_token=flops_per_token(pair.verifier),
         drafts=costs, acceptance={name: profile_from_traces(t, gamma, max_new_tokens) for name, t in traces.items()},
         traces=traces, overhead_ms=overhead, max_new_tokens=max_new_tokens, prompt_tokens=width,
-        grid=pd.concat(grids, ignore_index=True).drop(columns="samples_ms").to_dict("records"),
+        grid=grid.to_dict("records"),
         prompts=",".join(frame["id"].astype(str)), created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         specnb_version=__version__)
     return profile, records
@@ -320,8 +331,10 @@ def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, 
     drafts = dict(profile.drafts)
     if draft not in drafts:
         batch_sizes = sorted({int(g["batch_size"]) for g in profile.grid} or {1})
-        _, drafts[draft] = draft_costs(models[draft], draft, batch_sizes, int(width + profile.max_new_tokens // 2),
-                                       int(width), 7, pair.device)
+        shapes = draft_shapes(models)
+        grid = measure_costs(shapes, batch_sizes, int(width + profile.max_new_tokens // 2), int(width), 7,
+                             pair.device) if shapes else None
+        drafts[draft] = draft_cost(models[draft], draft, grid)
     traces = measure_traces(pair, models, frame, profile.max_new_tokens, progress=progress)[draft]
     _, measured = time_steps(pair, models, drafts, frame.iloc[:OVERHEAD_PROMPTS], gamma, profile.max_new_tokens,
                              baseline=False, progress=progress)

@@ -70,29 +70,51 @@ def flops_table(verifier: str, drafts: list[str], context: int = 128) -> pd.Data
 
 
 def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context_len: int = 128, repeats: int = 5,
-                         name: str | None = None, device=None, warmup: int = 2) -> pd.DataFrame:
-    """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache.
+                         name: str | None = None, device=None, warmup: int = 2, keep: int | None = None) -> pd.DataFrame:
+    """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache
+    (one model; see ``measure_forward_grids``)."""
+    shapes = [GridShapes(name or type(model).__name__, model, tuple(n_tokens), keep)]
+    return measure_forward_grids(shapes, batch_sizes, context_len, repeats, device, warmup)
 
-    Within a batch size the shapes are timed interleaved, one forward of each in turn, ``repeats``
-    times. Why: on a shared machine a slow spell of a few seconds would otherwise land on whichever
-    shape was being timed then and show up as a shape effect; interleaved, it slows every shape
-    alike, and the differences between shapes (what γ trades against) survive it.
+
+@dataclass
+class GridShapes:
+    """One model's shapes in a forward grid: tokens per forward, and the logits each keeps (None: all)."""
+
+    name: str
+    model: object
+    n_tokens: tuple
+    keep: int | None = None
+
+
+def measure_forward_grids(shapes: list[GridShapes], batch_sizes=(1,), context_len: int = 128, repeats: int = 5,
+                          device=None, warmup: int = 2) -> pd.DataFrame:
+    """Median ms of one forward for every (model, tokens per forward, batch size), on a
+    ``context_len`` cache.
+
+    Within a batch size every shape of every model is timed interleaved, one forward of each in
+    turn, ``repeats`` times. Why: on a shared machine a slow spell of a few seconds would otherwise
+    land on whichever shape (or model) was being timed then and show up as a shape effect or as a
+    cost ratio c; interleaved, it slows every forward alike, and the differences between shapes
+    and models (what γ and the choice of draft trade against) survive it. Interleaving the models
+    also times a draft's forward the way the loop runs it: after the verifier's, not after its own.
     """
     from specnb.timing import ForwardProbe
 
     rows = []
     for b in batch_sizes:
-        probes = [ForwardProbe(model, int(n), int(b), context_len, device) for n in n_tokens]
+        probes = [(s.name, ForwardProbe(s.model, int(n), int(b), context_len, device, s.keep))
+                  for s in shapes for n in s.n_tokens]
         for _ in range(warmup):
-            for probe in probes:
+            for _, probe in probes:
                 probe.time_ms()
         samples = [[] for _ in probes]
         for _ in range(repeats):
-            for probe, got in zip(probes, samples):
+            for (_, probe), got in zip(probes, samples):
                 got.append(probe.time_ms())
-        for probe, got in zip(probes, samples):
+        for (name, probe), got in zip(probes, samples):
             t = probe.timing(got)
-            rows.append({"model": name or type(model).__name__, "n_tokens": t.n_tokens, "batch_size": t.batch_size,
+            rows.append({"model": name, "n_tokens": t.n_tokens, "batch_size": t.batch_size,
                          "context_len": t.context_len, "median_ms": t.median_ms,
                          "min_ms": min(got), "max_ms": max(got), "samples_ms": got})
         del probes  # free the caches before the next batch size

@@ -22,6 +22,7 @@ References: gpt-fast (pytorch-labs) ``generate.py`` for the stage split; Spec-Be
 
 from __future__ import annotations
 
+import inspect
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -202,8 +203,6 @@ class ForwardTiming:
 
 def _cache_kwarg(model) -> str:
     """transformers >= 5.x names the cache argument ``cache``; earlier 5.x used ``past_key_values``."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
@@ -214,9 +213,15 @@ class ForwardProbe:
     against a KV cache, and its cost depends on it. The cache is cropped back after every forward so
     each sample sees the same context. Random token ids: cost does not depend on their values.
     Several probes alive at once let a grid be timed one forward of each shape after another.
+
+    ``keep``: logits of the last ``keep`` columns only (``logits_to_keep``), as the decoding loop
+    asks for them; None computes all ``n_tokens``. Why it matters: with a 49k vocabulary the LM head
+    is most of a small draft's forward, so the draft's 2-token catch-up forward (keep 1) costs far
+    less than a 2-token forward with both columns' logits; verification needs them all.
     """
 
-    def __init__(self, model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128, device=None):
+    def __init__(self, model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128, device=None,
+                 keep: int | None = None):
         from transformers import DynamicCache
 
         self.model, self.n_tokens, self.batch_size = model, n_tokens, batch_size
@@ -232,6 +237,8 @@ class ForwardProbe:
         self.kwargs = {_cache_kwarg(model): self.cache, "use_cache": True}
         with torch.inference_mode():
             model(input_ids=context, **self.kwargs)
+        if keep is not None and "logits_to_keep" in inspect.signature(model.forward).parameters:
+            self.kwargs["logits_to_keep"] = int(keep)
 
     def time_ms(self) -> float:
         with torch.inference_mode():
@@ -249,10 +256,10 @@ class ForwardProbe:
 
 
 def measure_forward_ms(model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128,
-                       repeats: int = 10, device=None, warmup: int = 2) -> ForwardTiming:
+                       repeats: int = 10, device=None, warmup: int = 2, keep: int | None = None) -> ForwardTiming:
     """Median wall time of one forward of ``[batch_size, n_tokens]`` after a ``context_len`` prefill
     (see ``ForwardProbe``)."""
-    probe = ForwardProbe(model, n_tokens, batch_size, context_len, device)
+    probe = ForwardProbe(model, n_tokens, batch_size, context_len, device, keep)
     for _ in range(warmup):
         probe.time_ms()
     return probe.timing([probe.time_ms() for _ in range(repeats)])

@@ -176,6 +176,21 @@ def test_measure_forward_grid_on_a_tiny_model(pair):
     assert set(grid["model"]) == {"tiny"} and (grid["context_len"] == 8).all()
 
 
+def test_forward_grids_interleave_models_and_keep_the_loops_logits(pair):
+    """Every shape of every model in turn, each repeat: a draft's forward is timed after the
+    verifier's, as in the loop, and asks for the logits the loop asks for (keep=1: the last only)."""
+    draft = perturbed_copy(pair.verifier, 0.1, 3)
+    calls = []
+    for name, model in (("v", pair.verifier), ("d", draft)):
+        model.register_forward_hook(lambda m, args, kwargs, out, name=name: calls.append(
+            (name, kwargs["input_ids"].shape[1], out.logits.shape[1])), with_kwargs=True)
+    shapes = [microbench.GridShapes("v", pair.verifier, (1, 3)), microbench.GridShapes("d", draft, (1, 2), keep=1)]
+    grid = microbench.measure_forward_grids(shapes, batch_sizes=(1,), context_len=5, repeats=2, warmup=1)
+    assert grid[["model", "n_tokens"]].values.tolist() == [["v", 1], ["v", 3], ["d", 1], ["d", 2]]
+    timed = [c for c in calls if c[1] != 5]  # drop the probes' context prefills
+    assert timed == [("v", 1, 1), ("v", 3, 3), ("d", 1, 1), ("d", 2, 1)] * 3  # warmup + 2 repeats, interleaved
+
+
 def test_load_candidates_loads_verifier_once_and_each_draft(pair, tmp_path, monkeypatch):
     folder = tmp_path / "draft"
     perturbed_copy(pair.verifier, 0.1, 2).save_pretrained(folder)

@@ -331,6 +331,8 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     profile, records = calibrate("tiny", drafts, loaded=(pair, drafts), prompts=texts[:3], gamma=4, max_new_tokens=12,
                                  batch_sizes=(1, 2), repeats=2, progress=False)
     assert set(profile.traces) == set(drafts) and all(len(t) == 3 for t in profile.traces.values())
+    decode = pd.DataFrame(profile.grid).query("kind == 'decode'")
+    assert decode.groupby("model")["n_tokens"].max().to_dict() == {"tiny": 5, "noisy": 2}  # γ+1; a draft 1..2
     check = replay_check(profile, records)
     assert len(check) == 2 * 2 and check["identical"].all()  # 2 drafts x the 2 overhead prompts
     loaded = P.load_profile(P.save_profile(profile, tmp_path / "p.json"))
