@@ -218,23 +218,27 @@ def _generate_report(args: argparse.Namespace, pair, prompts: list[str], result)
 # --- calibrate / predict: the decision framework ------------------------------------------
 
 
-def _prompt_arguments(p: argparse.ArgumentParser) -> None:
+CALIBRATE_PROMPTS = 20  # `calibrate` stores a profile once: enough prompts for a steady acceptance estimate
+PREDICT_PROMPTS = 3  # `predict` without a profile calibrates briefly; its band says how unsure that is
+
+
+def _prompt_arguments(p: argparse.ArgumentParser, n_default: int) -> None:
     p.add_argument("--verifier", default="smollm2-135m", help="verifier: embedded name, HF id or folder")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--prompts", help="prompts to measure acceptance on: a category, cat1,cat2, all, or a file "
-                                     "with one prompt per line (default: 3 shipped prompts)")
-    p.add_argument("--n-prompts", type=int, default=3, help="how many prompts of --prompts to use (default 3)")
+                                     f"with one prompt per line (default: {n_default} shipped prompts, all categories)")
+    p.add_argument("--n-prompts", type=int, help=f"how many prompts of --prompts to use (default {n_default})")
     p.add_argument("--max-new-tokens", type=int, default=48, help="generation length to predict for (default 48)")
 
 
-def _selected_prompts(args: argparse.Namespace):
+def _selected_prompts(args: argparse.Namespace, n_default: int):
     from specnb.prompts import select_prompts
 
-    return None if args.prompts is None else select_prompts(args.prompts, args.n_prompts)
+    return select_prompts(args.prompts or "all", n_default if args.n_prompts is None else args.n_prompts)
 
 
 def _args_calibrate(p: argparse.ArgumentParser) -> None:
-    _prompt_arguments(p)
+    _prompt_arguments(p, CALIBRATE_PROMPTS)
     p.add_argument("--draft", action="append", required=True, help="draft to calibrate; repeatable")
     p.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes to time (default 1)")
     p.add_argument("--gamma", type=int, default=8, help="longest gamma to profile acceptance at (default 8)")
@@ -250,7 +254,7 @@ def run_calibrate(args: argparse.Namespace) -> dict:
     from specnb.theory import validate_gamma
 
     validate_gamma(args.gamma)
-    prompts = _selected_prompts(args)
+    prompts = _selected_prompts(args, CALIBRATE_PROMPTS)
     profile, _ = calibrate(args.verifier, args.draft, device=args.device, prompts=prompts, gamma=args.gamma,
                            max_new_tokens=args.max_new_tokens, batch_sizes=args.batch, repeats=args.repeats,
                            progress=not args.json)
@@ -266,7 +270,7 @@ def run_calibrate(args: argparse.Namespace) -> dict:
 
 
 def _args_predict(p: argparse.ArgumentParser) -> None:
-    _prompt_arguments(p)
+    _prompt_arguments(p, PREDICT_PROMPTS)
     p.add_argument("--draft", required=True, help="draft: embedded name, exit:K, prompt-lookup, HF id or folder")
     p.add_argument("--batch", type=int, default=1, help="batch size to predict for (default 1)")
     p.add_argument("--profile", help="hardware profile from `specnb calibrate` (default: calibrate now, briefly)")
@@ -284,7 +288,8 @@ def run_predict(args: argparse.Namespace) -> dict:
     validate_gamma(args.max_gamma)
     if args.gamma is not None:
         validate_gamma(args.gamma)
-    prompts = _selected_prompts(args)  # a bad prompt file fails before any measurement
+    # None keeps a profile's traces (or calibrates on the shipped default); a bad file fails before any measurement
+    prompts = None if args.prompts is None and args.n_prompts is None else _selected_prompts(args, PREDICT_PROMPTS)
     profile = load_profile(args.profile) if args.profile else None
     profile = ensure_calibrated(args.verifier, args.draft, profile, device=args.device, prompts=prompts,
                                 gamma=max(args.max_gamma, args.gamma or 1), max_new_tokens=args.max_new_tokens,

@@ -290,6 +290,28 @@ def test_cli_unparseable_prompt_file_and_profile(tmp_path, capsys):
     assert code == 2 and "not valid JSON" in err
 
 
+def test_calibrate_stores_a_profile_on_20_prompts_and_predict_keeps_a_profiles_traces(monkeypatch, capsys):
+    """`calibrate` (once, stored) defaults to 20 prompts over every category; `predict` without
+    --prompts/--n-prompts passes None, so a profile's traces are reused rather than re-measured."""
+    from specnb import calibrate as C
+
+    seen = {}
+
+    def stop_as(key):
+        def stop(*args, **kwargs):
+            seen[key] = kwargs["prompts"]
+            raise ParameterError("stopped before measuring")
+        return stop
+
+    monkeypatch.setattr(C, "calibrate", stop_as("calibrate"))
+    monkeypatch.setattr(C, "ensure_calibrated", stop_as("predict"))
+    assert run_cli(["calibrate", "--draft", DRAFT, "--out", "unused.json"], capsys)[0] == 2
+    assert len(seen["calibrate"]) == 20 and seen["calibrate"]["category"].nunique() == 8
+    assert run_cli(["predict", "--draft", DRAFT], capsys)[0] == 2 and seen["predict"] is None
+    seen.clear()
+    assert run_cli(["predict", "--draft", DRAFT, "--n-prompts", "5"], capsys)[0] == 2 and len(seen["predict"]) == 5
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_calibrate_on_a_missing_device(tmp_path, capsys):
     from specnb.calibrate import calibrate
