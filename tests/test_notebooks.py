@@ -45,6 +45,14 @@ def test_stored_clean_with_one_parameters_cell_and_a_conclusion(path):
     assert conclusion and any(c.cell_type == "code" for c in nb.cells[conclusion[-1]:])  # printed from the data
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_markdown_has_no_latex(path):
+    """The shared HTML is offline and carries no MathJax: a formula written as $...$ would reach the
+    reader as raw LaTeX, so formulas are written in Unicode."""
+    nb = nbformat.read(path, as_version=4)
+    assert [c.source[:80] for c in nb.cells if c.cell_type == "markdown" and "$" in c.source] == []
+
+
 @pytest.mark.slow
 def test_smoke_run_of_every_notebook_writes_parseable_outputs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"}
