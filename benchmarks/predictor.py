@@ -36,6 +36,7 @@ def render(run: Path) -> str:
     res, env, params = summary["results"], summary["environment"], summary["parameters"]
     table = pd.read_csv(run / f"{STEM}.validation.csv")
     checks = pd.read_csv(run / f"{STEM}.recommendation_check.csv")
+    checks["recommended"] = checks["recommended"].fillna("none: verifier-only")
     ok = lambda cond: "met" if cond else "**missed**"  # noqa: E731
     per_draft = (table.assign(abs_error=table["error"].abs(), abs_flops=table["flops_error"].abs())
                  .groupby("draft")[["abs_error", "abs_flops"]].median())
