@@ -31,7 +31,8 @@ from specnb import bench, microbench
 from specnb.microbench import GridShapes
 from specnb.acceptance import emitted_per_step, measure_traces, pack, profile_from_traces, replay
 from specnb.errors import ParameterError
-from specnb.predict import LOOKUP, CostModel, DraftCosts, HardwareProfile, clears_break_even, fit_cost_model, predict
+from specnb.hardware import LOOKUP, CostModel, DraftCosts, HardwareProfile, fit_cost_model
+from specnb.predict import clears_break_even, predict
 
 BASELINE = bench.BASELINE
 STAGE_OVERHEAD = ("accept_ms", "rollback_ms", "other_ms")

@@ -250,7 +250,7 @@ def _args_calibrate(p: argparse.ArgumentParser) -> None:
          _args_calibrate)
 def run_calibrate(args: argparse.Namespace) -> dict:
     from specnb.calibrate import calibrate
-    from specnb.predict import save_profile
+    from specnb.hardware import save_profile
     from specnb.theory import validate_gamma
 
     validate_gamma(args.gamma)
@@ -282,7 +282,8 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
          _args_predict)
 def run_predict(args: argparse.Namespace) -> dict:
     from specnb.calibrate import ensure_calibrated
-    from specnb.predict import load_profile, predict
+    from specnb.hardware import load_profile
+    from specnb.predict import predict
     from specnb.theory import validate_gamma
 
     validate_gamma(args.max_gamma)

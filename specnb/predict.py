@@ -7,13 +7,8 @@ a fixed dispatch cost makes small drafts relatively expensive, verification of �
 free, and acceptance is neither independent nor the same at every position. This module replaces each assumption by
 a measurement (made in ``specnb.calibrate``) and keeps the formula's structure.
 
-Cost model (per model m, fitted by least squares on a microbenchmark grid)::
-
-    t_m(n, b) = t0_m + k_m · n · b          ms for one forward of n new tokens in each of b rows
-
-t0 is the fixed dispatch/launch/bandwidth cost, k the per-token compute. The decode grid is measured
-on a cache of the context the generation will see (prompt + half the new tokens), so the attention
-term is folded into k. Prefill is a second fit of the same form on prompt-length forwards.
+Forward times come from the cost model of ``specnb.hardware`` (measured times inside the grid, the
+line t(n, b) = t0 + k·n·b beyond it), for the verifier (t_v) and the draft (t_d).
 
 One speculative step with k = min(γ, tokens still wanted − 1) drafts, exactly as
 ``specnb.decoding.generate`` does it::
@@ -41,159 +36,20 @@ measuring speedup on the same prompts; the per-position view follows vLLM's spec
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from specnb import theory
-from specnb.acceptance import (AcceptanceProfile, AcceptanceTrace, PackedTraces, flat_packed, flat_profile,
-                               flat_traces, pack, replay)
+from specnb.acceptance import (AcceptanceTrace, PackedTraces, flat_packed, flat_profile, flat_traces, pack,
+                               replay)
 from specnb.errors import ParameterError
+from specnb.hardware import LOOKUP, CostModel, DraftCosts, HardwareProfile
 
-PROFILE_FORMAT = "specnb-hardware-profile/2"
 BAND = (10, 90)  # percentiles of the bootstrap distribution shown as the uncertainty band
-LOOKUP = "lookup"
-
-
-# ---------------------------------------------------------------------------- cost model
-
-
-@dataclass
-class CostModel:
-    """t(n, b) = t0_ms + ms_per_token · n · b for one forward of ``n`` tokens in ``b`` rows, and the
-    measured medians it was fitted on.
-
-    Where (n, b) lies inside the measured grid the measured time is used (linear interpolation
-    between measured n at that b); the line only extrapolates. Why: on a CPU the forward of 2
-    tokens costs far more than 1 more token's worth (matrix-vector products become matrix-matrix
-    products, with their packing overhead), a jump that a line through 1..γ+1 tokens smooths away,
-    and it is exactly the cost of a verification step.
-    """
-
-    t0_ms: float
-    ms_per_token: float
-    r2: float = float("nan")
-    n_points: int = 0
-    measured: list = field(default_factory=list)  # [[n_tokens, batch_size, median_ms], ...]
-
-    def curve(self, batch_size=1) -> Callable[[np.ndarray], np.ndarray]:
-        """ms per forward as a function of n at one batch size, the measured points sorted once
-        (the simulation calls it every step)."""
-        points = sorted((row[0], row[2]) for row in self.measured if row[1] == batch_size)
-        xs, ys = (np.array(v, dtype=float) for v in zip(*points)) if len(points) >= 2 else (None, None)
-
-        def ms(n_tokens):
-            n = np.asarray(n_tokens, dtype=float)
-            fitted = self.t0_ms + self.ms_per_token * n * batch_size
-            return fitted if xs is None else np.where((n >= xs[0]) & (n <= xs[-1]), np.interp(n, xs, ys), fitted)
-
-        return ms
-
-    def forward_ms(self, n_tokens, batch_size=1):
-        return self.curve(batch_size)(n_tokens)
-
-
-def fit_cost_model(grid: pd.DataFrame) -> CostModel:
-    """Least squares of ``median_ms`` on tokens × batch (columns n_tokens, batch_size, median_ms)."""
-    x = (grid["n_tokens"] * grid["batch_size"]).to_numpy(dtype=float)
-    y = grid["median_ms"].to_numpy(dtype=float)
-    if len(np.unique(x)) < 2:
-        raise ParameterError("a cost model needs forwards of at least two sizes (n_tokens × batch_size); "
-                             f"got {sorted(set(x))}")
-    design = np.stack([np.ones_like(x), x], axis=1)  # [P, 2]
-    (t0, k), *_ = np.linalg.lstsq(design, y, rcond=None)
-    total = np.sum((y - y.mean()) ** 2)
-    r2 = 1.0 - np.sum((y - design @ [t0, k]) ** 2) / total if total > 0 else 1.0
-    measured = grid[["n_tokens", "batch_size", "median_ms"]].to_numpy(dtype=float).tolist()
-    return CostModel(float(t0), float(max(k, 0.0)), float(r2), len(y), measured)
-
-
-# ---------------------------------------------------------------------------- hardware profile
-
-
-@dataclass
-class DraftCosts:
-    """What a draft costs: a model's cost models, or a fixed ms per step (prompt lookup)."""
-
-    kind: str  # "model" or LOOKUP
-    decode: CostModel | None
-    prefill: CostModel | None
-    flops_per_token: float  # for the FLOPs-c Leviathan comparison (0 for lookup)
-    step_ms: float = 0.0  # lookup: host time to propose per step
-
-
-@dataclass
-class HardwareProfile:
-    """Everything ``predict`` needs, as plain JSON (``save_profile`` / ``load_profile``)."""
-
-    verifier: str
-    device: str
-    machine: dict
-    verifier_decode: CostModel
-    verifier_prefill: CostModel
-    verifier_flops_per_token: float
-    drafts: dict[str, DraftCosts]
-    acceptance: dict[str, AcceptanceProfile]  # per-position report, replayed at the calibration γ
-    traces: dict[str, list[AcceptanceTrace]]  # what the simulation replays
-    overhead_ms: dict[str, float]  # "verifier-only": per token; a draft name: per speculative step
-    max_new_tokens: int
-    prompt_tokens: float
-    grid: list[dict] = field(default_factory=list)
-    prompts: str = ""
-    created_utc: str = ""
-    specnb_version: str = ""
-    notes: list[str] = field(default_factory=list)
-
-
-def save_profile(profile: HardwareProfile, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"format": PROFILE_FORMAT, **asdict(profile)}
-    path.write_text(json.dumps(data, indent=1, default=_plain))
-    return path
-
-
-def _plain(value):
-    return value.item() if hasattr(value, "item") else str(value)
-
-
-def load_profile(path) -> HardwareProfile:
-    """Read a profile written by ``save_profile``; a malformed file is a ParameterError saying why."""
-    path = Path(path).expanduser()
-    fix = "recreate it with `specnb calibrate ... --out PROFILE.json`"
-    try:
-        data = json.loads(path.read_text())
-    except OSError as err:
-        raise ParameterError(f"cannot read profile {str(path)!r} ({err.strerror}); {fix}") from None
-    except ValueError as err:
-        raise ParameterError(f"profile {str(path)!r} is not valid JSON ({err}); {fix}") from None
-    try:
-        return profile_from_dict(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ParameterError(f"profile {str(path)!r} is malformed ({type(err).__name__}: {err}); {fix}") from None
-
-
-def profile_from_dict(data: dict) -> HardwareProfile:
-    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
-        raise ValueError(f"format is not {PROFILE_FORMAT!r}")
-    drafts = {name: DraftCosts(d["kind"], d["decode"] and CostModel(**d["decode"]),
-                               d["prefill"] and CostModel(**d["prefill"]), float(d["flops_per_token"]),
-                               float(d.get("step_ms", 0.0))) for name, d in data["drafts"].items()}
-    acceptance = {name: AcceptanceProfile(**a) for name, a in data["acceptance"].items()}
-    traces = {name: [AcceptanceTrace(**t) for t in ts] for name, ts in data["traces"].items()}
-    fields = {k: v for k, v in data.items() if k not in ("format", "drafts", "acceptance", "traces")}
-    profile = HardwareProfile(**{**fields, "drafts": drafts, "acceptance": acceptance, "traces": traces,
-                                 "verifier_decode": CostModel(**data["verifier_decode"]),
-                                 "verifier_prefill": CostModel(**data["verifier_prefill"])})
-    for name, a in acceptance.items():
-        if len(a.reached) != a.gamma or len(a.accepted) != a.gamma:
-            raise ValueError(f"acceptance of {name!r} has {len(a.reached)} positions, gamma {a.gamma}")
-    return profile
 
 
 # ---------------------------------------------------------------------------- simulation

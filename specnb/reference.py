@@ -12,7 +12,8 @@ import pandas as pd
 
 from specnb import theory
 from specnb.errors import ParameterError
-from specnb.predict import CostModel, DraftCosts, HardwareProfile, predict, set_flat_acceptance
+from specnb.hardware import CostModel, DraftCosts, HardwareProfile
+from specnb.predict import predict, set_flat_acceptance
 
 REFERENCE_MPS = {  # what the reference reported on an Apple GPU (MPS), Qwen2.5-3B + 0.5B, greedy
     "verifier_tok_s": 14.4, "alpha": 0.392, "draft_speed_ratio": 2.8,

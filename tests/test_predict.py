@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from specnb import acceptance as A
+from specnb import hardware as H
 from specnb import predict as P
 from specnb import reference as R
 from specnb import theory
@@ -21,12 +22,12 @@ DRAFT = "tiny-draft"
 
 
 def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0, 0.5), overhead=(0.5, 1.0),
-                      n_new=48) -> P.HardwareProfile:
+                      n_new=48) -> H.HardwareProfile:
     """A profile built from known numbers: linear costs and i.i.d. acceptance α (synthetic traces)."""
-    profile = P.HardwareProfile(
-        verifier="tiny", device="cpu", machine={}, verifier_decode=P.CostModel(*t_v),
-        verifier_prefill=P.CostModel(*prefill), verifier_flops_per_token=1e9,
-        drafts={DRAFT: P.DraftCosts("model", P.CostModel(*t_d), P.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8)},
+    profile = H.HardwareProfile(
+        verifier="tiny", device="cpu", machine={}, verifier_decode=H.CostModel(*t_v),
+        verifier_prefill=H.CostModel(*prefill), verifier_flops_per_token=1e9,
+        drafts={DRAFT: H.DraftCosts("model", H.CostModel(*t_d), H.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8)},
         acceptance={}, traces={}, overhead_ms={"verifier-only": overhead[0], DRAFT: overhead[1]},
         max_new_tokens=n_new, prompt_tokens=40.0)
     P.set_flat_acceptance(profile, DRAFT, alpha, n_new)
@@ -42,7 +43,7 @@ def test_fit_recovers_known_coefficients():
     true_ms = 42.0 + 3.5 * n * b
     grid = pd.DataFrame({"n_tokens": n.ravel(), "batch_size": b.ravel(),
                          "median_ms": (true_ms * (1 + 0.01 * rng.standard_normal(true_ms.shape))).ravel()})
-    fit = P.fit_cost_model(grid)
+    fit = H.fit_cost_model(grid)
     assert fit.t0_ms == pytest.approx(42.0, rel=0.03)
     assert fit.ms_per_token == pytest.approx(3.5, rel=0.03)
     assert fit.r2 > 0.99 and fit.n_points == 27
@@ -55,17 +56,17 @@ def test_fit_recovers_known_coefficients():
 def test_cost_model_keeps_a_jump_the_line_smooths_away():
     # a CPU-like forward: 2 tokens cost 1.7x one (matrix-vector -> matrix-matrix), then ~linear
     grid = pd.DataFrame({"n_tokens": [1, 2, 3, 4, 5], "batch_size": 1, "median_ms": [60.0, 102, 104, 106, 108]})
-    fit = P.fit_cost_model(grid)
+    fit = H.fit_cost_model(grid)
     assert fit.forward_ms(np.array([1, 2, 2.5])) == pytest.approx([60.0, 102.0, 103.0])
     assert fit.t0_ms + fit.ms_per_token * 1 > 70  # what the line alone would say for 1 token
-    restored = P.CostModel(**json.loads(json.dumps(asdict(fit))))
+    restored = H.CostModel(**json.loads(json.dumps(asdict(fit))))
     assert restored.forward_ms(2) == pytest.approx(102.0)
 
 
 def test_fit_needs_two_sizes():
     grid = pd.DataFrame({"n_tokens": [1, 1], "batch_size": [1, 1], "median_ms": [5.0, 6.0]})
     with pytest.raises(ParameterError, match="two sizes"):
-        P.fit_cost_model(grid)
+        H.fit_cost_model(grid)
 
 
 # ---------------------------------------------------------------------------- acceptance
@@ -112,10 +113,10 @@ def test_counts_from_positions_handles_shortened_drafts():
     assert reached == [3, 2, 1] and accepted == [2, 1, 0]
 
 
-def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> P.HardwareProfile:
+def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> H.HardwareProfile:
     """``synthetic_profile`` whose draft is a lookup drafter with the given trace (repeated)."""
     profile = synthetic_profile(overhead=(0.0, 0.0))
-    profile.drafts[DRAFT] = P.DraftCosts(P.LOOKUP, None, None, 0.0, step_ms)
+    profile.drafts[DRAFT] = H.DraftCosts(H.LOOKUP, None, None, 0.0, step_ms)
     profile.traces[DRAFT] = [A.AcceptanceTrace(p, list(runs), list(proposed), cap, True) for p in "ab"]
     return profile
 
@@ -193,7 +194,7 @@ def test_what_if_with_nothing_changed_is_the_prediction():
     """A draft with measured forward times: the what-if at speed 1.0 keeps them, not just the line."""
     profile = synthetic_profile()
     grid = pd.DataFrame({"n_tokens": [1, 2, 1, 2], "batch_size": [1, 1, 2, 2], "median_ms": [9.0, 16.0, 12.0, 18.0]})
-    profile.drafts[DRAFT].decode = P.fit_cost_model(grid)
+    profile.drafts[DRAFT].decode = H.fit_cost_model(grid)
     base = P.predict(profile, DRAFT, range(1, 5), n_boot=40, sims_per_boot=8)
     same = P.what_if(profile, DRAFT, gammas=range(1, 5))
     assert same.table["predicted_speedup"].to_numpy() == pytest.approx(base.table["predicted_speedup"].to_numpy())
@@ -220,9 +221,9 @@ def test_reference_mps_profile_is_in_the_right_ballpark():
 
 def test_profile_json_round_trip(tmp_path):
     profile = synthetic_profile()
-    path = P.save_profile(profile, tmp_path / "p.json")
-    loaded = P.load_profile(path)
-    assert P.save_profile(loaded, tmp_path / "again.json").read_text() == path.read_text()
+    path = H.save_profile(profile, tmp_path / "p.json")
+    loaded = H.load_profile(path)
+    assert H.save_profile(loaded, tmp_path / "again.json").read_text() == path.read_text()
     assert loaded.verifier_decode.t0_ms == 60.0 and loaded.acceptance[DRAFT].reached == profile.acceptance[DRAFT].reached
     assert loaded.traces[DRAFT] == profile.traces[DRAFT]
 
@@ -234,7 +235,7 @@ def test_malformed_profile_is_a_clear_error(tmp_path, text, match):
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(ParameterError, match=match):
-        P.load_profile(path)
+        H.load_profile(path)
 
 
 def test_bad_arguments():
@@ -254,7 +255,7 @@ def run_cli(argv, capsys):
 
 
 def test_cli_predict_from_profile_json(tmp_path, capsys):
-    path = P.save_profile(synthetic_profile(), tmp_path / "p.json")
+    path = H.save_profile(synthetic_profile(), tmp_path / "p.json")
     code, out, err = run_cli(["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path),
                               "--gamma", "3", "--json"], capsys)
     assert code == 0, err
@@ -273,7 +274,7 @@ def test_cli_predict_from_profile_json(tmp_path, capsys):
     (["--device", "mps"], "device"),
 ])
 def test_cli_bad_inputs_exit_2(tmp_path, capsys, extra, match):
-    path = P.save_profile(synthetic_profile(), tmp_path / "p.json")
+    path = H.save_profile(synthetic_profile(), tmp_path / "p.json")
     code, out, err = run_cli(["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path), *extra], capsys)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and match in err
@@ -357,7 +358,7 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     assert decode.groupby("model")["n_tokens"].max().to_dict() == {"tiny": 5, "noisy": 2}  # γ+1; a draft 1..2
     check = replay_check(profile, records)
     assert len(check) == 2 * 2 and check["identical"].all()  # 2 drafts x the 2 overhead prompts
-    loaded = P.load_profile(P.save_profile(profile, tmp_path / "p.json"))
+    loaded = H.load_profile(H.save_profile(profile, tmp_path / "p.json"))
     assert loaded.traces == profile.traces
     _, table = validate(profile, (pair, drafts), texts[3:] * 2, gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12,
                         progress=False)
