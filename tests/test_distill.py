@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specnb import corpus as C
 from specnb import distill
 from specnb.distill import DistillConfig, DraftSpec
 from specnb.errors import ParameterError
@@ -44,7 +45,7 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def corpus(verifier, prompts):
-    return distill.generate_corpus(verifier, prompts, CFG)
+    return C.generate_corpus(verifier, prompts, CFG)
 
 
 def test_corpus_aligns_teacher_logits_with_answer_tokens(verifier, prompts, corpus):
@@ -59,7 +60,7 @@ def test_corpus_aligns_teacher_logits_with_answer_tokens(verifier, prompts, corp
 
 def test_text_corpus_keeps_teacher_top_k_at_every_next_token(verifier):
     chunks = [[5, 9, 11, 40, 7, 3], [8, 8, 30, 31, 32, 33]]
-    samples = distill.text_corpus(verifier, chunks, CFG)
+    samples = C.text_corpus(verifier, chunks, CFG)
     with torch.no_grad():
         logits = verifier(torch.tensor(chunks)).logits  # [2, 6, V]
     for sample, row in zip(samples, logits):
@@ -68,9 +69,9 @@ def test_text_corpus_keeps_teacher_top_k_at_every_next_token(verifier):
 
 
 def test_corpus_cache_resumes_from_shards(verifier, prompts, corpus, tmp_path):
-    first = distill.generate_corpus(verifier, prompts, CFG, cache=tmp_path)
+    first = C.generate_corpus(verifier, prompts, CFG, cache=tmp_path)
     assert len(list(tmp_path.glob("*.pt"))) == 2  # one file per batch
-    again = distill.generate_corpus(verifier, prompts, CFG, cache=tmp_path)  # read back, not regenerated
+    again = C.generate_corpus(verifier, prompts, CFG, cache=tmp_path)  # read back, not regenerated
     for a, b, c in zip(first, again, corpus):
         assert torch.equal(a.ids, b.ids) and torch.equal(a.top_vals, b.top_vals) and torch.equal(a.ids, c.ids)
 
