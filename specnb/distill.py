@@ -313,7 +313,7 @@ def save_draft(folder: Path, config: dict, state: dict, meta: dict, head: list[i
     from safetensors.torch import save_file
 
     from specnb.heads import HEAD_FILE
-    from specnb.models import publish_atomically
+    from specnb.cache import publish_atomically
 
     def write(tmp: Path) -> None:
         (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))
@@ -453,7 +453,8 @@ def build_drafts(seed: int = 0, only: list[str] | None = None, quick: bool = Fal
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specnb.models import cache_dir, embedded_verifier_path
+    from specnb.cache import cache_dir
+    from specnb.models import embedded_verifier_path
     from specnb.train_prompts import build_instructions
 
     cfg = replace(QUICK if quick else DistillConfig(), seed=seed)

