@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
+from specnb import hub
 from specnb.errors import ConfigError, ModelNotFoundError, ParameterError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -44,7 +42,6 @@ COUNTERS = ("fvcore", "flop_counter")
 CONFIGS_DIR = Path(__file__).parent / "configs"
 DRAFTS_DIR = Path(__file__).parent / "data" / "drafts"
 ALIASES = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
-HUB_PROBE_TIMEOUT_S = 2.0
 
 
 # --- resolving a name to a config -----------------------------------------------------------
@@ -80,22 +77,6 @@ def _shipped_file(name: str) -> Path | None:
     return None
 
 
-def _hub_offline() -> bool:
-    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
-    return any(flag.strip().lower() in ("1", "true", "yes", "on") for flag in flags)
-
-
-def _hub_reachable() -> bool:
-    """One quick TCP connect to the hub, so an offline machine fails in seconds, not after retries."""
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((url.hostname, port), timeout=HUB_PROBE_TIMEOUT_S).close()
-        return True
-    except OSError:
-        return False
-
-
 def _from_hub(name: str):
     """(config, None) from the HF cache or the hub, or (None, reason) — never a long network hang."""
     from transformers import AutoConfig
@@ -104,9 +85,9 @@ def _from_hub(name: str):
         return AutoConfig.from_pretrained(name, local_files_only=True), None
     except Exception:  # noqa: BLE001  (any hub/cache failure means "not cached")
         pass
-    if _hub_offline():
+    if hub.hub_offline():
         return None, "not in the Hugging Face cache and HF_HUB_OFFLINE is set"
-    if not _hub_reachable():
+    if not hub.hub_reachable():
         return None, "not in the Hugging Face cache and the hub is unreachable (offline?)"
     try:
         return AutoConfig.from_pretrained(name), None

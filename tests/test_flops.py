@@ -232,7 +232,7 @@ def test_unknown_model_offline_is_one_clear_error(monkeypatch):
 def test_unreachable_hub_does_not_hang(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr(flops, "_hub_reachable", lambda: False)
+    monkeypatch.setattr("specnb.hub.hub_reachable", lambda: False)
     with pytest.raises(ModelNotFoundError, match="unreachable"):
         resolve_config("nobody/no-such-model-xyz")
 
