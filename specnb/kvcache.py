@@ -20,17 +20,23 @@ def crop_cache(cache, n_drop: int) -> None:
         cache.crop(-n_drop)
 
 
+def forward_arguments(model) -> tuple[str, bool]:
+    """(name of the cache argument, whether ``logits_to_keep`` is accepted) of ``model.forward``:
+    transformers >= 5.x names the cache ``cache``, earlier 5.x ``past_key_values``; remote-code
+    models may not take ``logits_to_keep``."""
+    params = inspect.signature(model.forward).parameters
+    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
+
+
 class ModelKV:
     """A model with its DynamicCache and the 2D slot mask (None while the cache has no holes)."""
 
     def __init__(self, model, vocab_size: int | None):
         from transformers import DynamicCache
 
-        params = inspect.signature(model.forward).parameters
         self.model, self.vocab_size = model, vocab_size
         self.cache = DynamicCache(config=model.config)
-        self.cache_arg = "cache" if "cache" in params else "past_key_values"
-        self.keeps_logits = "logits_to_keep" in params
+        self.cache_arg, self.keeps_logits = forward_arguments(model)
         self.mask: torch.Tensor | None = None  # [B, L] bool, True = a real token
         self.length = 0
 

@@ -70,10 +70,10 @@ def flops_table(verifier: str, drafts: list[str], context: int = 128) -> pd.Data
 
 
 def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context_len: int = 128, repeats: int = 5,
-                         name: str | None = None, device=None, warmup: int = 2, keep: int | None = None) -> pd.DataFrame:
+                         name: str | None = None, device=None, warmup: int = 2) -> pd.DataFrame:
     """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache
     (one model; see ``measure_forward_grids``)."""
-    shapes = [GridShapes(name or type(model).__name__, model, tuple(n_tokens), keep)]
+    shapes = [GridShapes(name or type(model).__name__, model, tuple(n_tokens))]
     return measure_forward_grids(shapes, batch_sizes, context_len, repeats, device, warmup)
 
 

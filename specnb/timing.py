@@ -22,14 +22,13 @@ References: gpt-fast (pytorch-labs) ``generate.py`` for the stage split; Spec-Be
 
 from __future__ import annotations
 
-import inspect
 import statistics
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from specnb.kvcache import crop_cache
+from specnb.kvcache import crop_cache, forward_arguments
 
 STAGES = ("prefill", "draft", "verify", "accept", "rollback", "other")
 
@@ -201,11 +200,6 @@ class ForwardTiming:
     samples_ms: list[float] = field(default_factory=list)
 
 
-def _cache_kwarg(model) -> str:
-    """transformers >= 5.x names the cache argument ``cache``; earlier 5.x used ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 class ForwardProbe:
     """One forward shape ``[batch_size, n_tokens]`` on its own ``context_len`` KV cache, timed on demand.
 
@@ -234,10 +228,11 @@ class ForwardProbe:
         self.positions = torch.arange(self.context_len, self.context_len + n_tokens,
                                       device=self.device).expand(batch_size, -1)  # [B, n]
         self.cache = DynamicCache(config=model.config)
-        self.kwargs = {_cache_kwarg(model): self.cache, "use_cache": True}
+        cache_arg, keeps_logits = forward_arguments(model)
+        self.kwargs = {cache_arg: self.cache, "use_cache": True}
         with torch.inference_mode():
             model(input_ids=context, **self.kwargs)
-        if keep is not None and "logits_to_keep" in inspect.signature(model.forward).parameters:
+        if keep is not None and keeps_logits:
             self.kwargs["logits_to_keep"] = int(keep)
 
     def time_ms(self) -> float:
@@ -256,10 +251,10 @@ class ForwardProbe:
 
 
 def measure_forward_ms(model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128,
-                       repeats: int = 10, device=None, warmup: int = 2, keep: int | None = None) -> ForwardTiming:
+                       repeats: int = 10, device=None, warmup: int = 2) -> ForwardTiming:
     """Median wall time of one forward of ``[batch_size, n_tokens]`` after a ``context_len`` prefill
     (see ``ForwardProbe``)."""
-    probe = ForwardProbe(model, n_tokens, batch_size, context_len, device, keep)
+    probe = ForwardProbe(model, n_tokens, batch_size, context_len, device)
     for _ in range(warmup):
         probe.time_ms()
     return probe.timing([probe.time_ms() for _ in range(repeats)])
