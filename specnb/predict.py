@@ -46,6 +46,7 @@ import pandas as pd
 from specnb import theory
 from specnb.acceptance import (AcceptanceTrace, PackedTraces, flat_packed, flat_profile, flat_traces, pack,
                                replay)
+from specnb.bench import BASELINE
 from specnb.errors import ParameterError
 from specnb.hardware import LOOKUP, CostModel, DraftCosts, HardwareProfile
 
@@ -70,7 +71,7 @@ class StepCosts:
 def step_costs(profile: HardwareProfile, draft: str, batch_size: int, prompt_tokens: float) -> StepCosts:
     v, d = profile.verifier_decode, profile.drafts[draft]
     v_prefill = float(profile.verifier_prefill.forward_ms(prompt_tokens, batch_size))
-    token_ms = float(v.forward_ms(1, batch_size)) + profile.overhead_ms.get("verifier-only", 0.0)
+    token_ms = float(v.forward_ms(1, batch_size)) + profile.overhead_ms.get(BASELINE, 0.0)
     if d.kind == LOOKUP:
         def draft_ms(k, width):
             return np.where(k > 0, d.step_ms, 0.0)
