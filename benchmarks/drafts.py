@@ -5,8 +5,8 @@
 
 The table the drafts issue asks for, per draft: parameters, FLOPs per token, c by FLOPs, c by wall clock on this
 machine, α on the prompt set (pooled, and mean/spread across prompts), the best measured γ and the speedup there
-with a 95% bootstrap CI over prompts. It is notebook 04's analysis (``specnb.analysis.draft_table``) on more prompts
-(round-robin over every category) and longer generations; verifier-only and every (draft, γ) run interleaved per
+with a 95% bootstrap CI over prompts. It is notebook 04's analysis (``specnb.measure.analysis.draft_table``) on more
+prompts (round-robin over every category) and longer generations; verifier-only and every (draft, γ) run interleaved per
 prompt, so machine drift hits all of them alike. Cost: every (draft, γ) generates the same tokens as the verifier
 alone, and weak drafts are slower than it, so with 7 drafts at 2 γs a run takes over 20 times as long as generating
 with the verifier alone; the defaults are sized for about 15 minutes with the embedded verifier on 2 CPU cores.
@@ -27,9 +27,12 @@ from pathlib import Path
 
 import torch
 
-from specnb import analysis, bench, microbench
-from specnb.prompts import select_prompts
-from specnb.runner import describe_environment, write_marked_section
+from specnb.app.defaults import notebook_drafts
+from specnb.app.runner import describe_environment, write_marked_section
+from specnb.measure import analysis, runs
+from specnb.measure.prompts import select_prompts
+from specnb.models.load import load_drafts
+from specnb.models.registry import flops_table
 
 HERE = Path(__file__).parent
 QUICK = {"prompts": 2, "max_new_tokens": 12, "gammas": [1, 2]}
@@ -38,8 +41,11 @@ QUICK = {"prompts": 2, "max_new_tokens": 12, "gammas": [1, 2]}
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--verifier", default="smollm2-135m")
-    p.add_argument("--drafts", default=None, help="comma-separated; default for the embedded verifier: its distilled "
-                                                   "drafts, early exits and prompt lookup")
+    p.add_argument(
+        "--drafts",
+        default=None,
+        help="comma-separated; default for the embedded verifier: its distilled drafts, early exits and prompt lookup",
+    )
     p.add_argument("--gammas", default="1,3", help="comma-separated γ values measured per draft")
     p.add_argument("--prompts", type=int, default=16, help="prompts, round-robin over every category")
     p.add_argument("--max-new-tokens", type=int, default=32)
@@ -57,15 +63,27 @@ def parse_args(argv=None):
 
 def measure(args) -> dict:
     """Load, run interleaved, tabulate: the records and the per-draft table."""
-    names = bench.notebook_drafts(args.verifier, drafts=args.drafts)
-    pair, loaded = bench.load_candidates(args.verifier, names, device=args.device)
+    names = notebook_drafts(args.verifier, drafts=args.drafts)
+    pair, loaded = load_drafts(args.verifier, names, device=args.device)
     prompts = select_prompts("all", args.prompts)
-    records = bench.run_interleaved(pair, prompts, bench.make_candidates(loaded, args.gammas), repeats=args.repeats,
-                                    max_new_tokens=args.max_new_tokens)
-    flops = microbench.flops_table(args.verifier, list(loaded))
-    summary = bench.summarise(records)
-    return {"records": records, "summary": summary, "flops": flops, "table": analysis.draft_table(records, flops, summary),
-            "device": str(pair.device), "dtype": str(pair.dtype), "categories": sorted(set(prompts["category"]))}
+    records = runs.run_interleaved(
+        pair,
+        prompts,
+        runs.make_candidates(loaded, args.gammas),
+        repeats=args.repeats,
+        max_new_tokens=args.max_new_tokens,
+    )
+    flops = flops_table(args.verifier, list(loaded))
+    summary = runs.summarise(records)
+    return {
+        "records": records,
+        "summary": summary,
+        "flops": flops,
+        "table": analysis.draft_table(records, flops, summary),
+        "device": str(pair.device),
+        "dtype": str(pair.dtype),
+        "categories": sorted(set(prompts["category"])),
+    }
 
 
 def human(n: float, unit: str = "") -> str:
@@ -79,7 +97,7 @@ def human(n: float, unit: str = "") -> str:
 def render_markdown(result: dict) -> str:
     env, cfg, table, summary = result["environment"], result["config"], result["table"], result["summary"]
     verifier = result["flops"].iloc[0]
-    base = summary[summary["candidate"] == bench.BASELINE].iloc[0]
+    base = summary[summary["candidate"] == runs.BASELINE].iloc[0]
     lines = [
         f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, device {result['device']} "
         f"({result['dtype']}), torch {env['packages']['torch']}, transformers {env['packages']['transformers']}; "
@@ -98,7 +116,8 @@ def render_markdown(result: dict) -> str:
             f"| `{r.draft}` | {human(r.params)} | {human(r.flops_per_token)} | {r.c_flops:.3f} | {r.c_wall:.3f} | "
             f"{r.alpha:.3f} | {r.alpha_prompt_mean:.2f} ± {r.alpha_prompt_std:.2f} [{r.alpha_prompt_min:.2f}–"
             f"{r.alpha_prompt_max:.2f}] | {r.alpha_token:.3f} | {r.best_gamma} | {r.speedup:.2f}x "
-            f"[{r.speedup_lo:.2f}–{r.speedup_hi:.2f}] | {r.verdict} |")
+            f"[{r.speedup_lo:.2f}–{r.speedup_hi:.2f}] | {r.verdict} |"
+        )
     lines += [
         "",
         "c (FLOPs): the draft's ÷ the verifier's FLOPs per token (2 × multiply-accumulates, from the configs). "
@@ -121,8 +140,12 @@ def write_results(result: dict, markdown: str, quick: bool) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     result["records"].to_csv(folder / "drafts_records.csv", index=False)
     keep = {k: result[k] for k in ("config", "environment", "device", "dtype", "categories", "seconds")}
-    keep.update(table=result["table"].to_dict(orient="records"), summary=result["summary"].to_dict(orient="records"),
-                flops=result["flops"].to_dict(orient="records"), markdown=markdown)
+    keep.update(
+        table=result["table"].to_dict(orient="records"),
+        summary=result["summary"].to_dict(orient="records"),
+        flops=result["flops"].to_dict(orient="records"),
+        markdown=markdown,
+    )
     (folder / "drafts.json").write_text(json.dumps(keep, indent=1, default=str))
     if not quick:
         write_readme_section(markdown)

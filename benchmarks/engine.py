@@ -27,13 +27,14 @@ from pathlib import Path
 
 import torch
 
-from specnb.bench import load_candidates
-from specnb.decoding import encode_prompts, generate
-from specnb.hf_baseline import compare_with_hf, summarize
-from specnb.models import embedded_draft_names
-from specnb.prompts import load_prompts
-from specnb.runner import describe_environment, write_marked_section
-from specnb.timing import measure_forward_ms
+from specnb.app.runner import describe_environment, write_marked_section
+from specnb.engine.generate import generate
+from specnb.engine.inputs import encode_prompts
+from specnb.measure.forward import measure_forward_ms
+from specnb.measure.hf_baseline import compare_with_hf, tok_s_by_method
+from specnb.measure.prompts import load_prompts
+from specnb.models.load import load_drafts
+from specnb.models.registry import embedded_draft_names
 
 HERE = Path(__file__).parent
 
@@ -68,7 +69,7 @@ def compare_hf(pair, draft, ids, args) -> dict:
     eos = pair.tokenizer.eos_token_id
     records = compare_with_hf(pair.verifier, draft, ids, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
                               eos_token_id=eos, repeats=args.repeats)
-    tok_s = summarize(records)
+    tok_s = tok_s_by_method(records)
     by_prompt = {}
     for r in records:
         by_prompt.setdefault((r["repeat"], r["prompt"]), {})[r["method"]] = r["tokens"]
@@ -125,27 +126,39 @@ def timer_overhead(pair, draft, ids, args) -> dict:
 
 
 def render_markdown(result: dict) -> str:
-    env, cfg, hf, eff, tim = result["environment"], result["config"], result["hf"], result["efficiency"], result["timers"]
+    env, cfg, hf = result["environment"], result["config"], result["hf"]
+    eff, tim = result["efficiency"], result["timers"]
     ok = lambda cond: "met" if cond else "**missed**"  # noqa: E731
-    return "\n".join([
-        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch {env['packages']['torch']}, "
-        f"transformers {env['packages']['transformers']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}.",
-        f"Pair: verifier `{cfg['verifier']}`, draft `{cfg['draft']}`, γ = {cfg['gamma']}, greedy, {cfg['prompts']} prompts "
-        f"× {cfg['repeats']} repeats, {cfg['max_new_tokens']} new tokens, batch 1.",
-        "",
-        "| measure | value | target | status |",
-        "|---|---|---|---|",
-        f"| specnb verifier-only ÷ HF `generate` greedy (tok/s) | {hf['verifier_vs_hf_greedy']:.2f}x | ≥ 1.0x | {ok(hf['verifier_vs_hf_greedy'] >= 1.0)} |",
-        f"| specnb speculative ÷ HF assisted generation, same γ (tok/s) | {hf['speculative_vs_hf_assisted']:.2f}x | ≥ 1.1x | {ok(hf['speculative_vs_hf_assisted'] >= 1.1)} |",
-        f"| loop efficiency (tok/s measured ÷ predicted from per-forward costs) | {eff['efficiency']:.3f} | ≥ 0.95 | {ok(eff['efficiency'] >= 0.95)} |",
-        f"| timer overhead when enabled | {100 * tim['overhead']:+.2f}% | ≤ 2% | {ok(tim['overhead'] <= 0.02)} |",
-        f"| max abs(stage sum − wall) ÷ wall | {100 * tim['max_stage_sum_error']:.3f}% | ≤ 2% | {ok(tim['max_stage_sum_error'] <= 0.02)} |",
-        f"| four methods' outputs token-identical | {hf['outputs_identical']} | True | {ok(hf['outputs_identical'])} |",
-        "",
-        "tok/s: " + ", ".join(f"{k} {v:.1f}" for k, v in hf["tok_s"].items())
-        + f"; α = {eff['alpha']:.2f}; per-forward ms at context {eff['context_len']}: verifier (γ+1 tokens) "
-        f"{eff['t_verify_ms']:.1f}, draft 1 token {eff['t_draft_1_ms']:.1f}, 2 tokens {eff['t_draft_2_ms']:.1f}.",
-    ])
+    return "\n".join(
+        [
+            f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch "
+            f"{env['packages']['torch']}, "
+            f"transformers {env['packages']['transformers']}; {env['time_utc'][:10]}; "
+            f"commit {str(env['git_commit'])[:7]}.",
+            f"Pair: verifier `{cfg['verifier']}`, draft `{cfg['draft']}`, γ = {cfg['gamma']}, greedy, {cfg['prompts']} "
+            "prompts "
+            f"× {cfg['repeats']} repeats, {cfg['max_new_tokens']} new tokens, batch 1.",
+            "",
+            "| measure | value | target | status |",
+            "|---|---|---|---|",
+            f"| specnb verifier-only ÷ HF `generate` greedy (tok/s) | {hf['verifier_vs_hf_greedy']:.2f}x | ≥ 1.0x | "
+            f"{ok(hf['verifier_vs_hf_greedy'] >= 1.0)} |",
+            f"| specnb speculative ÷ HF assisted generation, same γ (tok/s) | "
+            f"{hf['speculative_vs_hf_assisted']:.2f}x | ≥ 1.1x | {ok(hf['speculative_vs_hf_assisted'] >= 1.1)} |",
+            f"| loop efficiency (tok/s measured ÷ predicted from per-forward costs) | {eff['efficiency']:.3f} | "
+            f"≥ 0.95 | {ok(eff['efficiency'] >= 0.95)} |",
+            f"| timer overhead when enabled | {100 * tim['overhead']:+.2f}% | ≤ 2% | {ok(tim['overhead'] <= 0.02)} |",
+            f"| max abs(stage sum − wall) ÷ wall | {100 * tim['max_stage_sum_error']:.3f}% | ≤ 2% | "
+            f"{ok(tim['max_stage_sum_error'] <= 0.02)} |",
+            f"| four methods' outputs token-identical | {hf['outputs_identical']} | True | "
+            f"{ok(hf['outputs_identical'])} |",
+            "",
+            "tok/s: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in hf["tok_s"].items())
+            + f"; α = {eff['alpha']:.2f}; per-forward ms at context {eff['context_len']}: verifier (γ+1 tokens) "
+            f"{eff['t_verify_ms']:.1f}, draft 1 token {eff['t_draft_1_ms']:.1f}, 2 tokens {eff['t_draft_2_ms']:.1f}.",
+        ]
+    )
 
 
 def write_readme_section(markdown: str, name: str = "engine") -> None:
@@ -156,15 +169,18 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.manual_seed(0)
     draft_name = args.draft or (embedded_draft_names() or ["smollm2-exit-4"])[0]
-    pair, drafts = load_candidates(args.verifier, [draft_name], device=args.device)
+    pair, drafts = load_drafts(args.verifier, [draft_name], device=args.device)
     draft = drafts[draft_name]
     ids = encode_each(pair.tokenizer, pick_prompts(args.prompts), pair.device)
     started = time.time()
-    result = {"config": {**vars(args), "draft": draft_name},
-              "hf": compare_hf(pair, draft, ids, args),
-              "efficiency": loop_efficiency(pair, draft, ids, args),
-              "timers": timer_overhead(pair, draft, ids, args),
-              "environment": describe_environment(), "seconds": time.time() - started}
+    result = {
+        "config": {**vars(args), "draft": draft_name},
+        "hf": compare_hf(pair, draft, ids, args),
+        "efficiency": loop_efficiency(pair, draft, ids, args),
+        "timers": timer_overhead(pair, draft, ids, args),
+        "environment": describe_environment(),
+        "seconds": time.time() - started,
+    }
     markdown = render_markdown(result)
     print(markdown)
     if not args.no_write:

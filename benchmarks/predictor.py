@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-
 from engine import write_readme_section  # benchmarks/engine.py
 
 STEM = "06_decision_framework"
@@ -41,7 +40,8 @@ def render(run: Path) -> str:
     per_draft = (table.assign(abs_error=table["error"].abs(), abs_flops=table["flops_error"].abs())
                  .groupby("draft")[["abs_error", "abs_flops"]].median())
     lines = [
-        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch {env['packages']['torch']}; "
+        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch "
+        f"{env['packages']['torch']}; "
         f"{env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; notebook 06 defaults"
         f"{' (smoke)' if params.get('smoke') else ''}, run `{run.name}`.",
         f"Grid: {res['validation_grid_points']} held-out points (γ × draft × batch), validation prompts never seen "
@@ -49,12 +49,16 @@ def render(run: Path) -> str:
         "",
         "| measure | value | target | status |",
         "|---|---|---|---|",
-        f"| median \\|predicted − measured\\| ÷ measured speedup, specnb predictor | {100 * res['validation_median_abs_error']:.1f}% "
+        f"| median \\|predicted − measured\\| ÷ measured speedup, specnb predictor | "
+        f"{100 * res['validation_median_abs_error']:.1f}% "
         f"| ≤ 10% | {ok(res['validation_target_error_met'])} |",
         f"| same, Leviathan with FLOPs c | {100 * res['validation_flops_leviathan_median_abs_error']:.1f}% | predictor "
-        f"clearly better | {ok(res['validation_median_abs_error'] < res['validation_flops_leviathan_median_abs_error'])} |",
-        f"| same, Leviathan with wall-clock c | {100 * res['validation_wallclock_leviathan_median_abs_error']:.1f}% | — | — |",
-        f"| recommendation's measured speedup within 5% of the best measured | {res['validation_recommendations_within_5pct']} "
+        f"clearly better | "
+        f"{ok(res['validation_median_abs_error'] < res['validation_flops_leviathan_median_abs_error'])} |",
+        f"| same, Leviathan with wall-clock c | {100 * res['validation_wallclock_leviathan_median_abs_error']:.1f}% | "
+        "— | — |",
+        f"| recommendation's measured speedup within 5% of the best measured | "
+        f"{res['validation_recommendations_within_5pct']} "
         f"(worst {100 * res['validation_recommendation_worst_ratio']:.1f}% of best) | all | "
         f"{ok(res['validation_target_recommendation_met'])} |",
         f"| measured speedup inside the predicted 10–90% band | {100 * res['validation_within_band']:.0f}% | — | — |",

@@ -1,12 +1,70 @@
 """specnb: will speculative decoding make *your* verifier/draft pair faster on *your* hardware?
 
-Layers (imports only go downwards):
-    errors, flops, theory        model math, no weights
-    models, timing               loading pairs, per-stage timers
-    decoding                     KV-cached verifier-only and speculative loops
-    bench, predict               measurements and the calibrated cost model
-    plots, widgets, runner       notebooks' charts and papermill execution
-    cli, cli_commands            the ``specnb`` command
+The folders follow the data flow, and imports only go downwards (a test checks it):
+
+    core/      model math and plumbing, no weights: FLOPs per token (``flops``), Leviathan's formulas
+               (``theory``), the reference run's figures, devices, configs, typed errors
+    models/    getting models into memory: draft names (``registry``), the embedded verifier and
+               drafts, loading pairs (``load``), early exits, trimmed heads, prompt lookup;
+               ``models/training`` distils the drafts
+    engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
+               (``drafters``), KV caches, accept/reject (``sampling``), the stage timer (``timing``)
+    measure/   prompts, interleaved runs into raw records (``runs``), per-position acceptance,
+               forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``)
+    predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
+               calibration and validation
+    app/       charts, sliders, notebook text, the papermill runner and the ``specnb`` command
+    notebooks/ (beside the package) the narrative, calling into all of the above
+
+What a user's own notebook or script needs is importable from here, whatever folder it lives in:
+``from specnb import load_pair, generate, encode_prompts``. The names are loaded on first use, so
+``import specnb`` stays light.
 """
 
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+_API = {
+    # models
+    "load_pair": "specnb.models.load", "load_drafts": "specnb.models.load", "load_model": "specnb.models.load",
+    "Pair": "specnb.models.load", "PromptLookup": "specnb.models.lookup",
+    # engine
+    "generate": "specnb.engine.generate", "GenerationResult": "specnb.engine.generate",
+    "encode_prompts": "specnb.engine.inputs", "SamplingConfig": "specnb.engine.sampling",
+    "StageTimer": "specnb.engine.timing", "Drafter": "specnb.engine.drafters",
+    # model math
+    "analytic_flops": "specnb.core.flops", "cost_ratio": "specnb.core.flops", "measure_flops": "specnb.core.flops",
+    "expected_speedup": "specnb.core.theory", "tokens_per_step": "specnb.core.theory",
+    "break_even_alpha": "specnb.core.theory", "break_even_c": "specnb.core.theory",
+    "optimal_gamma": "specnb.core.theory",
+    # measurement
+    "select_prompts": "specnb.measure.prompts", "load_prompts": "specnb.measure.prompts",
+    "make_candidates": "specnb.measure.runs", "run_interleaved": "specnb.measure.runs",
+    "summarise": "specnb.measure.runs",
+    # prediction
+    "calibrate": "specnb.predict.calibrate", "predict": "specnb.predict.predictor",
+    "validate": "specnb.predict.validate", "load_profile": "specnb.predict.costs",
+    "save_profile": "specnb.predict.costs",
+    # notebooks
+    "run_notebooks": "specnb.app.runner",
+    # errors
+    "SpecnbError": "specnb.core.errors", "ParameterError": "specnb.core.errors",
+    "ModelNotFoundError": "specnb.core.errors", "IncompatibleModelsError": "specnb.core.errors",
+    "DeviceError": "specnb.core.errors", "ConfigError": "specnb.core.errors",
+}
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str):
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'specnb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])

@@ -2,6 +2,6 @@
 
 import sys
 
-from specnb.cli import main
+from specnb.app.cli import main
 
 sys.exit(main())

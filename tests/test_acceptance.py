@@ -7,12 +7,15 @@ import pytest
 import torch
 from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
 
-from specnb import acceptance as A
-from specnb import bench, theory
-from specnb.decoding import encode_prompts, generate
-from specnb.errors import ParameterError
-from specnb.lookup import PromptLookupDrafter
-from specnb.models import Pair
+from specnb.core import theory
+from specnb.core.errors import ParameterError
+from specnb.engine import drafters
+from specnb.engine.generate import generate
+from specnb.engine.inputs import encode_prompts
+from specnb.measure import acceptance, runs
+from specnb.models.load import Pair
+from specnb.models.lookup import PromptLookup
+from specnb.predict import traces as tr
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,17 +36,17 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def drafts(pair):
-    return {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookupDrafter()}
+    return {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookup()}
 
 
 @pytest.fixture(scope="module")
 def traces(pair, drafts, prompts):
-    return A.measure_traces(pair, drafts, prompts, N_NEW, progress=False)
+    return tr.measure_traces(pair, drafts, prompts, N_NEW, progress=False)
 
 
 def test_runs_count_consecutive_matches():
-    assert A.runs_from_matches([True, False, True, True, True, False, True], 10) == [1, 0, 3, 2, 1, 0, 1]
-    assert A.runs_from_matches([True, True, True], 2) == [2, 2, 1]
+    assert drafters.runs_from_matches([True, False, True, True, True, False, True], 10) == [1, 0, 3, 2, 1, 0, 1]
+    assert drafters.runs_from_matches([True, True, True], 2) == [2, 2, 1]
 
 
 def speculative(pair, draft, texts, gamma):
@@ -55,8 +58,8 @@ def speculative(pair, draft, texts, gamma):
 @pytest.mark.parametrize("name", ["noisy", "lookup"])
 @pytest.mark.parametrize("gamma", [1, 3, 5])
 def test_replay_takes_the_engines_steps_at_batch_1(pair, drafts, prompts, traces, name, gamma):
-    packed = A.pack(traces[name], N_NEW)
-    got = A.replay(packed, np.arange(len(prompts))[:, None], gamma, N_NEW)
+    packed = tr.pack(traces[name], N_NEW)
+    got = tr.replay(packed, np.arange(len(prompts))[:, None], gamma, N_NEW)
     for i, text in enumerate(prompts["prompt"]):
         result = speculative(pair, drafts[name], [text], gamma)
         live = got.active[:, i, 0]
@@ -68,17 +71,17 @@ def test_replay_takes_the_engines_steps_at_batch_1(pair, drafts, prompts, traces
 
 @pytest.mark.parametrize("name", ["noisy", "lookup"])
 def test_replay_takes_the_engines_steps_on_a_ragged_batch(pair, drafts, prompts, traces, name):
-    packed = A.pack(traces[name], N_NEW)
+    packed = tr.pack(traces[name], N_NEW)
     rows = np.array([[0, 1], [2, 3]])
-    got = A.replay(packed, rows, 3, N_NEW)
+    got = tr.replay(packed, rows, 3, N_NEW)
     for s, (i, j) in enumerate(rows):
         result = speculative(pair, drafts[name], list(prompts["prompt"].iloc[[i, j]]), 3)
         assert got.steps[s] == result.verifier_forwards - 1  # minus the prefill
         for b, prompt in enumerate((i, j)):
             live, length = got.active[:, s, b], packed.lengths[prompt]
             assert len(result.tokens[b]) == length
-            assert (A.emitted_per_step(got.accepted[live, s, b], length)
-                    == A.emitted_per_step(result.accepted_per_step[b], length))
+            assert (tr.emitted_per_step(got.accepted[live, s, b], length)
+                    == tr.emitted_per_step(result.accepted_per_step[b], length))
         verify = got.verify_tokens[got.live[:, s], s]
         assert verify.max() <= 4 and verify.min() >= 1
 
@@ -88,11 +91,11 @@ def test_profile_from_traces_equals_the_recorded_profile(pair, drafts, prompts, 
     at EOS the engine may also count drafts accepted past the EOS (they emit nothing), which a trace
     cannot see. (Recorded ``reached`` is approximate where the last steps draft fewer, see
     ``counts_from_positions``; the replay counts it exactly, so only position 1 is compared.)"""
-    records = bench.run_interleaved(pair, prompts, bench.make_candidates(drafts, [4], baseline=False),
+    records = runs.run_interleaved(pair, prompts, runs.make_candidates(drafts, [4], baseline=False),
                                     max_new_tokens=N_NEW, progress=False, warmup=False)
     for name in drafts:
-        recorded = {p["prompt_id"]: p for p in A.profile_from_records(records, name).per_prompt}
-        replayed = A.profile_from_traces(traces[name], 4, N_NEW)
+        recorded = {p["prompt_id"]: p for p in acceptance.profile_from_records(records, name).per_prompt}
+        replayed = tr.profile_from_traces(traces[name], 4, N_NEW)
         assert [p["prompt_id"] for p in replayed.per_prompt] == list(prompts["id"])
         for trace, mine in zip(traces[name], replayed.per_prompt):
             theirs = recorded[trace.prompt_id]
@@ -106,24 +109,24 @@ def test_profile_from_traces_equals_the_recorded_profile(pair, drafts, prompts, 
 
 def test_flat_traces_give_the_closed_form_tokens_per_step():
     alpha, gamma, n_new = 0.7, 4, 2001
-    packed = A.pack(A.flat_traces(alpha, n_new, n_traces=16, seed=3), n_new)
-    got = A.replay(packed, np.arange(16)[:, None], gamma, n_new)
+    packed = tr.pack(tr.flat_traces(alpha, n_new, n_traces=16, seed=3), n_new)
+    got = tr.replay(packed, np.arange(16)[:, None], gamma, n_new)
     tau = (n_new - 1) / got.steps.mean()
     assert tau == pytest.approx(float(theory.tokens_per_step(alpha, gamma)), rel=0.02)
 
 
 def test_flat_packed_is_monotone_in_alpha():
-    flat = A.flat_packed([0.2, 0.5, 0.9], n_new=40, n_traces=8)
-    runs = flat.runs.reshape(3, 8, -1)
-    assert (runs[0] <= runs[1]).all() and (runs[1] <= runs[2]).all() and runs[2].sum() > runs[0].sum()
+    flat = tr.flat_packed([0.2, 0.5, 0.9], n_new=40, n_traces=8)
+    lengths = flat.runs.reshape(3, 8, -1)
+    assert (lengths[0] <= lengths[1]).all() and (lengths[1] <= lengths[2]).all() and lengths[2].sum() > lengths[0].sum()
 
 
 def test_pack_truncates_extends_and_keeps_eos():
-    eos = A.AcceptanceTrace("eos", [0, 1, 0, 2], [9, 9, 9, 9], 9, hit_budget=False)
-    cut = A.AcceptanceTrace("cut", [0, 3, 2, 1], [9, 9, 9, 9], 9, hit_budget=True)
-    packed = A.pack([eos, cut], 7)
+    eos = tr.AcceptanceTrace("eos", [0, 1, 0, 2], [9, 9, 9, 9], 9, hit_budget=False)
+    cut = tr.AcceptanceTrace("cut", [0, 3, 2, 1], [9, 9, 9, 9], 9, hit_budget=True)
+    packed = tr.pack([eos, cut], 7)
     assert packed.lengths.tolist() == [4, 7] and packed.extended
     assert packed.runs[1, :7].tolist() == [0, 3, 2, 1, 3, 2, 1]  # steps after the first token repeat
-    assert A.pack([eos, cut], 3).runs[:, :3].tolist() == [[0, 1, 0], [0, 3, 2]]
+    assert tr.pack([eos, cut], 3).runs[:, :3].tolist() == [[0, 1, 0], [0, 3, 2]]
     with pytest.raises(ParameterError, match="no acceptance traces"):
-        A.pack([], 5)
+        tr.pack([], 5)

@@ -6,10 +6,13 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specnb import analysis, bench, microbench
-from specnb.errors import ParameterError
-from specnb.lookup import PromptLookupDrafter
-from specnb.models import Pair
+from specnb.app import defaults
+from specnb.core.errors import ParameterError
+from specnb.measure import acceptance, analysis, forward, runs
+from specnb.measure.prompts import as_prompt_frame
+from specnb.models import load, registry
+from specnb.models.load import Pair
+from specnb.models.lookup import PromptLookup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -63,9 +66,9 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def records(pair, prompts):
-    drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookupDrafter()}
-    candidates = bench.make_candidates(drafts, gammas=[2, 3])
-    return bench.run_interleaved(pair, prompts, candidates, repeats=2, max_new_tokens=12, batch_size=2,
+    drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookup()}
+    candidates = runs.make_candidates(drafts, gammas=[2, 3])
+    return runs.run_interleaved(pair, prompts, candidates, repeats=2, max_new_tokens=12, batch_size=2,
                                  progress=False)
 
 
@@ -98,7 +101,7 @@ def test_record_counts_are_consistent(records):
 
 
 def test_summary_of_real_records(records):
-    summary = bench.summarise(records, n_boot=200).set_index("candidate")
+    summary = runs.summarise(records, n_boot=200).set_index("candidate")
     assert summary.loc["verifier-only", "speedup"] == pytest.approx(1.0)
     assert summary.loc["verifier-only", "tau"] == pytest.approx(1.0)
     noisy = summary.loc["noisy γ=3"]
@@ -121,7 +124,7 @@ def synthetic(candidate, tokens, walls, accepted=0, drafted=0, steps=1, gamma=0)
 def test_summarise_known_speedup_alpha_tau_and_stage_costs():
     frame = pd.DataFrame(synthetic("verifier-only", [10] * 4, [100.0] * 4)
                          + synthetic("d γ=2", [10] * 4, [50.0] * 4, accepted=6, drafted=8, steps=4, gamma=2))
-    s = bench.summarise(frame).set_index("candidate")
+    s = runs.summarise(frame).set_index("candidate")
     assert s.loc["d γ=2", "speedup"] == pytest.approx(2.0)
     assert s.loc["d γ=2", ["speedup_lo", "speedup_hi"]].tolist() == pytest.approx([2.0, 2.0])
     assert s.loc["d γ=2", "alpha"] == pytest.approx(0.75) and s.loc["d γ=2", "tau"] == pytest.approx(2.5)
@@ -133,17 +136,17 @@ def test_summarise_known_speedup_alpha_tau_and_stage_costs():
 def test_speedup_is_paired_by_prompt_and_ci_brackets_it():
     base = synthetic("verifier-only", [10, 10, 10, 10, 10], [100, 100, 100, 100, 100])
     cand = synthetic("d γ=1", [10, 10, 10, 10, 10], [50, 80, 100, 125, 60], accepted=1, drafted=2, gamma=1)
-    s = bench.summarise(pd.DataFrame(base + cand), n_boot=500, seed=3).set_index("candidate").loc["d γ=1"]
+    s = runs.summarise(pd.DataFrame(base + cand), n_boot=500, seed=3).set_index("candidate").loc["d γ=1"]
     assert s["speedup"] == pytest.approx((50 / 415) / (50 / 500))
     assert s["speedup_lo"] < s["speedup"] < s["speedup_hi"]
     with pytest.raises(ParameterError, match="baseline 'nope'"):
-        bench.summarise(pd.DataFrame(base + cand), baseline="nope")
+        runs.summarise(pd.DataFrame(base + cand), baseline="nope")
 
 
 def test_acceptance_profile_conditional_rates():
     rec = synthetic("d γ=3", [4], [10.0], accepted=5, drafted=9, steps=3, gamma=3)[0]
-    rec.update(accept_lengths=[3, 2, 0], accepted_by_position=[2, 2, 1], drafted_by_position=[3, 3, 3])
-    prof = bench.acceptance_profile(pd.DataFrame([rec]))
+    rec.update(draft="d", accept_lengths=[3, 2, 0], accepted_by_position=[2, 2, 1], drafted_by_position=[3, 3, 3])
+    prof = acceptance.profile_from_records(pd.DataFrame([rec]), "d").to_frame()
     assert prof["rate"].tolist() == pytest.approx([2 / 3, 2 / 3, 1 / 3])
     assert prof["conditional_rate"].tolist() == pytest.approx([2 / 3, 1.0, 0.5])
 
@@ -151,25 +154,25 @@ def test_acceptance_profile_conditional_rates():
 def test_per_prompt_speedup_and_alpha():
     frame = pd.DataFrame(synthetic("verifier-only", [10, 10], [100, 100])
                          + synthetic("d γ=1", [10, 10], [50, 200], accepted=1, drafted=4, gamma=1))
-    rows = bench.per_prompt(frame)
+    rows = runs.per_prompt(frame)
     assert rows["speedup"].tolist() == pytest.approx([2.0, 0.5]) and rows["alpha"].tolist() == pytest.approx([0.25] * 2)
 
 
 def test_fit_dispatch_recovers_known_line_and_wall_clock_c():
     grid = pd.DataFrame([{"model": m, "n_tokens": n, "batch_size": 1, "median_ms": 5.0 + 2.0 * f * n / 1e9}
                          for m, f in (("big", 6e9), ("small", 1e9)) for n in (1, 4, 16)])
-    fit = microbench.fit_dispatch(grid, {"big": 6e9, "small": 1e9})
+    fit = forward.fit_dispatch(grid, {"big": 6e9, "small": 1e9})
     assert fit.t0_ms == pytest.approx(5.0) and fit.ms_per_gflop == pytest.approx(2.0) and fit.r2 == pytest.approx(1.0)
     assert fit.predict_ms(1e9) == pytest.approx(7.0)
-    assert microbench.wall_clock_c(grid, "small", "big") == pytest.approx(7.0 / 17.0)  # not the FLOPs ratio 1/6
+    assert forward.wall_clock_c(grid, "small", "big") == pytest.approx(7.0 / 17.0)  # not the FLOPs ratio 1/6
     with pytest.raises(ParameterError, match="no FLOPs/token"):
-        microbench.fit_dispatch(grid, {"big": 6e9})
+        forward.fit_dispatch(grid, {"big": 6e9})
     with pytest.raises(ParameterError, match="two different sizes"):
-        microbench.fit_dispatch(grid[grid["n_tokens"] == 1].head(1), 1e9)
+        forward.fit_dispatch(grid[grid["n_tokens"] == 1].head(1), 1e9)
 
 
 def test_measure_forward_grid_on_a_tiny_model(pair):
-    grid = microbench.measure_forward_grid(pair.verifier, n_tokens=(1, 4), batch_sizes=(1, 2), context_len=8, repeats=2,
+    grid = forward.measure_forward_grid(pair.verifier, n_tokens=(1, 4), batch_sizes=(1, 2), context_len=8, repeats=2,
                                       name="tiny")
     assert grid[["n_tokens", "batch_size"]].values.tolist() == [[1, 1], [4, 1], [1, 2], [4, 2]]
     assert (grid["median_ms"] > 0).all() and grid["samples_ms"].map(len).eq(2).all()
@@ -184,53 +187,54 @@ def test_forward_grids_interleave_models_and_keep_the_loops_logits(pair):
     for name, model in (("v", pair.verifier), ("d", draft)):
         model.register_forward_hook(lambda m, args, kwargs, out, name=name: calls.append(
             (name, kwargs["input_ids"].shape[1], out.logits.shape[1])), with_kwargs=True)
-    shapes = [microbench.GridShapes("v", pair.verifier, (1, 3)), microbench.GridShapes("d", draft, (1, 2), keep=1)]
-    grid = microbench.measure_forward_grids(shapes, batch_sizes=(1,), context_len=5, repeats=2, warmup=1)
+    shapes = [forward.GridShapes("v", pair.verifier, (1, 3)), forward.GridShapes("d", draft, (1, 2), keep=1)]
+    grid = forward.measure_forward_grids(shapes, batch_sizes=(1,), context_len=5, repeats=2, warmup=1)
     assert grid[["model", "n_tokens"]].values.tolist() == [["v", 1], ["v", 3], ["d", 1], ["d", 2]]
     timed = [c for c in calls if c[1] != 5]  # drop the probes' context prefills
     assert timed == [("v", 1, 1), ("v", 3, 3), ("d", 1, 1), ("d", 2, 1)] * 3  # warmup + 2 repeats, interleaved
 
 
-def test_load_candidates_loads_verifier_once_and_each_draft(pair, tmp_path, monkeypatch):
-    folder = tmp_path / "draft"
-    perturbed_copy(pair.verifier, 0.1, 2).save_pretrained(folder)
-    pair.tokenizer.save_pretrained(folder)
-    calls = []
-    monkeypatch.setattr("specnb.models.load_pair", lambda *a, **k: calls.append(a) or pair)
-    loaded_pair, drafts = bench.load_candidates("tiny", ["prompt-lookup", "exit:1", str(folder), "prompt-lookup"])
-    assert loaded_pair is pair and len(calls) == 1 and list(drafts) == ["prompt-lookup", "exit:1", str(folder)]
-    assert isinstance(drafts["prompt-lookup"], PromptLookupDrafter)
+def test_load_drafts_loads_verifier_once_and_each_draft(pair, tmp_path, monkeypatch):
+    verifier, folder = tmp_path / "verifier", tmp_path / "draft"
+    for model, where in ((pair.verifier, verifier), (perturbed_copy(pair.verifier, 0.1, 2), folder)):
+        model.save_pretrained(where)
+        pair.tokenizer.save_pretrained(where)
+    loaded, real = [], load.load_weights
+    monkeypatch.setattr(load, "load_weights", lambda source, *a: loaded.append(source.name) or real(source, *a))
+    got, drafts = load.load_drafts(str(verifier), ["prompt-lookup", "exit:1", str(folder), "prompt-lookup"], "cpu")
+    assert loaded == [str(verifier), str(folder)] and list(drafts) == ["prompt-lookup", "exit:1", str(folder)]
+    assert isinstance(drafts["prompt-lookup"], PromptLookup)
     assert drafts["exit:1"].config.num_hidden_layers == 1
-    assert drafts["exit:1"].model.layers[0] is pair.verifier.model.layers[0]  # shared, not copied
+    assert drafts["exit:1"].model.layers[0] is got.verifier.model.layers[0]  # shared, not copied
     assert isinstance(drafts[str(folder)], LlamaForCausalLM)
     with pytest.raises(ParameterError, match="exit:K"):
-        bench.load_candidates("tiny", ["exit:four"])
+        load.load_drafts(str(verifier), ["exit:four"], "cpu")
 
 
 def test_bad_arguments(pair, prompts):
     with pytest.raises(ParameterError, match="gammas"):
-        bench.make_candidates({"x": None}, gammas=[0])
+        runs.make_candidates({"x": None}, gammas=[0])
     with pytest.raises(ParameterError, match="no candidates"):
-        bench.run_interleaved(pair, prompts, [], progress=False)
+        runs.run_interleaved(pair, prompts, [], progress=False)
     with pytest.raises(ParameterError, match="batch_size"):
-        bench.run_interleaved(pair, prompts, bench.make_candidates({}, []), batch_size=0, progress=False)
+        runs.run_interleaved(pair, prompts, runs.make_candidates({}, []), batch_size=0, progress=False)
     with pytest.raises(ParameterError, match="lacks columns"):
-        bench.as_prompt_frame(pd.DataFrame({"text": ["a"]}))
-    assert bench.as_prompt_frame(["w1 w2", "w3"])["id"].tolist() == ["p00", "p01"]
+        as_prompt_frame(pd.DataFrame({"text": ["a"]}))
+    assert as_prompt_frame(["w1 w2", "w3"])["id"].tolist() == ["p00", "p01"]
 
 
 def test_ragged_costs_count_masked_slots_and_idle_rows():
     # step 0: rows accept 1, 3, 0 -> 2 + 0 + 3 masked slots; step 1: 2, 0, 0 -> 0 + 2 + 2; step 2: two rows left
-    costs = bench.ragged_costs([[1, 2, 0], [3, 0], [0, 0, 0]], batch_size=4)
+    costs = runs.ragged_costs([[1, 2, 0], [3, 0], [0, 0, 0]], batch_size=4)
     assert costs == {"ragged_slots": 9, "idle_row_steps": 1 + 1 + 2}
-    assert bench.ragged_costs([[2, 1]], batch_size=1) == {"ragged_slots": 0, "idle_row_steps": 0}
+    assert runs.ragged_costs([[2, 1]], batch_size=1) == {"ragged_slots": 0, "idle_row_steps": 0}
 
 
 def test_flops_table_reproduces_reference_ratios_and_handles_every_draft_kind():
-    ref = microbench.flops_table("Qwen/Qwen2.5-3B-Instruct", ["Qwen/Qwen2.5-0.5B-Instruct"], context=0).set_index("model")
+    ref = registry.flops_table("Qwen/Qwen2.5-3B-Instruct", ["Qwen/Qwen2.5-0.5B-Instruct"], context=0).set_index("model")
     assert ref.loc["Qwen/Qwen2.5-3B-Instruct", "flops_per_token"] == 6_171_394_048
     assert round(ref.loc["Qwen/Qwen2.5-0.5B-Instruct", "c_flops"], 4) == 0.1601
-    ours = microbench.flops_table("smollm2-135m", ["exit:4", "smollm2-exit-12", "prompt-lookup"], context=128)
+    ours = registry.flops_table("smollm2-135m", ["exit:4", "smollm2-exit-12", "prompt-lookup"], context=128)
     ours = ours.set_index("model")
     assert ours.loc["exit:4", "layers"] == 4 and ours.loc["smollm2-exit-12", "layers"] == 12
     assert ours.loc["prompt-lookup", "flops_per_token"] == 0
@@ -245,71 +249,100 @@ def test_wall_clock_costs_from_records():
     cand = synthetic("d γ=2", [10], [100.0], accepted=4, drafted=8, steps=4, gamma=2)
     cand[0].update(draft_ms=16.0, verify_ms=60.0)
     cost = analysis.wall_clock_costs(pd.DataFrame(base + cand)).iloc[0]
-    assert cost["draft_ms_per_drafted_token"] == pytest.approx(2.0) and cost["verify_ms_per_step"] == pytest.approx(15.0)
+    assert cost["draft_ms_per_drafted_token"] == pytest.approx(2.0)
+    assert cost["verify_ms_per_step"] == pytest.approx(15.0)
     assert cost["c_wall"] == pytest.approx(0.2)
 
 
 def test_best_per_draft_and_simulated_runs():
-    summary = pd.DataFrame({"draft": ["", "a", "a", "b"], "gamma": [0, 1, 2, 1], "batch_size": 1,
-                            "speedup": [1.0, 1.1, 1.3, 0.8], "candidate": ["v", "a γ=1", "a γ=2", "b γ=1"]})
+    summary = pd.DataFrame(
+        {
+            "draft": ["", "a", "a", "b"],
+            "gamma": [0, 1, 2, 1],
+            "batch_size": 1,
+            "speedup": [1.0, 1.1, 1.3, 0.8],
+            "candidate": ["v", "a γ=1", "a γ=2", "b γ=1"],
+        }
+    )
     assert analysis.best_per_draft(summary)["candidate"].tolist() == ["a γ=2", "b γ=1"]
-    frame = pd.DataFrame(synthetic("verifier-only", [10] * 4, [100] * 4)
-                         + synthetic("d γ=1", [10] * 4, [50, 50, 200, 200], accepted=1, drafted=4, gamma=1))
+    frame = pd.DataFrame(
+        synthetic("verifier-only", [10] * 4, [100] * 4)
+        + synthetic("d γ=1", [10] * 4, [50, 50, 200, 200], accepted=1, drafted=4, gamma=1)
+    )
     frame.loc[4, "accepted"] = 4  # one prompt accepts everything
-    runs = analysis.simulate_runs(bench.per_prompt(frame), run_size=2, n_runs=200, seed=1)
-    assert len(runs) == 200 and set(runs["prompts"]) == {2}
-    assert runs["alpha"].min() == pytest.approx(2 / 8) and runs["alpha"].max() == pytest.approx(5 / 8)
-    assert set(runs["speedup"].round(6)) <= {2.0, 0.5, round(20 / 250 / (20 / 200), 6)}
+    short = analysis.simulate_runs(runs.per_prompt(frame), run_size=2, n_runs=200, seed=1)
+    assert len(short) == 200 and set(short["prompts"]) == {2}
+    assert short["alpha"].min() == pytest.approx(2 / 8) and short["alpha"].max() == pytest.approx(5 / 8)
+    assert set(short["speedup"].round(6)) <= {2.0, 0.5, round(20 / 250 / (20 / 200), 6)}
 
 
 def test_default_draft_prefers_best_predicted_and_falls_back(tmp_path, monkeypatch):
     import json
 
-    from specnb import models
-
-    monkeypatch.setattr(models, "DRAFTS_DIR", tmp_path)
+    monkeypatch.setattr("specnb.core.paths.DRAFTS_DIR", tmp_path)
     with pytest.raises(ParameterError, match="no default draft"):
-        bench.default_draft("Qwen/Qwen2.5-3B-Instruct")
-    assert bench.default_draft("smollm2-135m") == "smollm2-exit-4"  # nothing committed
+        defaults.default_draft("Qwen/Qwen2.5-3B-Instruct")
+    assert defaults.default_draft("smollm2-135m") == "smollm2-exit-4"  # nothing committed
     for name, layers, agreement in (("d-cheap", 1, 0.6), ("d-deep", 8, 0.65)):
         (tmp_path / name).mkdir()
-        config = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": layers, "num_attention_heads": 9,
-                  "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True,
-                  "architectures": ["LlamaForCausalLM"]}
+        config = {
+            "model_type": "llama",
+            "hidden_size": 576,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 9,
+            "num_key_value_heads": 3,
+            "intermediate_size": 1536,
+            "vocab_size": 49152,
+            "tie_word_embeddings": True,
+            "architectures": ["LlamaForCausalLM"],
+        }
         (tmp_path / name / "config.json").write_text(json.dumps(config))
         (tmp_path / name / "meta.json").write_text(json.dumps({"heldout_top1_agreement": {"after": agreement}}))
-    monkeypatch.setattr("specnb.flops.DRAFTS_DIR", tmp_path)
-    assert bench.default_draft("smollm2-135m") == "d-cheap"  # slightly lower α, far cheaper
+    assert defaults.default_draft("smollm2-135m") == "d-cheap"  # slightly lower α, far cheaper
 
 
 def test_notebook_drafts_named_listed_embedded_and_foreign_verifier(tmp_path, monkeypatch):
     import json
 
-    from specnb import models
-
-    monkeypatch.setattr(models, "DRAFTS_DIR", tmp_path)
-    monkeypatch.setattr("specnb.flops.DRAFTS_DIR", tmp_path)
-    assert bench.notebook_drafts("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", ["x"]) == ["Qwen/Qwen2.5-0.5B-Instruct"]
-    assert bench.notebook_drafts("smollm2-135m", None, "smollm2-exit-4") == ["smollm2-exit-4"]
+    monkeypatch.setattr("specnb.core.paths.DRAFTS_DIR", tmp_path)
+    assert defaults.notebook_drafts("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", ["x"]) == [
+        "Qwen/Qwen2.5-0.5B-Instruct"
+    ]
+    assert defaults.notebook_drafts("smollm2-135m", None, "smollm2-exit-4") == ["smollm2-exit-4"]
     with pytest.raises(ParameterError, match="no default draft"):  # never SmolLM2 drafts for another verifier
-        bench.notebook_drafts("Qwen/Qwen2.5-3B-Instruct")
-    assert bench.notebook_drafts("smollm2-135m", kinds=("exits", "lookup")) == [*models.EMBEDDED_EXITS, "prompt-lookup"]
+        defaults.notebook_drafts("Qwen/Qwen2.5-3B-Instruct")
+    assert defaults.notebook_drafts("smollm2-135m", kinds=("exits", "lookup")) == [
+        *registry.EMBEDDED_EXITS,
+        "prompt-lookup",
+    ]
     for name, layers in (("d-big", 8), ("d-small", 2)):  # alphabetical order is not cost order
         (tmp_path / name).mkdir()
-        config = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": layers, "num_attention_heads": 9,
-                  "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True,
-                  "architectures": ["LlamaForCausalLM"]}
+        config = {
+            "model_type": "llama",
+            "hidden_size": 576,
+            "num_hidden_layers": layers,
+            "num_attention_heads": 9,
+            "num_key_value_heads": 3,
+            "intermediate_size": 1536,
+            "vocab_size": 49152,
+            "tie_word_embeddings": True,
+            "architectures": ["LlamaForCausalLM"],
+        }
         (tmp_path / name / "config.json").write_text(json.dumps(config))
-    assert bench.notebook_drafts("smollm2-135m", kinds=("distilled", "lookup")) == ["d-small", "d-big", "prompt-lookup"]
+    assert defaults.notebook_drafts("smollm2-135m", kinds=("distilled", "lookup")) == [
+        "d-small",
+        "d-big",
+        "prompt-lookup",
+    ]
     with pytest.raises(ParameterError, match="unknown draft kinds"):
-        bench.notebook_drafts("smollm2-135m", kinds=("exit",))
+        defaults.notebook_drafts("smollm2-135m", kinds=("exit",))
 
 
 def test_smaller_vs_faster_follows_the_dispatch_line():
-    fit = microbench.DispatchFit(t0_ms=5.0, ms_per_gflop=2.0, r2=1.0, n_points=6)
-    curve = microbench.smaller_vs_faster(fit, 6e9, factors=[1, 6, 1e6])
+    fit = forward.DispatchFit(t0_ms=5.0, ms_per_gflop=2.0, r2=1.0, n_points=6)
+    curve = forward.smaller_vs_faster(fit, 6e9, factors=[1, 6, 1e6])
     assert curve["times_faster"].tolist() == pytest.approx([1.0, 17.0 / 7.0, 17.0 / 5.0], rel=1e-4)  # → 1 + kF/t0
-    no_dispatch = microbench.smaller_vs_faster(microbench.DispatchFit(0.0, 2.0, 1.0, 6), 6e9, factors=[6])
+    no_dispatch = forward.smaller_vs_faster(forward.DispatchFit(0.0, 2.0, 1.0, 6), 6e9, factors=[6])
     assert no_dispatch["times_faster"].iloc[0] == pytest.approx(6.0)
     with pytest.raises(ParameterError, match="positive"):
-        microbench.smaller_vs_faster(fit, 6e9, factors=[0])
+        forward.smaller_vs_faster(fit, 6e9, factors=[0])

@@ -4,12 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
 
-from specnb import analysis, bench, plots
-from specnb.lookup import PromptLookupDrafter
-from specnb.models import Pair
+from specnb.app import run_plots
+from specnb.measure import acceptance, analysis, runs
+from specnb.models.load import Pair
+from specnb.models.lookup import PromptLookup
 
 
 def record(candidate, prompt, tokens, wall, draft="", gamma=0, accepted_by_position=(), drafted_by_position=(),
@@ -44,7 +44,7 @@ def flops():
 
 
 def test_per_token_alpha_pools_positions_reached_over_gammas(records):
-    alpha = analysis.per_token_alpha(records).set_index("draft")
+    alpha = acceptance.token_alpha_by_draft(records).set_index("draft")
     # big: γ=1 reached 4+4, accepted 3+1; γ=2 reached 7+7, accepted 5+5 -> 14 / 22
     assert alpha.loc["big", "alpha_token"] == pytest.approx(14 / 22)
     assert alpha.loc["tiny", "alpha_token"] == 0.0
@@ -71,7 +71,9 @@ def test_draft_table_known_answers(records, flops):
     big, tiny = table.iloc[0], table.iloc[1]
     assert big["best_gamma"] == 1 and big["speedup"] == pytest.approx(2.0) and big["verdict"] == "wins"
     assert big["alpha"] == pytest.approx(4 / 8)  # accepted ÷ drafted at γ=1, both prompts
-    assert big[["alpha_prompt_mean", "alpha_prompt_min", "alpha_prompt_max"]].tolist() == pytest.approx([0.5, 0.25, 0.75])
+    assert big[["alpha_prompt_mean", "alpha_prompt_min", "alpha_prompt_max"]].tolist() == pytest.approx(
+        [0.5, 0.25, 0.75]
+    )
     assert big["n_prompts"] == 2 and big["alpha_prompt_std"] == pytest.approx(np.std([0.25, 0.75], ddof=1))
     assert big["alpha_token"] == pytest.approx(14 / 22)
     assert big["break_even_c"] == pytest.approx(14 / 22)  # at γ = 1 the break-even c is α itself
@@ -86,7 +88,7 @@ def test_c_alpha_points_and_chart(records, flops):
     assert len(points) == 4 and set(points["c_kind"]) == {"FLOPs", "wall clock"}
     flops_big = points[(points["draft"] == "big") & (points["c_kind"] == "FLOPs")].iloc[0]
     assert flops_big["c"] == 0.5 and flops_big["alpha"] == pytest.approx(14 / 22) and flops_big["best_speedup"] == 2.0
-    spec = plots.c_alpha_chart(points[points["c_kind"] == "FLOPs"], c_title="FLOPs c").to_dict()
+    spec = run_plots.c_alpha_chart(points[points["c_kind"] == "FLOPs"], c_title="FLOPs c").to_dict()
     assert any(layer.get("encoding", {}).get("y", {}).get("title") == "FLOPs c" for layer in spec["layer"])
 
 
@@ -106,19 +108,22 @@ def test_draft_table_on_tiny_models():
     torch.set_num_threads(1)
     verifier = tiny_llama(0)
     pair = Pair(verifier, None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
-    prompts = pd.DataFrame({"id": ["a", "b"], "category": ["x", "y"],
-                            "prompt": [" ".join(WORDS[i:i + 8]) for i in (0, 5)]})
-    drafts = {"noisy": perturbed_copy(verifier, 0.3, 1), "lookup": PromptLookupDrafter()}
-    recs = bench.run_interleaved(pair, prompts, bench.make_candidates(drafts, [1, 3]), max_new_tokens=10,
-                                 progress=False)
-    flops = pd.DataFrame({"model": ["noisy", "lookup"], "params": [1, 0], "flops_per_token": [10, 0],
-                          "c_flops": [1.0, 0.0]})
+    prompts = pd.DataFrame(
+        {"id": ["a", "b"], "category": ["x", "y"], "prompt": [" ".join(WORDS[i : i + 8]) for i in (0, 5)]}
+    )
+    drafts = {"noisy": perturbed_copy(verifier, 0.3, 1), "lookup": PromptLookup()}
+    recs = runs.run_interleaved(pair, prompts, runs.make_candidates(drafts, [1, 3]), max_new_tokens=10, progress=False)
+    flops = pd.DataFrame(
+        {"model": ["noisy", "lookup"], "params": [1, 0], "flops_per_token": [10, 0], "c_flops": [1.0, 0.0]}
+    )
     table = analysis.draft_table(recs, flops)
     assert set(table["draft"]) == {"noisy", "lookup"} and table["best_gamma"].isin([1, 3]).all()
     assert (table["c_wall"] > 0).all() and (table["n_prompts"] == 2).all()
     pooled = recs[recs["gamma"] > 0].groupby("draft")[["accepted", "drafted"]].sum()
     per_token = table.set_index("draft")["alpha_token"]
-    assert (per_token >= (pooled["accepted"] / pooled["drafted"]).reindex(per_token.index) - 1e-12).all()  # reached ≤ drafted
+    assert (
+        per_token >= (pooled["accepted"] / pooled["drafted"]).reindex(per_token.index) - 1e-12
+    ).all()  # reached ≤ drafted
     assert (table["alpha_prompt_min"] <= table["alpha_prompt_max"]).all()
     assert len(analysis.profile_speedups(recs, table)) == 2 * 3 * 2
 

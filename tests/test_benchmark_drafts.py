@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from test_bench_drafts import record
 
-from specnb import analysis, bench
-from specnb.runner import REPO_ROOT
+from specnb.core.paths import REPO_ROOT
+from specnb.measure import analysis, runs
 
 
 @pytest.fixture
@@ -27,12 +27,21 @@ def fake_result():
     records = pd.DataFrame(rows)
     flops = pd.DataFrame({"model": ["v", "big"], "params": [135_000_000, 14_000_000],
                           "flops_per_token": [2.7e8, 2.8e7], "c_flops": [1.0, 0.104]})
-    summary = bench.summarise(records)
+    summary = runs.summarise(records)
     env = {"cpu": "CPU", "cpu_count": 2, "gpu": None, "packages": {"torch": "2", "transformers": "5"},
            "time_utc": "2026-01-02T03:04:05Z", "git_commit": "abcdef123"}
-    return {"records": records, "summary": summary, "flops": flops, "table": analysis.draft_table(records, flops, summary),
-            "device": "cpu", "dtype": "torch.float32", "categories": ["c"], "environment": env, "seconds": 90.0,
-            "config": {"verifier": "v", "repeats": 1, "max_new_tokens": 10, "gammas": [1]}}
+    return {
+        "records": records,
+        "summary": summary,
+        "flops": flops,
+        "table": analysis.draft_table(records, flops, summary),
+        "device": "cpu",
+        "dtype": "torch.float32",
+        "categories": ["c"],
+        "environment": env,
+        "seconds": 90.0,
+        "config": {"verifier": "v", "repeats": 1, "max_new_tokens": 10, "gammas": [1]},
+    }
 
 
 def test_markdown_table_has_every_draft_and_the_machine(script):

@@ -5,14 +5,13 @@ import json
 
 import pytest
 import torch
-
-import specnb.models
-from specnb.cli import main
-from specnb.decoding import generate
-from specnb.hf_baseline import compare_with_hf, fixed_gamma, summarize
-from specnb.models import Pair
-
 from test_decoding import peaked_pair
+
+import specnb.models.load
+from specnb.app.cli import main
+from specnb.engine.generate import generate
+from specnb.measure.hf_baseline import compare_with_hf, fixed_gamma, tok_s_by_method
+from specnb.models.load import Pair
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -42,7 +41,7 @@ def tiny_pair(monkeypatch):
         calls.append((v, d, device, dtype))
         return Pair(verifier, draft if d else None, CharTokenizer(), torch.device("cpu"), torch.float32, None, v, d)
 
-    monkeypatch.setattr(specnb.models, "load_pair", fake_load_pair)
+    monkeypatch.setattr(specnb.models.load, "load_pair", fake_load_pair)
     return verifier, draft, calls
 
 
@@ -57,7 +56,7 @@ def test_generate_json_batch_matches_library(tiny_pair, capsys):
                             "--prompt", "hello there", "--prompt", "hi", "--device", "cpu", "--json"])
     assert calls == [("v", "d", "cpu", "auto")]
     assert [r["prompt"] for r in out["results"]] == ["hello there", "hi"]
-    from specnb.decoding import encode_prompts
+    from specnb.engine.inputs import encode_prompts
 
     ids, mask = encode_prompts(CharTokenizer(), ["hello there", "hi"])
     expected = generate(verifier, ids, mask, max_new_tokens=10, eos_token_id=2).tokens
@@ -71,8 +70,27 @@ def test_generate_json_batch_matches_library(tiny_pair, capsys):
 def test_generate_verifier_only_sampling_and_raw_prompt(tiny_pair, capsys):
     out = run_json(capsys, ["generate", "--verifier", "v", "--max-new-tokens", "5", "--sample", "--seed", "1",
                             "--temperature", "0.8", "--top-p", "0.9", "--no-chat-template", "--prompt", "x", "--json"])
-    again = run_json(capsys, ["generate", "--verifier", "v", "--max-new-tokens", "5", "--sample", "--seed", "1",
-                              "--temperature", "0.8", "--top-p", "0.9", "--no-chat-template", "--prompt", "x", "--json"])
+    again = run_json(
+        capsys,
+        [
+            "generate",
+            "--verifier",
+            "v",
+            "--max-new-tokens",
+            "5",
+            "--sample",
+            "--seed",
+            "1",
+            "--temperature",
+            "0.8",
+            "--top-p",
+            "0.9",
+            "--no-chat-template",
+            "--prompt",
+            "x",
+            "--json",
+        ],
+    )
     assert out["results"][0]["tokens"] == again["results"][0]["tokens"]  # seeded
     assert out["draft"] is None and out["results"][0]["acceptance_rate"] is None and out["draft_forwards"] == 0
 
@@ -92,9 +110,23 @@ def test_generate_bad_parameters_fail_before_loading(tiny_pair, capsys, flags):
 
 @pytest.mark.slow
 def test_generate_with_embedded_verifier(capsys):
-    out = run_json(capsys, ["generate", "--verifier", "smollm2-135m", "--draft", "prompt-lookup", "--max-new-tokens",
-                            "6", "--prompt", "Repeat exactly: red green blue red green blue", "--device", "cpu",
-                            "--json"])
+    out = run_json(
+        capsys,
+        [
+            "generate",
+            "--verifier",
+            "smollm2-135m",
+            "--draft",
+            "prompt-lookup",
+            "--max-new-tokens",
+            "6",
+            "--prompt",
+            "Repeat exactly: red green blue red green blue",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+    )
     row = out["results"][0]
     assert 1 <= len(row["tokens"]) <= 6 and isinstance(row["text"], str) and row["text"]
     assert abs(sum(out["stages_ms"].values()) - out["wall_ms"]) / out["wall_ms"] < 0.02
@@ -105,10 +137,16 @@ def test_fixed_gamma_sets_and_restores_assistant_config():
     config = draft.generation_config
     before = (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold)
     with fixed_gamma(draft, 3):
-        assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule,
-                config.assistant_confidence_threshold) == (3, "constant", 0.0)
-    assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule,
-            config.assistant_confidence_threshold) == before
+        assert (
+            config.num_assistant_tokens,
+            config.num_assistant_tokens_schedule,
+            config.assistant_confidence_threshold,
+        ) == (3, "constant", 0.0)
+    assert (
+        config.num_assistant_tokens,
+        config.num_assistant_tokens_schedule,
+        config.assistant_confidence_threshold,
+    ) == before
 
 
 def test_compare_with_hf_records_agree_token_for_token():
@@ -123,4 +161,4 @@ def test_compare_with_hf_records_agree_token_for_token():
     assert all(len(v) == 1 for v in by_prompt.values())  # all four methods: identical greedy tokens
     first_method = [r["method"] for r in records if r["prompt"] == 1][0]
     assert first_method != records[0]["method"]  # the order rotates between prompts
-    assert set(summarize(records)) == {"hf_greedy", "hf_assisted", "specnb_verifier", "specnb_speculative"}
+    assert set(tok_s_by_method(records)) == {"hf_greedy", "hf_assisted", "specnb_verifier", "specnb_speculative"}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specnb.cli import main
+from specnb.app.cli import main
 
 
 def run_json(capsys, *argv):

@@ -7,12 +7,13 @@ import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from specnb.decoding import SamplingConfig, encode_prompts, generate
-from specnb.errors import IncompatibleModelsError, ParameterError
-from specnb.kvcache import crop_cache
-from specnb.lookup import PromptLookupDrafter
-from specnb.sampling import logits_to_probs
-from specnb.timing import STAGES
+from specnb.core.errors import IncompatibleModelsError, ParameterError
+from specnb.engine.generate import generate
+from specnb.engine.inputs import encode_prompts
+from specnb.engine.kvcache import crop_cache
+from specnb.engine.sampling import SamplingConfig, logits_to_probs
+from specnb.engine.timing import STAGES
+from specnb.models.lookup import PromptLookup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -120,7 +121,7 @@ def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(pair):
     ids = torch.cat([ids, ids[:, -6:]], 1)  # repeated text gives the n-gram lookup something to find
     mask = torch.cat([mask, mask[:, -6:]], 1)
     expected = generate(verifier, ids, mask, max_new_tokens=20).tokens
-    result = generate(verifier, ids, mask, draft=PromptLookupDrafter(), gamma=4, max_new_tokens=20)
+    result = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=20)
     assert result.tokens == expected
     assert result.draft_forwards == 0
     drafted = sum(map(sum, result.drafted_per_step))
@@ -136,7 +137,6 @@ def test_statistics_are_consistent(pair):
     assert all(n <= d <= 4 for a, b in zip(r.accepted_per_step, r.drafted_per_step) for n, d in zip(a, b))
     flat_n = [n for row in r.accepted_per_step for n in row]
     assert r.mean_tokens_per_step == pytest.approx(sum(flat_n) / len(flat_n) + 1)
-    assert len(r.per_position_acceptance) == 4 and r.per_position_acceptance[0] >= r.per_position_acceptance[-1]
     for row, toks in zip(r.records(), r.tokens):
         assert row["new_tokens"] == len(toks) == 20
         # the first token comes from prefill; steps emit accepted + 1 each (the last may be truncated)
@@ -158,7 +158,8 @@ def test_eos_and_budget_are_exact(pair, use_draft):
         assert cut == expected  # nothing after EOS; rows without it run to the budget
     assert len(stopped[0]) <= 6
     for budget in (1, 2, 5):
-        assert generate(verifier, ids, mask, draft=d, gamma=4, max_new_tokens=budget).tokens == [t[:budget] for t in free]
+        got = generate(verifier, ids, mask, draft=d, gamma=4, max_new_tokens=budget).tokens
+        assert got == [t[:budget] for t in free]
 
 
 def test_stage_times_sum_to_wall_time(pair):
@@ -182,8 +183,15 @@ def test_vocab_mismatch_needs_explicit_vocab_size():
         generate(verifier, ids, mask, draft=draft, vocab_size=300)
 
 
-@pytest.mark.parametrize("kwargs", [{"gamma": 0}, {"max_new_tokens": 0},
-                                    {"sampling": SamplingConfig(temperature=0)}, {"sampling": SamplingConfig(top_p=0)}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"gamma": 0},
+        {"max_new_tokens": 0},
+        {"sampling": SamplingConfig(temperature=0)},
+        {"sampling": SamplingConfig(top_p=0)},
+    ],
+)
 def test_bad_parameters_are_rejected(kwargs):
     with pytest.raises(ParameterError):
         generate(tiny(), torch.tensor([[1, 2, 3]]), **kwargs)
@@ -245,7 +253,7 @@ def test_sampled_speculative_output_follows_verifier_distribution(drafter, sampl
         draft.lm_head.weight.mul_(4)
     prompt = torch.tensor([1, 2, 3, 1, 2])
     target = exact_pair_distribution(verifier, prompt, sampling, vocab)
-    d = draft if drafter == "model" else PromptLookupDrafter(max_ngram=2)
+    d = draft if drafter == "model" else PromptLookup(max_ngram=2)
     # budget 4 with gamma 3: the first speculative step drafts 2 tokens, which produce t2 and t3
     r = generate(verifier, prompt.expand(n, -1), draft=d, gamma=3, max_new_tokens=4, sampling=sampling)
     pairs = torch.tensor([t[1] * vocab + t[2] for t in r.tokens])

@@ -12,13 +12,14 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specnb import corpus as C
-from specnb import distill
-from specnb.distill import DistillConfig, DraftSpec
-from specnb.errors import ParameterError
-from specnb.flops import analytic_flops
-from specnb.heads import read_head_tokens
-from specnb.train_prompts import build_instructions
+from specnb.core.errors import ParameterError
+from specnb.core.flops import analytic_flops
+from specnb.models.embedded import build_draft
+from specnb.models.training import corpus as C
+from specnb.models.training import distill
+from specnb.models.training.distill import DistillConfig, DraftSpec
+from specnb.models.training.train_prompts import build_instructions
+from specnb.models.trimmed_head import read_head_tokens
 
 SPECS = {
     "narrow": DraftSpec("narrow", 32, 1, 2, 1, 64, (), 1e-2),
@@ -117,9 +118,9 @@ def test_assembled_draft_reproduces_the_trained_student(verifier, corpus, tmp_pa
     # round to fp16 first, as the saved file does
     body.half().float()
     proj.half().float()
-    config = distill.draft_config(spec, verifier.config)
+    config = distill.llama_config(spec, verifier.config)
     folder = distill.save_draft(tmp_path / "d", config, distill.draft_state_dict(body, proj), {})
-    model = distill.assemble_draft(folder, verifier)
+    model = build_draft(folder, verifier.get_input_embeddings().weight)
     ids = corpus[0].ids[None]  # [1, S]
     emb = verifier.get_input_embeddings().weight.detach().float()
     cols = torch.arange(ids.shape[1])
@@ -137,7 +138,7 @@ def test_trimmed_head_keeps_the_most_frequent_tokens(verifier, prompts, tmp_path
     config = json.loads((folder / "config.json").read_text())
     assert len(head) == 32 == config["head_tokens"] and 2 in head  # EOS is always kept
     assert analytic_flops(LlamaConfig(**config)).lm_head_flops_per_token == 2 * 64 * 32
-    model = distill.assemble_draft(folder, verifier)
+    model = build_draft(folder, verifier.get_input_embeddings().weight)
     with torch.no_grad():
         logits = model(torch.tensor([[1, 5, 9, 40]])).logits[0]  # [4, V]
     outside = torch.ones(96, dtype=torch.bool)
@@ -160,11 +161,11 @@ def test_same_seed_same_weights_other_seed_differs(verifier, prompts, tmp_path):
 def test_failed_save_leaves_no_partial_folder(tmp_path):
     good = {"model.norm.weight": torch.ones(4, dtype=torch.float16)}
     distill.save_draft(tmp_path / "d", {"hidden_size": 4}, good, {"ok": 1})
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         distill.save_draft(tmp_path / "d", {"hidden_size": 4}, {"bad": "not a tensor"}, {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # the old draft is intact, no temp folder
     assert json.loads((tmp_path / "d" / "meta.json").read_text()) == {"ok": 1}
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         distill.save_draft(tmp_path / "e", {}, {"bad": "not a tensor"}, {})
     assert not (tmp_path / "e").exists()
 
@@ -182,7 +183,7 @@ def test_instructions_are_deterministic_distinct_and_avoid_excluded_tasks():
     kept = build_instructions(200, seed=3, exclude=banned)
     assert banned[0] not in kept
     # the shipped evaluation prompts: no training instruction repeats a 4-word phrase of their tasks
-    from specnb.train_prompts import _grams, _template_grams, evaluation_prompts
+    from specnb.models.training.train_prompts import _grams, _template_grams, evaluation_prompts
 
     task_grams = set().union(*(_grams(p) for p in evaluation_prompts())) - _template_grams()
     assert not any(_grams(t) & task_grams for t in build_instructions(288, seed=0))

@@ -7,10 +7,16 @@ import pytest
 import torch
 from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
-from specnb import flops
-from specnb.errors import ConfigError, ModelNotFoundError, ParameterError
-from specnb.flops import (analytic_flops, build_model, cost_ratio, measure_flops, measure_flops_breakdown,
-                          resolve_config)
+from specnb.core import paths
+from specnb.core.errors import ConfigError, ModelNotFoundError, ParameterError
+from specnb.core.flops import (
+    analytic_flops,
+    build_model,
+    cost_ratio,
+    measure_flops,
+    measure_flops_breakdown,
+    resolve_config,
+)
 
 TINY = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, vocab_size=160)
 
@@ -115,13 +121,20 @@ def test_conventions_reconciled_on_a_real_model():
     assert "scaled_dot_product_attention" not in plain.by_operator()
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(input_ids=ids)
-    linear = sum(v for op, v in counter.get_flop_counts()["Global"].items() if op in (torch.ops.aten.mm, torch.ops.aten.addmm))
+    linear = sum(
+        v for op, v in counter.get_flop_counts()["Global"].items() if op in (torch.ops.aten.mm, torch.ops.aten.addmm)
+    )
     assert linear == report.flops_per_token
 
 
-@pytest.mark.parametrize("make_config", [*CONFIGS,
-                                         lambda: Qwen3Config(**TINY, num_attention_heads=4, num_key_value_heads=2, head_dim=24),
-                                         lambda: MistralConfig(**TINY, num_attention_heads=4, num_key_value_heads=2)])
+@pytest.mark.parametrize(
+    "make_config",
+    [
+        *CONFIGS,
+        lambda: Qwen3Config(**TINY, num_attention_heads=4, num_key_value_heads=2, head_dim=24),
+        lambda: MistralConfig(**TINY, num_attention_heads=4, num_key_value_heads=2),
+    ],
+)
 def test_params_and_bias_flops_match_the_module_tree(make_config):
     config = make_config()
     model = build_model(config)
@@ -138,8 +151,12 @@ def test_qwen2_biases_reported_separately():
 
 
 def test_tied_and_untied_cost_the_same_flops_but_not_params():
-    tied, untied = analytic_flops(qwen2_gqa_tied()), analytic_flops(qwen2_gqa_tied().__class__(
-        **TINY, num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False))
+    tied, untied = (
+        analytic_flops(qwen2_gqa_tied()),
+        analytic_flops(
+            qwen2_gqa_tied().__class__(**TINY, num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False)
+        ),
+    )
     assert tied.flops_per_token == untied.flops_per_token
     assert untied.params - tied.params == 64 * 160
 
@@ -212,7 +229,7 @@ def test_local_folder_and_file(tmp_path):
 
 
 def test_embedded_draft_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(flops, "DRAFTS_DIR", tmp_path)
+    monkeypatch.setattr("specnb.core.paths.DRAFTS_DIR", tmp_path)
     (tmp_path / "smollm2-draft-s").mkdir()
     qwen2_gqa_tied().save_pretrained(tmp_path / "smollm2-draft-s")
     assert resolve_config("smollm2-draft-s").num_key_value_heads == 1
@@ -232,7 +249,7 @@ def test_unknown_model_offline_is_one_clear_error(monkeypatch):
 def test_unreachable_hub_does_not_hang(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr("specnb.hub.hub_reachable", lambda: False)
+    monkeypatch.setattr("specnb.core.hub.hub_reachable", lambda: False)
     with pytest.raises(ModelNotFoundError, match="unreachable"):
         resolve_config("nobody/no-such-model-xyz")
 
@@ -243,6 +260,6 @@ def test_early_exit_names_are_not_configs():
 
 
 def test_shipped_configs_are_plain_config_json():
-    for path in flops.CONFIGS_DIR.glob("*.json"):
+    for path in paths.CONFIGS_DIR.glob("*.json"):
         data = json.loads(path.read_text())
         assert data["model_type"] in ("qwen2", "llama") and "architectures" in data

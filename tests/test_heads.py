@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specnb.decoding import generate
-from specnb.heads import TrimmedHead, most_frequent_tokens, read_head_tokens, trim_head
+from specnb.engine.generate import generate
+from specnb.models.trimmed_head import TrimmedHead, most_frequent_tokens, read_head_tokens, trim_head
 
 
 def tiny_llama(seed: int, layers: int = 2) -> LlamaForCausalLM:

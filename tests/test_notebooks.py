@@ -17,10 +17,11 @@ import papermill
 import pytest
 from test_runner import assert_offline
 
-from specnb.runner import REPO_ROOT, list_notebooks
+from specnb.app.runner import list_notebooks
+from specnb.core.paths import REPO_ROOT
 
 NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
-RUNNER_SET = {"smoke": False, "output_dir": ".", "interactive": True}  # the runner sets these; defaults for JupyterLab
+RUNNER_SET = {"smoke": False, "output_dir": "", "interactive": True}  # the runner sets these; defaults for JupyterLab
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 

@@ -10,27 +10,37 @@ import pandas as pd
 import pytest
 import torch
 
-from specnb import acceptance as A
-from specnb import hardware as H
-from specnb import predict as P
-from specnb import reference as R
-from specnb import theory
-from specnb.cli import main
-from specnb.errors import DeviceError, ParameterError
+from specnb.app.cli import main
+from specnb.core import theory
+from specnb.core.errors import DeviceError, ParameterError
+from specnb.measure import acceptance
+from specnb.predict import costs, predictor, reference, traces, what_if
 
 DRAFT = "tiny-draft"
 
 
 def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0, 0.5), overhead=(0.5, 1.0),
-                      n_new=48) -> H.HardwareProfile:
+                      n_new=48) -> costs.HardwareProfile:
     """A profile built from known numbers: linear costs and i.i.d. acceptance α (synthetic traces)."""
-    profile = H.HardwareProfile(
-        verifier="tiny", device="cpu", machine={}, verifier_decode=H.CostModel(*t_v),
-        verifier_prefill=H.CostModel(*prefill), verifier_flops_per_token=1e9,
-        drafts={DRAFT: H.DraftCosts("model", H.CostModel(*t_d), H.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8)},
-        acceptance={}, traces={}, overhead_ms={"verifier-only": overhead[0], DRAFT: overhead[1]},
-        max_new_tokens=n_new, prompt_tokens=40.0)
-    P.set_flat_acceptance(profile, DRAFT, alpha, n_new)
+    profile = costs.HardwareProfile(
+        verifier="tiny",
+        device="cpu",
+        machine={},
+        verifier_decode=costs.CostModel(*t_v),
+        verifier_prefill=costs.CostModel(*prefill),
+        verifier_flops_per_token=1e9,
+        drafts={
+            DRAFT: costs.DraftCosts(
+                "model", costs.CostModel(*t_d), costs.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8
+            )
+        },
+        acceptance={},
+        traces={},
+        overhead_ms={"verifier-only": overhead[0], DRAFT: overhead[1]},
+        max_new_tokens=n_new,
+        prompt_tokens=40.0,
+    )
+    what_if.set_flat_acceptance(profile, DRAFT, alpha, n_new)
     return profile
 
 
@@ -41,9 +51,14 @@ def test_fit_recovers_known_coefficients():
     rng = np.random.default_rng(0)
     n, b = np.meshgrid(np.arange(1, 10), [1, 2, 4])
     true_ms = 42.0 + 3.5 * n * b
-    grid = pd.DataFrame({"n_tokens": n.ravel(), "batch_size": b.ravel(),
-                         "median_ms": (true_ms * (1 + 0.01 * rng.standard_normal(true_ms.shape))).ravel()})
-    fit = H.fit_cost_model(grid)
+    grid = pd.DataFrame(
+        {
+            "n_tokens": n.ravel(),
+            "batch_size": b.ravel(),
+            "median_ms": (true_ms * (1 + 0.01 * rng.standard_normal(true_ms.shape))).ravel(),
+        }
+    )
+    fit = costs.fit_cost_model(grid)
     assert fit.t0_ms == pytest.approx(42.0, rel=0.03)
     assert fit.ms_per_token == pytest.approx(3.5, rel=0.03)
     assert fit.r2 > 0.99 and fit.n_points == 27
@@ -56,17 +71,17 @@ def test_fit_recovers_known_coefficients():
 def test_cost_model_keeps_a_jump_the_line_smooths_away():
     # a CPU-like forward: 2 tokens cost 1.7x one (matrix-vector -> matrix-matrix), then ~linear
     grid = pd.DataFrame({"n_tokens": [1, 2, 3, 4, 5], "batch_size": 1, "median_ms": [60.0, 102, 104, 106, 108]})
-    fit = H.fit_cost_model(grid)
+    fit = costs.fit_cost_model(grid)
     assert fit.forward_ms(np.array([1, 2, 2.5])) == pytest.approx([60.0, 102.0, 103.0])
     assert fit.t0_ms + fit.ms_per_token * 1 > 70  # what the line alone would say for 1 token
-    restored = H.CostModel(**json.loads(json.dumps(asdict(fit))))
+    restored = costs.CostModel(**json.loads(json.dumps(asdict(fit))))
     assert restored.forward_ms(2) == pytest.approx(102.0)
 
 
 def test_fit_needs_two_sizes():
     grid = pd.DataFrame({"n_tokens": [1, 1], "batch_size": [1, 1], "median_ms": [5.0, 6.0]})
     with pytest.raises(ParameterError, match="two sizes"):
-        H.fit_cost_model(grid)
+        costs.fit_cost_model(grid)
 
 
 # ---------------------------------------------------------------------------- acceptance
@@ -97,10 +112,16 @@ def test_profile_recovered_from_bench_style_records():
     rows = []
     for prompt in ("p1", "p2", "p3"):
         lengths = sample_accept_lengths(true, 3000, rng)
-        rows.append({"draft": "d", "gamma": 4, "prompt_ids": prompt,
-                     "accepted_by_position": [int((lengths > i).sum()) for i in range(4)],
-                     "drafted_by_position": [len(lengths)] * 4})
-    profile = A.profile_from_records(pd.DataFrame(rows), "d")
+        rows.append(
+            {
+                "draft": "d",
+                "gamma": 4,
+                "prompt_ids": prompt,
+                "accepted_by_position": [int((lengths > i).sum()) for i in range(4)],
+                "drafted_by_position": [len(lengths)] * 4,
+            }
+        )
+    profile = acceptance.profile_from_records(pd.DataFrame(rows), "d")
     assert profile.gamma == 4 and len(profile.per_prompt) == 3
     reached = np.array(profile.reached)
     se = np.sqrt(np.array(true) * (1 - np.array(true)) / reached)
@@ -109,21 +130,21 @@ def test_profile_recovered_from_bench_style_records():
 
 def test_counts_from_positions_handles_shortened_drafts():
     # 3 steps: accepted 2 of 3, 0 of 3, then a last step that drafted 1 and accepted it
-    reached, accepted = A.counts_from_positions([2, 1, 0], [3, 2, 2])
+    reached, accepted = acceptance.counts_from_positions([2, 1, 0], [3, 2, 2])
     assert reached == [3, 2, 1] and accepted == [2, 1, 0]
 
 
-def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> H.HardwareProfile:
+def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> costs.HardwareProfile:
     """``synthetic_profile`` whose draft is a lookup drafter with the given trace (repeated)."""
     profile = synthetic_profile(overhead=(0.0, 0.0))
-    profile.drafts[DRAFT] = H.DraftCosts(H.LOOKUP, None, None, 0.0, step_ms)
-    profile.traces[DRAFT] = [A.AcceptanceTrace(p, list(runs), list(proposed), cap, True) for p in "ab"]
+    profile.drafts[DRAFT] = costs.DraftCosts(costs.LOOKUP, None, None, 0.0, step_ms)
+    profile.traces[DRAFT] = [traces.AcceptanceTrace(p, list(runs), list(proposed), cap, True) for p in "ab"]
     return profile
 
 
 def test_proposals_beyond_the_trace_cap_are_flagged():
     profile = lookup_profile([0] + [4] * 47, [0] + [4] * 47)
-    pred = P.predict(profile, DRAFT, range(1, 7), n_boot=20, sims_per_boot=4)
+    pred = predictor.predict(profile, DRAFT, range(1, 7), n_boot=20, sims_per_boot=4)
     assert list(pred.table["extrapolated"]) == [False] * 4 + [True] * 2
     assert pred.notes and "up to 4 tokens" in pred.notes[0]
 
@@ -132,7 +153,7 @@ def test_a_draft_that_proposes_nothing_costs_only_its_bookkeeping():
     """A lookup drafter without matches is verified 1 token at a time: verifier-only plus its host
     time, not the γ + 1-token forward a "k drafts per step" model would charge."""
     profile = lookup_profile([0] * 48, [0] * 48, step_ms=0.0)
-    pred = P.predict(profile, DRAFT, [4], n_boot=20, sims_per_boot=4)
+    pred = predictor.predict(profile, DRAFT, [4], n_boot=20, sims_per_boot=4)
     assert pred.predicted_speedup == pytest.approx(1.0, abs=1e-9)
     assert pred.table["tokens_per_step"].iloc[0] == pytest.approx(1.0)
 
@@ -144,9 +165,10 @@ def test_prediction_agrees_with_leviathan_when_its_assumptions_hold():
     """Free verification, no prefill or overhead, long generation, flat α: the Leviathan formula
     with wall-clock c is exact, so the simulated prediction must match it."""
     alpha, c, t_v = 0.7, 0.2, 50.0
-    profile = synthetic_profile(t_v=(t_v, 0.0), t_d=(c * t_v, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0),
-                                alpha=alpha, n_new=400)
-    pred = P.predict(profile, DRAFT, range(1, 9), n_boot=20, sims_per_boot=4)
+    profile = synthetic_profile(
+        t_v=(t_v, 0.0), t_d=(c * t_v, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0), alpha=alpha, n_new=400
+    )
+    pred = predictor.predict(profile, DRAFT, range(1, 9), n_boot=20, sims_per_boot=4)
     # the draft's catch-up forward is priced as an ordinary one, as Leviathan's γ·c does
     expected = theory.expected_speedup(alpha, np.arange(1, 9), c)
     assert np.allclose(pred.table["predicted_speedup"], expected, rtol=0.02)
@@ -154,7 +176,7 @@ def test_prediction_agrees_with_leviathan_when_its_assumptions_hold():
 
 
 def test_recommendation_is_the_argmax():
-    pred = P.predict(synthetic_profile(), DRAFT, range(1, 9), n_boot=30, sims_per_boot=4)
+    pred = predictor.predict(synthetic_profile(), DRAFT, range(1, 9), n_boot=30, sims_per_boot=4)
     table = pred.table
     assert pred.best_gamma == int(table.loc[table["predicted_speedup"].idxmax(), "gamma"])
     assert pred.recommended_gamma == pred.best_gamma and pred.predicted_speedup > 1.0
@@ -164,7 +186,7 @@ def test_recommendation_is_the_argmax():
 
 def test_no_recommendation_when_nothing_beats_the_verifier():
     slow = synthetic_profile(t_d=(55.0, 3.0), alpha=0.2)
-    pred = P.predict(slow, DRAFT, range(1, 5), n_boot=30, sims_per_boot=4)
+    pred = predictor.predict(slow, DRAFT, range(1, 5), n_boot=30, sims_per_boot=4)
     assert pred.recommended_gamma is None and pred.predicted_speedup <= 1.0
     assert (pred.table["predicted_speedup"] <= 1.0).all()
     data = pred.as_dict()
@@ -173,46 +195,46 @@ def test_no_recommendation_when_nothing_beats_the_verifier():
 
 def test_batch_runs_until_the_slowest_row():
     profile = synthetic_profile(t_v=(60.0, 0.0), t_d=(6.0, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0))
-    one = P.predict(profile, DRAFT, [4], batch_size=1, n_boot=40, sims_per_boot=8)
-    four = P.predict(profile, DRAFT, [4], batch_size=4, n_boot=40, sims_per_boot=8)
+    one = predictor.predict(profile, DRAFT, [4], batch_size=1, n_boot=40, sims_per_boot=8)
+    four = predictor.predict(profile, DRAFT, [4], batch_size=4, n_boot=40, sims_per_boot=8)
     # costs do not depend on batch here, so only the slowest-row effect lowers the speedup
     assert four.predicted_speedup < one.predicted_speedup
 
 
 def test_what_if_moves_the_verdict():
     profile = synthetic_profile()
-    base = P.predict(profile, DRAFT, range(1, 9), n_boot=20, sims_per_boot=4)
-    better = P.what_if(profile, DRAFT, alpha=0.95)
-    faster = P.what_if(profile, DRAFT, draft_speed=3.0)
+    base = predictor.predict(profile, DRAFT, range(1, 9), n_boot=20, sims_per_boot=4)
+    better = what_if.what_if(profile, DRAFT, alpha=0.95)
+    faster = what_if.what_if(profile, DRAFT, draft_speed=3.0)
     assert better.predicted_speedup > base.predicted_speedup
     assert faster.predicted_speedup > base.predicted_speedup
     with pytest.raises(ParameterError):
-        P.what_if(profile, DRAFT, draft_speed=0)
+        what_if.what_if(profile, DRAFT, draft_speed=0)
 
 
 def test_what_if_with_nothing_changed_is_the_prediction():
     """A draft with measured forward times: the what-if at speed 1.0 keeps them, not just the line."""
     profile = synthetic_profile()
     grid = pd.DataFrame({"n_tokens": [1, 2, 1, 2], "batch_size": [1, 1, 2, 2], "median_ms": [9.0, 16.0, 12.0, 18.0]})
-    profile.drafts[DRAFT].decode = H.fit_cost_model(grid)
-    base = P.predict(profile, DRAFT, range(1, 5), n_boot=40, sims_per_boot=8)
-    same = P.what_if(profile, DRAFT, gammas=range(1, 5))
+    profile.drafts[DRAFT].decode = costs.fit_cost_model(grid)
+    base = predictor.predict(profile, DRAFT, range(1, 5), n_boot=40, sims_per_boot=8)
+    same = what_if.what_if(profile, DRAFT, gammas=range(1, 5))
     assert same.table["predicted_speedup"].to_numpy() == pytest.approx(base.table["predicted_speedup"].to_numpy())
-    assert P.scale(profile.drafts[DRAFT].decode, 2.0).forward_ms(2) == pytest.approx(8.0)
+    assert what_if.scale(profile.drafts[DRAFT].decode, 2.0).forward_ms(2) == pytest.approx(8.0)
 
 
 def test_reference_mps_profile_is_in_the_right_ballpark():
-    profile = R.reference_mps_profile(0.0)
+    profile = reference.reference_mps_profile(0.0)
     draft = next(iter(profile.drafts))
-    pred = P.predict(profile, draft, range(1, 9), n_boot=20, sims_per_boot=4)
+    pred = predictor.predict(profile, draft, range(1, 9), n_boot=20, sims_per_boot=4)
     tok_s = pred.table.set_index("gamma")["predicted_tok_s"]
     assert pred.baseline_tok_s == pytest.approx(14.4, rel=0.01)
-    for gamma, reported in R.REFERENCE_MPS["reported_tok_s"].items():
+    for gamma, reported in reference.REFERENCE_MPS["reported_tok_s"].items():
         assert 0.6 * reported < tok_s[gamma] < 1.4 * reported
     # FLOPs-c reproduces the reference's 0.99x at γ = 4
     assert theory.format_speedup(pred.table.set_index("gamma").loc[4, "flops_leviathan_speedup"]) == "0.99x"
     # costlier verification can only slow speculation down
-    costly = P.predict(R.reference_mps_profile(0.2), draft, [4, 7], n_boot=20, sims_per_boot=4)
+    costly = predictor.predict(reference.reference_mps_profile(0.2), draft, [4, 7], n_boot=20, sims_per_boot=4)
     assert (costly.table["predicted_tok_s"].to_numpy() < tok_s.loc[[4, 7]].to_numpy()).all()
 
 
@@ -221,31 +243,39 @@ def test_reference_mps_profile_is_in_the_right_ballpark():
 
 def test_profile_json_round_trip(tmp_path):
     profile = synthetic_profile()
-    path = H.save_profile(profile, tmp_path / "p.json")
-    loaded = H.load_profile(path)
-    assert H.save_profile(loaded, tmp_path / "again.json").read_text() == path.read_text()
-    assert loaded.verifier_decode.t0_ms == 60.0 and loaded.acceptance[DRAFT].reached == profile.acceptance[DRAFT].reached
+    path = costs.save_profile(profile, tmp_path / "p.json")
+    loaded = costs.load_profile(path)
+    assert costs.save_profile(loaded, tmp_path / "again.json").read_text() == path.read_text()
+    assert (
+        loaded.verifier_decode.t0_ms == 60.0 and loaded.acceptance[DRAFT].reached == profile.acceptance[DRAFT].reached
+    )
     assert loaded.traces[DRAFT] == profile.traces[DRAFT]
 
 
-@pytest.mark.parametrize("text,match", [("{not json", "not valid JSON"), ('{"format": "other"}', "malformed"),
-                                        ('{"format": "specnb-hardware-profile/2"}', "malformed"),
-                                        ('{"format": "specnb-hardware-profile/1"}', "malformed")])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"format": "other"}', "malformed"),
+        ('{"format": "specnb-hardware-profile/2"}', "malformed"),
+        ('{"format": "specnb-hardware-profile/1"}', "malformed"),
+    ],
+)
 def test_malformed_profile_is_a_clear_error(tmp_path, text, match):
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(ParameterError, match=match):
-        H.load_profile(path)
+        costs.load_profile(path)
 
 
 def test_bad_arguments():
     profile = synthetic_profile()
     with pytest.raises(ParameterError, match="gamma"):
-        P.predict(profile, DRAFT, [0, 1])
+        predictor.predict(profile, DRAFT, [0, 1])
     with pytest.raises(ParameterError, match="no calibration for draft"):
-        P.predict(profile, "other", [1])
+        predictor.predict(profile, "other", [1])
     with pytest.raises(ParameterError, match="batch_size"):
-        P.predict(profile, DRAFT, [1], batch_size=0)
+        predictor.predict(profile, DRAFT, [1], batch_size=0)
 
 
 def run_cli(argv, capsys):
@@ -255,9 +285,10 @@ def run_cli(argv, capsys):
 
 
 def test_cli_predict_from_profile_json(tmp_path, capsys):
-    path = H.save_profile(synthetic_profile(), tmp_path / "p.json")
-    code, out, err = run_cli(["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path),
-                              "--gamma", "3", "--json"], capsys)
+    path = costs.save_profile(synthetic_profile(), tmp_path / "p.json")
+    code, out, err = run_cli(
+        ["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path), "--gamma", "3", "--json"], capsys
+    )
     assert code == 0, err
     data = json.loads(out)
     assert {"recommended_gamma", "predicted_speedup", "break_even_alpha", "table"} <= set(data)
@@ -267,15 +298,20 @@ def test_cli_predict_from_profile_json(tmp_path, capsys):
     assert code == 0 and "break_even_alpha" in out and "predicted_speedup" in out
 
 
-@pytest.mark.parametrize("extra,match", [
-    (["--max-gamma", "0"], "gamma must be >= 1"),
-    (["--gamma", "0"], "gamma must be >= 1"),
-    (["--prompts", "does/not/exist.txt"], "does not exist"),
-    (["--device", "mps"], "device"),
-])
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (["--max-gamma", "0"], "gamma must be >= 1"),
+        (["--gamma", "0"], "gamma must be >= 1"),
+        (["--prompts", "does/not/exist.txt"], "does not exist"),
+        (["--device", "mps"], "device"),
+    ],
+)
 def test_cli_bad_inputs_exit_2(tmp_path, capsys, extra, match):
-    path = H.save_profile(synthetic_profile(), tmp_path / "p.json")
-    code, out, err = run_cli(["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path), *extra], capsys)
+    path = costs.save_profile(synthetic_profile(), tmp_path / "p.json")
+    code, out, err = run_cli(
+        ["predict", "--verifier", "tiny", "--draft", DRAFT, "--profile", str(path), *extra], capsys
+    )
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and match in err
 
@@ -294,7 +330,7 @@ def test_cli_unparseable_prompt_file_and_profile(tmp_path, capsys):
 def test_calibrate_stores_a_profile_on_20_prompts_and_predict_keeps_a_profiles_traces(monkeypatch, capsys):
     """`calibrate` (once, stored) defaults to 20 prompts over every category; `predict` without
     --prompts/--n-prompts passes None, so a profile's traces are reused rather than re-measured."""
-    from specnb import calibrate as C
+    from specnb.predict import calibrate as C
 
     seen = {}
 
@@ -302,6 +338,7 @@ def test_calibrate_stores_a_profile_on_20_prompts_and_predict_keeps_a_profiles_t
         def stop(*args, **kwargs):
             seen[key] = kwargs["prompts"]
             raise ParameterError("stopped before measuring")
+
         return stop
 
     monkeypatch.setattr(C, "calibrate", stop_as("calibrate"))
@@ -315,17 +352,18 @@ def test_calibrate_stores_a_profile_on_20_prompts_and_predict_keeps_a_profiles_t
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_calibrate_on_a_missing_device(tmp_path, capsys):
-    from specnb.calibrate import calibrate
+    from specnb.predict.calibrate import calibrate
 
     with pytest.raises(DeviceError):
         calibrate("smollm2-135m", ["prompt-lookup"], device="cuda")
-    code, _, err = run_cli(["calibrate", "--draft", "prompt-lookup", "--device", "cuda",
-                            "--out", str(tmp_path / "p.json")], capsys)
+    code, _, err = run_cli(
+        ["calibrate", "--draft", "prompt-lookup", "--device", "cuda", "--out", str(tmp_path / "p.json")], capsys
+    )
     assert code == 2 and "not available" in err and len(err.strip().splitlines()) == 1
 
 
 def test_calibration_and_validation_prompts_are_disjoint_and_share_categories():
-    from specnb.calibrate import split_prompts
+    from specnb.measure.prompts import split_prompts
 
     calibration, validation = split_prompts("all", 4, 4)
     assert not set(calibration["id"]) & set(validation["id"])
@@ -344,24 +382,35 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     profile survives JSON, and validation sets a prediction beside every measured grid point."""
     from test_bench import perturbed_copy, tiny_llama, tiny_tokenizer
 
-    from specnb.calibrate import calibrate, replay_check, validate, validation_summary
-    from specnb.lookup import PromptLookupDrafter
-    from specnb.models import Pair
+    from specnb.models.load import Pair
+    from specnb.models.lookup import PromptLookup
+    from specnb.predict.calibrate import calibrate, replay_check
+    from specnb.predict.validate import validate, validation_summary
 
     pair = Pair(tiny_llama(0), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
-    drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookupDrafter()}
+    drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookup()}
     texts = ["w1 w2 w3 w1 w2 w3 w1", "w4 w5 w6 w7 w4 w5", "w8 w9 w8 w9 w8", "w2 w4 w6 w8 w2 w4"]
-    profile, records = calibrate("tiny", drafts, loaded=(pair, drafts), prompts=texts[:3], gamma=4, max_new_tokens=12,
-                                 batch_sizes=(1, 2), repeats=2, progress=False)
+    profile, records = calibrate(
+        "tiny",
+        drafts,
+        loaded=(pair, drafts),
+        prompts=texts[:3],
+        gamma=4,
+        max_new_tokens=12,
+        batch_sizes=(1, 2),
+        repeats=2,
+        progress=False,
+    )
     assert set(profile.traces) == set(drafts) and all(len(t) == 3 for t in profile.traces.values())
     decode = pd.DataFrame(profile.grid).query("kind == 'decode'")
     assert decode.groupby("model")["n_tokens"].max().to_dict() == {"tiny": 5, "noisy": 2}  # γ+1; a draft 1..2
     check = replay_check(profile, records)
     assert len(check) == 2 * 2 and check["identical"].all()  # 2 drafts x the 2 overhead prompts
-    loaded = H.load_profile(H.save_profile(profile, tmp_path / "p.json"))
+    loaded = costs.load_profile(costs.save_profile(profile, tmp_path / "p.json"))
     assert loaded.traces == profile.traces
-    _, table = validate(profile, (pair, drafts), texts[3:] * 2, gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12,
-                        progress=False)
+    _, table = validate(
+        profile, (pair, drafts), texts[3:] * 2, gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12, progress=False
+    )
     assert len(table) == 2 * 2 * 2 and table["predicted_speedup"].gt(0).all()
     assert validation_summary(table)["grid_points"] == 8
 
@@ -371,10 +420,16 @@ def test_a_gain_inside_the_band_is_not_recommended():
     wins, but a bootstrap set of the bad prompt loses, so the band reaches below 1.0x: no
     recommendation, and a note saying why."""
     profile = synthetic_profile(t_v=(60.0, 0.0), t_d=(2.0, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0), n_new=40)
-    profile.traces[DRAFT] = [A.AcceptanceTrace("good", [40] * 40, None, None, True),
-                             A.AcceptanceTrace("bad", [0] * 40, None, None, True)]
-    pred = P.predict(profile, DRAFT, [4], n_boot=100, sims_per_boot=4)
+    profile.traces[DRAFT] = [
+        traces.AcceptanceTrace("good", [40] * 40, None, None, True),
+        traces.AcceptanceTrace("bad", [0] * 40, None, None, True),
+    ]
+    pred = predictor.predict(profile, DRAFT, [4], n_boot=100, sims_per_boot=4)
     assert pred.predicted_speedup > 1.3 and pred.speedup_lo < 1.0
     assert pred.best_gamma == 4 and pred.recommended_gamma is None
     assert any("not recommended" in note for note in pred.notes)
-    assert P.clears_break_even(1.01, 1.02) and not P.clears_break_even(1.01, 0.97) and not P.clears_break_even(0.9, 0.8)
+    assert (
+        predictor.clears_break_even(1.01, 1.02)
+        and not predictor.clears_break_even(1.01, 0.97)
+        and not predictor.clears_break_even(0.9, 0.8)
+    )

@@ -2,8 +2,8 @@
 
 import pytest
 
-from specnb.errors import ParameterError
-from specnb.prompts import categories, load_prompts, read_prompt_file, select_prompts
+from specnb.core.errors import ParameterError
+from specnb.measure.prompts import categories, load_prompts, read_prompt_file, select_prompts
 
 COPY_HEAVY = ("summarisation", "extraction")
 

@@ -1,15 +1,21 @@
 """The papermill runner on two fixture notebooks: outputs, offline HTML, errors."""
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from specnb import cli
-from specnb.errors import ParameterError
-from specnb.runner import NotebookFailed, export_html, parse_value, run_notebooks, select_notebooks
+from specnb.app import cli
+from specnb.app.parameters import fits, parse_value
+from specnb.app.runner import NotebookFailed, export_html, run_notebooks, select_notebooks
+from specnb.core.errors import ParameterError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
 
@@ -73,6 +79,53 @@ def test_unknown_parameter_is_an_error_before_running(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown parameter(s) scal" in err and "scale" in err
     assert not (tmp_path / "01_ok.ipynb").exists()
+
+
+@pytest.mark.parametrize("value, message", [
+    ("notanumber", "parameter scale of 01_ok must be an integer like its default, got str 'notanumber'"),
+    ("2.5", "must be an integer like its default, got float 2.5"),
+    ("[2]", "must be an integer like its default, got list [2]"),
+])
+def test_a_value_of_the_wrong_type_is_an_error_before_running(tmp_path, capsys, value, message):
+    assert cli.main(["run", "ok", "-p", "scale", value, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "e.g. -p scale \"2\"" in err
+    assert not (tmp_path / "01_ok.ipynb").exists()
+
+
+def test_types_follow_the_declared_default():
+    assert fits(3, 2) and not fits(2.5, 2) and not fits(True, 2)  # a bool is no integer
+    assert fits(2, 0.5) and fits(0.25, 0.5) and not fits("0.5", 0.5)  # an integer is a number
+    assert fits(False, True) and not fits(0, True)
+    assert fits([1, 4], [1, 2]) and not fits([1.5], [1, 2]) and not fits("1,2", [1, 2]) and fits([0.5, 1], [0.1])
+    assert fits([], [1]) and fits(["a"], []) and fits("x", "all") and not fits(8, "all")
+    assert fits(8, None) and fits("code", None)  # None declares no type
+
+
+def test_ctrl_c_keeps_finished_notebooks_and_the_partial_one_with_its_html(tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it: one line, exit 130,
+    01 complete, 03's partial notebook (its first cell ran) and its HTML kept, no kernel left."""
+    env = {**os.environ, "SPECNB_NOTEBOOKS": str(FIXTURES)}
+    proc = subprocess.Popen([sys.executable, "-m", "specnb", "run", "ok", "slow", "--json", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "03_slow.started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)  # the sleeping cell is running
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    ours = [line for line in err.splitlines() if line.startswith("specnb")]
+    assert len(ours) == 1 and "interrupted during 03_slow" in ours[0], err
+    assert "Traceback" not in err and "ZMQError" not in err, err
+    assert json.loads((tmp_path / "01_ok.summary.json").read_text())["ok"] is True
+    partial = nbformat.read(tmp_path / "03_slow.ipynb", as_version=4)
+    assert partial.cells[2].execution_count is not None and partial.cells[-1].execution_count is None
+    assert "Slow fixture" in (tmp_path / "03_slow.html").read_text()
+    summary = json.loads((tmp_path / "03_slow.summary.json").read_text())
+    assert summary["ok"] is False and "interrupted" in summary["error"]
+    assert [r["name"] for r in json.loads((tmp_path / "runs.json").read_text())] == ["01_ok", "03_slow"]
 
 
 def test_export_html_strips_cdn_scripts_from_any_notebook(tmp_path):

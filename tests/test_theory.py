@@ -4,9 +4,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specnb.errors import ParameterError
-from specnb.theory import (break_even_alpha, expected_speedup, format_speedup, optimal_gamma, speedup_surface_alpha_c,
-                           speedup_surface_alpha_gamma, tokens_per_step, tokens_per_step_from_profile)
+from specnb.core.errors import ParameterError
+from specnb.core.theory import (
+    break_even_alpha,
+    expected_speedup,
+    format_speedup,
+    optimal_gamma,
+    speedup_surface_alpha_c,
+    speedup_surface_alpha_gamma,
+    tokens_per_step,
+    tokens_per_step_from_profile,
+)
 
 STEPS = 40_000
 

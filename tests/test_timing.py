@@ -5,8 +5,9 @@ import time
 import pytest
 import torch
 
-from specnb import timing
-from specnb.timing import NULL_TIMER, STAGES, StageTimer, make_clock, measure_forward_ms
+from specnb.engine import timing
+from specnb.engine.timing import NULL_TIMER, STAGES, StageTimer, make_clock
+from specnb.measure.forward import measure_forward_ms
 
 
 def busy(ms: float) -> None:

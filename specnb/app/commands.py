@@ -1,0 +1,327 @@
+"""The ``specnb`` subcommands, registered in ``COMMANDS`` with ``@command`` (``specnb.app.cli``
+builds the parser from it).
+
+Each command is a pair: ``_args_<name>(parser)`` declares flags, ``run_<name>(args)`` returns
+plain data (dict or list of dicts) that ``cli.emit`` prints as JSON or a table. Heavy imports
+(torch, transformers) happen inside the run functions so ``specnb --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], Any]]] = {}
+
+
+def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]):
+    """Register ``run(args) -> data`` as subcommand ``name``; ``arguments`` declares its flags."""
+
+    def register(run: Callable[[argparse.Namespace], Any]):
+        COMMANDS[name] = (help, arguments, run)
+        return run
+
+    return register
+
+
+# --- run: execute notebooks with papermill -------------------------------------------------
+
+
+def _args_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", help="notebooks by number, stem or title (default: all)")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                   help="notebook parameter (Python literal or string); repeatable")
+    p.add_argument("--smoke", action="store_true", help="tiny settings: the whole suite in a few minutes")
+    p.add_argument("--out", help="output folder (default: outputs/<run-id>/)")
+
+
+@command("run", "execute notebooks into outputs/<run-id>/ (ipynb, offline html, csv, summary json)", _args_run)
+def run_run(args: argparse.Namespace) -> list[dict]:
+    from pathlib import Path
+
+    from specnb.app.parameters import parse_value
+    from specnb.app.runner import run_notebooks
+
+    params = {key: parse_value(value) for key, value in args.parameter}
+    runs = run_notebooks(args.names, params, smoke=args.smoke, out=Path(args.out) if args.out else None,
+                         progress=not args.json)
+    return [{"notebook": r.name, "ok": r.ok, "seconds": round(r.seconds, 1), "html": r.html} for r in runs]
+
+
+# --- build-drafts: distil the embedded drafts from the embedded verifier ---------------------
+
+
+def _args_build_drafts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="seed for instructions, init and data order (default 0)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="build only these drafts (default: the whole family)")
+    p.add_argument("--quick", action="store_true", help="tiny corpus and one short epoch: a smoke test, not real "
+                                                        "drafts")
+    p.add_argument("--out", help="output folder (default: the package's specnb/data/drafts/)")
+
+
+@command("build-drafts", "distil the draft family from the embedded verifier (15-35 min on 2 CPU cores; an "
+                         "interrupted corpus step resumes)",
+         _args_build_drafts)
+def run_build_drafts(args: argparse.Namespace) -> list[dict]:
+    from specnb.models.training.distill import build_drafts
+
+    reports = build_drafts(seed=args.seed, only=args.only, quick=args.quick, out=args.out)
+    return [{"draft": r.name, "params_non_embedding": r.params_non_embedding, "params_total": r.params_total,
+             "weights_mb": r.committed_mb, "heldout_agreement": round(r.agreement_after, 4),
+             "loss_first": round(r.loss_first, 3), "loss_last": round(r.loss_last, 3), "train_s": round(r.train_s, 1),
+             "folder": r.folder} for r in reports]
+
+
+# --- flops / ratio / theory: cost per token and the closed-form speedup ---------------------
+
+
+def _args_flops(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="Hugging Face id, shipped/embedded name (e.g. smollm2-135m) or folder with "
+                                 "config.json")
+    p.add_argument("--context", type=int, default=0, help="positions the new token attends to (default 0: seed "
+                                                          "convention)")
+
+
+@command("flops", "FLOPs per generated token of a model, from its config alone (no weights)", _args_flops)
+def run_flops(args: argparse.Namespace) -> dict:
+    from specnb.core.flops import analytic_flops
+
+    return analytic_flops(args.model, args.context).to_dict()
+
+
+def _args_ratio(p: argparse.ArgumentParser) -> None:
+    p.add_argument("draft", help="draft model: id, name or folder")
+    p.add_argument("verifier", help="verifier model: id, name or folder")
+    p.add_argument("--context", type=int, default=0, help="positions attended, for both models (default 0)")
+
+
+@command("ratio", "cost ratio c = draft FLOPs / verifier FLOPs per token", _args_ratio)
+def run_ratio(args: argparse.Namespace) -> dict:
+    from specnb.core.flops import analytic_flops
+
+    draft, verifier = analytic_flops(args.draft, args.context), analytic_flops(args.verifier, args.context)
+    return {
+        "draft": args.draft,
+        "verifier": args.verifier,
+        "context": args.context,
+        "c": draft.flops_per_token_at_context / verifier.flops_per_token_at_context,
+        "draft_flops_per_token": draft.flops_per_token_at_context,
+        "verifier_flops_per_token": verifier.flops_per_token_at_context,
+    }
+
+
+def _args_theory(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--alpha", type=float, required=True, help="acceptance rate alpha in [0, 1)")
+    p.add_argument("--gamma", type=float, required=True, help="draft tokens per step (whole number >= 1)")
+    p.add_argument("--c", type=float, required=True, help="cost ratio draft/verifier (>= 0)")
+    p.add_argument("--max-gamma", type=int, default=32, help="largest gamma searched for optimal_gamma (default 32)")
+
+
+@command("theory", "expected speedup for (alpha, gamma, c), its break-even alpha and the best gamma", _args_theory)
+def run_theory(args: argparse.Namespace) -> dict:
+    import math
+
+    from specnb.core import theory
+
+    speedup = float(theory.expected_speedup(args.alpha, args.gamma, args.c))
+    break_even = float(theory.break_even_alpha(args.gamma, args.c))
+    best_gamma, best_speedup = theory.optimal_gamma(args.alpha, args.c, args.max_gamma)
+    result = {
+        "alpha": args.alpha,
+        "gamma": int(args.gamma),
+        "c": args.c,
+        "speedup": speedup,
+        "speedup_text": theory.format_speedup(speedup),
+        "tokens_per_step": float(theory.tokens_per_step(args.alpha, args.gamma)),
+        "break_even_alpha": None if math.isnan(break_even) else break_even,
+        "optimal_gamma": int(best_gamma),
+        "optimal_speedup": float(best_speedup),
+    }
+    if result["break_even_alpha"] is None:
+        result["note"] = "no alpha breaks even: with c >= 1 a draft forward costs as much as a verifier forward"
+    return result
+
+
+# --- models: the embedded verifier and drafts ---------------------------------------------
+
+
+def _args_models(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+@command("models", "list the embedded models: role, parameters, FLOPs/token and local folder (builds caches)",
+         _args_models)
+def run_models(args: argparse.Namespace) -> list[dict]:
+    from specnb.models.embedded import list_embedded
+
+    return list_embedded()
+
+
+# --- generate: the decoding engine --------------------------------------------------------
+
+
+def _args_generate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verifier", required=True, help="HF id, local folder (with a tokenizer) or embedded name")
+    p.add_argument("--draft", default=None, help="draft model (same forms), exit:K or prompt-lookup; omit for "
+                                                 "verifier-only")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per verifier step (default 4)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
+    p.add_argument("--prompt", action="append", default=None,
+                   help="a prompt; repeat the flag to run several prompts as one batch")
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (with --sample)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (with --sample)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (with --sample)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (default)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    p.add_argument("--no-chat-template", action="store_true", help="feed prompts as raw text, not as a user turn")
+
+
+_DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
+
+
+@command("generate", "generate text with the verifier alone or with speculative decoding, with per-stage times",
+         _args_generate)
+def run_generate(args: argparse.Namespace) -> dict:
+    from specnb.engine.generate import check_settings, generate
+    from specnb.engine.inputs import encode_prompts
+    from specnb.engine.sampling import SamplingConfig
+    from specnb.engine.timing import StageTimer
+    from specnb.models.load import load_pair
+
+    sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
+    check_settings(args.gamma, args.max_new_tokens, sampling)  # fail before loading any weights
+    prompts = args.prompt or [_DEFAULT_PROMPT]
+    pair = load_pair(args.verifier, args.draft, device=args.device, dtype=args.dtype)
+    input_ids, mask = encode_prompts(pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device)
+    eos = pair.verifier.generation_config.eos_token_id
+    result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=args.gamma,
+                      max_new_tokens=args.max_new_tokens, sampling=sampling,
+                      eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
+                      timer=StageTimer(pair.device), vocab_size=pair.vocab_size)
+    return _generate_report(args, pair, prompts, result)
+
+
+def _rate(numerator: float, denominator: float):
+    return numerator / denominator if denominator else None
+
+
+def _generate_report(args: argparse.Namespace, pair, prompts: list[str], result) -> dict:
+    """Per-prompt results plus batch totals; tok/s per prompt uses the batch's wall time."""
+    seconds = result.wall_ms / 1e3
+    stages = {k: round(v, 3) for k, v in result.stages_ms.items()}
+    rows = []
+    for prompt, tokens, accepted, drafted in zip(prompts, result.tokens, result.accepted_per_step,
+                                                  result.drafted_per_step):
+        rows.append({"prompt": prompt, "text": pair.tokenizer.decode(tokens, skip_special_tokens=True),
+                     "tokens": tokens, "accepted": sum(accepted), "drafted": sum(drafted),
+                     "acceptance_rate": _rate(sum(accepted), sum(drafted)),
+                     "tokens_per_s": len(tokens) / seconds, "stages": stages})
+    drafted = sum(map(sum, result.drafted_per_step))
+    report = {
+        "verifier": pair.verifier_name, "draft": pair.draft_name, "gamma": args.gamma if pair.draft else None,
+        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "batch_size": len(prompts),
+        "new_tokens": result.new_tokens, "wall_ms": result.wall_ms, "prefill_ms": result.prefill_ms,
+        "tokens_per_s": result.tokens_per_s,
+        "acceptance_rate": _rate(sum(map(sum, result.accepted_per_step)), drafted),
+        "mean_tokens_per_step": result.mean_tokens_per_step if drafted else None,
+        "verifier_forwards": result.verifier_forwards, "draft_forwards": result.draft_forwards,
+        "stages_ms": stages, "results": rows,
+    }
+    if not args.json:
+        report["table"] = [{"prompt": r["prompt"][:40], "new_tokens": len(r["tokens"]), "accepted": r["accepted"],
+                            "acceptance_rate": r["acceptance_rate"], "tokens_per_s": r["tokens_per_s"],
+                            "text": r["text"].replace("\n", " ")[:60]} for r in rows]
+    return report
+
+
+# --- calibrate / predict: the decision framework ------------------------------------------
+
+
+CALIBRATE_PROMPTS = 20  # `calibrate` stores a profile once: enough prompts for a steady acceptance estimate
+PREDICT_PROMPTS = 3  # `predict` without a profile calibrates briefly; its band says how unsure that is
+
+
+def _prompt_arguments(p: argparse.ArgumentParser, n_default: int) -> None:
+    p.add_argument("--verifier", default="smollm2-135m", help="verifier: embedded name, HF id or folder")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--prompts", help="prompts to measure acceptance on: a category, cat1,cat2, all, or a file "
+                                     f"with one prompt per line (default: {n_default} shipped prompts, all categories)")
+    p.add_argument("--n-prompts", type=int, help=f"how many prompts of --prompts to use (default {n_default})")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="generation length to predict for (default 48)")
+
+
+def _selected_prompts(args: argparse.Namespace, n_default: int):
+    from specnb.measure.prompts import select_prompts
+
+    return select_prompts(args.prompts or "all", n_default if args.n_prompts is None else args.n_prompts)
+
+
+def _args_calibrate(p: argparse.ArgumentParser) -> None:
+    _prompt_arguments(p, CALIBRATE_PROMPTS)
+    p.add_argument("--draft", action="append", required=True, help="draft to calibrate; repeatable")
+    p.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes to time (default 1)")
+    p.add_argument("--gamma", type=int, default=8, help="longest gamma to profile acceptance at (default 8)")
+    p.add_argument("--repeats", type=int, default=15, help="timed forwards per size, interleaved across sizes "
+                                                           "(default 15)")
+    p.add_argument("--out", required=True, help="where to write the hardware profile (JSON)")
+
+
+@command("calibrate", "measure this machine's forward costs and the drafts' acceptance into a profile (JSON)",
+         _args_calibrate)
+def run_calibrate(args: argparse.Namespace) -> dict:
+    from specnb.core.theory import validate_gamma
+    from specnb.predict.calibrate import calibrate
+    from specnb.predict.costs import save_profile
+
+    validate_gamma(args.gamma)
+    prompts = _selected_prompts(args, CALIBRATE_PROMPTS)
+    profile, _ = calibrate(args.verifier, args.draft, device=args.device, prompts=prompts, gamma=args.gamma,
+                           max_new_tokens=args.max_new_tokens, batch_sizes=args.batch, repeats=args.repeats,
+                           progress=not args.json)
+    path = save_profile(profile, args.out)
+    table = [{"model": profile.verifier, "t0_ms": profile.verifier_decode.t0_ms,
+              "ms_per_token": profile.verifier_decode.ms_per_token, "r2": profile.verifier_decode.r2}]
+    for name, cost in profile.drafts.items():
+        decode = cost.decode
+        table.append({"model": name, "t0_ms": decode.t0_ms if decode else cost.step_ms,
+                      "ms_per_token": decode.ms_per_token if decode else 0.0, "r2": decode.r2 if decode else None,
+                      "alpha": profile.acceptance[name].alpha_iid()})
+    return {"profile": str(path), "device": profile.device, "verifier": profile.verifier, "table": table}
+
+
+def _args_predict(p: argparse.ArgumentParser) -> None:
+    _prompt_arguments(p, PREDICT_PROMPTS)
+    p.add_argument("--draft", required=True, help="draft: embedded name, exit:K, prompt-lookup, HF id or folder")
+    p.add_argument("--batch", type=int, default=1, help="batch size to predict for (default 1)")
+    p.add_argument("--profile", help="hardware profile from `specnb calibrate` (default: calibrate now, briefly)")
+    p.add_argument("--max-gamma", type=int, default=8, help="predict gamma = 1..this (default 8)")
+    p.add_argument("--gamma", type=int, help="also report this gamma's prediction")
+
+
+@command("predict", "recommended gamma (or don't speculate), predicted speedup with band, break-even alpha",
+         _args_predict)
+def run_predict(args: argparse.Namespace) -> dict:
+    from specnb.core.theory import validate_gamma
+    from specnb.predict.calibrate import ensure_calibrated
+    from specnb.predict.costs import load_profile
+    from specnb.predict.predictor import predict
+
+    validate_gamma(args.max_gamma)
+    if args.gamma is not None:
+        validate_gamma(args.gamma)
+    # None keeps a profile's traces (or calibrates on the shipped default); a bad file fails before any measurement
+    prompts = None if args.prompts is None and args.n_prompts is None else _selected_prompts(args, PREDICT_PROMPTS)
+    profile = load_profile(args.profile) if args.profile else None
+    profile = ensure_calibrated(args.verifier, args.draft, profile, device=args.device, prompts=prompts,
+                                gamma=max(args.max_gamma, args.gamma or 1), max_new_tokens=args.max_new_tokens,
+                                progress=not args.json)
+    gammas = range(1, max(args.max_gamma, args.gamma or 1) + 1)
+    result = predict(profile, args.draft, gammas, args.batch, args.max_new_tokens).as_dict()
+    if args.gamma is not None:
+        row = next(r for r in result["table"] if r["gamma"] == args.gamma)
+        keys = ("predicted_speedup", "speedup_lo", "speedup_hi")
+        result["gamma_speedup"] = {"gamma": args.gamma, **{k: row[k] for k in keys}}
+    result["device"] = profile.device
+    return result

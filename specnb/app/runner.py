@@ -1,0 +1,359 @@
+"""Execute the numbered notebooks with papermill and share them as offline HTML.
+
+One runner for every notebook (as pymc-examples does): ``run_notebooks`` executes each notebook
+in ``notebooks/`` into ``outputs/<run-id>/``, renders a standalone HTML file that makes no
+network request (no require.js, MathJax, mermaid or widget-manager scripts from a CDN; charts are
+inline SVG), and writes ``<stem>.summary.json`` with the parameters, the environment and whatever
+the notebook recorded. Notebooks run one after another, never in parallel: most of them time
+model forwards, and two at once on a small machine would measure each other.
+
+Inside a notebook, ``Recorder`` saves tidy tables (CSV) and headline numbers next to it, so every
+figure in the HTML can be recomputed from raw records.
+
+Parameters are checked before anything runs (``specnb.app.parameters``): papermill only *warns*
+about unknown names and injects any value, so a typo such as ``-p gama 8`` would silently run the
+defaults and ``-p gammas notalist`` would fail minutes later in a cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import AsyncKernelManager
+
+from specnb.app.parameters import check_parameters, parameters_for
+from specnb.core.devices import describe_machine
+from specnb.core.errors import ParameterError, SpecnbError
+from specnb.core.paths import REPO_ROOT
+
+_OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block data_svg scoped -%}
+<div class="jp-RenderedSVG jp-OutputArea-output {{ extra_class }}" data-mime-type="image/svg+xml">
+{{ output.data['image/svg+xml'] }}
+</div>
+{%- endblock data_svg %}
+"""
+
+
+class NotebookFailed(SpecnbError, RuntimeError):
+    """One or more notebooks raised; the partial outputs are kept next to the others."""
+
+
+class RunInterrupted(SpecnbError, RuntimeError):
+    """Ctrl-C during a run: finished notebooks and the interrupted one's partial notebook and HTML
+    are kept. The command line exits with 130, as a shell does for SIGINT."""
+
+    exit_code = 130
+
+    def __init__(self, run: NotebookRun):
+        super().__init__(f"interrupted during {run.name}; finished notebooks and the partial {run.name} "
+                         f"(.ipynb and .html) are in {Path(run.ipynb).parent}")
+        self.run = run
+
+
+@dataclass
+class NotebookRun:
+    """What happened to one notebook in a run (tidy: one record per notebook)."""
+
+    name: str
+    ipynb: str
+    html: str | None
+    ok: bool
+    seconds: float
+    parameters: dict[str, Any]
+    error: str | None = None
+    files: list[str] = field(default_factory=list)
+
+
+def notebooks_dir() -> Path:
+    """``$SPECNB_NOTEBOOKS`` or the repository's ``notebooks/`` folder."""
+    return Path(os.environ.get("SPECNB_NOTEBOOKS") or REPO_ROOT / "notebooks")
+
+
+def list_notebooks(folder: Path | None = None) -> list[Path]:
+    """Numbered notebooks (``01_...ipynb``) in reading order."""
+    folder = folder or notebooks_dir()
+    return sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
+
+
+def select_notebooks(names: list[str] | None, folder: Path | None = None) -> list[Path]:
+    """Match names by number (``3``, ``03``), stem (``03_gamma_sweep``) or suffix (``gamma_sweep``)."""
+    available = list_notebooks(folder)
+    if not available:
+        raise ParameterError(f"no numbered notebooks found in {folder or notebooks_dir()}")
+    if not names:
+        return available
+    chosen = []
+    for name in names:
+        key = Path(name).stem
+        matches = [p for p in available if _matches(p.stem, key)]
+        if len(matches) != 1:
+            known = ", ".join(p.stem for p in available)
+            raise ParameterError(f"notebook {name!r} matches {len(matches)} notebooks; known: {known}")
+        chosen.append(matches[0])
+    return chosen
+
+
+def _matches(stem: str, key: str) -> bool:
+    number, _, title = stem.partition("_")
+    return key in (stem, title) or (key.isdigit() and int(key) == int(number))
+
+
+def new_run_dir(out: Path | None) -> Path:
+    """``outputs/<run-id>/`` (a timestamp) unless ``--out`` names a folder."""
+    if out is None:
+        out = REPO_ROOT / "outputs" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    return out.resolve()  # notebooks run with the run folder as cwd: a relative --out would nest
+
+
+def run_notebooks(
+    names: list[str] | None = None,
+    parameters: dict[str, Any] | None = None,
+    smoke: bool = False,
+    out: Path | None = None,
+    progress: bool = True,
+) -> list[NotebookRun]:
+    """Execute notebooks in order; raise ``NotebookFailed`` after all ran if any failed."""
+    parameters = parameters or {}
+    paths = select_notebooks(names)
+    parameters = check_parameters(paths, parameters)  # fail fast on typos and types, before minutes of execution
+    run_dir = new_run_dir(out)
+    runs = []
+    try:
+        for path in paths:
+            runs.append(run_one(path, parameters, smoke, run_dir, progress))
+    except RunInterrupted as stop:
+        runs.append(stop.run)
+        raise
+    finally:
+        (run_dir / "runs.json").write_text(json.dumps([asdict(r) for r in runs], indent=1, default=str))
+    failed = [r for r in runs if not r.ok]
+    if failed:
+        lines = "; ".join(f"{r.name}: {r.error}" for r in failed)
+        raise NotebookFailed(f"{len(failed)} of {len(runs)} notebook(s) failed (partial outputs kept in {run_dir}): "
+                             f"{lines}")
+    return runs
+
+
+def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progress: bool) -> NotebookRun:
+    """Execute one notebook; on a failing cell, or on Ctrl-C, keep the partial notebook and render
+    it anyway (an interruption is raised again as ``RunInterrupted`` once that is saved)."""
+    params = parameters_for(path, user, smoke, run_dir)
+    ipynb = run_dir / path.name
+    started = time.perf_counter()
+    error, interrupted = execute(path, ipynb, params, run_dir, progress)
+    seconds = time.perf_counter() - started
+    html = export_html(ipynb) if ipynb.exists() else None
+    files = sorted(p.name for p in run_dir.glob(f"{path.stem}.*"))
+    run = NotebookRun(path.stem, str(ipynb), html and str(html), error is None, seconds, params, error, files)
+    write_summary(run_dir, run)
+    if interrupted:
+        raise RunInterrupted(run)
+    return run
+
+
+class _TrackedKernelManager(AsyncKernelManager):
+    """The kernel manager papermill uses, remembering the kernel it starts so Ctrl-C can stop it."""
+
+    started: list = []
+
+    async def start_kernel(self, **kwargs):
+        await super().start_kernel(**kwargs)
+        _TrackedKernelManager.started.append(self)
+
+
+def kill_kernels() -> None:
+    """Kill every kernel this process started, with whatever it spawned (each kernel leads its own
+    process group): the notebook's worker then ends with a dead-kernel error instead of waiting."""
+    for km in _TrackedKernelManager.started:
+        process = getattr(km.provisioner, "process", None)
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+    _TrackedKernelManager.started.clear()
+
+
+def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool) -> tuple[str | None, bool]:
+    """Run papermill in a worker thread: (error line or None, interrupted).
+
+    Why a thread: nbclient installs its own SIGINT handler on the main thread's event loop, which
+    shuts the kernel down but leaves the cell waiting for a reply that never comes (and zmq errors
+    on the terminal). In a worker thread it installs none; Ctrl-C reaches the main thread, which
+    kills the kernel, lets papermill finish with the cells it completed (saved as they completed),
+    and reports the interruption."""
+    import papermill
+
+    outcome: dict[str, BaseException] = {}
+
+    def work() -> None:
+        try:
+            papermill.execute_notebook(str(path), str(ipynb), parameters=params, progress_bar=progress,
+                                       cwd=str(run_dir), kernel_name="python3",
+                                       kernel_manager_class=f"{__name__}._TrackedKernelManager")
+        except BaseException as err:  # noqa: BLE001  (handed to the main thread)
+            outcome["error"] = err
+
+    worker = threading.Thread(target=work, name=f"papermill {path.stem}", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        quiet = logging.getLogger("papermill")
+        level, quiet.level = quiet.level, logging.CRITICAL  # "kernel died": we killed it, the CLI says why
+        try:
+            kill_kernels()
+            worker.join(60)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            quiet.setLevel(level)
+        return "interrupted (Ctrl-C)", True
+    err = outcome.get("error")
+    if err is None:
+        return None, False
+    if isinstance(err, papermill.PapermillExecutionError):
+        first_line = (err.source or "").strip().splitlines()[:1]
+        return f"cell {err.exec_count} ({first_line[0] if first_line else 'empty'!r}): {err.ename}: {err.evalue}", False
+    raise err
+
+
+def export_html(ipynb: Path) -> Path:
+    """Standalone HTML with no network requests: CDN script blocks removed, images embedded.
+
+    Charts (our own vl-convert SVG) go in as ``<svg>`` elements rather than base64 ``<img>``: their
+    labels stay searchable and selectable, and the page reads them without decoding. A text
+    progress bar is stored as one stream output per redraw ("\\r..."); they are merged so the page
+    shows its last state only, as a terminal would.
+    """
+    import nbformat
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import CoalesceStreamsPreprocessor
+
+    exporter = HTMLExporter(
+        extra_loaders=[DictLoader({"specnb_offline.html.j2": _OFFLINE_TEMPLATE})],
+        template_file="specnb_offline.html.j2",
+        embed_images=True,
+    )
+    exporter.register_preprocessor(CoalesceStreamsPreprocessor(), enabled=True)
+    body, _ = exporter.from_notebook_node(nbformat.read(ipynb, as_version=4))
+    html = ipynb.with_suffix(".html")
+    html.write_text(body, encoding="utf-8")
+    return html
+
+
+def describe_environment() -> dict[str, Any]:
+    """The machine (``core.devices.describe_machine``), package versions and the git commit: enough
+    to tell two runs' machines apart."""
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("specnb", "torch", "transformers", "numpy", "pandas", "altair", "papermill"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    return {"python": platform.python_version(), **describe_machine(), "packages": versions,
+            "git_commit": git_commit(), "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def write_summary(run_dir: Path, run: NotebookRun) -> Path:
+    """``<stem>.summary.json``: parameters, environment, status and what the notebook recorded."""
+    recorded_path = run_dir / f"{run.name}.results.json"
+    recorded = json.loads(recorded_path.read_text()) if recorded_path.exists() else {}
+    summary = {"notebook": run.name, "ok": run.ok, "error": run.error, "seconds": round(run.seconds, 2),
+               "parameters": run.parameters, "environment": describe_environment(), "results": recorded,
+               "files": run.files}
+    path = run_dir / f"{run.name}.summary.json"
+    path.write_text(json.dumps(summary, indent=1, default=str))
+    return path
+
+
+def default_output_dir() -> Path:
+    """Where a notebook run by hand (in JupyterLab) writes its tables: ``$SPECNB_OUTPUTS``, or the
+    repository's ``outputs/`` folder, never the notebooks' own folder. A ``specnb run`` passes its
+    run folder instead."""
+    return Path(os.environ.get("SPECNB_OUTPUTS") or REPO_ROOT / "outputs")
+
+
+class Recorder:
+    """Used inside a notebook: saves tidy tables and headline numbers next to the executed copy.
+
+    ``rec = Recorder(output_dir, "03_gamma_sweep")``; ``rec.table("runs", df)`` writes
+    ``03_gamma_sweep.runs.csv``; ``rec.value("best_gamma", 3)`` (or ``rec.record(report)`` for a
+    ``specnb.app.report.Report``'s values) adds to ``03_gamma_sweep.results.json``. Values are
+    written at once, so an interrupted notebook keeps what it had measured. An empty
+    ``output_dir`` means ``default_output_dir()``.
+    """
+
+    def __init__(self, output_dir: str | Path | None, notebook: str):
+        self.dir = Path(output_dir) if output_dir else default_output_dir()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.notebook = notebook
+        self.values: dict[str, Any] = {}
+
+    def path(self, suffix: str) -> Path:
+        """``<output dir>/<notebook>.<suffix>``: where a notebook's own files (a profile, say) go."""
+        return self.dir / f"{self.notebook}.{suffix}"
+
+    def table(self, name: str, frame) -> Path:
+        path = self.path(f"{name}.csv")
+        frame.to_csv(path, index=False)
+        return path
+
+    def value(self, key: str, value: Any) -> Any:
+        self.values[key] = value
+        self.path("results.json").write_text(json.dumps(self.values, indent=1, default=_jsonable))
+        return value
+
+    def record(self, report):
+        """Record a report's values (a dict works too); returns it, so a cell can end with it."""
+        for key, value in (report if isinstance(report, dict) else report.values).items():
+            self.value(key, value)
+        return report
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def write_marked_section(path: Path, name: str, markdown: str) -> None:
+    """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (or
+    append the block): each benchmark script owns one section of benchmarks/README.md."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{markdown}\n{end}"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)

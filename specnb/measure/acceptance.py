@@ -1,0 +1,160 @@
+"""What a run's acceptance was, position by position: the one home of "reached" and per-token α.
+
+A draft position i is *reached* in a step when the step drafted it and accepted every earlier
+position. Two acceptance rates follow from the counts:
+
+- α = accepted ÷ drafted (vLLM's "draft acceptance rate", the summaries' ``alpha``); it falls with γ
+  even when every position is accepted with the same probability, because positions after a
+  rejection are drafted but never get a chance;
+- per-token α = accepted ÷ reached, the probability in Leviathan et al.'s formula, flat in γ when
+  acceptance does not depend on the position (``alpha_token``).
+
+``AcceptanceProfile`` keeps the counts per position, pooled and per prompt, as vLLM's spec-decode
+metrics and Chen et al. 2023 report them. Run records (``specnb.measure.runs``) carry
+``accepted_by_position`` and ``drafted_by_position``; everything here derives from those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from specnb.core.errors import ParameterError
+
+
+@dataclass
+class AcceptanceProfile:
+    """Counts per position i = 1..gamma: how often position i was *reached* (drafted with every
+    earlier position accepted) and accepted, pooled and per prompt (rows of ``per_prompt``)."""
+
+    gamma: int
+    reached: list[int]
+    accepted: list[int]
+    per_prompt: list[dict] = field(default_factory=list)  # {"prompt_id", "reached", "accepted"}
+
+    def conditional(self) -> np.ndarray:
+        """a_i = accepted_i / reached_i; an unreached position repeats the one before it."""
+        return rates(np.asarray(self.accepted, float), np.asarray(self.reached, float))
+
+    def alpha_iid(self) -> float:
+        """The i.i.d. α that best explains the counts (pooled accepted ÷ reached): the maximum
+        likelihood α of the geometric model Leviathan et al. assume."""
+        reached = sum(self.reached)
+        return sum(self.accepted) / reached if reached else 0.0
+
+    def to_frame(self) -> pd.DataFrame:
+        cond = self.conditional()
+        return pd.DataFrame({"position": np.arange(1, self.gamma + 1), "reached": self.reached,
+                             "accepted": self.accepted, "conditional_rate": cond,
+                             "rate": np.cumprod(cond)})
+
+
+def rates(accepted: np.ndarray, reached: np.ndarray) -> np.ndarray:
+    """accepted ÷ reached per position; positions never reached repeat the previous rate (0 at first)."""
+    out = np.zeros(len(reached))
+    for i, (a, r) in enumerate(zip(accepted, reached)):
+        out[i] = a / r if r > 0 else (out[i - 1] if i else 0.0)
+    return np.clip(out, 0.0, 1.0)
+
+
+def counts_from_positions(accepted_by_position, drafted_by_position) -> tuple[list[int], list[int]]:
+    """(reached, accepted) per position from a record's per-position counts.
+
+    reached_i = min(accepted_{i-1}, drafted_i): a step reaches position i when it accepted i − 1
+    and drafted i (drafts shrink only in the last steps, so the min is exact but for those).
+    """
+    acc = [int(a) for a in accepted_by_position]
+    drafted = [int(d) for d in drafted_by_position]
+    reached = [drafted[0]] + [min(acc[i - 1], drafted[i]) for i in range(1, len(acc))] if acc else []
+    return reached, acc
+
+
+def reached_total(records: pd.DataFrame) -> int:
+    """Draft positions reached over a set of records."""
+    return int(sum(sum(counts_from_positions(a, d)[0])
+                   for a, d in zip(records["accepted_by_position"], records["drafted_by_position"])))
+
+
+def token_alpha(records: pd.DataFrame) -> float:
+    """Per-token α over a set of records: accepted ÷ positions reached (NaN when none was reached)."""
+    if "accepted_by_position" not in records:
+        return float("nan")
+    reached = reached_total(records)
+    return float(records["accepted"].sum() / reached) if reached else float("nan")
+
+
+def token_alpha_by_candidate(records: pd.DataFrame) -> pd.DataFrame:
+    """Per speculative candidate and batch size: accepted, reached and the per-token α."""
+    records = pd.DataFrame(records)
+    rows = []
+    for (name, batch_size), group in records[records["gamma"] > 0].groupby(["candidate", "batch_size"], sort=False):
+        reached = reached_total(group)
+        accepted = int(group["accepted"].sum())
+        rows.append({"candidate": name, "batch_size": int(batch_size), "accepted": accepted, "reached": reached,
+                     "alpha_token": accepted / reached if reached else float("nan")})
+    return pd.DataFrame(rows, columns=["candidate", "batch_size", "accepted", "reached", "alpha_token"])
+
+
+def token_alpha_by_draft(records: pd.DataFrame) -> pd.DataFrame:
+    """Per draft, pooled over its γs (batch sizes as given): accepted ÷ positions reached, the i.i.d. α
+    break-even curves are drawn in (accepted ÷ drafted is lower: at γ = 4 an α of 0.66 shows as 0.39)."""
+    records = pd.DataFrame(records)
+    drafts = records[records["gamma"] > 0][["candidate", "draft"]].drop_duplicates("candidate")
+    sums = token_alpha_by_candidate(records).merge(drafts, on="candidate").groupby("draft", sort=False)[
+        ["accepted", "reached"]].sum()
+    sums["alpha_token"] = sums["accepted"] / sums["reached"].where(sums["reached"] > 0)
+    return sums.reset_index()
+
+
+def profile_from_records(records: pd.DataFrame, draft: str) -> AcceptanceProfile:
+    """The acceptance profile of one draft from run records, at its largest γ."""
+    rows = records[(records["draft"] == draft) & (records["gamma"] > 0)]
+    if rows.empty:
+        raise ParameterError(f"no speculative records for draft {draft!r} to build an acceptance profile from")
+    gamma = int(rows["gamma"].max())
+    per_prompt = []
+    for prompt_id, group in rows[rows["gamma"] == gamma].groupby("prompt_ids", sort=False):
+        acc = np.sum(np.stack(group["accepted_by_position"].map(np.asarray).to_list()), axis=0)
+        drafted = np.sum(np.stack(group["drafted_by_position"].map(np.asarray).to_list()), axis=0)
+        reached, accepted = counts_from_positions(acc, drafted)
+        per_prompt.append({"prompt_id": str(prompt_id), "reached": reached, "accepted": accepted})
+    return pooled_profile(gamma, per_prompt)
+
+
+def flat_profile(alpha: float, gamma: int = 8) -> AcceptanceProfile:
+    """An i.i.d. profile (every a_i = α exactly), as 1000 pseudo-steps per position."""
+    return AcceptanceProfile(gamma, [1000] * gamma, [round(1000 * alpha)] * gamma)
+
+
+def pooled_profile(gamma: int, per_prompt: list[dict]) -> AcceptanceProfile:
+    reached = np.sum([p["reached"] for p in per_prompt], axis=0).astype(int).tolist()
+    accepted = np.sum([p["accepted"] for p in per_prompt], axis=0).astype(int).tolist()
+    return AcceptanceProfile(gamma, reached, accepted, per_prompt)
+
+
+def profile_frames(profiles: dict[str, AcceptanceProfile]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(pooled, per prompt) tidy frames of several drafts' profiles: one row per (draft, position), and
+    per (draft, prompt, position) where that position was reached."""
+    pooled = pd.concat([a.to_frame().assign(draft=name) for name, a in profiles.items()], ignore_index=True)
+    per_prompt = pd.DataFrame([{"draft": name, "prompt_id": p["prompt_id"], "position": i + 1, "reached": r,
+                                "accepted": acc, "conditional_rate": acc / r}
+                               for name, a in profiles.items() for p in a.per_prompt
+                               for i, (r, acc) in enumerate(zip(p["reached"], p["accepted"])) if r > 0])
+    return pooled, per_prompt
+
+
+def accept_lengths(records: pd.DataFrame, gamma: int) -> pd.DataFrame:
+    """Share of verifier steps at one γ that accepted n = 0..γ draft tokens (``measured``), and what
+    i.i.d. acceptance at the records' per-token α would give (``iid``: stop at the first rejection).
+    Mass at 0 is why τ saturates as γ grows."""
+    rows = records[records["gamma"] == gamma]
+    lengths = np.array([n for row in rows["accept_lengths"] for n in row], dtype=int)
+    counts = np.bincount(lengths, minlength=gamma + 1)[:gamma + 1] if len(lengths) else np.zeros(gamma + 1)
+    alpha = min(token_alpha(rows), 1.0) if len(rows) else float("nan")
+    alpha = 0.0 if not np.isfinite(alpha) else alpha
+    iid = [alpha ** n * (1 - alpha) for n in range(gamma)] + [alpha ** gamma]
+    frame = pd.DataFrame({"accepted": np.arange(gamma + 1), "measured": counts / max(counts.sum(), 1), "iid": iid})
+    frame.attrs["alpha_token"] = alpha
+    return frame

@@ -1,0 +1,259 @@
+"""Forward-pass microbenchmarks: what one forward costs, by model, tokens per forward and batch size.
+
+Dispatch overhead: a forward costs a fixed launch/framework time plus a compute or bandwidth term,
+t = t0 + k·FLOPs; ``fit_dispatch`` fits it across models. A large t0 is why a draft with 6x fewer
+FLOPs can be only ~2.8x faster per token, and why the wall-clock cost ratio c differs from the
+FLOPs c used by Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative Decoding").
+Notebook 05 reuses the grid across batch sizes to find where the verifier stops being memory-bound.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from specnb.core.errors import ParameterError
+from specnb.engine.kvcache import crop_cache, forward_arguments
+from specnb.engine.timing import synchronize
+
+
+@dataclass
+class ForwardTiming:
+    """Per-forward latency of ``n_tokens`` new tokens on top of ``context_len`` cached tokens."""
+
+    n_tokens: int
+    batch_size: int
+    context_len: int
+    median_ms: float
+    samples_ms: list[float] = field(default_factory=list)
+
+
+class ForwardProbe:
+    """One forward shape ``[batch_size, n_tokens]`` on its own ``context_len`` KV cache, timed on demand.
+
+    Why a cache: a decoding step (verifier-only: 1 token; verification: gamma+1 tokens) always runs
+    against a KV cache, and its cost depends on it. The cache is cropped back after every forward so
+    each sample sees the same context. Random token ids: cost does not depend on their values.
+    Several probes alive at once let a grid be timed one forward of each shape after another.
+
+    ``keep``: logits of the last ``keep`` columns only (``logits_to_keep``), as the decoding loop
+    asks for them; None computes all ``n_tokens``. Why it matters: with a 49k vocabulary the LM head
+    is most of a small draft's forward, so the draft's 2-token catch-up forward (keep 1) costs far
+    less than a 2-token forward with both columns' logits; verification needs them all.
+    """
+
+    def __init__(self, model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128, device=None,
+                 keep: int | None = None):
+        from transformers import DynamicCache
+
+        self.model, self.n_tokens, self.batch_size = model, n_tokens, batch_size
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        gen = torch.Generator().manual_seed(0)
+        vocab = model.config.vocab_size
+        context = torch.randint(0, vocab, (batch_size, max(context_len, 1)), generator=gen).to(self.device)
+        self.context_len = context.shape[1]
+        self.new = torch.randint(0, vocab, (batch_size, n_tokens), generator=gen).to(self.device)  # [B, n]
+        self.positions = torch.arange(self.context_len, self.context_len + n_tokens,
+                                      device=self.device).expand(batch_size, -1)  # [B, n]
+        self.cache = DynamicCache(config=model.config)
+        cache_arg, keeps_logits = forward_arguments(model)
+        self.kwargs = {cache_arg: self.cache, "use_cache": True}
+        with torch.inference_mode():
+            model(input_ids=context, **self.kwargs)
+        if keep is not None and keeps_logits:
+            self.kwargs["logits_to_keep"] = int(keep)
+
+    def time_ms(self) -> float:
+        with torch.inference_mode():
+            synchronize(self.device)
+            t0 = time.perf_counter()
+            self.model(input_ids=self.new, position_ids=self.positions, **self.kwargs)
+            synchronize(self.device)
+            elapsed = (time.perf_counter() - t0) * 1e3
+        crop_cache(self.cache, self.n_tokens)
+        return elapsed
+
+    def timing(self, samples_ms: list[float]) -> ForwardTiming:
+        return ForwardTiming(self.n_tokens, self.batch_size, self.context_len, statistics.median(samples_ms),
+                             list(samples_ms))
+
+
+def measure_forward_ms(model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128,
+                       repeats: int = 10, device=None, warmup: int = 2) -> ForwardTiming:
+    """Median wall time of one forward of ``[batch_size, n_tokens]`` after a ``context_len`` prefill
+    (see ``ForwardProbe``)."""
+    probe = ForwardProbe(model, n_tokens, batch_size, context_len, device)
+    for _ in range(warmup):
+        probe.time_ms()
+    return probe.timing([probe.time_ms() for _ in range(repeats)])
+
+
+def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context_len: int = 128, repeats: int = 5,
+                         name: str | None = None, device=None, warmup: int = 2) -> pd.DataFrame:
+    """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache
+    (one model; see ``measure_forward_grids``)."""
+    shapes = [GridShapes(name or type(model).__name__, model, tuple(n_tokens))]
+    return measure_forward_grids(shapes, batch_sizes, context_len, repeats, device, warmup)
+
+
+@dataclass
+class GridShapes:
+    """One model's shapes in a forward grid: tokens per forward, and the logits each keeps (None: all)."""
+
+    name: str
+    model: object
+    n_tokens: tuple
+    keep: int | None = None
+
+
+def measure_forward_grids(shapes: list[GridShapes], batch_sizes=(1,), context_len: int = 128, repeats: int = 5,
+                          device=None, warmup: int = 2) -> pd.DataFrame:
+    """Median ms of one forward for every (model, tokens per forward, batch size), on a
+    ``context_len`` cache.
+
+    Within a batch size every shape of every model is timed interleaved, one forward of each in
+    turn, ``repeats`` times. Why: on a shared machine a slow spell of a few seconds would otherwise
+    land on whichever shape (or model) was being timed then and show up as a shape effect or as a
+    cost ratio c; interleaved, it slows every forward alike, and the differences between shapes
+    and models (what γ and the choice of draft trade against) survive it. Interleaving the models
+    also times a draft's forward the way the loop runs it: after the verifier's, not after its own.
+    """
+    rows = []
+    for b in batch_sizes:
+        probes = [(s.name, ForwardProbe(s.model, int(n), int(b), context_len, device, s.keep))
+                  for s in shapes for n in s.n_tokens]
+        for _ in range(warmup):
+            for _, probe in probes:
+                probe.time_ms()
+        samples = [[] for _ in probes]
+        for _ in range(repeats):
+            for (_, probe), got in zip(probes, samples):
+                got.append(probe.time_ms())
+        for (name, probe), got in zip(probes, samples):
+            t = probe.timing(got)
+            rows.append({"model": name, "n_tokens": t.n_tokens, "batch_size": t.batch_size,
+                         "context_len": t.context_len, "median_ms": t.median_ms,
+                         "min_ms": min(got), "max_ms": max(got), "samples_ms": got})
+        del probes  # free the caches before the next batch size
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class DispatchFit:
+    """t_forward = t0 + k·FLOPs across models: fixed dispatch cost plus a compute/bandwidth term."""
+
+    t0_ms: float
+    ms_per_gflop: float
+    r2: float
+    n_points: int
+
+    def predict_ms(self, flops) -> np.ndarray:
+        return self.t0_ms + self.ms_per_gflop * np.asarray(flops, dtype=float) / 1e9
+
+
+def forward_flops(grid: pd.DataFrame, flops_per_token) -> np.ndarray:
+    """FLOPs of each grid row's forward: per-token FLOPs of its model × tokens × batch size."""
+    if isinstance(flops_per_token, dict):
+        missing = set(grid["model"]) - set(flops_per_token)
+        if missing:
+            raise ParameterError(f"no FLOPs/token given for models {sorted(missing)}")
+        per_token = grid["model"].map(flops_per_token).to_numpy(dtype=float)
+    else:
+        per_token = np.full(len(grid), float(flops_per_token))
+    return per_token * grid["n_tokens"].to_numpy() * grid["batch_size"].to_numpy()
+
+
+def fit_line(x, y) -> tuple[float, float, float]:
+    """Least squares y = a + b·x: (a, b, R²). The fits of the forward-cost notebooks and of the
+    predictor's cost model (``specnb.predict.costs``) are all this line."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(np.unique(x)) < 2:
+        raise ParameterError(f"a line needs points at two or more x values, got {sorted(set(x.tolist()))}")
+    design = np.stack([np.ones_like(x), x], axis=1)  # [N, 2]
+    (a, b), *_ = np.linalg.lstsq(design, y, rcond=None)
+    total = np.sum((y - y.mean()) ** 2)
+    r2 = 1.0 - np.sum((y - design @ np.array([a, b])) ** 2) / total if total > 0 else 1.0
+    return float(a), float(b), float(r2)
+
+
+def fit_dispatch(grid: pd.DataFrame, flops_per_token) -> DispatchFit:
+    """Least-squares fit of median forward ms on forward GFLOPs (``flops_per_token``: a number, or
+    a dict from the grid's ``model`` names to FLOPs/token)."""
+    x = forward_flops(grid, flops_per_token) / 1e9
+    if len(np.unique(x)) < 2:
+        raise ParameterError("fit_dispatch needs forwards of at least two different sizes (tokens or models)")
+    t0, k, r2 = fit_line(x, grid["median_ms"])
+    return DispatchFit(t0, k, r2, len(x))
+
+
+def wall_clock_c(grid: pd.DataFrame, draft: str, verifier: str, n_tokens: int = 1, batch_size: int = 1) -> float:
+    """c by wall clock: the draft's ÷ the verifier's median time of one ``n_tokens`` forward."""
+    def median(model):
+        rows = grid[(grid["model"] == model) & (grid["n_tokens"] == n_tokens) & (grid["batch_size"] == batch_size)]
+        if rows.empty:
+            raise ParameterError(f"no timing for {model!r} at n_tokens={n_tokens}, batch_size={batch_size}")
+        return float(rows["median_ms"].median())
+
+    return median(draft) / median(verifier)
+
+
+def cost_ratios(grid: pd.DataFrame, flops: dict[str, float], fit: DispatchFit, verifier: str) -> pd.DataFrame:
+    """Per draft in ``grid``: c by FLOPs (``flops``: model -> FLOPs/token), by wall clock (one-token
+    forwards, ``wall_clock_c``) and by the fitted line, the one-token ms of draft and verifier, and
+    how many times fewer FLOPs (``flops_smaller``) against how many times faster (``times_faster``)."""
+    one = grid[(grid["n_tokens"] == 1) & (grid["batch_size"] == 1)].groupby("model")["median_ms"].median()
+    rows = [
+        {
+            "draft": name,
+            "flops_c": flops[name] / flops[verifier],
+            "wall_clock_c": wall_clock_c(grid, name, verifier),
+            "fit_c": float(fit.predict_ms(flops[name]) / fit.predict_ms(flops[verifier])),
+            "draft_ms": one[name],
+            "verifier_ms": one[verifier],
+        }
+        for name in dict.fromkeys(grid["model"])
+        if name != verifier
+    ]
+    ratios = pd.DataFrame(rows, columns=["draft", "flops_c", "wall_clock_c", "fit_c", "draft_ms", "verifier_ms"])
+    return ratios.assign(flops_smaller=1 / ratios["flops_c"], times_faster=1 / ratios["wall_clock_c"])
+
+
+def smaller_vs_faster(
+    fit: DispatchFit, verifier_flops: float, factors=(1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32)
+) -> pd.DataFrame:
+    """Why s-times fewer FLOPs is not s-times faster: under the fitted t = t0 + k·FLOPs a forward of
+    verifier_flops / s costs (t0 + kF) / (t0 + kF/s) times less, which tends to 1 + kF/t0, not s."""
+    factors = np.asarray(factors, dtype=float)
+    if np.any(factors <= 0):
+        raise ParameterError(f"FLOPs reduction factors must be positive, got {factors.tolist()}")
+    verifier_ms = float(fit.predict_ms(verifier_flops))
+    return pd.DataFrame(
+        {"flops_smaller": factors, "times_faster": verifier_ms / fit.predict_ms(verifier_flops / factors)}
+    )
+
+
+def forward_scaling(grid: pd.DataFrame) -> pd.DataFrame:
+    """Each forward of one model's grid against its one-token, batch-1 forward: ``tokens`` in the
+    forward (n_tokens × batch_size), ``ms_per_token`` and ``times_one_token`` (how many one-token
+    forwards' time it costs). While memory- or dispatch-bound, tokens ride along almost free."""
+    one = grid[(grid["n_tokens"] == 1) & (grid["batch_size"] == 1)]["median_ms"]
+    if one.empty:
+        raise ParameterError("forward_scaling needs a forward of 1 token at batch size 1 in the grid")
+    tokens = grid["n_tokens"] * grid["batch_size"]
+    return grid.assign(
+        tokens=tokens, ms_per_token=grid["median_ms"] / tokens, times_one_token=grid["median_ms"] / float(one.median())
+    ).sort_values(["tokens", "batch_size"])
+
+
+def batch_knee(grid: pd.DataFrame, ratio: float = 2.0) -> float:
+    """Fewest tokens in one forward that cost at least ``ratio`` one-token forwards: below it the
+    verifier is memory/dispatch-bound (verifying γ + 1 tokens per row costs about one forward),
+    from there on compute grows with the tokens. NaN when no measured forward got that slow."""
+    scaled = forward_scaling(grid)
+    slow = scaled[scaled["times_one_token"] >= ratio]
+    return float(slow["tokens"].min()) if len(slow) else float("nan")

@@ -1,0 +1,258 @@
+"""Measurements: interleaved verifier-only vs speculative runs, and their summaries.
+
+Raw records first, summaries after (Spec-Bench, Xia et al. 2024): ``run_interleaved`` keeps one
+record per (repeat, batch of prompts, candidate) with tokens, wall time, per-stage times and
+acceptance counts, so every number in a notebook can be recomputed from the CSV. ``summarise``
+derives tok/s, α, τ and speedup from them.
+
+Why interleaved: on a shared or thermally throttling machine, speed drifts over minutes. Running
+every candidate on the same batch back to back, in an order rotated each repeat, makes drift hit
+all of them alike; speedup is then a ratio measured on the same prompts in the same minute.
+
+Definitions (as everywhere in specnb): α = accepted ÷ drafted tokens; τ = mean tokens per verifier
+step including the bonus token (accepted + 1); speedup = tok/s ÷ verifier-only tok/s on the same
+prompts and repeats, with tok/s counting generated tokens only and prefill time included.
+
+Forward-pass microbenchmarks are in ``specnb.measure.forward``; per-position acceptance and the
+per-token α in ``specnb.measure.acceptance``; tables derived from the records for the notebooks
+(step costs, verdicts, per-draft tables) in ``specnb.measure.analysis``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specnb.core.errors import ParameterError
+from specnb.engine.timing import STAGES, stage_columns
+from specnb.measure.acceptance import token_alpha
+from specnb.measure.prompts import as_prompt_frame, batches_of
+
+BASELINE = "verifier-only"  # the candidate every speedup is measured against
+STAGE_COLUMNS = stage_columns()
+
+
+@dataclass
+class Candidate:
+    """One way to generate: verifier-only (``draft=None, gamma=0``) or a draft at a gamma."""
+
+    name: str
+    draft: Any | None
+    draft_name: str | None
+    gamma: int
+
+
+def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True) -> list[Candidate]:
+    """Verifier-only (first) plus every draft at every gamma, named ``"<draft> γ=<gamma>"``."""
+    gammas = [int(g) for g in gammas]
+    if any(g < 1 for g in gammas):
+        raise ParameterError(f"gammas must be integers >= 1, got {gammas}")
+    found = [Candidate(BASELINE, None, None, 0)] if baseline else []
+    for name, draft in drafts.items():
+        found += [Candidate(f"{name} γ={g}", draft, name, g) for g in gammas]
+    return found
+
+
+def rotated(candidates: list[Candidate], shift: int) -> list[Candidate]:
+    """Candidate order for one repeat: rotated so no candidate always runs first (warm caches, drift)."""
+    shift %= max(len(candidates), 1)
+    return candidates[shift:] + candidates[:shift]
+
+
+def run_interleaved(pair, prompts, candidates: list[Candidate], *, repeats: int = 1, max_new_tokens: int = 64,
+                    batch_size: int = 1, progress: bool = True, warmup: bool = True, sampling=None,
+                    chat: bool = True) -> pd.DataFrame:
+    """Raw records, one per (repeat, batch of prompts, candidate), candidates interleaved per batch.
+
+    ``warmup`` first runs each candidate once on a short generation so one-time costs (allocator
+    growth, kernel selection) are not charged to whichever candidate happens to go first.
+    """
+    from tqdm.auto import tqdm
+
+    from specnb.engine.inputs import encode_prompts
+
+    if repeats < 1 or max_new_tokens < 1:
+        raise ParameterError(f"repeats and max_new_tokens must be >= 1, got {repeats} and {max_new_tokens}")
+    if not candidates:
+        raise ParameterError("no candidates to run; use make_candidates(drafts, gammas)")
+    frame = as_prompt_frame(prompts)
+    encoded = [(batch, *encode_prompts(pair.tokenizer, list(batch["prompt"]), chat=chat))
+                for batch in batches_of(frame, batch_size)]
+    if warmup:
+        for cand in candidates:
+            generate_one(pair, encoded[0][1], encoded[0][2], cand, min(4, max_new_tokens), sampling)
+    records = []
+    total = repeats * len(encoded) * len(candidates)
+    with tqdm(total=total, desc="interleaved runs", unit="run", disable=not progress) as bar:
+        for repeat in range(repeats):
+            for batch, input_ids, mask in encoded:
+                for cand in rotated(candidates, repeat):
+                    result, stages = generate_one(pair, input_ids, mask, cand, max_new_tokens, sampling)
+                    records.append(make_record(repeat, batch, cand, result, stages))
+                    bar.update()
+    return pd.DataFrame.from_records(records)
+
+
+def run_batch_sizes(pair, prompts, candidates: list[Candidate], batch_sizes, **settings) -> pd.DataFrame:
+    """``run_interleaved`` at each batch size in turn, keeping full batches only (a last, smaller
+    batch would be another batch size)."""
+    return pd.concat([run_interleaved(pair, prompts, candidates, batch_size=b, **settings).query(f"batch_size == {b}")
+                      for b in batch_sizes], ignore_index=True)
+
+
+def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sampling):
+    """One timed generation; returns the ``GenerationResult`` and the timer's stage times (ms)."""
+    from specnb.engine.generate import generate
+    from specnb.engine.timing import StageTimer
+
+    timer = StageTimer(pair.device)
+    result = generate(pair.verifier, input_ids.to(pair.device), mask.to(pair.device), draft=cand.draft,
+                      gamma=max(cand.gamma, 1), max_new_tokens=max_new_tokens, sampling=sampling,
+                      eos_token_id=pair.tokenizer.eos_token_id, timer=timer, vocab_size=pair.vocab_size)
+    return result, timer.stages_ms()
+
+
+def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stages: dict[str, float]) -> dict:
+    """Spec-Bench-style record: totals over the batch's rows, plus per-step and per-position counts."""
+    accepted_steps = [n for row in result.accepted_per_step for n in row]  # per row, per verifier step
+    drafted_steps = [n for row in result.drafted_per_step for n in row]
+    gamma = cand.gamma if cand.draft is not None else 0
+    record = {
+        "repeat": repeat,
+        "prompt_ids": ",".join(map(str, batch["id"])),
+        "categories": ",".join(dict.fromkeys(batch["category"])),
+        "candidate": cand.name,
+        "draft": cand.draft_name or "",
+        "gamma": gamma,
+        "batch_size": len(batch),
+        "new_tokens": sum(len(t) for t in result.tokens),
+        "wall_ms": result.wall_ms,
+    }
+    record.update({column: stages.get(stage, 0.0) for stage, column in zip(STAGES, STAGE_COLUMNS)})
+    record.update({
+        "drafted": sum(drafted_steps),
+        "accepted": sum(accepted_steps),
+        "steps": len(accepted_steps),
+        "verifier_forwards": result.verifier_forwards,
+        "draft_forwards": result.draft_forwards,
+        "accept_lengths": accepted_steps,
+        "accepted_by_position": [sum(n > i for n in accepted_steps) for i in range(gamma)],
+        "drafted_by_position": [sum(n > i for n in drafted_steps) for i in range(gamma)],
+    })
+    record.update(ragged_costs(result.accepted_per_step, len(batch)))
+    return record
+
+
+def ragged_costs(accepted_per_step: list[list[int]], batch_size: int) -> dict[str, int]:
+    """What batching costs when rows accept different numbers of tokens (see ``specnb.engine.generate``):
+    ``ragged_slots`` = cache slots kept but masked because another row accepted more in that step;
+    ``idle_row_steps`` = row-steps computed for rows that had already finished (EOS or budget)."""
+    steps = max((len(row) for row in accepted_per_step), default=0)
+    ragged = idle = 0
+    for t in range(steps):
+        active = [row[t] for row in accepted_per_step if len(row) > t]  # rows still generating at step t
+        ragged += sum(max(active) - n for n in active)
+        idle += batch_size - len(active)
+    return {"ragged_slots": ragged, "idle_row_steps": idle}
+
+
+def ratio_tok_s(frame: pd.DataFrame) -> float:
+    """Generated tokens per second over a set of records (a ratio of sums, not a mean of ratios)."""
+    wall = frame["wall_ms"].sum()
+    return float(frame["new_tokens"].sum() / wall * 1e3) if wall > 0 else float("nan")
+
+
+def summarise(records: pd.DataFrame, baseline: str = BASELINE, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per candidate and batch size: tok/s, α (accepted ÷ drafted), the per-token α (``alpha_token``,
+    accepted ÷ positions reached), τ, speedup with a bootstrap CI over prompts, and per-stage ms per
+    generated token.
+
+    Speedup pairs each record with the baseline's on the same (repeat, prompts, batch size); the
+    CI resamples prompt batches with replacement (all repeats of a batch move together).
+    """
+    records = pd.DataFrame(records)
+    if baseline not in set(records["candidate"]):
+        raise ParameterError(f"baseline {baseline!r} not among the candidates {sorted(set(records['candidate']))}")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (name, batch_size), group in records.groupby(["candidate", "batch_size"], sort=False):
+        base = records[(records["candidate"] == baseline) & (records["batch_size"] == batch_size)]
+        rows.append(summarise_one(name, batch_size, group, base, rng, n_boot))
+    return pd.DataFrame(rows)
+
+
+def summarise_one(name, batch_size, group: pd.DataFrame, base: pd.DataFrame, rng, n_boot: int) -> dict:
+    keys = ["repeat", "prompt_ids"]
+    paired = group.merge(base, on=keys, suffixes=("", "_base"))
+    units = paired["prompt_ids"].unique()
+    speedup = paired_speedup(paired[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum().to_numpy())
+    lo, hi = bootstrap_speedup(paired, units, rng, n_boot)
+    steps, accepted, drafted, tokens = (group[c].sum() for c in ("steps", "accepted", "drafted", "new_tokens"))
+    row = {
+        "candidate": name,
+        "draft": group["draft"].iloc[0],
+        "gamma": int(group["gamma"].iloc[0]),
+        "batch_size": int(batch_size),
+        "records": len(group),
+        "prompts": len(units),
+        "new_tokens": int(tokens),
+        "tok_s": ratio_tok_s(group),
+        "alpha": accepted / drafted if drafted else float("nan"),
+        "alpha_token": token_alpha(group),
+        "tau": 1.0 if group["gamma"].iloc[0] == 0 else (accepted + steps) / steps if steps else float("nan"),
+        "speedup": float(speedup),
+        "speedup_lo": lo,
+        "speedup_hi": hi,
+    }
+    row.update({f"{c}_per_token": group[c].sum() / tokens if tokens else float("nan") for c in STAGE_COLUMNS})
+    return row
+
+
+def paired_speedup(totals: np.ndarray) -> np.ndarray:
+    """(tokens / wall) ÷ (baseline tokens / baseline wall) from totals [..., 4] in that order."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (totals[..., 0] / totals[..., 1]) / (totals[..., 2] / totals[..., 3])
+
+
+def bootstrap_speedup(paired: pd.DataFrame, units, rng, n_boot: int) -> tuple[float, float]:
+    """95% percentile interval of the speedup when prompt batches are resampled with replacement."""
+    if len(units) < 2 or n_boot < 1:
+        return float("nan"), float("nan")
+    sums = paired.groupby("prompt_ids")[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum()
+    sums = sums.loc[units].to_numpy()  # [U, 4]
+    picks = rng.integers(0, len(units), size=(n_boot, len(units)))  # [n_boot, U]
+    ratios = paired_speedup(sums[picks].sum(axis=1))  # totals: [n_boot, 4]
+    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
+
+
+def per_prompt(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """One row per (candidate, repeat, prompt batch): α and speedup against the baseline's same run,
+    for acceptance variance across prompts, categories and runs."""
+    records = pd.DataFrame(records)
+    keys = ["repeat", "prompt_ids", "batch_size"]
+    base = records[records["candidate"] == baseline][keys + ["new_tokens", "wall_ms"]]
+    drafts = records[records["candidate"] != baseline].merge(base, on=keys, suffixes=("", "_base"))
+    tok_s = drafts["new_tokens"] / drafts["wall_ms"] * 1e3
+    base_tok_s = drafts["new_tokens_base"] / drafts["wall_ms_base"] * 1e3
+    return pd.DataFrame(
+        {
+            "candidate": drafts["candidate"],
+            "draft": drafts["draft"],
+            "gamma": drafts["gamma"],
+            "repeat": drafts["repeat"],
+            "prompt_ids": drafts["prompt_ids"],
+            "categories": drafts["categories"],
+            "alpha": drafts["accepted"] / drafts["drafted"].where(drafts["drafted"] > 0),
+            "tok_s": tok_s,
+            "speedup": tok_s / base_tok_s,
+            "accepted": drafts["accepted"],
+            "drafted": drafts["drafted"],
+            "new_tokens": drafts["new_tokens"],
+            "wall_ms": drafts["wall_ms"],
+            "new_tokens_base": drafts["new_tokens_base"],
+            "wall_ms_base": drafts["wall_ms_base"],
+        }
+    )

@@ -1,0 +1,52 @@
+"""Prompt lookup decoding: a training-free draft that copies tokens from the context.
+
+When the output repeats the prompt (summaries, code edits, extraction), the tokens that follow an
+earlier occurrence of the trailing n-gram are a good guess for what comes next, at no model cost.
+
+References: Saxena 2023, "Prompt Lookup Decoding" (github.com/apoorvumang/prompt-lookup-decoding);
+transformers' ``prompt_lookup_num_tokens`` (``PromptLookupCandidateGenerator``). One difference:
+HF takes the *first* match left to right; we take the *latest* earlier occurrence, whose
+continuation is more likely to reflect the most recent text.
+
+The engine drafts with it through ``specnb.engine.drafters.LookupDrafter``, as a draft whose
+distribution is one-hot on its proposal (q = 1 on the proposed token), which keeps rejection
+sampling lossless.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specnb.core.errors import ParameterError
+
+
+class PromptLookup:
+    """Proposes up to ``gamma`` tokens by matching the trailing n-gram (longest first) in the context."""
+
+    draft_kind = "lookup"  # how ``specnb.engine.drafters.make_drafter`` drafts with it
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ParameterError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, "
+                                 f"max_ngram={max_ngram}; e.g. PromptLookup(max_ngram=3, min_ngram=1)")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def __repr__(self) -> str:
+        return f"PromptLookup(max_ngram={self.max_ngram}, min_ngram={self.min_ngram})"
+
+    def propose(self, tokens, gamma: int) -> list[int]:
+        """Up to ``gamma`` tokens following the latest earlier match of the trailing n-gram; [] if none.
+
+        ``tokens`` is the whole context (prompt + generated), a list of ints or a 1D tensor.
+        Fewer than ``gamma`` tokens come back when the match sits near the end of the context.
+        """
+        if isinstance(tokens, torch.Tensor):
+            tokens = tokens.tolist()
+        length = len(tokens)
+        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
+            ngram = tokens[length - n:]
+            # latest start strictly before the trailing n-gram itself, scanning right to left
+            for start in range(length - n - 1, -1, -1):
+                if tokens[start:start + n] == ngram:
+                    return tokens[start + n:start + n + gamma]
+        return []

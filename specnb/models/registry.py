@@ -1,0 +1,97 @@
+"""What a model name means: the embedded models' names, and one resolver for draft names.
+
+A draft is named in one of five ways, and ``resolve_draft`` is the only place that tells them
+apart: ``prompt-lookup`` (no model, Saxena 2023), ``exit:K`` or an embedded ``smollm2-exit-K``
+(the verifier's first K layers; Elhoushi et al. 2024 "LayerSkip", Zhang et al. 2023 "Draft &
+Verify"), an embedded distilled draft, a local folder, or a hub id. Loading (``specnb.models.load``),
+FLOPs tables and the notebooks' draft lists all go through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specnb.core import paths
+from specnb.core.errors import ParameterError
+
+EMBEDDED_VERIFIER = "smollm2-135m"
+PROMPT_LOOKUP = "prompt-lookup"
+# Early exits of the embedded verifier (30 layers), untrained: they show the speculation tax and why
+# drafts need training (their acceptance is in benchmarks/README.md).
+EMBEDDED_EXITS = {"smollm2-exit-4": 4, "smollm2-exit-12": 12, "smollm2-exit-24": 24}
+KINDS = ("model", "exit", "lookup")  # what ``DraftRef.kind`` can be
+
+
+def embedded_draft_names() -> list[str]:
+    """Distilled drafts committed as ``specnb/data/drafts/<name>/config.json``."""
+    return sorted(p.parent.name for p in paths.DRAFTS_DIR.glob("*/config.json"))
+
+
+def embedded_names() -> list[str]:
+    return [EMBEDDED_VERIFIER, *embedded_draft_names(), *EMBEDDED_EXITS, PROMPT_LOOKUP]
+
+
+@dataclass(frozen=True)
+class DraftRef:
+    """A draft name resolved without loading anything.
+
+    ``kind`` is "model" (a causal LM with its own weights: embedded, folder or hub id), "exit" (the
+    first ``exit_layers`` layers of ``base``: the verifier itself, sharing its tensors, or the
+    embedded verifier when an embedded exit drafts for another model) or "lookup" (no model)."""
+
+    name: str
+    kind: str
+    exit_layers: int | None = None
+    base: str | None = None
+
+
+def resolve_draft(name: str, verifier: str | None = None) -> DraftRef:
+    """The one place that says what a draft name means (``verifier``: the name it drafts for)."""
+    if name == PROMPT_LOOKUP:
+        return DraftRef(name, "lookup")
+    if name in EMBEDDED_EXITS:
+        return DraftRef(name, "exit", EMBEDDED_EXITS[name], EMBEDDED_VERIFIER)
+    if name.startswith("exit:"):
+        try:
+            k = int(name.split(":", 1)[1])
+        except ValueError:
+            raise ParameterError(
+                f"early-exit draft {name!r} must look like exit:K with an integer K, e.g. exit:4"
+            ) from None
+        return DraftRef(name, "exit", k, verifier)
+    return DraftRef(name, "model")
+
+
+def shares_verifier(ref: DraftRef, verifier: str) -> bool:
+    """An exit of the verifier itself reuses its loaded tensors; any other draft loads its own."""
+    return ref.kind == "exit" and ref.base == verifier
+
+
+def check_verifier_name(name: str) -> None:
+    """A draft-only name passed as the verifier is a one-line error, not a failed download."""
+    if resolve_draft(name).kind != "model":
+        raise ParameterError(f"{name!r} is a draft, not a verifier; pass it as the draft")
+
+
+def draft_config(verifier_config, ref: DraftRef, verifier: str | None = None):
+    """The config a draft's FLOPs are counted from: an exit is its base's config (``verifier_config``
+    when the base is the verifier ``verifier``) cut to K layers; None for prompt lookup (no model)."""
+    from specnb.core.configs import resolve_config
+    from specnb.models.early_exit import exit_config
+
+    if ref.kind == "lookup":
+        return None
+    if ref.kind == "exit":
+        base = verifier_config if ref.base in (None, verifier) else resolve_config(ref.base)
+        return exit_config(base, ref.exit_layers)
+    return resolve_config(ref.name)
+
+
+def flops_table(verifier: str, drafts: list[str], context: int = 128):
+    """``specnb.core.flops.flops_table`` for a verifier and drafts given by name."""
+    from specnb.core.configs import resolve_config
+    from specnb.core.flops import flops_table as table
+
+    v_config = resolve_config(verifier)
+    configs = {name: draft_config(v_config, resolve_draft(name, verifier), verifier) for name in drafts}
+    return table(v_config, configs, context, verifier)

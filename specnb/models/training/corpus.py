@@ -1,0 +1,163 @@
+"""The distillation corpus: what the verifier says, kept as top-k logits, for ``specnb.models.training.distill``.
+
+Two sources. The verifier's own greedy answers to chat-templated instructions (``generate_corpus``:
+on-policy, what raises acceptance) and teacher-forced Python-docs text (``text_corpus``: off-policy,
+one forward per batch, cheap general wording). Both are cached batch by batch under a key of the
+verifier and the generation settings, so an interrupted build resumes where it stopped. ``cfg`` is a
+``distill.DistillConfig``; only its generation fields are read here (max_new_tokens, gen_batch,
+top_k, text_batch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass
+class Sample:
+    """One verifier answer: ids [P+R] and teacher top-k logits for the R answer tokens."""
+
+    ids: torch.Tensor  # [P + R] int64
+    prompt_len: int
+    top_vals: torch.Tensor  # [R, k] fp16
+    top_idx: torch.Tensor  # [R, k] int32
+
+
+def _atomic_save(obj, path: Path) -> None:
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def generate_batch(verifier, prompts: list[list[int]], cfg) -> list[Sample]:
+    """Greedy answers for a batch of prompts, keeping the top-k logits the answer came from."""
+    import torch
+
+    pad = verifier.config.pad_token_id if verifier.config.pad_token_id is not None else 0
+    eos = verifier.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    width = max(len(p) for p in prompts)
+    # left padding so every answer starts at the same column
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # [B, P]
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [B, P]
+    with torch.no_grad():
+        out = verifier.generate(input_ids=ids, attention_mask=mask, max_new_tokens=cfg.max_new_tokens,
+                                do_sample=False, output_logits=True, return_dict_in_generate=True,
+                                pad_token_id=pad)
+    logits = torch.stack(out.logits, dim=1).float()  # [B, R, V]
+    vals, idx = logits.topk(cfg.top_k, dim=-1)  # [B, R, k]
+    answers = out.sequences[:, width:]  # [B, R]
+    samples = []
+    for b, prompt in enumerate(prompts):
+        length = answers.shape[1]
+        for t, tok in enumerate(answers[b].tolist()):
+            if tok in eos_ids:
+                length = t + 1  # keep the eos: predicting the stop is part of the job
+                break
+        full = torch.tensor(prompt + answers[b, :length].tolist())
+        samples.append(Sample(full, len(prompt), vals[b, :length].half(), idx[b, :length].int()))
+    return samples
+
+
+def corpus_key(verifier, cfg) -> str:
+    """Cache folder key: verifier fingerprint and generation settings (not training settings)."""
+    blob = json.dumps([verifier.config.num_hidden_layers, verifier.config.vocab_size, str(verifier.dtype),
+                       float(verifier.model.norm.weight.detach().double().sum()), cfg.max_new_tokens,
+                       cfg.gen_batch, cfg.top_k], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _shard_name(batch: list[list[int]]) -> str:
+    """One file per batch, named by its prompts: a resumed or shortened build reuses finished batches."""
+    return hashlib.sha256(json.dumps(batch).encode()).hexdigest()[:16] + ".pt"
+
+
+def generate_corpus(verifier, prompts: list[list[int]], cfg,
+                    cache: Path | None = None) -> list[Sample]:
+    """Answer all prompts in batches; with ``cache``, each finished batch is kept so a rerun resumes."""
+    import torch
+    from tqdm.auto import tqdm
+
+    samples: list[Sample] = []
+    batches = [prompts[i:i + cfg.gen_batch] for i in range(0, len(prompts), cfg.gen_batch)]
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+    for batch in tqdm(batches, desc="verifier answers", unit="batch"):
+        shard = cache / _shard_name(batch) if cache is not None else None
+        if shard is not None and shard.is_file():
+            samples += [Sample(**s) for s in torch.load(shard)]
+            continue
+        new = generate_batch(verifier, batch, cfg)
+        if shard is not None:
+            _atomic_save([asdict(s) for s in new], shard)
+        samples += new
+    return samples
+
+
+def teacher_forced_batch(verifier, chunks: list[list[int]], cfg) -> list[Sample]:
+    """Top-k teacher logits on existing text: one forward per batch, far cheaper than generating.
+
+    Off-policy (the text is not the verifier's), so it complements rather than replaces the
+    verifier's answers: it teaches the draft general English and Python wording cheaply.
+    """
+    import torch
+
+    with torch.no_grad():
+        logits = verifier(torch.tensor(chunks)).logits[:, :-1].float()  # [B, L-1, V]
+    vals, idx = logits.topk(cfg.top_k, dim=-1)  # [B, L-1, k]
+    return [Sample(torch.tensor(c), 1, v.half(), i.int()) for c, v, i in zip(chunks, vals, idx)]
+
+
+def text_chunks(tokenizer, n: int, length: int) -> list[list[int]]:
+    """``n`` windows of ``length`` tokens from the Python docs shipped with every Python
+    (``pydoc_data.topics``), topics in sorted order: the same text on every machine."""
+    from pydoc_data.topics import topics
+
+    chunks: list[list[int]] = []
+    for name in sorted(topics):
+        ids = tokenizer(topics[name])["input_ids"]
+        chunks += [ids[i:i + length] for i in range(0, len(ids) - length + 1, length)]
+        if len(chunks) >= n:
+            return chunks[:n]
+    return chunks
+
+
+def text_corpus(verifier, chunks: list[list[int]], cfg, cache: Path | None = None) -> list[Sample]:
+    """Teacher-forced samples for ``chunks``, batch by batch, resumable like ``generate_corpus``."""
+    import torch
+    from tqdm.auto import tqdm
+
+    samples: list[Sample] = []
+    for i in tqdm(range(0, len(chunks), cfg.text_batch), desc="verifier on docs text", unit="batch"):
+        batch = chunks[i:i + cfg.text_batch]
+        shard = cache / ("text-" + _shard_name(batch)) if cache is not None else None
+        if shard is not None and shard.is_file():
+            samples += [Sample(**s) for s in torch.load(shard)]
+            continue
+        new = teacher_forced_batch(verifier, batch, cfg)
+        if shard is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            _atomic_save([asdict(s) for s in new], shard)
+        samples += new
+    return samples
+
+
+def chat_prompts(tokenizer, instructions: list[str]) -> list[list[int]]:
+    """Instructions wrapped in the verifier's chat template, as token id lists."""
+    out = []
+    for text in instructions:
+        enc = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        ids = enc["input_ids"] if hasattr(enc, "keys") else enc
+        out.append(list(ids))
+    return out

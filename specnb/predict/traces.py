@@ -1,0 +1,206 @@
+"""Acceptance traces: what a draft would get right at every point of the verifier's own output.
+
+``AcceptanceTrace`` says, for every token the verifier generates, how many of the following tokens
+the draft would propose and have accepted if a step started there. Under greedy decoding
+speculative output equals the verifier's own output, so a step that starts after token j proposes
+the draft's greedy continuation of the verifier's text, and its position i is accepted exactly when
+it matches the verifier's token j + i. One verifier-only generation plus the drafter's ``trace``
+(``specnb.engine.drafters``: a teacher-forced forward for a model draft, the lookups for prompt
+lookup) give the whole trace, and ``replay`` turns it into the exact steps speculative decoding
+takes at *any* γ and batch size (the same steps ``specnb.engine.generate`` takes, token for token;
+tested).
+
+Why the predictor replays traces instead of sampling from a per-position profile
+(``specnb.measure.acceptance``): a profile measured at one γ does not transfer to another. At γ = 8
+position 1 is reached mostly right after a rejection, that is inside text the draft finds hard; at
+γ = 1 every other token is a position 1. Agreement comes in spans (boilerplate, copied text), so the
+γ = 8 profile understates acceptance at γ = 1, and a prompt lookup that finds no match proposes
+nothing and is verified with a 1-token forward, which a "k drafts every step" profile cannot
+express. Traces keep both.
+
+Sampling (temperature > 0) is not covered: acceptance is then random, and traces assume greedy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specnb.core.errors import ParameterError
+from specnb.engine.drafters import make_drafter, run_lengths
+from specnb.measure.acceptance import AcceptanceProfile, pooled_profile
+
+LOOKUP_CAP = 16  # longest prompt-lookup proposal a trace records (γ beyond this is extrapolated)
+
+
+# ---------------------------------------------------------------------------- traces
+
+
+@dataclass
+class AcceptanceTrace:
+    """One prompt's generation seen from the draft. Index j = tokens already generated (j >= 1:
+    the prefill emits token 0); a step starting there would have the draft propose ``proposed[j]``
+    tokens (capped by γ) of which the first ``runs[j]`` are accepted. A model draft proposes as
+    many tokens as it is asked for: ``proposed`` and ``cap`` are None."""
+
+    prompt_id: str
+    runs: list[int]  # [L]
+    proposed: list[int] | None  # [L]; None: always as many as asked (a model draft)
+    cap: int | None  # proposals were looked up to this many tokens (None: unlimited)
+    hit_budget: bool  # the verifier stopped at max_new_tokens, not at EOS (so it could go on)
+
+    @property
+    def length(self) -> int:
+        return len(self.runs)
+
+
+def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: int, cap: int = LOOKUP_CAP,
+                   progress: bool = True) -> dict[str, list[AcceptanceTrace]]:
+    """Traces of every draft on every prompt: one greedy verifier-only generation per prompt, then
+    each drafter's ``trace`` over its output."""
+    from tqdm.auto import tqdm
+
+    from specnb.engine.generate import generate
+    from specnb.engine.inputs import encode_prompts
+
+    eos = pair.tokenizer.eos_token_id
+    eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
+    drafters = {name: make_drafter(draft, pair.vocab_size) for name, draft in drafts.items()}
+    traces: dict[str, list[AcceptanceTrace]] = {name: [] for name in drafts}
+    for _, row in tqdm(list(prompts.iterrows()), desc="acceptance traces", unit="prompt", disable=not progress):
+        ids, _ = encode_prompts(pair.tokenizer, [row["prompt"]])
+        result = generate(pair.verifier, ids.to(pair.device), max_new_tokens=max_new_tokens,
+                          eos_token_id=pair.tokenizer.eos_token_id, vocab_size=pair.vocab_size)
+        context, generated = ids[0].tolist(), result.tokens[0]
+        budget = len(generated) >= max_new_tokens and generated[-1] not in eos
+        for name, drafter in drafters.items():
+            runs, proposed = drafter.trace(context, generated, cap)
+            traces[name].append(AcceptanceTrace(str(row["id"]), runs, proposed, None if proposed is None else cap,
+                                                budget))
+    return traces
+
+
+# ---------------------------------------------------------------------------- replay
+
+
+@dataclass
+class PackedTraces:
+    """Traces as padded arrays, fitted to one generation budget."""
+
+    runs: np.ndarray  # [P, W]
+    proposed: np.ndarray  # [P, W]
+    lengths: np.ndarray  # [P] tokens each prompt generates within the budget
+    extended: bool  # some trace was shorter than the budget without EOS and was repeated
+
+
+def pack(traces: list[AcceptanceTrace], n_new: int) -> PackedTraces:
+    """Truncate each trace to ``n_new`` tokens; a trace that stopped at the budget (not EOS) and is
+    shorter than ``n_new`` is continued by repeating its steps after the first token (flagged)."""
+    if not traces:
+        raise ParameterError("no acceptance traces to replay; calibrate the draft on at least one prompt")
+    runs, proposed, lengths, extended = [], [], [], False
+    for t in traces:
+        index = np.arange(n_new)
+        if t.length < n_new and t.hit_budget and t.length > 1:
+            index = np.where(index < t.length, index, 1 + (index - 1) % (t.length - 1))
+            length, extended = n_new, True
+        else:
+            index, length = index[:min(t.length, n_new)], min(t.length, n_new)
+        runs.append(np.asarray(t.runs)[index])
+        proposed.append(np.asarray(t.proposed)[index] if t.proposed is not None else np.full(len(index), n_new))
+        lengths.append(length)
+    width = n_new + 1
+    return PackedTraces(np.stack([np.pad(r, (0, width - len(r))) for r in runs]),
+                        np.stack([np.pad(p, (0, width - len(p))) for p in proposed]),
+                        np.asarray(lengths), extended)
+
+
+def flat_traces(alpha: float, n_new: int, n_traces: int = 64, seed: int = 0) -> list[AcceptanceTrace]:
+    """Synthetic traces of a draft whose every token is accepted independently with probability α
+    (Leviathan et al.'s assumption), for what-if questions and hand-entered profiles."""
+    uniforms = np.random.default_rng(seed).random((n_traces, n_new))
+    return [AcceptanceTrace("flat", r.tolist(), None, None, True)
+            for r in run_lengths(uniforms < alpha, n_new)]
+
+
+def flat_packed(alphas, n_new: int, n_traces: int = 32, seed: int = 0) -> PackedTraces:
+    """Flat-α traces for every α in ``alphas`` with common random numbers (block a holds α_a's
+    ``n_traces`` traces, all thresholding the same uniforms), so a replay is monotone in α."""
+    uniforms = np.random.default_rng(seed).random((n_traces, n_new))
+    matches = np.concatenate([uniforms < a for a in alphas])  # [A·T, n_new]
+    runs = np.pad(run_lengths(matches, n_new), ((0, 0), (0, 1)))
+    return PackedTraces(runs, np.full_like(runs, n_new), np.full(len(runs), n_new), False)
+
+
+@dataclass
+class Replay:
+    """The steps of S simulated batches of B rows; arrays over steps T (``live`` False once a batch is done)."""
+
+    k: np.ndarray  # [T, S] drafts requested per row (γ, shrunk near the budget)
+    verify_tokens: np.ndarray  # [T, S] tokens per row in the verification forward
+    draft_width: np.ndarray  # [T, S] tokens in the draft's first (catch-up) forward: 1, or 2 after a full accept
+    live: np.ndarray  # [T, S]
+    active: np.ndarray  # [T, S, B] rows still generating
+    accepted: np.ndarray  # [T, S, B] accepted draft tokens per row (0 for finished rows)
+    drafted: np.ndarray  # [T, S, B]
+    lengths: np.ndarray  # [S] the longest row: verifier-only takes lengths − 1 forwards after prefill
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self.live.sum(0)
+
+
+def replay(packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int) -> Replay:
+    """Speculative decoding of batches ``rows`` [S, B] (indices into the traces), step by step as
+    ``specnb.engine.generate.decode_speculative`` does it: k = min(γ, max remaining budget − 1) drafts; row i
+    drafts min(proposed, k), accepts min(run, drafted) and emits that + 1; the verifier checks
+    the longest proposal + 1 tokens; a batch runs until every row has its tokens."""
+    runs, proposed, lengths = packed.runs[rows], packed.proposed[rows], packed.lengths[rows]  # [S,B,W] [S,B,W] [S,B]
+    pos = np.ones_like(lengths)  # tokens emitted per row: the prefill's first
+    width = np.ones(len(rows))
+    out = {key: [] for key in ("k", "verify_tokens", "draft_width", "live", "active", "accepted", "drafted")}
+    for _ in range(n_new):
+        active = pos < lengths  # [S, B]
+        live = active.any(1)  # [S]
+        if not live.any():
+            break
+        k = np.clip(np.minimum(gamma, np.where(active, n_new - pos, 0).max(1) - 1), 0, None)  # [S]
+        at = np.minimum(pos, runs.shape[2] - 1)[..., None]
+        drafted = np.where(active, np.minimum(np.take_along_axis(proposed, at, 2)[..., 0], k[:, None]), 0)
+        accepted = np.minimum(np.take_along_axis(runs, at, 2)[..., 0], drafted)  # [S, B]
+        for key, value in (("k", k), ("verify_tokens", drafted.max(1) + 1), ("draft_width", width),
+                           ("live", live), ("active", active), ("accepted", accepted), ("drafted", drafted)):
+            out[key].append(value)
+        pos = np.where(active, np.minimum(pos + accepted + 1, lengths), pos)
+        width = np.where(((accepted == k[:, None]) & (k[:, None] > 0) & active).any(1), 2.0, 1.0)
+    per_row = ("active", "accepted", "drafted")  # [T, S, B]; the others are [T, S]
+    arrays = {key: np.stack(v) if v else np.zeros((0, *rows.shape[:2 if key in per_row else 1]),
+                                                  dtype=bool if key in ("live", "active") else int)
+              for key, v in out.items()}
+    return Replay(**arrays, lengths=lengths.max(1))
+
+
+def emitted_per_step(accepted_steps, length: int) -> list[int]:
+    """Tokens each step of one row emits: accepted + 1, cut at the row's end (``length`` tokens,
+    the prefill's included). The engine also counts drafts accepted past the end (EOS or budget),
+    which emit nothing and which a trace cannot see, so steps are compared by what they emit."""
+    out, pos = [], 1
+    for n in accepted_steps:
+        out.append(int(min(n + 1, length - pos)))
+        pos += out[-1]
+    return out
+
+
+def profile_from_traces(traces: list[AcceptanceTrace], gamma: int, n_new: int) -> AcceptanceProfile:
+    """The per-position profile a batch-1 run at ``gamma`` would report (replayed, per prompt)."""
+    packed = pack(traces, n_new)
+    got = replay(packed, np.arange(len(traces))[:, None], gamma, n_new)
+    positions = np.arange(1, gamma + 1)[None, None, :]  # [1, 1, γ]
+    acc, drafted = got.accepted[:, :, 0, None], got.drafted[:, :, 0, None]  # [T, P, 1]
+    reached = ((drafted >= positions) & (acc >= positions - 1)).sum(0)  # [P, γ]
+    accepted = (acc >= positions).sum(0)
+    per_prompt = [{"prompt_id": t.prompt_id, "reached": r.tolist(), "accepted": a.tolist()}
+                  for t, r, a in zip(traces, reached, accepted)]
+    return pooled_profile(gamma, per_prompt)

@@ -1,0 +1,91 @@
+"""The package's layout: folders follow the data flow, imports only go downwards, no cycles.
+
+core → models → engine → measure → predict → app: a module may import its own folder and the
+folders before it, never one after it (lazy imports inside functions included: they are
+dependencies all the same). The package docstring is the map and names every folder.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import specnb
+
+PACKAGE = Path(specnb.__file__).parent
+LAYERS = ("core", "models", "engine", "measure", "predict", "app")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(path: Path) -> set[str]:
+    """specnb modules ``path`` imports anywhere in its body (``from a import b`` counts as ``a.b``
+    when that is a module, else as ``a``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("specnb")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specnb"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in MODULES else node.module)
+    return found - {"specnb"}
+
+
+GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
+
+
+def layer(name: str) -> int | None:
+    parts = name.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_every_module_lives_in_a_layer():
+    loose = [n for n in MODULES if layer(n) is None and n not in ("specnb", "specnb.__main__")]
+    assert loose == []
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH))
+def test_imports_only_go_downwards(name):
+    if layer(name) is None:
+        return
+    upwards = sorted(dep for dep in GRAPH[name] if layer(dep) is not None and layer(dep) > layer(name))
+    assert upwards == [], f"{name} imports from a later folder"
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name, path):
+        state[name] = 1
+        for dep in sorted(GRAPH.get(name, ())):
+            if state.get(dep) == 1:
+                cycle = path[path.index(dep):] + [dep]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if dep in GRAPH and not state.get(dep):
+                visit(dep, path + [dep])
+        state[name] = 2
+
+    for name in sorted(GRAPH):
+        if not state.get(name):
+            visit(name, [name])
+
+
+def test_the_map_names_every_folder_and_modules_stay_small():
+    folders = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert folders == sorted(LAYERS) and all(f"{f}/" in specnb.__doc__ for f in folders)
+    top = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert len(top) <= 8, top
+    lines = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert {name: n for name, n in lines.items() if n > 400} == {}
+
+
+def test_the_public_api_resolves():
+    for name in specnb.__all__:
+        assert getattr(specnb, name) is not None, name
