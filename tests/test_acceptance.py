@@ -9,7 +9,7 @@ from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
 
 from specnb.core import theory
 from specnb.core.errors import ParameterError
-from specnb.engine import drafters
+from specnb.engine import state as drafters
 from specnb.engine.generate import generate
 from specnb.engine.inputs import encode_prompts
 from specnb.measure import acceptance, runs

@@ -122,11 +122,6 @@ def dispatch_conclusion(grid: pd.DataFrame, fit, ratios: pd.DataFrame, verifier_
 # ---------------------------------------------------------------- 03 gamma sweep
 
 
-def draft_of(candidate: str) -> str:
-    """The draft name of a candidate named ``"<draft> γ=<gamma>"`` (``measure.runs.make_candidates``)."""
-    return candidate.rsplit(" γ=", 1)[0]
-
-
 def verdict_lines(verdicts: pd.DataFrame, trends: dict[str, str]) -> Report:
     """Each γ's verdict with its reason, then each draft's step arithmetic from its smallest to its
     largest γ (``analysis.gamma_verdicts``, ``analysis.step_trend``)."""
@@ -157,9 +152,8 @@ def gamma_sweep_conclusion(
         f"{best['speedup_hi']:.2f}] at α = {best['alpha']:.2f} (per token {best['alpha_token']:.2f}), "
         f"τ = {best['tau']:.2f}.",
     ]
-    drafts = verdicts.assign(draft=verdicts["candidate"].map(draft_of))
     for name, trend in trends.items():
-        mine = drafts[drafts["draft"] == name]
+        mine = verdicts[verdicts["draft"] == name]
         said = {
             word: ", ".join(f"γ = {g}" for g in mine.loc[mine["verdict"] == word, "gamma"]) or "no γ"
             for word in VERDICTS

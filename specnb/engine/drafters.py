@@ -4,169 +4,52 @@ The loop (``specnb.engine.generate``) and the measurement code never ask which k
 hold. A drafter lives for one generation::
 
     begin(state, input_ids, attention_mask) -> forwards   prefill whatever it keeps (its own KV cache)
-    propose(state, k) -> Proposal                        up to k tokens per row, with q when sampling
+    propose(state, k, tree=None) -> Proposal             up to k tokens per row (or a static tree)
     commit(state, step)                                  roll back to what the verifier accepted
 
 and, for the predictor, ``trace(context, generated, cap)``: how many tokens a step starting after
-each generated token would have had accepted under greedy decoding (``specnb.predict.traces``),
-and ``forward_tokens``: the forward shapes (tokens per forward) its cost model times.
+each generated token would have had accepted under greedy decoding (``specnb.predict.traces``);
+``forward_tokens``: the forward shapes its cost model times (``model``: the module they run);
+``needs_features``: whether the loop must hand it the verifier's final hidden states
+(``state.features``); ``trees``: whether it can draft a static tree.
 
-Kinds: a causal LM with its own cache (``ModelDrafter``: distilled drafts, early exits, hub models)
-and prompt lookup (``LookupDrafter``, no forward at all). ``make_drafter`` turns what ``load_pair``
-returns into a drafter, by the object's ``draft_kind`` (a plain causal LM is a "model"); an object
-that already implements the protocol is used as it is.
+Kinds: drafts from tokens (``model_drafters``: a causal LM with its own cache, an early exit, prompt
+lookup) and drafts from the verifier's features (``head_drafters``: EAGLE, Medusa). ``make_drafter``
+turns what ``load_pair`` returns into a drafter by the object's ``draft_kind`` (a plain causal LM is
+a "model"); an object that already implements the protocol is used as it is (its ``begin`` must
+reset it, since it then serves every generation).
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-import numpy as np
 import torch
 
-from specnb.engine.kvcache import ModelKV
-from specnb.engine.sampling import pick_token
+from specnb.engine.head_drafters import EagleDrafter, MedusaDrafter
+from specnb.engine.model_drafters import LookupDrafter, ModelDrafter
 from specnb.engine.state import DecodeState, Proposal, Step
+from specnb.engine.trees import TreeShape
 
 
 @runtime_checkable
 class Drafter(Protocol):
     kind: str
     forward_tokens: tuple[int, ...]
+    needs_features: bool
+    trees: bool
 
     def begin(self, state: DecodeState, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> int: ...
 
-    def propose(self, state: DecodeState, k: int) -> Proposal: ...
+    def propose(self, state: DecodeState, k: int, tree: TreeShape | None = None) -> Proposal: ...
 
     def commit(self, state: DecodeState, step: Step) -> None: ...
 
     def trace(self, context: list[int], generated: list[int], cap: int) -> tuple[list[int], list[int] | None]: ...
 
 
-def runs_from_matches(matches, cap: int) -> list[int]:
-    """runs[j] = how many consecutive True start at j (capped): the accepted prefix of a step at j."""
-    return run_lengths(np.asarray(matches, dtype=bool)[None, :], cap)[0].tolist()
-
-
-def run_lengths(matches: np.ndarray, cap: int) -> np.ndarray:
-    """``runs_from_matches`` for many sequences at once: matches [N, L] -> runs [N, L]."""
-    runs = np.zeros((matches.shape[0], matches.shape[1] + 1), dtype=int)
-    for j in range(matches.shape[1] - 1, -1, -1):
-        runs[:, j] = np.where(matches[:, j], runs[:, j + 1] + 1, 0)
-    return np.minimum(runs[:, :-1], cap)
-
-
-class ModelDrafter:
-    """A causal LM drafting autoregressively with its own KV cache.
-
-    Each step it first catches up on the tokens its cache has not seen (1 per row, or 2 after a
-    step that accepted every draft: the last draft and the bonus token; more after skipped steps),
-    left padded into one chunk, then runs k − 1 more one-token forwards."""
-
-    forward_tokens = (1, 2)  # the shapes it runs: one token, or the two-token catch-up
-
-    def __init__(self, model, vocab_size: int | None = None):
-        self.model, self.vocab_size = model, vocab_size
-        self.kind = getattr(model, "draft_kind", "model")  # "exit" for an early exit
-        self.kv: ModelKV | None = None
-        self.pending: list[list[int]] = []  # per row: tokens the draft cache has not seen
-        self.fed: tuple[int, int] | None = None  # (catch-up width, k) of this step's forwards
-
-    def begin(self, state, input_ids, attention_mask) -> int:
-        self.kv = ModelKV(self.model, self.vocab_size)
-        self.kv.prefill(input_ids, attention_mask)
-        self.pending = [[t] for t in state.last.tolist()]
-        return 1
-
-    def propose(self, state, k: int) -> Proposal:
-        device = state.seq_len.device
-        width = max(map(len, self.pending))
-        chunk = torch.tensor([[0] * (width - len(p)) + p for p in self.pending], device=device)  # [B, w]
-        chunk_mask = None
-        if min(map(len, self.pending)) < width:
-            chunk_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in self.pending], device=device)
-        positions = (state.seq_len[:, None] - width + torch.arange(width, device=device)).clamp_min(0)  # [B, w]
-        logits = self.kv.forward(chunk, positions, chunk_mask)[:, -1]  # [B, V]
-        tokens, probs = [], []
-        for j in range(k):
-            if j:
-                logits = self.kv.forward(tokens[-1][:, None], (state.seq_len + j - 1)[:, None])[:, -1]
-            tok, prob = pick_token(logits, state.sampling, state.generator)
-            tokens.append(tok)
-            probs.append(prob)
-        self.fed = (width, k)
-        q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, k, V]
-        return Proposal(torch.stack(tokens, 1), q, torch.full_like(state.seq_len, k), k)
-
-    def commit(self, state, step: Step) -> None:
-        if self.fed is None:  # no forward this step (k = 0): one more token to catch up on
-            self.pending = [p + e[-1:] for p, e in zip(self.pending, step.emitted)]
-            return
-        width, k = self.fed
-        # the cache saw the catch-up chunk and drafts 1..k-1; a row keeps the ones it accepted
-        self.kv.rollback([width + min(n, k - 1) for n in step.kept], width + k - 1)
-        # all k accepted: the k-th draft never went through the draft, nor did the bonus token
-        self.pending = [e[-2:] if n == k else e[-1:] for n, e in zip(step.accepted, step.emitted)]
-        self.fed = None
-
-    def trace(self, context, generated, cap):
-        """Teacher-forced: one forward over prompt + generated text gives the draft's greedy guess
-        at every position given the verifier's prefix, which is what a chain step would draft."""
-        device = next(self.model.parameters()).device
-        ids = torch.tensor([context + generated[:-1]], device=device)  # [1, S + L - 1]
-        with torch.inference_mode():
-            logits = self.model(input_ids=ids).logits[0, len(context) - 1:]  # [L, V]: guesses for generated[0..L-1]
-        if self.vocab_size:
-            logits = logits[:, : self.vocab_size]
-        matches = (logits.argmax(-1).cpu() == torch.tensor(generated)).tolist()
-        return runs_from_matches(matches, len(generated)), None
-
-
-class LookupDrafter:
-    """Prompt lookup (``specnb.models.lookup.PromptLookup``) as a draft: it copies from each row's
-    prompt and output, runs no forward, and is deterministic, so its q is one-hot on the proposal
-    (zero on padded positions), which keeps rejection sampling lossless."""
-
-    kind = "lookup"
-    forward_tokens = ()
-
-    def __init__(self, lookup, vocab_size: int | None = None):
-        self.lookup = lookup
-
-    def begin(self, state, input_ids, attention_mask) -> int:
-        return 0
-
-    def propose(self, state, k: int) -> Proposal:
-        device = state.seq_len.device
-        proposals = [[] if done else self.lookup.propose(state.text(i), k) for i, done in enumerate(state.rows.done)]
-        width = max(map(len, proposals))
-        tokens = torch.tensor([p + [0] * (width - len(p)) for p in proposals], dtype=torch.long, device=device)
-        n_drafted = torch.tensor([len(p) for p in proposals], device=device)
-        q = None
-        if state.sampling is not None and width:
-            valid = torch.arange(width, device=device)[None, :] < n_drafted[:, None]  # [B, k']
-            q = torch.nn.functional.one_hot(tokens, state.vocab).float() * valid[..., None]
-        return Proposal(tokens, q, n_drafted, 0)
-
-    def commit(self, state, step: Step) -> None:
-        pass
-
-    def trace(self, context, generated, cap):
-        """What the lookup would propose after every generated token, and how much of it matches
-        what the verifier went on to generate (j = 0, the prefill's token, starts no step)."""
-        runs, proposed = [0], [0]
-        for j in range(1, len(generated)):
-            proposal = self.lookup.propose(context + generated[:j], cap)
-            future = generated[j : j + len(proposal)]
-            agree = next(
-                (i for i, (a, b) in enumerate(zip(proposal, future)) if a != b), min(len(proposal), len(future))
-            )
-            runs.append(agree)
-            proposed.append(len(proposal))
-        return runs, proposed
-
-
-DRAFTERS = {"model": ModelDrafter, "exit": ModelDrafter, "lookup": LookupDrafter}  # by ``draft_kind``
+DRAFTERS = {"model": ModelDrafter, "exit": ModelDrafter, "lookup": LookupDrafter, "eagle": EagleDrafter,
+            "medusa": MedusaDrafter}  # by the draft object's ``draft_kind``
 
 
 def make_drafter(draft, vocab_size: int | None = None) -> Drafter:

@@ -51,6 +51,7 @@ from specnb.engine.kvcache import ModelKV
 from specnb.engine.sampling import SamplingConfig, accept_reject, pick_token
 from specnb.engine.state import DecodeState, Proposal, Rows, Step
 from specnb.engine.timing import NULL_TIMER, StageTimer, synchronize
+from specnb.engine.trees import TreeShape, accept_tree
 
 
 @dataclass
@@ -125,22 +126,33 @@ def decode_verifier_only(state: DecodeState, timer) -> int:
     return steps
 
 
-def verify(state: DecodeState, proposal: Proposal) -> torch.Tensor:
-    """The verifier scores the last token and every draft in one forward: logits [B, k'+1, V]."""
+def verify(state: DecodeState, proposal: Proposal, features: bool) -> torch.Tensor:
+    """The verifier scores the last token and every draft (a chain, or a tree's nodes) in one forward:
+    logits [B, k'+1, V]; with ``features`` its hidden states of those columns are kept too."""
     chunk = torch.cat([state.last[:, None], proposal.tokens], 1)  # [B, k'+1]
-    positions = state.seq_len[:, None] - 1 + torch.arange(chunk.shape[1], device=chunk.device)  # [B, k'+1]
-    return state.verifier.forward(chunk, positions, keep=chunk.shape[1])
+    tree = proposal.tree
+    depth = torch.tensor(tree.depths if tree is not None else range(chunk.shape[1]), device=chunk.device)
+    positions = state.seq_len[:, None] - 1 + depth  # [B, k'+1]
+    return state.verifier.forward(chunk, positions, keep=chunk.shape[1], features=features,
+                                  tree=None if tree is None else tree.ancestors(chunk.device))
 
 
 def accept(state: DecodeState, proposal: Proposal, p_logits: torch.Tensor) -> Step:
-    """Accept a prefix per row; the next token is a correction or the bonus token. Emits the tokens
-    of rows still generating and records their counts."""
-    n, last = accept_reject(proposal.tokens, proposal.q, p_logits, proposal.n_drafted, state.sampling,
-                            state.generator)  # [B], [B]
-    emitted = torch.cat([proposal.tokens, last[:, None]], 1).scatter(1, n[:, None].long(), last[:, None])  # [B, k'+1]
-    accepted, drafted = n.tolist(), proposal.n_drafted.tolist()
-    emitted = [row[: a + 1] for row, a in zip(emitted.tolist(), accepted)]
-    rows = state.rows
+    """Accept a prefix per row (a path, for a tree); the next token is a correction or the bonus
+    token. Emits the tokens of rows still generating and records their counts."""
+    paths = None
+    if proposal.tree is None:
+        n, last = accept_reject(proposal.tokens, proposal.q, p_logits, proposal.n_drafted, state.sampling,
+                                state.generator)  # [B], [B]
+        emitted = torch.cat([proposal.tokens, last[:, None]], 1).scatter(1, n[:, None].long(), last[:, None])
+        accepted = n.tolist()
+        emitted = [row[: a + 1] for row, a in zip(emitted.tolist(), accepted)]  # [B] lists
+    else:
+        accepted, nxt, paths = accept_tree(proposal.tokens, p_logits, proposal.tree)
+        nodes = proposal.tokens.tolist()
+        emitted = [[nodes[i][c - 1] for c in path[1:]] + [t] for i, (path, t) in enumerate(zip(paths, nxt))]
+        n, last = (torch.tensor(v, device=p_logits.device) for v in (accepted, nxt))
+    drafted, rows = proposal.n_drafted.tolist(), state.rows
     live = rows.active()
     best = max(accepted[i] for i in live)
     kept = [best] * len(accepted)  # rows that finished earlier keep the best row's slots: no holes
@@ -149,30 +161,48 @@ def accept(state: DecodeState, proposal: Proposal, p_logits: torch.Tensor) -> St
         rows.accepted[i].append(accepted[i])
         rows.drafted[i].append(drafted[i])
         rows.emit(i, emitted[i])
+    if paths is not None:  # a finished row keeps any best + 1 slots, as in a chain
+        paths = [path if i in live else list(range(best + 1)) for i, path in enumerate(paths)]
     state.seq_len = state.seq_len + n + 1
     state.last = last
-    return Step(accepted, drafted, emitted, kept, proposal.tokens.shape[1] + 1)
+    return Step(accepted, drafted, emitted, kept, proposal.tokens.shape[1] + 1, paths)
 
 
-def decode_speculative(state: DecodeState, drafter: Drafter, gamma: int, timer) -> tuple[int, int]:
+def keep_verified(state: DecodeState, step: Step) -> None:
+    """Roll the verifier's cache back to what each row kept (a tree: its path moves to the front), and
+    hand a feature draft the hidden states of the kept positions, in order."""
+    if step.paths is None:
+        state.verifier.rollback([n + 1 for n in step.kept], step.verified)
+    else:
+        state.verifier.select(step.paths, step.verified)
+    features = state.verifier.features
+    if features is not None and step.paths is not None:
+        width = max(map(len, step.paths))
+        index = torch.tensor([p + p[-1:] * (width - len(p)) for p in step.paths], device=features.device)
+        features = features.gather(1, index[..., None].expand(-1, -1, features.shape[-1]))  # [B, m, d]
+    state.features = features
+
+
+def decode_speculative(state: DecodeState, drafter: Drafter, gamma: int, timer,
+                       tree: TreeShape | None = None) -> tuple[int, int]:
     """Draft, verify, accept/reject, roll back, until every row stops; returns the numbers of
     verifier and draft forwards."""
     batch, steps, forwards = len(state.rows.done), 0, 0
     while state.rows.active():
         k = min(gamma, state.rows.max_remaining() - 1)  # no wasted drafts near the budget
-        # 1. the draft proposes up to k tokens per row
+        # 1. the draft proposes up to k tokens per row (or a tree of depth k)
         with timer.stage("draft"):
-            proposal = drafter.propose(state, k) if k > 0 else Proposal.empty(batch, state.last.device)
+            proposal = drafter.propose(state, k, tree) if k > 0 else Proposal.empty(batch, state.last.device)
             forwards += proposal.forwards
         # 2. the verifier scores the last token and every draft in one forward
         with timer.stage("verify"):
-            p_logits = verify(state, proposal)  # [B, k'+1, V]
+            p_logits = verify(state, proposal, drafter.needs_features)  # [B, k'+1, V]
         # 3. accept a prefix per row; the next token is a correction or the bonus token
         with timer.stage("accept"):
             step = accept(state, proposal, p_logits)
         # 4. both caches keep only what was accepted
         with timer.stage("rollback"):
-            state.verifier.rollback([n + 1 for n in step.kept], step.verified)
+            keep_verified(state, step)
             drafter.commit(state, step)
         steps += 1
     return steps, forwards
@@ -208,6 +238,17 @@ def check_vocab(verifier, draft, vocab_size: int | None) -> int | None:
     return vocab_size
 
 
+def check_tree(tree: TreeShape | None, drafter, sampling) -> None:
+    if tree is None:
+        return
+    if drafter is None or not drafter.trees:
+        kind = "no draft" if drafter is None else f"a {drafter.kind} draft"
+        raise ParameterError(f"tree={tree.branching} needs a draft that drafts trees (eagle, medusa), got {kind}; "
+                             "drop tree= to draft a chain")
+    if sampling is not None:
+        raise ParameterError("trees are verified greedily; use sampling=None, or drop tree= to sample with a chain")
+
+
 def resolve_timer(timer, device):
     if timer is None or timer is False:
         return NULL_TIMER
@@ -222,8 +263,13 @@ def real_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
 
 def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int = 4, max_new_tokens: int = 64,
              sampling: SamplingConfig | None = None, eos_token_id=None, timer=None,
-             vocab_size: int | None = None) -> GenerationResult:
-    """Generate up to ``max_new_tokens`` per row; speculative when ``draft`` is given (see module doc)."""
+             vocab_size: int | None = None, tree=None) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` per row; speculative when ``draft`` is given (see module doc).
+
+    ``tree``: a static tree's branching per depth, e.g. ``(3, 2, 1)``, for drafts that can draft one
+    (EAGLE, Medusa); its depth replaces ``gamma``. Trees are verified greedily (``sampling=None``)."""
+    tree = TreeShape(tuple(int(b) for b in tree)) if tree is not None else None
+    gamma = tree.depth if tree is not None else gamma
     check_settings(gamma, max_new_tokens, sampling)
     vocab_size = check_vocab(verifier, draft, vocab_size)
     device = next(verifier.parameters()).device
@@ -236,6 +282,7 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
         generator = torch.Generator(device=device).manual_seed(sampling.seed)
     timer = resolve_timer(timer, device)
     drafter = make_drafter(draft, vocab_size) if draft is not None else None
+    check_tree(tree, drafter, sampling)
     rows = Rows(input_ids.shape[0], max_new_tokens, eos_token_id)
     with torch.inference_mode():
         synchronize(device)
@@ -243,10 +290,11 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
         timer.start()
         with timer.stage("prefill"):
             vkv = ModelKV(verifier, vocab_size)
-            last, _ = pick_token(vkv.prefill(input_ids, attention_mask), sampling, generator)  # [B]
+            features = drafter is not None and drafter.needs_features
+            last, _ = pick_token(vkv.prefill(input_ids, attention_mask, features), sampling, generator)  # [B]
             lengths = attention_mask.sum(1) if attention_mask is not None else torch.full_like(last, input_ids.shape[1])
             state = DecodeState(vkv, rows, last, lengths + 1, real_tokens(input_ids, attention_mask), sampling,
-                                generator, vocab_size or verifier.config.vocab_size)
+                                generator, vocab_size or verifier.config.vocab_size, vkv.features)
             d_forwards = drafter.begin(state, input_ids, attention_mask) if drafter is not None else 0
             for i, tok in enumerate(last.tolist()):
                 rows.emit(i, [tok])
@@ -255,7 +303,7 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
         if drafter is None:
             v_forwards = decode_verifier_only(state, timer)
         else:
-            v_forwards, forwards = decode_speculative(state, drafter, gamma, timer)
+            v_forwards, forwards = decode_speculative(state, drafter, gamma, timer, tree)
             d_forwards += forwards
         timer.stop()
         synchronize(device)

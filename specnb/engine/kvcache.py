@@ -1,14 +1,20 @@
-"""KV caches for the decoding loops: crop to roll back, and a slot mask for ragged batches.
+"""KV caches for the decoding loops: crop to roll back, a slot mask for ragged batches, trees.
 
 transformers 5.x ``DynamicCache.crop`` takes a *negative* count of tokens to drop (a positive
 value is the legacy "final length" form and raises), so rollbacks go through ``crop_cache``.
-A ``ModelKV`` pairs a model with its cache and a 2D mask over cache slots: rows of a batch
-reject different numbers of draft tokens, and the slots a row rejected but others kept become
-holes (mask 0) rather than forcing a rebuild. See ``specnb.engine.generate`` for the batch design.
+A ``SlotCache`` is a cache plus a 2D mask over its slots: rows of a batch reject different numbers
+of draft tokens, and the slots a row rejected but others kept become holes (mask 0) rather than
+forcing a rebuild. See ``specnb.engine.generate`` for the batch design.
+
+Trees: a chunk of draft candidates verified in one forward attends to the cache and to its own
+ancestors only, through a 4D mask ``[B, 1, T, L + T]`` (transformers uses a 4D mask as given);
+afterwards ``select`` moves the slots of the accepted path to the front of the chunk, so the cache
+looks as if that path alone had been verified. ``ModelKV`` is a causal LM with its ``SlotCache``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import torch
@@ -28,42 +34,36 @@ def forward_arguments(model) -> tuple[str, bool]:
     return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
 
 
-class ModelKV:
-    """A model with its DynamicCache and the 2D slot mask (None while the cache has no holes)."""
+class SlotCache:
+    """A ``DynamicCache`` and its 2D slot mask (None while the cache has no holes)."""
 
-    def __init__(self, model, vocab_size: int | None):
+    def __init__(self, config):
         from transformers import DynamicCache
 
-        self.model, self.vocab_size = model, vocab_size
-        self.cache = DynamicCache(config=model.config)
-        self.cache_arg, self.keeps_logits = forward_arguments(model)
+        self.cache = DynamicCache(config=config)
         self.mask: torch.Tensor | None = None  # [B, L] bool, True = a real token
         self.length = 0
 
-    def prefill(self, input_ids, attention_mask=None) -> torch.Tensor:
-        """Run the prompt ``input_ids`` [B, S] (left padded); returns logits [B, V] of the last column."""
-        if attention_mask is None:
-            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
-            return self.forward(input_ids, positions)[:, -1]
-        # left padding: real tokens are numbered from 0; pad slots get a dummy position and are masked
-        positions = (attention_mask.long().cumsum(1) - 1).masked_fill(attention_mask == 0, 1)
-        return self.forward(input_ids, positions, chunk_mask=attention_mask.bool())[:, -1]
-
-    def forward(self, ids, positions, chunk_mask=None, keep: int = 1) -> torch.Tensor:
-        """Append ``ids`` [B, T] at ``positions`` [B, T]; return logits [B, keep, V] of the last columns."""
-        batch, width = ids.shape
+    def append(self, batch: int, width: int, chunk_mask=None, device=None) -> torch.Tensor | None:
+        """Account for ``width`` new slots (``chunk_mask`` [B, T]: False = padding); returns the 2D
+        mask over every slot a forward should be given, or None while there are no holes."""
         if chunk_mask is not None or self.mask is not None:
             if self.mask is None:
-                self.mask = torch.ones(batch, self.length, dtype=torch.bool, device=ids.device)
-            new = chunk_mask if chunk_mask is not None else torch.ones_like(ids, dtype=torch.bool)
-            self.mask = torch.cat([self.mask, new.bool()], dim=1)
-        kwargs = {self.cache_arg: self.cache}
-        if self.keeps_logits:
-            kwargs["logits_to_keep"] = keep
-        out = self.model(input_ids=ids, position_ids=positions, attention_mask=self.mask, use_cache=True, **kwargs)
+                self.mask = torch.ones(batch, self.length, dtype=torch.bool, device=device)
+            new = chunk_mask.bool() if chunk_mask is not None else torch.ones(batch, width, dtype=torch.bool,
+                                                                                 device=device)
+            self.mask = torch.cat([self.mask, new], dim=1)
         self.length += width
-        logits = out.logits[:, -keep:]  # [B, keep, V]
-        return logits[..., : self.vocab_size] if self.vocab_size else logits
+        return self.mask
+
+    def tree_mask(self, batch: int, tree: torch.Tensor, device=None) -> torch.Tensor:
+        """The 4D mask of the chunk just appended as a tree: every node sees the cache (but its holes)
+        and its ancestors; ``tree`` [T, T] is True where node i may see node j. [B, 1, T, L]"""
+        width = tree.shape[0]
+        keys = self.mask if self.mask is not None else torch.ones(batch, self.length, dtype=torch.bool, device=device)
+        mask = keys[:, None, None, :].expand(batch, 1, width, self.length).clone()  # [B, 1, T, L]
+        mask[..., self.length - width:] &= tree.to(device)[None, None]
+        return mask
 
     def rollback(self, keep: list[int], appended: int) -> None:
         """Of the last ``appended`` slots row i keeps the first ``keep[i]``: crop the common tail, mask the rest."""
@@ -80,3 +80,81 @@ class ModelKV:
         tail = torch.tensor([top - k for k in keep], device=device)  # [B] rejected slots per row
         cols = torch.arange(self.length, device=device)  # [L]
         self.mask = self.mask & (cols[None, :] < (self.length - tail)[:, None])
+
+    def select(self, kept: list[list[int]], appended: int) -> None:
+        """Row i keeps slots ``kept[i]`` (ascending indices into the last ``appended``): they move to the
+        front of that chunk, in order, and the rest is cropped or masked as by ``rollback``."""
+        width = max(map(len, kept))
+        device = self.cache.layers[0].keys.device
+        index = torch.tensor([k + k[-1:] * (width - len(k)) for k in kept], device=device)  # [B, m]
+        start = self.length - appended
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                full = getattr(layer, name)  # [B, H, L, D]
+                heads, dim = full.shape[1], full.shape[3]
+                picked = full[:, :, start:].gather(2, index[:, None, :, None].expand(-1, heads, -1, dim))
+                setattr(layer, name, torch.cat([full[:, :, :start], picked], dim=2))
+        if self.mask is not None:
+            self.mask = torch.cat([self.mask[:, :start], self.mask[:, start:].gather(1, index)], dim=1)
+        self.length = start + width
+        self.rollback([len(k) for k in kept], width)
+
+
+class ModelKV(SlotCache):
+    """A causal LM with its ``SlotCache``; optionally hands out its final hidden states (the
+    features that feature drafts such as EAGLE and Medusa read)."""
+
+    def __init__(self, model, vocab_size: int | None):
+        super().__init__(model.config)
+        self.model, self.vocab_size = model, vocab_size
+        self.cache_arg, self.keeps_logits = forward_arguments(model)
+        self.features: torch.Tensor | None = None  # [B, T, d] of the last forward, when asked for
+
+    def prefill(self, input_ids, attention_mask=None, features: bool = False) -> torch.Tensor:
+        """Run the prompt ``input_ids`` [B, S] (left padded); returns logits [B, V] of the last column."""
+        if attention_mask is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
+            return self.forward(input_ids, positions, features=features)[:, -1]
+        # left padding: real tokens are numbered from 0; pad slots get a dummy position and are masked
+        positions = (attention_mask.long().cumsum(1) - 1).masked_fill(attention_mask == 0, 1)
+        return self.forward(input_ids, positions, chunk_mask=attention_mask.bool(), features=features)[:, -1]
+
+    def forward(self, ids, positions, chunk_mask=None, keep: int = 1, tree: torch.Tensor | None = None,
+                features: bool = False) -> torch.Tensor:
+        """Append ``ids`` [B, T] at ``positions`` [B, T]; return logits [B, keep, V] of the last columns.
+
+        ``tree`` [T, T]: the chunk is a tree of candidates (see ``tree_mask``). ``features``: keep the
+        final hidden states of every column in ``self.features`` [B, T, d]."""
+        batch, width = ids.shape
+        mask = self.append(batch, width, chunk_mask, ids.device)
+        if tree is not None:
+            mask = self.tree_mask(batch, tree, ids.device)
+        kwargs = {self.cache_arg: self.cache}
+        if self.keeps_logits:
+            kwargs["logits_to_keep"] = keep
+        with capture_features(self.model, features) as captured:
+            out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, **kwargs)
+        self.features = captured.get("features")
+        logits = out.logits[:, -keep:]  # [B, keep, V]
+        return logits[..., : self.vocab_size] if self.vocab_size else logits
+
+
+@contextlib.contextmanager
+def capture_features(model, wanted: bool):
+    """While active (and ``wanted``), record the output of ``model``'s final norm: the hidden states
+    [B, T, d] its lm_head reads, for every column (``logits_to_keep`` slices only the logits)."""
+    captured: dict = {}
+    if not wanted:
+        yield captured
+        return
+    norm = getattr(getattr(model, "model", None), "norm", None)
+    if norm is None:
+        from specnb.core.errors import IncompatibleModelsError
+
+        raise IncompatibleModelsError(f"feature drafts need a Llama/Qwen-style verifier (.model.norm); "
+                                      f"got {type(model).__name__}")
+    handle = norm.register_forward_hook(lambda module, args, output: captured.__setitem__("features", output))
+    try:
+        yield captured
+    finally:
+        handle.remove()

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from specnb.engine.trees import TreeShape
 
 
 class Rows:
@@ -50,6 +53,8 @@ class DecodeState:
     sampling: object | None  # SamplingConfig, or None for greedy
     generator: torch.Generator | None
     vocab: int  # logit width the draft's q must match
+    features: torch.Tensor | None = None  # [B, T, d] the verifier's final hidden states for a feature draft:
+    #   after prefill every prompt column; after a step the verified positions each row kept, in order
 
     def text(self, row: int) -> list[int]:
         """Prompt and generated tokens of one row."""
@@ -62,8 +67,9 @@ class Proposal:
 
     tokens: torch.Tensor  # [B, k'] draft ids; positions past a row's n_drafted are padding
     q: torch.Tensor | None  # [B, k', V] draft probabilities (None when greedy)
-    n_drafted: torch.Tensor  # [B] real proposals per row
+    n_drafted: torch.Tensor  # [B] real proposals per row (a tree: its depth)
     forwards: int  # draft forwards it took
+    tree: TreeShape | None = None  # ``tokens`` are a tree's nodes, breadth first (``specnb.engine.trees``)
 
     @classmethod
     def empty(cls, batch: int, device) -> Proposal:
@@ -80,4 +86,18 @@ class Step:
     emitted: list[list[int]]  # the accepted drafts, then the correction or bonus token
     kept: list[int]  # accepted drafts whose cache slots stay: ``accepted``, or for rows finished before
     #                  this step the step's best, so that a finished row never forces a hole
-    verified: int  # tokens in the verification forward (k' + 1)
+    verified: int  # tokens in the verification forward (k' + 1, or a tree's nodes + 1)
+    paths: list[list[int]] | None = None  # a tree: the chunk indices each row keeps, root first
+
+
+def runs_from_matches(matches, cap: int) -> list[int]:
+    """runs[j] = how many consecutive True start at j (capped): the accepted prefix of a step at j."""
+    return run_lengths(np.asarray(matches, dtype=bool)[None, :], cap)[0].tolist()
+
+
+def run_lengths(matches: np.ndarray, cap: int) -> np.ndarray:
+    """``runs_from_matches`` for many sequences at once: matches [N, L] -> runs [N, L]."""
+    runs = np.zeros((matches.shape[0], matches.shape[1] + 1), dtype=int)
+    for j in range(matches.shape[1] - 1, -1, -1):
+        runs[:, j] = np.where(matches[:, j], runs[:, j + 1] + 1, 0)
+    return np.minimum(runs[:, :-1], cap)

@@ -20,6 +20,7 @@ per-token α in ``specnb.measure.acceptance``; tables derived from the records f
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,22 +38,30 @@ STAGE_COLUMNS = stage_columns()
 
 @dataclass
 class Candidate:
-    """One way to generate: verifier-only (``draft=None, gamma=0``) or a draft at a gamma."""
+    """One way to generate: verifier-only (``draft=None, gamma=0``), a draft at a γ, or a head draft
+    with a static tree (``tree``: branching per depth; ``gamma`` is then its depth)."""
 
     name: str
     draft: Any | None
     draft_name: str | None
     gamma: int
+    tree: tuple[int, ...] | None = None
 
 
-def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True) -> list[Candidate]:
-    """Verifier-only (first) plus every draft at every gamma, named ``"<draft> γ=<gamma>"``."""
+def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees=()) -> list[Candidate]:
+    """Verifier-only (first), every draft at every γ (``"<draft> γ=<gamma>"``), and every draft that
+    can draft a tree with each of ``trees`` (``"<draft> tree=3x2x1"``)."""
+    from specnb.engine.drafters import make_drafter
+
     gammas = [int(g) for g in gammas]
     if any(g < 1 for g in gammas):
         raise ParameterError(f"gammas must be integers >= 1, got {gammas}")
+    trees = [tuple(int(b) for b in t) for t in trees]
     found = [Candidate(BASELINE, None, None, 0)] if baseline else []
     for name, draft in drafts.items():
         found += [Candidate(f"{name} γ={g}", draft, name, g) for g in gammas]
+        if trees and make_drafter(draft).trees:
+            found += [Candidate(f"{name} tree={'x'.join(map(str, t))}", draft, name, len(t), t) for t in trees]
     return found
 
 
@@ -104,14 +113,24 @@ def run_batch_sizes(pair, prompts, candidates: list[Candidate], batch_sizes, **s
 
 
 def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sampling):
-    """One timed generation; returns the ``GenerationResult`` and the timer's stage times (ms)."""
+    """One timed generation; returns the ``GenerationResult`` and the timer's stage times (ms).
+
+    The garbage collector is paused for the duration, as ``timeit`` does: a collection triggered by
+    the allocations of whatever ran before would otherwise land on one candidate's clock."""
     from specnb.engine.generate import generate
     from specnb.engine.timing import StageTimer
 
     timer = StageTimer(pair.device)
-    result = generate(pair.verifier, input_ids.to(pair.device), mask.to(pair.device), draft=cand.draft,
-                      gamma=max(cand.gamma, 1), max_new_tokens=max_new_tokens, sampling=sampling,
-                      eos_token_id=pair.tokenizer.eos_token_id, timer=timer, vocab_size=pair.vocab_size)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        result = generate(pair.verifier, input_ids.to(pair.device), mask.to(pair.device), draft=cand.draft,
+                          gamma=max(cand.gamma, 1), max_new_tokens=max_new_tokens, sampling=sampling,
+                          eos_token_id=pair.tokenizer.eos_token_id, timer=timer, vocab_size=pair.vocab_size,
+                          tree=cand.tree)
+    finally:
+        if collecting:
+            gc.enable()
     return result, timer.stages_ms()
 
 
@@ -127,6 +146,7 @@ def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stage
         "candidate": cand.name,
         "draft": cand.draft_name or "",
         "gamma": gamma,
+        "tree": "x".join(map(str, cand.tree)) if cand.tree else "",
         "batch_size": len(batch),
         "new_tokens": sum(len(t) for t in result.tokens),
         "wall_ms": result.wall_ms,
@@ -195,6 +215,7 @@ def summarise_one(name, batch_size, group: pd.DataFrame, base: pd.DataFrame, rng
         "candidate": name,
         "draft": group["draft"].iloc[0],
         "gamma": int(group["gamma"].iloc[0]),
+        "tree": group["tree"].iloc[0] if "tree" in group else "",
         "batch_size": int(batch_size),
         "records": len(group),
         "prompts": len(units),

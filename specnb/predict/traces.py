@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.drafters import make_drafter, run_lengths
+from specnb.engine.drafters import make_drafter
+from specnb.engine.state import run_lengths
 from specnb.measure.acceptance import AcceptanceProfile, pooled_profile
 
 LOOKUP_CAP = 16  # longest prompt-lookup proposal a trace records (γ beyond this is extrapolated)

@@ -1,0 +1,215 @@
+"""Drafts that read the verifier's own features: EAGLE (a one-layer draft over the verifier's final
+hidden states, with its own KV cache) and Medusa (heads on the last hidden state, no draft forward).
+
+Both propose from what the verifier already computed, which is why they are accepted far more often
+than a separate small model at a similar cost (Li et al. 2024, EAGLE; Cai et al. 2024, Medusa).
+The loop hands them ``state.features``: after prefill the final hidden states of every prompt
+column, after each step those of the verified positions every row kept. Both draft chains or static
+trees (``specnb.engine.trees``); sampling draws from the head's distribution, which keeps rejection
+sampling lossless (q is zero outside a trimmed head, a valid draft distribution).
+
+EAGLE's input at position p is (f_p, x_{p+1}): the verifier's feature there and the token after it;
+its output is the predicted feature at p + 1, scored by the verifier's frozen lm_head. Its cache
+holds entries computed from *true* features only: what it drafted from its own predictions is
+cropped after every step and replaced by the verified features (as EAGLE does).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specnb.engine.kvcache import SlotCache
+from specnb.engine.sampling import logits_to_probs, sample
+from specnb.engine.state import DecodeState, Proposal, Step
+from specnb.engine.trees import TreeShape
+
+
+def pick_from_head(small: torch.Tensor, head_ids: torch.Tensor | None, vocab: int, sampling, generator):
+    """A token per row from a head's logits ``small`` [B, N] (column i is token ``head_ids[i]``; a full
+    head when None): (ids [B], q [B, V] or None when greedy)."""
+    if sampling is None:
+        index = small.argmax(-1)
+        return (index if head_ids is None else head_ids[index]), None
+    full = small if head_ids is None else small.new_full((small.shape[0], vocab), float("-inf")).index_copy_(
+        1, head_ids, small)  # [B, V]
+    probs = logits_to_probs(full, sampling)
+    return sample(probs, generator), probs
+
+
+def top_from_head(small: torch.Tensor, head_ids: torch.Tensor | None, k: int) -> torch.Tensor:
+    """The ``k`` highest-scoring tokens per row of head logits [B, N] -> ids [B, k]."""
+    index = small.topk(k, dim=-1).indices
+    return index if head_ids is None else head_ids[index]
+
+
+def left_pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """Per-row tensors [n_i, ...] left padded with zeros to [B, width, ...]."""
+    out = rows[0].new_zeros((len(rows), width, *rows[0].shape[1:]))
+    for i, row in enumerate(rows):
+        if len(row):
+            out[i, width - len(row):] = row
+    return out
+
+
+class EagleDrafter:
+    """An EAGLE draft (``specnb.models.eagle.EagleDraft``) drafting with its own slot cache."""
+
+    kind = "eagle"
+    needs_features = True
+    trees = True
+
+    def __init__(self, eagle, vocab_size: int | None = None):
+        self.eagle, self.model = eagle, eagle
+        self.forward_tokens = (1, 2, 4)  # catch-up chunks are 1..γ+1 wide; the cost model interpolates
+        self.slots: SlotCache | None = None
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # per row: (features [n, d], tokens [n])
+        self.fed: tuple[int, int] | None = None  # (catch-up width, slots drafted after it) this step
+
+    def begin(self, state, input_ids, attention_mask) -> int:
+        """Feed the prompt pairs (f_p, x_{p+1}) but the last; that one (f_{S-1}, the first generated
+        token) stays pending, so every step starts by catching up."""
+        self.slots = SlotCache(self.eagle.config.llama_config())
+        feats = state.features  # [B, S, d]
+        mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        if input_ids.shape[1] > 1:
+            chunk_mask = mask[:, :-1]  # [B, S-1]
+            positions = (chunk_mask.long().cumsum(1) - 1).clamp_min(0)
+            keys = self.slots.append(input_ids.shape[0], input_ids.shape[1] - 1,
+                                     None if bool(chunk_mask.all()) else chunk_mask, input_ids.device)
+            self.eagle(feats[:, :-1], input_ids[:, 1:], cache=self.slots.cache, position_ids=positions,
+                       attention_mask=keys)
+        self.pending = [(feats[i, -1:], state.last[i:i + 1]) for i in range(len(feats))]
+        return 1
+
+    def catch_up(self, state) -> torch.Tensor:
+        """Feed every row's pending pairs (left padded into one chunk); returns the predicted feature
+        at the position of each row's last emitted token [B, 1, d]."""
+        device = state.seq_len.device
+        width = max(len(t) for _, t in self.pending)
+        feats = left_pad([f for f, _ in self.pending], width)  # [B, w, d]
+        ids = left_pad([t for _, t in self.pending], width)  # [B, w]
+        real = [len(t) for _, t in self.pending]
+        chunk_mask = None
+        if min(real) < width:
+            chunk_mask = torch.tensor([[0] * (width - n) + [1] * n for n in real], dtype=torch.bool, device=device)
+        positions = (state.seq_len[:, None] - 1 - width + torch.arange(width, device=device)).clamp_min(0)  # [B, w]
+        keys = self.slots.append(len(real), width, chunk_mask, device)
+        out = self.eagle(feats, ids, cache=self.slots.cache, position_ids=positions, attention_mask=keys)
+        self.fed = (width, 0)
+        return out[:, -1:]  # [B, 1, d]
+
+    def propose(self, state: DecodeState, k: int, tree: TreeShape | None = None) -> Proposal:
+        h = self.catch_up(state)
+        if tree is not None:
+            return self.propose_tree(state, h, tree.cut(k))
+        head_ids, tokens, probs = self.eagle.head_ids, [], []
+        for j in range(k):
+            tok, prob = pick_from_head(self.eagle.logits(h[:, -1]), head_ids, state.vocab, state.sampling,
+                                       state.generator)
+            tokens.append(tok)
+            probs.append(prob)
+            if j + 1 < k:  # the next position, from the draft's own predicted feature
+                keys = self.slots.append(len(tok), 1, None, tok.device)
+                h = self.eagle(h, tok[:, None], cache=self.slots.cache, position_ids=(state.seq_len - 1 + j)[:, None],
+                               attention_mask=keys)
+        self.fed = (self.fed[0], k - 1)
+        q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, k, V]
+        return Proposal(torch.stack(tokens, 1), q, torch.full_like(state.seq_len, k), k)
+
+    def propose_tree(self, state, h_root: torch.Tensor, shape: TreeShape) -> Proposal:
+        """Greedy static tree: the top-b tokens of each node's predicted feature, one draft forward per
+        depth (each node's slot sees the cache and its ancestors' slots only)."""
+        head_ids, batch, device = self.eagle.head_ids, len(h_root), h_root.device
+        base = self.slots.length  # slots before the tree's
+        tokens = torch.zeros(batch, shape.size, dtype=torch.long, device=device)
+        slot_of: dict[int, int] = {}  # chunk index of a node -> its slot (nodes whose children are drafted)
+        feats = {0: h_root[:, 0]}  # chunk index -> predicted feature at its position [B, d]
+        forwards = 1
+        for depth, level in enumerate(shape.levels):
+            parents = sorted({shape.parents[c - 1] for c in level})
+            for parent in parents:
+                kids = [c for c in level if shape.parents[c - 1] == parent]
+                tokens[:, [c - 1 for c in kids]] = top_from_head(self.eagle.logits(feats[parent]), head_ids, len(kids))
+            if depth + 1 == shape.depth:
+                break
+            # one slot per node of this level: input (parent's predicted feature, the node's token)
+            parent_feats = torch.stack([feats[shape.parents[c - 1]] for c in level], 1)  # [B, n, d]
+            ids = tokens[:, [c - 1 for c in level]]  # [B, n]
+            start = self.slots.length
+            self.slots.append(batch, len(level), None, device)
+            for i, c in enumerate(level):
+                slot_of[c] = start + i
+            mask = self.slots.mask[:, None, None, :].expand(batch, 1, len(level), self.slots.length).clone() \
+                if self.slots.mask is not None else torch.ones(batch, 1, len(level), self.slots.length,
+                                                               dtype=torch.bool, device=device)
+            mask[..., base:] = False
+            for i, c in enumerate(level):  # a node sees its own slot and its ancestors' slots
+                node = c
+                while node in slot_of:
+                    mask[:, 0, i, slot_of[node]] = True
+                    node = shape.parents[node - 1]
+            positions = (state.seq_len - 1 + depth)[:, None].expand(batch, len(level))  # the parent's position
+            out = self.eagle(parent_feats, ids, cache=self.slots.cache, position_ids=positions, attention_mask=mask)
+            feats.update({c: out[:, i] for i, c in enumerate(level)})
+            forwards += 1
+        self.fed = (self.fed[0], self.slots.length - base)
+        return Proposal(tokens, None, torch.full_like(state.seq_len, shape.depth), forwards, shape)
+
+    def commit(self, state: DecodeState, step: Step) -> None:
+        """Drop what was drafted from predicted features; the verified positions become pending."""
+        new = [(state.features[i, : n + 1], torch.tensor(e, device=state.features.device))
+               for i, (n, e) in enumerate(zip(step.accepted, step.emitted))]
+        if self.fed is None:  # no forward this step: more to catch up on
+            self.pending = [(torch.cat([f, nf]), torch.cat([t, nt])) for (f, t), (nf, nt) in zip(self.pending, new)]
+            return
+        width, drafted = self.fed
+        self.slots.rollback([width] * len(new), width + drafted)
+        self.pending, self.fed = new, None
+
+    def trace(self, context, generated, cap):
+        raise NotImplementedError("acceptance traces of EAGLE drafts come with the predictor's head support")
+
+
+class MedusaDrafter:
+    """Medusa heads (``specnb.models.medusa.MedusaHeads``): head k reads the verifier's feature at the
+    newest verified position and proposes the token k + 1 ahead; no draft forward, no cache."""
+
+    kind = "medusa"
+    needs_features = True
+    trees = True
+    forward_tokens = ()
+
+    def __init__(self, heads, vocab_size: int | None = None):
+        self.heads, self.model = heads, heads
+        self.feature: torch.Tensor | None = None  # [B, d]
+
+    def begin(self, state, input_ids, attention_mask) -> int:
+        self.feature = state.features[:, -1]
+        return 0
+
+    def propose(self, state: DecodeState, k: int, tree: TreeShape | None = None) -> Proposal:
+        k = min(k, self.heads.config.num_heads)
+        if tree is not None:
+            return self.propose_tree(tree.cut(k))
+        states = self.heads(self.feature)[:, :k]  # [B, k, d]
+        picks = [pick_from_head(self.heads.logits(states[:, j]), self.heads.head_ids, state.vocab, state.sampling,
+                                state.generator) for j in range(k)]
+        q = torch.stack([p for _, p in picks], 1) if state.sampling is not None else None
+        return Proposal(torch.stack([t for t, _ in picks], 1), q, torch.full_like(state.seq_len, k), 0)
+
+    def propose_tree(self, shape: TreeShape) -> Proposal:
+        """Every node at depth d gets the same children: head d + 1's top-b tokens (the heads do not
+        see which parent was chosen)."""
+        states = self.heads(self.feature)  # [B, K, d]
+        tokens = torch.zeros(len(states), shape.size, dtype=torch.long, device=states.device)
+        for depth, level in enumerate(shape.levels):
+            top = top_from_head(self.heads.logits(states[:, depth]), self.heads.head_ids, shape.branching[depth])
+            tokens[:, [c - 1 for c in level]] = top.repeat(1, len(level) // shape.branching[depth])
+        return Proposal(tokens, None, torch.full((len(states),), shape.depth, device=states.device), 0, shape)
+
+    def commit(self, state: DecodeState, step: Step) -> None:
+        index = torch.tensor(step.accepted, device=state.features.device)  # the newest kept position per row
+        self.feature = state.features[torch.arange(len(index)), index]
+
+    def trace(self, context, generated, cap):
+        raise NotImplementedError("acceptance traces of Medusa heads come with the predictor's head support")

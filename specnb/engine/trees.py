@@ -1,0 +1,109 @@
+"""Static draft trees: several candidates per depth, verified in one forward.
+
+A tree is given by its branching per depth, e.g. ``(3, 2, 1)``: three candidates for the first draft
+token, two continuations of each, one continuation of each of those (15 nodes, depth 3). The
+verifier scores the last token and every node in one forward, each node attending to the cache and
+its own ancestors only (``SlotCache.tree_mask``), and greedy acceptance walks down from the root,
+at each depth taking the child whose token is the verifier's argmax at its parent. Once a CPU has
+paid for the first extra token in a forward, more candidates cost little (notebook 02), which is
+what a tree spends. References: Miao et al. 2024 (SpecInfer, token trees); Cai et al. 2024 (Medusa,
+static trees); Li et al. 2024 (EAGLE, EAGLE-2).
+
+Node order is breadth first: chunk index 0 is the root (the last emitted token), then the depth-1
+nodes, then each depth-1 node's children in turn, and so on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from specnb.core.errors import ParameterError
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """A static tree: ``branching[d]`` children per node at depth d (the root is depth 0)."""
+
+    branching: tuple[int, ...]
+
+    def __post_init__(self):
+        if not self.branching or any(int(b) < 1 for b in self.branching):
+            raise ParameterError(f"a tree needs at least one depth and every branching >= 1, got {self.branching}; "
+                                 "e.g. tree=(3, 2, 1)")
+
+    @property
+    def depth(self) -> int:
+        return len(self.branching)
+
+    def cut(self, depth: int) -> TreeShape:
+        """The same tree, no deeper than ``depth`` (near the token budget)."""
+        return TreeShape(self.branching[:depth])
+
+    @cached_property
+    def parents(self) -> list[int]:
+        """Chunk index of each node's parent (node j is chunk index j + 1; the root is 0)."""
+        parents, level = [], [0]
+        for width in self.branching:
+            nxt = []
+            for parent in level:
+                for _ in range(width):
+                    parents.append(parent)
+                    nxt.append(len(parents))  # chunk index of the node just added
+            level = nxt
+        return parents
+
+    @property
+    def size(self) -> int:
+        """Nodes, the root excluded."""
+        return len(self.parents)
+
+    @cached_property
+    def depths(self) -> list[int]:
+        """Depth of every chunk index (root 0)."""
+        depths = [0]
+        for parent in self.parents:
+            depths.append(depths[parent] + 1)
+        return depths
+
+    @cached_property
+    def levels(self) -> list[list[int]]:
+        """Chunk indices of the nodes at depth 1, 2, ..."""
+        return [[i for i, d in enumerate(self.depths) if d == depth] for depth in range(1, self.depth + 1)]
+
+    def ancestors(self, device=None) -> torch.Tensor:
+        """[T, T] bool over chunk indices (T = size + 1): True where j is i itself or an ancestor of i."""
+        size = self.size + 1
+        mask = torch.eye(size, dtype=torch.bool)
+        for child, parent in enumerate(self.parents, start=1):
+            mask[child] |= mask[parent]
+        return mask.to(device)
+
+    def label(self) -> str:
+        return "x".join(map(str, self.branching))
+
+
+def accept_tree(tokens: torch.Tensor, p_logits: torch.Tensor, shape: TreeShape) -> tuple[list[int], list[int],
+                                                                                         list[list[int]]]:
+    """Greedy acceptance of a tree: from the root down, the child whose token is the verifier's argmax
+    at its parent. tokens [B, N] (node tokens, breadth first); p_logits [B, N + 1, V].
+    Returns per row (accepted count, the token after the accepted path, the path's chunk indices
+    starting with the root)."""
+    target = p_logits.argmax(-1).tolist()  # [B, N+1]
+    children: dict[int, list[int]] = {}
+    for child, parent in enumerate(shape.parents, start=1):
+        children.setdefault(parent, []).append(child)
+    accepted, nxt, paths = [], [], []
+    for row, want in zip(tokens.tolist(), target):
+        path = [0]
+        while True:
+            found = next((c for c in children.get(path[-1], ()) if row[c - 1] == want[path[-1]]), None)
+            if found is None:
+                break
+            path.append(found)
+        accepted.append(len(path) - 1)
+        nxt.append(want[path[-1]])
+        paths.append(path)
+    return accepted, nxt, paths

@@ -1,0 +1,252 @@
+"""EAGLE-style feature draft for a Llama verifier (prototype for specnb's ``smollm2-eagle``).
+
+References:
+  * Li, Wei, Zhang, Zhang 2024, "EAGLE: Speculative Sampling Requires Rethinking Feature
+    Uncertainty" (ICML 2024) -- the draft works on the verifier's last hidden state ("feature"):
+    input at position t is ``fc([f_t ; embed(x_{t+1})])``, one decoder layer predicts f_{t+1},
+    the verifier's frozen lm_head turns it into a token; trained with feature regression
+    (smooth-L1) + token cross-entropy and uniform noise on the input features.
+  * Li et al. 2024, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees"
+    -- same draft, context-dependent trees from the draft's confidence.
+  * Li et al. 2025, "EAGLE-3: Scaling up Inference Acceleration of Large Language Models via
+    Training-Time Test" -- the draft is trained on its own predicted inputs for steps 2+
+    ("training-time test"), and uses a reduced draft vocabulary.
+  * Zhao et al. 2025, "FR-Spec" -- frequency-ranked (trimmed) draft vocabulary.
+
+Which feature: ``f_t`` is the verifier's *post-final-norm* hidden state at position t, i.e.
+``verifier.model(...).last_hidden_state[:, t]`` -- exactly the tensor its ``lm_head`` consumes
+(EAGLE-1 uses ``base_model.model(...)[0]``, which in HF Llama includes the final norm).
+
+Decoding contract (chain draft, greedy):
+  * after prefill (or a verification step) the verifier has features f_0..f_j and the next
+    token x_{j+1} (bonus / correction). The draft cache must hold entries for positions
+    0..j-1 computed from TRUE features; the draft then runs positions [j'..j] with true
+    features and tokens x_{j'+1}..x_{j+1} (j' = first position not yet in its cache),
+    predicts f^_{j+1} -> token d_{j+2} = argmax lm_head(f^_{j+1}); then keeps feeding its own
+    prediction: input (f^_{j+1}, d_{j+2}) at position j+1 -> f^_{j+2} -> d_{j+3}, ...
+  * after verification with n accepted drafts: crop the draft cache back to j+1 entries
+    (positions 0..j: position j was computed from the true f_j and stays valid), and hand the
+    draft the verifier's features of the verified chunk for positions j+1..j+n+1 at the next
+    step (the entries computed from predicted features are replaced by true ones, as EAGLE does).
+
+Storage: ``config.json`` (``EagleConfig``) + ``weights.safetensors`` (fc, the decoder layer,
+the optional output norm and, for a trimmed head, ``head_ids`` [N] int64). The verifier's
+embedding and lm_head are never stored: ``attach(verifier)`` borrows them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+from torch import nn
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "weights.safetensors"
+
+
+@dataclass
+class EagleConfig:
+    """Shapes of the draft (the verifier's layer shapes) and its options."""
+
+    hidden_size: int = 576
+    intermediate_size: int = 1536
+    num_attention_heads: int = 9
+    num_key_value_heads: int = 3
+    head_dim: int = 64
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 100000.0
+    max_position_embeddings: int = 8192
+    vocab_size: int = 49152
+    head_tokens: int = 0  # 0: the verifier's full lm_head; N: a trimmed head over N token ids
+    out_norm: bool = True  # RMSNorm on the layer output (init: the verifier's final norm)
+    input_norm: bool = True  # keep the decoder layer's input_layernorm (EAGLE-1 drops it)
+    init_layer: int = -1  # verifier layer the decoder layer was initialised from (metadata)
+
+    @classmethod
+    def from_verifier(cls, config, **kw) -> EagleConfig:
+        rope = getattr(config, "rope_parameters", None) or {}
+        return cls(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+                   num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
+                   head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+                   rms_norm_eps=config.rms_norm_eps,
+                   rope_theta=rope.get("rope_theta", getattr(config, "rope_theta", 1e4)),
+                   max_position_embeddings=config.max_position_embeddings, vocab_size=config.vocab_size, **kw)
+
+    def llama_config(self):
+        from transformers import LlamaConfig
+
+        cfg = LlamaConfig(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+                          num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
+                          head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps, num_hidden_layers=1,
+                          max_position_embeddings=self.max_position_embeddings, vocab_size=1,
+                          rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+                          pad_token_id=None, bos_token_id=None, eos_token_id=None)
+        cfg._attn_implementation = "sdpa"
+        return cfg
+
+
+def causal_mask(batch: int, query: int, past: int, key_mask: torch.Tensor | None = None,
+                device=None) -> torch.Tensor:
+    """Boolean attention mask [B, 1, T, past+T]: query i sees keys <= past+i (and ``key_mask`` [B, past+T])."""
+    q = torch.arange(query, device=device)[:, None] + past  # [T, 1]
+    k = torch.arange(past + query, device=device)[None, :]  # [1, past+T]
+    mask = (k <= q)[None, None].expand(batch, 1, query, past + query)  # [B, 1, T, past+T]
+    if key_mask is not None:
+        mask = mask & key_mask.bool()[:, None, None, :]
+    return mask
+
+
+class EagleDraft(nn.Module):
+    """fc([feature ; embedding]) -> one LlamaDecoderLayer (own KV cache) -> predicted next feature."""
+
+    draft_kind = "eagle"  # how ``specnb.engine.drafters.make_drafter`` drafts with it
+
+    def __init__(self, config: EagleConfig, head_ids: torch.Tensor | None = None):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+
+        self.config = config
+        d = config.hidden_size
+        lcfg = config.llama_config()
+        self.fc = nn.Linear(2 * d, d, bias=True)  # [f ; e] (2d) -> d
+        self.layer = LlamaDecoderLayer(lcfg, layer_idx=0)
+        if not config.input_norm:
+            self.layer.input_layernorm = nn.Identity()
+        self.norm = LlamaRMSNorm(d, eps=config.rms_norm_eps) if config.out_norm else nn.Identity()
+        self.rotary = LlamaRotaryEmbedding(lcfg)
+        if config.head_tokens:
+            if head_ids is None:
+                head_ids = torch.arange(config.head_tokens)
+            assert len(head_ids) == config.head_tokens
+            self.register_buffer("head_ids", head_ids.long().clone(), persistent=True)  # [N]
+        else:
+            self.head_ids = None
+        # frozen, borrowed from the verifier by attach(); never saved
+        self.embed_weight: torch.Tensor | None = None  # [V, d]
+        self.head_weight: torch.Tensor | None = None  # [N or V, d]
+
+    # ------------------------------------------------------------------ verifier tensors
+    def attach(self, verifier) -> EagleDraft:
+        """Borrow the verifier's (frozen) input embedding and lm_head (trimmed to ``head_ids``)."""
+        self.embed_weight = verifier.get_input_embeddings().weight.detach()
+        head = verifier.get_output_embeddings().weight.detach()
+        self.head_weight = head if self.head_ids is None else head[self.head_ids].contiguous()
+        return self
+
+    def init_from_verifier(self, verifier, layer: int = -1) -> EagleDraft:
+        """Copy a verifier decoder layer (and its final norm) as the starting point; fc = [I, 0]."""
+        src = verifier.model.layers[layer]
+        own = self.layer.state_dict()
+        self.layer.load_state_dict({k: v for k, v in src.state_dict().items() if k in own}, strict=False)
+        if isinstance(self.norm, nn.Module) and hasattr(self.norm, "weight"):
+            self.norm.weight.data.copy_(verifier.model.norm.weight.data)
+        d = self.config.hidden_size
+        with torch.no_grad():
+            self.fc.weight.zero_()
+            self.fc.weight[:, :d].copy_(torch.eye(d))  # starts as "next feature = this feature"
+            self.fc.bias.zero_()
+        self.config.init_layer = layer if layer >= 0 else len(verifier.model.layers) + layer
+        return self
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, features: torch.Tensor, input_ids: torch.Tensor, cache=None,
+                position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """Predicted next features [B, T, d].
+
+        features [B, T, d]: f_t (true or predicted); input_ids [B, T]: x_{t+1} (the token after t);
+        cache: a ``transformers.DynamicCache`` (appended to) or None; position_ids [B, T] (default:
+        past .. past+T-1); attention_mask: None (causal), [B, past+T] key mask (0 = hole/pad), or a
+        ready boolean/additive mask [B, 1, T, past+T] used as is. ``embeds`` [B, T, d] may replace
+        the embedding lookup.
+        """
+        batch, width, _ = features.shape
+        if embeds is None:
+            embeds = nn.functional.embedding(input_ids, self.embed_weight)  # [B, T, d]
+        x = self.fc(torch.cat([features.to(embeds.dtype), embeds], dim=-1))  # [B, T, d]
+        past = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            position_ids = torch.arange(past, past + width, device=x.device)[None].expand(batch, -1)  # [B, T]
+        if attention_mask is None or attention_mask.dim() == 2:
+            needed = width > 1 or attention_mask is not None
+            mask = causal_mask(batch, width, past, attention_mask, x.device) if needed else None
+        else:
+            mask = attention_mask
+        cos_sin = self.rotary(x, position_ids)
+        h = self.layer(x, attention_mask=mask, position_ids=position_ids, cache=cache,
+                       use_cache=cache is not None, position_embeddings=cos_sin)  # [B, T, d]
+        return self.norm(h)  # [B, T, d]
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Head logits [..., N] (trimmed: column i is token ``head_ids[i]``) or [..., V] (full head)."""
+        return features @ self.head_weight.T
+
+    def tokens(self, features: torch.Tensor) -> torch.Tensor:
+        """Greedy token ids in the full vocabulary [...]."""
+        idx = self.logits(features).argmax(-1)
+        return idx if self.head_ids is None else self.head_ids[idx]
+
+    def to_head_index(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Token ids -> column in the (trimmed) head, -1 where the head cannot propose the token."""
+        if self.head_ids is None:
+            return token_ids
+        lookup = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=token_ids.device)
+        lookup[self.head_ids] = torch.arange(len(self.head_ids), device=token_ids.device)
+        return lookup[token_ids]
+
+    @torch.inference_mode()
+    def draft(self, features: torch.Tensor, input_ids: torch.Tensor, gamma: int, cache=None,
+              position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Chain-draft ``gamma`` tokens [B, gamma] after catching up on (features, input_ids) [B, T].
+
+        The last column of the chunk is the newest verified position j with the bonus token
+        x_{j+1}; the cache is left holding the chunk plus gamma-1 drafted positions (crop it
+        after verification).
+        """
+        out = []
+        if cache is None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache()
+        if position_ids is None:
+            past = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(past, past + features.shape[1])[None].expand(features.shape[0], -1)
+        h = self.forward(features, input_ids, cache=cache, position_ids=position_ids)[:, -1:]  # [B, 1, d]
+        pos = position_ids[:, -1:]  # [B, 1]
+        for step in range(gamma):
+            tok = self.tokens(h)  # [B, 1]
+            out.append(tok)
+            if step + 1 < gamma:
+                pos = pos + 1
+                h = self.forward(h, tok, cache=cache, position_ids=pos)  # [B, 1, d]
+        return torch.cat(out, dim=1)
+
+    # ------------------------------------------------------------------ files
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.state_dict().items()}
+
+    def save(self, folder, dtype=torch.float16, meta: dict | None = None) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(folder / WEIGHTS_FILE))
+        (folder / CONFIG_FILE).write_text(json.dumps({"kind": "eagle", **asdict(self.config), "meta": meta or {}},
+                                                     indent=1))
+
+    @classmethod
+    def load(cls, folder, verifier=None, dtype=torch.float32) -> EagleDraft:
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        raw = json.loads((folder / CONFIG_FILE).read_text())
+        config = EagleConfig(**{f.name: raw[f.name] for f in fields(EagleConfig) if f.name in raw})
+        state = load_file(str(folder / WEIGHTS_FILE))
+        model = cls(config, head_ids=state.get("head_ids"))
+        model.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()})
+        model.eval()
+        return model.attach(verifier) if verifier is not None else model
