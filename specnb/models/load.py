@@ -19,9 +19,11 @@ from specnb.core.errors import IncompatibleModelsError, ModelNotFoundError, Para
 from specnb.core.hub import hub_offline, hub_reachable
 from specnb.models.early_exit import exit_draft
 from specnb.models.embedded import TOKENIZER_FILES, model_path
+from specnb.models.heads import check_fits, head_kind, load_head, read_config
 from specnb.models.lookup import PromptLookup
 from specnb.models.registry import (
     EMBEDDED_VERIFIER,
+    HEAD_KINDS,
     DraftRef,
     check_verifier_name,
     embedded_draft_names,
@@ -98,6 +100,12 @@ def load_tokenizer(source: ModelSource):
         raise ModelNotFoundError(f"could not load the tokenizer of {source.name!r}: {err}") from None
 
 
+def load_config(source: ModelSource):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(source.location, local_files_only=source.local_only)
+
+
 def load_weights(source: ModelSource, device, dtype):
     """The causal LM of ``source`` on ``device`` in ``dtype``, in eval mode (a committed draft with a
     ``head_tokens.json`` gets its trimmed head, ``specnb.models.trimmed_head``)."""
@@ -168,8 +176,28 @@ def load_drafts(verifier: str, drafts: list[str], device="auto", dtype="auto") -
     tokenizer = load_tokenizer(v_source)
     refs = [resolve_draft(name, verifier) for name in dict.fromkeys(drafts)]
     sources = {ref.name: draft_source(ref, verifier, tokenizer) for ref in refs}
+    for ref in refs:  # a head made for another verifier fails here, before any weights load
+        folder = head_folder(sources[ref.name]) if sources[ref.name] is not None else None
+        if folder is not None:
+            check_fits(folder, load_config(v_source), ref.name)
     pair = Pair(load_weights(v_source, device, dtype), None, tokenizer, device, dtype, None, verifier, None)
     return pair, {ref.name: load_draft(pair, ref, sources[ref.name]) for ref in refs}
+
+
+def head_folder(source: ModelSource) -> Path | None:
+    """The local folder of a head checkpoint (downloaded from the hub when ``source`` is a hub id whose
+    config says head), or None for an ordinary causal LM."""
+    folder = Path(source.location)
+    if folder.is_dir():
+        return folder if head_kind(folder) else None
+    from huggingface_hub import hf_hub_download, snapshot_download
+
+    config = read_config(Path(hf_hub_download(source.name, "config.json", local_files_only=source.local_only)).parent)
+    if not config or not (config.get("kind") in HEAD_KINDS or config.get("num_hidden_layers") == 1):
+        return None
+    folder = Path(snapshot_download(source.name, allow_patterns=["config.json", "*.safetensors", "pytorch_model.bin"],
+                                    local_files_only=source.local_only))
+    return folder if head_kind(folder) else None
 
 
 def draft_source(ref: DraftRef, verifier: str, tokenizer) -> ModelSource | None:
@@ -187,6 +215,9 @@ def load_draft(pair: Pair, ref: DraftRef, source: ModelSource | None):
     """One draft for ``pair.verifier``; may set ``pair.vocab_size`` when logit widths differ."""
     if ref.kind == "lookup":
         return PromptLookup()
+    folder = head_folder(source) if ref.kind in ("model", *HEAD_KINDS) and source is not None else None
+    if folder is not None:  # an EAGLE or Medusa head: it borrows the verifier's embedding and lm_head
+        return load_head(folder, pair.verifier, pair.dtype)
     if source is None:  # an early exit of the verifier itself shares its tensors
         return exit_draft(pair.verifier, ref.exit_layers)
     model = load_weights(source, pair.device, pair.dtype)

@@ -3,23 +3,27 @@
 A draft is named in one of five ways, and ``resolve_draft`` is the only place that tells them
 apart: ``prompt-lookup`` (no model, Saxena 2023), ``exit:K`` or an embedded ``smollm2-exit-K``
 (the verifier's first K layers; Elhoushi et al. 2024 "LayerSkip", Zhang et al. 2023 "Draft &
-Verify"), an embedded distilled draft, a local folder, or a hub id. Loading (``specnb.models.load``),
-FLOPs tables and the notebooks' draft lists all go through it.
+Verify"), an embedded draft (distilled model, EAGLE or Medusa head), a local folder (a checkpoint or
+a head, ``specnb.models.heads.head_kind``), or a hub id. Loading (``specnb.models.load``), FLOPs
+tables and the notebooks' draft lists all go through it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from specnb.core import paths
 from specnb.core.errors import ParameterError
+from specnb.models.heads import head_flops, head_kind, read_config
 
 EMBEDDED_VERIFIER = "smollm2-135m"
 PROMPT_LOOKUP = "prompt-lookup"
 # Early exits of the embedded verifier (30 layers), untrained: they show the speculation tax and why
 # drafts need training (their acceptance is in benchmarks/README.md).
 EMBEDDED_EXITS = {"smollm2-exit-4": 4, "smollm2-exit-12": 12, "smollm2-exit-24": 24}
-KINDS = ("model", "exit", "lookup")  # what ``DraftRef.kind`` can be
+KINDS = ("model", "exit", "lookup", "eagle", "medusa")  # what ``DraftRef.kind`` can be
+HEAD_KINDS = ("eagle", "medusa")  # drafts that read the verifier's features
 
 
 def embedded_draft_names() -> list[str]:
@@ -37,7 +41,9 @@ class DraftRef:
 
     ``kind`` is "model" (a causal LM with its own weights: embedded, folder or hub id), "exit" (the
     first ``exit_layers`` layers of ``base``: the verifier itself, sharing its tensors, or the
-    embedded verifier when an embedded exit drafts for another model) or "lookup" (no model)."""
+    embedded verifier when an embedded exit drafts for another model), "lookup" (no model), or
+    "eagle" / "medusa" (a head on the verifier's features; a hub id is known to be one only once
+    its files are there, see ``specnb.models.load``)."""
 
     name: str
     kind: str
@@ -59,7 +65,9 @@ def resolve_draft(name: str, verifier: str | None = None) -> DraftRef:
                 f"early-exit draft {name!r} must look like exit:K with an integer K, e.g. exit:4"
             ) from None
         return DraftRef(name, "exit", k, verifier)
-    return DraftRef(name, "model")
+    folder = paths.DRAFTS_DIR / name if name in embedded_draft_names() else Path(name).expanduser()
+    kind = head_kind(folder) if folder.is_dir() else None
+    return DraftRef(name, kind or "model")
 
 
 def shares_verifier(ref: DraftRef, verifier: str) -> bool:
@@ -75,12 +83,16 @@ def check_verifier_name(name: str) -> None:
 
 def draft_config(verifier_config, ref: DraftRef, verifier: str | None = None):
     """The config a draft's FLOPs are counted from: an exit is its base's config (``verifier_config``
-    when the base is the verifier ``verifier``) cut to K layers; None for prompt lookup (no model)."""
+    when the base is the verifier ``verifier``) cut to K layers; a head's FLOPs come counted
+    (``specnb.models.heads.head_flops``); None for prompt lookup (no model)."""
     from specnb.core.configs import resolve_config
     from specnb.models.early_exit import exit_config
 
     if ref.kind == "lookup":
         return None
+    if ref.kind in HEAD_KINDS:
+        folder = paths.DRAFTS_DIR / ref.name if ref.name in embedded_draft_names() else Path(ref.name).expanduser()
+        return head_flops(ref.kind, (read_config(folder) or {}) if folder.is_dir() else {}, verifier_config)
     if ref.kind == "exit":
         base = verifier_config if ref.base in (None, verifier) else resolve_config(ref.base)
         return exit_config(base, ref.exit_layers)
