@@ -31,7 +31,7 @@ def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0
         verifier_flops_per_token=1e9,
         drafts={
             DRAFT: costs.DraftCosts(
-                "model", costs.CostModel(*t_d), costs.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8
+                costs.FORWARDS, costs.CostModel(*t_d), costs.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8
             )
         },
         acceptance={},
@@ -137,7 +137,7 @@ def test_counts_from_positions_handles_shortened_drafts():
 def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> costs.HardwareProfile:
     """``synthetic_profile`` whose draft is a lookup drafter with the given trace (repeated)."""
     profile = synthetic_profile(overhead=(0.0, 0.0))
-    profile.drafts[DRAFT] = costs.DraftCosts(costs.LOOKUP, None, None, 0.0, step_ms)
+    profile.drafts[DRAFT] = costs.DraftCosts(costs.PER_STEP, None, None, 0.0, step_ms)
     profile.traces[DRAFT] = [traces.AcceptanceTrace(p, list(runs), list(proposed), cap, True) for p in "ab"]
     return profile
 
@@ -378,17 +378,24 @@ def test_calibration_and_validation_prompts_are_disjoint_and_share_categories():
 
 @pytest.mark.usefixtures("one_thread")
 def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
-    """Calibration on tiny random models: the replayed traces take the steps the engine took, the
-    profile survives JSON, and validation sets a prediction beside every measured grid point."""
+    """Calibration on tiny random models, with every kind of draft: the replayed traces take the steps
+    the engine took, the profile survives JSON, and validation sets a prediction beside every measured
+    grid point."""
     from test_bench import perturbed_copy, tiny_llama, tiny_tokenizer
 
+    from specnb.models.eagle import EagleConfig, EagleDraft
     from specnb.models.load import Pair
     from specnb.models.lookup import PromptLookup
+    from specnb.models.medusa import MedusaConfig, MedusaHeads
     from specnb.predict.calibrate import calibrate, replay_check
     from specnb.predict.validate import validate, validation_summary
 
     pair = Pair(tiny_llama(0), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
-    drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookup()}
+    torch.manual_seed(0)
+    eagle = EagleDraft(EagleConfig.from_verifier(pair.verifier.config)).eval().attach(pair.verifier)
+    medusa = MedusaHeads(MedusaConfig(hidden_size=64, num_heads=4, vocab_size=63)).eval().attach(pair.verifier)
+    drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookup(), "eagle": eagle,
+              "medusa": medusa}
     texts = ["w1 w2 w3 w1 w2 w3 w1", "w4 w5 w6 w7 w4 w5", "w8 w9 w8 w9 w8", "w2 w4 w6 w8 w2 w4"]
     profile, records = calibrate(
         "tiny",
@@ -403,16 +410,20 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     )
     assert set(profile.traces) == set(drafts) and all(len(t) == 3 for t in profile.traces.values())
     decode = pd.DataFrame(profile.grid).query("kind == 'decode'")
-    assert decode.groupby("model")["n_tokens"].max().to_dict() == {"tiny": 5, "noisy": 2}  # γ+1; a draft 1..2
+    widest = {"tiny": 5, "noisy": 2, "eagle": 4}  # γ+1; a model draft 1..2; EAGLE's catch-up 1, 2, 4
+    assert decode.groupby("model")["n_tokens"].max().to_dict() == widest
+    assert {name: cost.kind for name, cost in profile.drafts.items()} == {
+        "noisy": "forwards", "lookup": "per_step", "eagle": "forwards", "medusa": "per_token"}
+    assert profile.drafts["medusa"].step_ms > 0 and profile.drafts["eagle"].catch_up == "features"
     check = replay_check(profile, records)
-    assert len(check) == 2 * 2 and check["identical"].all()  # 2 drafts x the 2 overhead prompts
+    assert len(check) == 4 * 2 and check["identical"].all()  # 4 drafts x the 2 overhead prompts
     loaded = costs.load_profile(costs.save_profile(profile, tmp_path / "p.json"))
     assert loaded.traces == profile.traces
     _, table = validate(
         profile, (pair, drafts), texts[3:] * 2, gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12, progress=False
     )
-    assert len(table) == 2 * 2 * 2 and table["predicted_speedup"].gt(0).all()
-    assert validation_summary(table)["grid_points"] == 8
+    assert len(table) == 4 * 2 * 2 and table["predicted_speedup"].gt(0).all()
+    assert validation_summary(table)["grid_points"] == 16
 
 
 def test_a_gain_inside_the_band_is_not_recommended():

@@ -7,9 +7,10 @@ hold. A drafter lives for one generation::
     propose(state, k, tree=None) -> Proposal             up to k tokens per row (or a static tree)
     commit(state, step)                                  roll back to what the verifier accepted
 
-and, for the predictor, ``trace(context, generated, cap)``: how many tokens a step starting after
-each generated token would have had accepted under greedy decoding (``specnb.predict.traces``);
-``forward_tokens``: the forward shapes its cost model times (``model``: the module they run);
+and, for the predictor, ``trace(context, generated, cap, features)``: how many tokens a step
+starting after each generated token would have had accepted under greedy decoding
+(``specnb.predict.traces``); ``forward_tokens``: the forward shapes its cost model times (``model``:
+the module they run); ``pricing`` and ``catch_up``: how its cost per step is modelled;
 ``needs_features``: whether the loop must hand it the verifier's final hidden states
 (``state.features``); ``trees``: whether it can draft a static tree.
 
@@ -38,6 +39,8 @@ class Drafter(Protocol):
     forward_tokens: tuple[int, ...]
     needs_features: bool
     trees: bool
+    pricing: str  # "forwards", "per_step" or "per_token" (specnb.predict.costs)
+    catch_up: str  # "tokens" or "features": the width of a step's first draft forward
 
     def begin(self, state: DecodeState, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> int: ...
 
@@ -45,7 +48,8 @@ class Drafter(Protocol):
 
     def commit(self, state: DecodeState, step: Step) -> None: ...
 
-    def trace(self, context: list[int], generated: list[int], cap: int) -> tuple[list[int], list[int] | None]: ...
+    def trace(self, context: list[int], generated: list[int], cap: int,
+              features: torch.Tensor | None = None) -> tuple[list[int], list[int] | None]: ...
 
 
 DRAFTERS = {"model": ModelDrafter, "exit": ModelDrafter, "lookup": LookupDrafter, "eagle": EagleDrafter,

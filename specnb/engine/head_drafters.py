@@ -57,6 +57,8 @@ class EagleDrafter:
     kind = "eagle"
     needs_features = True
     trees = True
+    pricing = "forwards"  # the predictor prices its draft forwards (specnb.predict.costs)
+    catch_up = "features"  # a step's first forward feeds every position verified in the step before
 
     def __init__(self, eagle, vocab_size: int | None = None):
         self.eagle, self.model = eagle, eagle
@@ -81,7 +83,7 @@ class EagleDrafter:
         self.pending = [(feats[i, -1:], state.last[i:i + 1]) for i in range(len(feats))]
         return 1
 
-    def catch_up(self, state) -> torch.Tensor:
+    def feed_pending(self, state) -> torch.Tensor:
         """Feed every row's pending pairs (left padded into one chunk); returns the predicted feature
         at the position of each row's last emitted token [B, 1, d]."""
         device = state.seq_len.device
@@ -99,7 +101,7 @@ class EagleDrafter:
         return out[:, -1:]  # [B, 1, d]
 
     def propose(self, state: DecodeState, k: int, tree: TreeShape | None = None) -> Proposal:
-        h = self.catch_up(state)
+        h = self.feed_pending(state)
         if tree is not None:
             return self.propose_tree(state, h, tree.cut(k))
         head_ids, tokens, probs = self.eagle.head_ids, [], []
@@ -166,8 +168,40 @@ class EagleDrafter:
         self.slots.rollback([width] * len(new), width + drafted)
         self.pending, self.fed = new, None
 
-    def trace(self, context, generated, cap):
-        raise NotImplementedError("acceptance traces of EAGLE drafts come with the predictor's head support")
+    @torch.inference_mode()
+    def trace(self, context, generated, cap, features=None):
+        """Greedy chains from every start, as the loop drafts them, in ``min(cap, L)`` passes.
+
+        ``features`` [S + L - 1, d]: the verifier's features of prompt + generated but the last token.
+        Pass 1 feeds every true pair (f_p, x_{p+1}) causally: its output at p is the first draft of
+        the chain whose last emitted token sits at p + 1. Pass r feeds each chain's own previous
+        prediction, seeing the true entries before its start and its own earlier entries (a 4D mask
+        over one growing cache), exactly the entries the loop's draft cache would hold."""
+        from transformers import DynamicCache
+
+        full = torch.tensor(context + generated, device=features.device)  # [S + L]
+        width, start = len(full) - 1, len(context) - 1  # true pairs; chain j's catch-up entry sits at start + j - 1
+        cache = DynamicCache(config=self.eagle.config.llama_config())
+        h = self.eagle(features[None], full[None, 1:], cache=cache)[0]  # [W, d]: pass 1, causal
+        chains = torch.arange(start, start + len(generated) - 1, device=full.device)  # catch-up entry, j = 1..L-1
+        h, tokens = h[chains], [self.eagle.tokens(h[chains])]  # [C, d], drafts 1 of each chain
+        slot = width
+        for r in range(2, min(cap, len(generated)) + 1):
+            count = len(chains)
+            mask = torch.zeros(1, 1, count, slot + count, dtype=torch.bool, device=full.device)
+            mask[0, 0, :, :width] = torch.arange(width, device=full.device)[None, :] <= chains[:, None]
+            for past in range(width, slot + count, count):  # this chain's entries of passes 2..r
+                mask[0, 0, torch.arange(count), past + torch.arange(count)] = True
+            positions = (chains + r - 1)[None]  # pass r feeds position start + j + r - 2
+            h = self.eagle(h[None], tokens[-1][None], cache=cache, position_ids=positions, attention_mask=mask)[0]
+            tokens.append(self.eagle.tokens(h))
+            slot += count
+        drafts = torch.stack(tokens, 1).tolist()  # [C, R]: chain j's drafts for generated[j], generated[j + 1], ...
+        runs = [0]
+        for j, row in enumerate(drafts, start=1):
+            future = generated[j:j + len(row)]
+            runs.append(next((i for i, (a, b) in enumerate(zip(row, future)) if a != b), min(len(row), len(future))))
+        return runs, None
 
 
 class MedusaDrafter:
@@ -178,6 +212,8 @@ class MedusaDrafter:
     needs_features = True
     trees = True
     forward_tokens = ()
+    pricing = "per_token"  # no forward: the heads' host time per drafted token (specnb.predict.costs)
+    catch_up = "tokens"
 
     def __init__(self, heads, vocab_size: int | None = None):
         self.heads, self.model = heads, heads
@@ -211,5 +247,17 @@ class MedusaDrafter:
         index = torch.tensor(step.accepted, device=state.features.device)  # the newest kept position per row
         self.feature = state.features[torch.arange(len(index)), index]
 
-    def trace(self, context, generated, cap):
-        raise NotImplementedError("acceptance traces of Medusa heads come with the predictor's head support")
+    @torch.inference_mode()
+    def trace(self, context, generated, cap, features=None):
+        """Every start at once: the heads on the verifier's feature that produced each emitted token
+        propose the next ``K`` tokens; ``features`` as for ``EagleDrafter.trace``."""
+        heads = self.heads.config.num_heads
+        start = len(context) - 1  # the feature that produced generated[0]
+        states = self.heads(features[start:])  # [L, K, d]: row j proposes generated[j + 1 ..]
+        drafts = torch.stack([self.heads.to_tokens(self.heads.logits(states[:, k]).argmax(-1)) for k in range(heads)],
+                             1).tolist()  # [L, K]
+        runs = [0]
+        for j in range(1, len(generated)):
+            row, future = drafts[j - 1], generated[j:j + heads]
+            runs.append(next((i for i, (a, b) in enumerate(zip(row, future)) if a != b), min(len(row), len(future))))
+        return runs, [0] + [heads] * (len(generated) - 1)

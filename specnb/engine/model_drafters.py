@@ -20,6 +20,8 @@ class ModelDrafter:
     forward_tokens = (1, 2)  # the shapes it runs: one token, or the two-token catch-up
     needs_features = False
     trees = False
+    pricing = "forwards"  # the predictor prices its forwards (specnb.predict.costs)
+    catch_up = "tokens"  # a step's first forward feeds 1 token, or 2 after a step that accepted every draft
 
     def __init__(self, model, vocab_size: int | None = None):
         self.model, self.vocab_size = model, vocab_size
@@ -65,7 +67,7 @@ class ModelDrafter:
         self.pending = [e[-2:] if n == k else e[-1:] for n, e in zip(step.accepted, step.emitted)]
         self.fed = None
 
-    def trace(self, context, generated, cap):
+    def trace(self, context, generated, cap, features=None):
         """Teacher-forced: one forward over prompt + generated text gives the draft's greedy guess
         at every position given the verifier's prefix, which is what a chain step would draft."""
         device = next(self.model.parameters()).device
@@ -87,9 +89,11 @@ class LookupDrafter:
     forward_tokens = ()
     needs_features = False
     trees = False
+    pricing = "per_step"  # no forward: the host time to propose, per step
+    catch_up = "tokens"
 
     def __init__(self, lookup, vocab_size: int | None = None):
-        self.lookup = lookup
+        self.lookup, self.model = lookup, None  # no module: nothing to time
 
     def begin(self, state, input_ids, attention_mask) -> int:
         return 0
@@ -109,7 +113,7 @@ class LookupDrafter:
     def commit(self, state, step: Step) -> None:
         pass
 
-    def trace(self, context, generated, cap):
+    def trace(self, context, generated, cap, features=None):
         """What the lookup would propose after every generated token, and how much of it matches
         what the verifier went on to generate (j = 0, the prefill's token, starts no step)."""
         runs, proposed = [0], [0]

@@ -53,13 +53,22 @@ class ForwardProbe:
 
         self.model, self.n_tokens, self.batch_size = model, n_tokens, batch_size
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.keep = keep
         gen = torch.Generator().manual_seed(0)
+        self.features = hasattr(model, "feature_inputs")  # an EAGLE draft: (features, ids) in, features out
         vocab = model.config.vocab_size
         context = torch.randint(0, vocab, (batch_size, max(context_len, 1)), generator=gen).to(self.device)
         self.context_len = context.shape[1]
         self.new = torch.randint(0, vocab, (batch_size, n_tokens), generator=gen).to(self.device)  # [B, n]
         self.positions = torch.arange(self.context_len, self.context_len + n_tokens,
                                       device=self.device).expand(batch_size, -1)  # [B, n]
+        if self.features:
+            self.cache = DynamicCache(config=model.config.llama_config())
+            self.kwargs = {"cache": self.cache}
+            with torch.inference_mode():
+                model(**model.feature_inputs(context, gen), **self.kwargs)
+            self.new_inputs = model.feature_inputs(self.new, gen)
+            return
         self.cache = DynamicCache(config=model.config)
         cache_arg, keeps_logits = forward_arguments(model)
         self.kwargs = {cache_arg: self.cache, "use_cache": True}
@@ -72,7 +81,11 @@ class ForwardProbe:
         with torch.inference_mode():
             synchronize(self.device)
             t0 = time.perf_counter()
-            self.model(input_ids=self.new, position_ids=self.positions, **self.kwargs)
+            if self.features:  # the draft's forward, then its head on the columns the loop scores
+                out = self.model(**self.new_inputs, position_ids=self.positions, **self.kwargs)
+                self.model.logits(out[:, -(self.keep or self.n_tokens):])
+            else:
+                self.model(input_ids=self.new, position_ids=self.positions, **self.kwargs)
             synchronize(self.device)
             elapsed = (time.perf_counter() - t0) * 1e3
         crop_cache(self.cache, self.n_tokens)

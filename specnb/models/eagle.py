@@ -180,6 +180,12 @@ class EagleDraft(nn.Module):
                        use_cache=cache is not None, position_embeddings=cos_sin)  # [B, T, d]
         return self.norm(h)  # [B, T, d]
 
+    def feature_inputs(self, input_ids: torch.Tensor, generator=None) -> dict:
+        """Random features for ``input_ids`` [B, T] (a forward's cost does not depend on their values),
+        for timing probes (``specnb.measure.forward.ForwardProbe``)."""
+        features = torch.randn(*input_ids.shape, self.config.hidden_size, generator=generator)
+        return {"features": features.to(input_ids.device, self.fc.weight.dtype), "input_ids": input_ids}
+
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """Head logits [..., N] (trimmed: column i is token ``head_ids[i]``) or [..., V] (full head)."""
         return features @ self.head_weight.T

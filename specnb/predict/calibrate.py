@@ -28,7 +28,7 @@ from specnb.measure.forward import GridShapes, measure_forward_grids
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens, split_prompts
 from specnb.measure.runs import BASELINE, make_candidates, run_interleaved
 from specnb.models.load import load_drafts
-from specnb.predict.costs import LOOKUP, CostModel, DraftCosts, HardwareProfile, fit_cost_model
+from specnb.predict.costs import FORWARDS, PER_STEP, PER_TOKEN, CostModel, DraftCosts, HardwareProfile, fit_cost_model
 from specnb.predict.traces import emitted_per_step, measure_traces, pack, profile_from_traces, replay
 
 OVERHEAD = stage_columns(BOOKKEEPING)  # a step's host time beyond its forwards
@@ -61,19 +61,25 @@ def draft_shapes(drafters: dict) -> list[GridShapes]:
     return [GridShapes(name, d.model, d.forward_tokens, 1) for name, d in drafters.items() if d.forward_tokens]
 
 
-def draft_cost(drafter, name: str, grid: pd.DataFrame) -> DraftCosts:
-    """A draft's fitted forward costs from the grid; one that runs no forward (prompt lookup) is
-    priced per step instead (its proposing time comes from ``time_steps``)."""
-    if not drafter.forward_tokens:
-        return DraftCosts(LOOKUP, None, None, 0.0)
-    return DraftCosts("model", *fit_costs(grid, name), flops_per_token(drafter.model))
+def draft_cost(drafter, name: str, grid: pd.DataFrame, verifier) -> DraftCosts:
+    """A draft's fitted forward costs from the grid; one that runs no forward (prompt lookup, Medusa
+    heads) is priced by host time per step or per drafted token instead (from ``time_steps``)."""
+    flops = draft_flops(drafter.model, verifier) if drafter.model is not None else 0.0
+    if drafter.pricing != FORWARDS:
+        return DraftCosts(drafter.pricing, None, None, flops, 0.0, drafter.catch_up)
+    return DraftCosts(FORWARDS, *fit_costs(grid, name), flops, 0.0, drafter.catch_up)
 
 
-def per_step_overhead(records: pd.DataFrame, draft: str, lookup: bool) -> float:
-    """Host bookkeeping per speculative step (accept, rollback, other; + proposing, for lookup)."""
+def per_step_overhead(records: pd.DataFrame, draft: str) -> float:
+    """Host bookkeeping per speculative step (accept, rollback, other)."""
     rows = records[records["draft"] == draft]
-    columns = OVERHEAD + (["draft_ms"] if lookup else [])
-    return float(rows[columns].to_numpy().sum() / max(rows["steps"].sum(), 1))
+    return float(rows[OVERHEAD].to_numpy().sum() / max(rows["steps"].sum(), 1))
+
+
+def proposing_ms(records: pd.DataFrame, draft: str, per: str) -> float:
+    """A forward-free draft's host time in the "draft" stage, per step or per drafted token."""
+    rows = records[records["draft"] == draft]
+    return float(rows["draft_ms"].sum() / max(rows["steps" if per == PER_STEP else "drafted"].sum(), 1))
 
 
 def baseline_overhead(records: pd.DataFrame) -> float:
@@ -85,15 +91,15 @@ def baseline_overhead(records: pd.DataFrame) -> float:
 def time_steps(pair, models: dict, costs: dict[str, DraftCosts], prompts: pd.DataFrame, gamma: int,
                max_new_tokens: int, baseline: bool, progress: bool) -> tuple[pd.DataFrame, dict[str, float]]:
     """A short interleaved speculative run at ``gamma``: its records and the host time per step of
-    each draft (per generated token for verifier-only, with ``baseline``). A lookup drafter's
-    proposing time per step is set on its ``costs`` entry."""
+    each draft (per generated token for verifier-only, with ``baseline``). A forward-free draft's
+    proposing time (per step, or per drafted token) is set on its ``costs`` entry."""
     records = run_interleaved(pair, prompts, make_candidates(models, [gamma], baseline=baseline),
                               max_new_tokens=max_new_tokens, progress=progress)
     overhead = {BASELINE: baseline_overhead(records)} if baseline else {}
     for name in models:
-        overhead[name] = per_step_overhead(records, name, False)
-        if costs[name].kind == LOOKUP:  # proposing is host work in the "draft" stage
-            costs[name].step_ms = per_step_overhead(records, name, True) - overhead[name]
+        overhead[name] = per_step_overhead(records, name)
+        if costs[name].kind in (PER_STEP, PER_TOKEN):  # proposing is host work in the "draft" stage
+            costs[name].step_ms = proposing_ms(records, name, costs[name].kind)
     return records, overhead
 
 
@@ -101,6 +107,19 @@ def flops_per_token(model) -> float:
     from specnb.core.flops import analytic_flops
 
     return float(analytic_flops(model.config).flops_per_token)
+
+
+def draft_flops(model, verifier) -> float:
+    """FLOPs per drafted token: a head's as ``specnb.models.heads.head_flops`` counts them, any other
+    model's from its config."""
+    from dataclasses import asdict
+
+    from specnb.models.heads import head_flops
+
+    kind = getattr(model, "draft_kind", None)
+    if kind in ("eagle", "medusa"):
+        return float(head_flops(kind, asdict(model.config), verifier.config).flops_per_token)
+    return flops_per_token(model)
 
 
 def calibrate(
@@ -136,7 +155,7 @@ def calibrate(
     shapes = [GridShapes(pair.verifier_name, pair.verifier, tuple(range(1, gamma + 2)))] + draft_shapes(drafters)
     grid = measure_costs(shapes, batch_sizes, context, int(width), repeats, pair.device)
     v_decode, v_prefill = fit_costs(grid, pair.verifier_name)
-    costs = {name: draft_cost(drafter, name, grid) for name, drafter in drafters.items()}
+    costs = {name: draft_cost(drafter, name, grid, pair.verifier) for name, drafter in drafters.items()}
     traces = measure_traces(pair, models, frame, max_new_tokens, progress=progress)
     records, overhead = time_steps(
         pair, models, costs, frame.iloc[:overhead_prompts], gamma, max_new_tokens, baseline=True, progress=progress
@@ -251,7 +270,7 @@ def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, 
             if shapes
             else None
         )
-        drafts[draft] = draft_cost(drafters[draft], draft, grid)
+        drafts[draft] = draft_cost(drafters[draft], draft, grid, pair.verifier)
     traces = measure_traces(pair, models, frame, profile.max_new_tokens, progress=progress)[draft]
     _, measured = time_steps(
         pair,

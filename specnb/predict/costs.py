@@ -29,8 +29,10 @@ from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import AcceptanceProfile
 from specnb.predict.traces import AcceptanceTrace
 
-PROFILE_FORMAT = "specnb-hardware-profile/2"
-LOOKUP = "lookup"
+PROFILE_FORMAT = "specnb-hardware-profile/3"
+# how a draft step is priced (a drafter's ``pricing``): its forwards, a fixed host time per step, or a
+# host time per drafted token
+FORWARDS, PER_STEP, PER_TOKEN = "forwards", "per_step", "per_token"
 
 
 # ---------------------------------------------------------------------------- cost model
@@ -89,13 +91,16 @@ def fit_cost_model(grid: pd.DataFrame) -> CostModel:
 
 @dataclass
 class DraftCosts:
-    """What a draft costs: a model's cost models, or a fixed ms per step (prompt lookup)."""
+    """What a draft costs: the cost models of the forwards it runs (``FORWARDS``: a model, an EAGLE
+    draft), or host time per step (``PER_STEP``: prompt lookup) or per drafted token (``PER_TOKEN``:
+    Medusa heads, whose proposing is a few matrix products on the verifier's feature)."""
 
-    kind: str  # "model" or LOOKUP
+    kind: str  # FORWARDS, PER_STEP or PER_TOKEN
     decode: CostModel | None
     prefill: CostModel | None
     flops_per_token: float  # for the FLOPs-c Leviathan comparison (0 for lookup)
-    step_ms: float = 0.0  # lookup: host time to propose per step
+    step_ms: float = 0.0  # PER_STEP: host time to propose, per step; PER_TOKEN: per drafted token
+    catch_up: str = "tokens"  # width of a step's first forward: "tokens" (1 or 2) or "features" (accepted + 1)
 
 
 @dataclass
@@ -163,7 +168,8 @@ def profile_from_dict(data: dict) -> HardwareProfile:
         raise ValueError(f"format is not {PROFILE_FORMAT!r}")
     drafts = {name: DraftCosts(d["kind"], d["decode"] and CostModel(**d["decode"]),
                                d["prefill"] and CostModel(**d["prefill"]), float(d["flops_per_token"]),
-                               float(d.get("step_ms", 0.0))) for name, d in data["drafts"].items()}
+                               float(d.get("step_ms", 0.0)), d.get("catch_up", "tokens"))
+              for name, d in data["drafts"].items()}
     acceptance = {name: AcceptanceProfile(**a) for name, a in data["acceptance"].items()}
     traces = {name: [AcceptanceTrace(**t) for t in ts] for name, ts in data["traces"].items()}
     fields = {k: v for k, v in data.items() if k not in ("format", "drafts", "acceptance", "traces")}

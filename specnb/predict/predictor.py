@@ -48,7 +48,7 @@ import pandas as pd
 from specnb.core import theory
 from specnb.core.errors import ParameterError
 from specnb.measure.runs import BASELINE
-from specnb.predict.costs import LOOKUP, HardwareProfile
+from specnb.predict.costs import PER_STEP, PER_TOKEN, HardwareProfile
 from specnb.predict.traces import AcceptanceTrace, PackedTraces, flat_packed, pack, replay
 
 BAND = (10, 90)  # percentiles of the bootstrap distribution shown as the uncertainty band
@@ -67,16 +67,17 @@ class ForwardCosts:
     prefill_ms: float  # verifier + draft prefill
     baseline_prefill_ms: float  # verifier-only: prefill, then per further token:
     baseline_token_ms: float  # one 1-token forward + its bookkeeping
+    catch_up: str = "tokens"  # how wide the draft's first forward of a step is (``traces.replay``)
 
 
 def forward_costs(profile: HardwareProfile, draft: str, batch_size: int, prompt_tokens: float) -> ForwardCosts:
     v, d = profile.verifier_decode, profile.drafts[draft]
     v_prefill = float(profile.verifier_prefill.forward_ms(prompt_tokens, batch_size))
     token_ms = float(v.forward_ms(1, batch_size)) + profile.overhead_ms.get(BASELINE, 0.0)
-    if d.kind == LOOKUP:
+    if d.kind in (PER_STEP, PER_TOKEN):  # no draft forward: host time per step, or per drafted token
 
         def draft_ms(k, width):
-            return np.where(k > 0, d.step_ms, 0.0)
+            return np.where(k > 0, d.step_ms * (np.asarray(k) if d.kind == PER_TOKEN else 1.0), 0.0)
 
         d_prefill = 0.0
     else:
@@ -84,12 +85,11 @@ def forward_costs(profile: HardwareProfile, draft: str, batch_size: int, prompt_
         d_prefill = float(d.prefill.forward_ms(prompt_tokens, batch_size))
 
         def draft_ms(k, width):
-            # k forwards: the first feeds the pending tokens (width 1 or 2), the rest one token each
+            # k forwards: the first feeds the pending tokens (``width``), the rest one token each
             return np.where(k > 0, draft_curve(width) + (k - 1) * draft_curve(1), 0.0)
 
-    return ForwardCosts(
-        v.curve(batch_size), draft_ms, profile.overhead_ms.get(draft, 0.0), v_prefill + d_prefill, v_prefill, token_ms
-    )
+    return ForwardCosts(v.curve(batch_size), draft_ms, profile.overhead_ms.get(draft, 0.0), v_prefill + d_prefill,
+                        v_prefill, token_ms, d.catch_up)
 
 
 def simulate_ms(costs: ForwardCosts, packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int):
@@ -97,7 +97,7 @@ def simulate_ms(costs: ForwardCosts, packed: PackedTraces, rows: np.ndarray, gam
 
     Verifier-only generates the same tokens (greedy is lossless): prefill, then one forward per
     further token of the batch's longest row."""
-    got = replay(packed, rows, gamma, n_new)
+    got = replay(packed, rows, gamma, n_new, costs.catch_up)
     step = costs.draft_ms(got.k, got.draft_width) + costs.verify_ms(got.verify_tokens) + costs.overhead_ms  # [T, S]
     spec = costs.prefill_ms + np.where(got.live, step, 0.0).sum(0)
     base = costs.baseline_prefill_ms + (got.lengths - 1) * costs.baseline_token_ms

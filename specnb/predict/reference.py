@@ -12,7 +12,7 @@ import pandas as pd
 from specnb.core import theory
 from specnb.core.errors import ParameterError
 from specnb.core.reference import REFERENCE_MPS
-from specnb.predict.costs import CostModel, DraftCosts, HardwareProfile
+from specnb.predict.costs import FORWARDS, CostModel, DraftCosts, HardwareProfile
 from specnb.predict.predictor import predict
 from specnb.predict.what_if import set_flat_acceptance
 
@@ -32,7 +32,7 @@ def reference_mps_profile(verify_extra_token_fraction: float = 0.0, alpha: float
     f = float(verify_extra_token_fraction)
     if f < 0:
         raise ParameterError(f"verify_extra_token_fraction must be >= 0, got {f}")
-    draft = DraftCosts("model", CostModel(t_d * (1 - f), t_d * f), CostModel(t_d, 0.0), ref["draft_flops_per_token"])
+    draft = DraftCosts(FORWARDS, CostModel(t_d * (1 - f), t_d * f), CostModel(t_d, 0.0), ref["draft_flops_per_token"])
     name = ref["draft"]
     profile = HardwareProfile(
         verifier=ref["verifier"], device=ref["device"], machine={"description": "reference run (hand-entered)"},

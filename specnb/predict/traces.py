@@ -69,6 +69,7 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
     eos = pair.tokenizer.eos_token_id
     eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
     drafters = {name: make_drafter(draft, pair.vocab_size) for name, draft in drafts.items()}
+    features = any(d.needs_features for d in drafters.values())
     traces: dict[str, list[AcceptanceTrace]] = {name: [] for name in drafts}
     for _, row in tqdm(list(prompts.iterrows()), desc="acceptance traces", unit="prompt", disable=not progress):
         ids, _ = encode_prompts(pair.tokenizer, [row["prompt"]])
@@ -76,11 +77,25 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
                           eos_token_id=pair.tokenizer.eos_token_id, vocab_size=pair.vocab_size)
         context, generated = ids[0].tolist(), result.tokens[0]
         budget = len(generated) >= max_new_tokens and generated[-1] not in eos
+        feats = verifier_features(pair.verifier, context + generated[:-1]) if features else None
         for name, drafter in drafters.items():
-            runs, proposed = drafter.trace(context, generated, cap)
+            runs, proposed = drafter.trace(context, generated, cap, feats)
             traces[name].append(AcceptanceTrace(str(row["id"]), runs, proposed, None if proposed is None else cap,
                                                 budget))
     return traces
+
+
+def verifier_features(verifier, tokens: list[int]):
+    """The verifier's final hidden states [T, d] over ``tokens``, teacher forced (what a feature draft
+    reads; equal to the cached loop's but for float rounding)."""
+    import torch
+
+    from specnb.engine.kvcache import capture_features
+
+    ids = torch.tensor([tokens], device=next(verifier.parameters()).device)
+    with torch.inference_mode(), capture_features(verifier, True) as captured:
+        verifier(input_ids=ids, logits_to_keep=1)
+    return captured["features"][0]
 
 
 # ---------------------------------------------------------------------------- replay
@@ -141,7 +156,7 @@ class Replay:
 
     k: np.ndarray  # [T, S] drafts requested per row (γ, shrunk near the budget)
     verify_tokens: np.ndarray  # [T, S] tokens per row in the verification forward
-    draft_width: np.ndarray  # [T, S] tokens in the draft's first (catch-up) forward: 1, or 2 after a full accept
+    draft_width: np.ndarray  # [T, S] tokens in the draft's first (catch-up) forward (``catch_up``: see ``replay``)
     live: np.ndarray  # [T, S]
     active: np.ndarray  # [T, S, B] rows still generating
     accepted: np.ndarray  # [T, S, B] accepted draft tokens per row (0 for finished rows)
@@ -153,7 +168,7 @@ class Replay:
         return self.live.sum(0)
 
 
-def replay(packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int) -> Replay:
+def replay(packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int, catch_up: str = "tokens") -> Replay:
     """Speculative decoding of batches ``rows`` [S, B] (indices into the traces), step by step as
     ``specnb.engine.generate.decode_speculative`` does it: k = min(γ, max remaining budget − 1) drafts; row i
     drafts min(proposed, k), accepts min(run, drafted) and emits that + 1; the verifier checks
@@ -175,7 +190,10 @@ def replay(packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int) -> Re
                            ("live", live), ("active", active), ("accepted", accepted), ("drafted", drafted)):
             out[key].append(value)
         pos = np.where(active, np.minimum(pos + accepted + 1, lengths), pos)
-        width = np.where(((accepted == k[:, None]) & (k[:, None] > 0) & active).any(1), 2.0, 1.0)
+        if catch_up == "features":  # every position the step verified: the widest row's accepted + 1
+            width = np.where(k > 0, np.where(active, accepted, -1).max(1) + 1.0, width + 1.0)
+        else:
+            width = np.where(((accepted == k[:, None]) & (k[:, None] > 0) & active).any(1), 2.0, 1.0)
     per_row = ("active", "accepted", "drafted")  # [T, S, B]; the others are [T, S]
     arrays = {key: np.stack(v) if v else np.zeros((0, *rows.shape[:2 if key in per_row else 1]),
                                                   dtype=bool if key in ("live", "active") else int)

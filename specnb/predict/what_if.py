@@ -34,6 +34,7 @@ def what_if(
         d.prefill and scale(d.prefill, draft_speed),
         d.flops_per_token / draft_speed,
         d.step_ms / draft_speed,
+        d.catch_up,
     )
     changed = HardwareProfile(**{**profile.__dict__, "drafts": {**profile.drafts, draft: scaled}})
     if alpha is not None:
