@@ -83,3 +83,19 @@ def test_the_published_layout_has_no_place_for_norms_or_a_trimmed_head(verifier_
     pair = load_pair(str(verifier_folder), None, device="cpu")
     with pytest.raises(ParameterError, match="no input norm"):
         write_published(random_eagle(pair.verifier, input_norm=True), tmp_path / "x")
+
+
+def test_cli_generates_with_a_head_and_a_tree(verifier_folder, tmp_path, capsys):
+    import json
+
+    pair = load_pair(str(verifier_folder), None, device="cpu")
+    random_eagle(pair.verifier).save(tmp_path / "eagle")
+    base = ["generate", "--verifier", str(verifier_folder), "--prompt", "w1 w2 w3", "--max-new-tokens", "9",
+            "--device", "cpu", "--no-chat-template", "--json"]
+    assert main(base) == 0
+    expected = json.loads(capsys.readouterr().out)["results"][0]["tokens"]
+    assert main([*base, "--draft", str(tmp_path / "eagle"), "--tree", "2,2,1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["results"][0]["tokens"] == expected and out["tree"] == [2, 2, 1] and out["gamma"] == 3
+    assert main([*base, "--draft", "prompt-lookup", "--tree", "2,1"]) == 2
+    assert "drafts trees" in capsys.readouterr().err

@@ -163,9 +163,12 @@ def run_models(args: argparse.Namespace) -> list[dict]:
 
 def _args_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verifier", required=True, help="HF id, local folder (with a tokenizer) or embedded name")
-    p.add_argument("--draft", default=None, help="draft model (same forms), exit:K or prompt-lookup; omit for "
-                                                 "verifier-only")
+    p.add_argument("--draft", default=None, help="draft (same forms, an EAGLE or Medusa head folder too), exit:K or "
+                                                 "prompt-lookup; omit for verifier-only")
     p.add_argument("--gamma", type=int, default=4, help="draft tokens per verifier step (default 4)")
+    p.add_argument("--tree", type=_branching, default=None, metavar="B1,B2,...",
+                   help="a static tree for a head draft (eagle, medusa): candidates per depth, e.g. 3,2,1; "
+                        "replaces --gamma (greedy only)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--prompt", action="append", default=None,
                    help="a prompt; repeat the flag to run several prompts as one batch")
@@ -188,10 +191,12 @@ def run_generate(args: argparse.Namespace) -> dict:
     from specnb.engine.inputs import encode_prompts
     from specnb.engine.sampling import SamplingConfig
     from specnb.engine.timing import StageTimer
+    from specnb.engine.trees import TreeShape
     from specnb.models.load import load_pair
 
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
-    check_settings(args.gamma, args.max_new_tokens, sampling)  # fail before loading any weights
+    gamma = TreeShape(args.tree).depth if args.tree else args.gamma  # a bad tree fails before loading weights
+    check_settings(gamma, args.max_new_tokens, sampling)
     prompts = args.prompt or [_DEFAULT_PROMPT]
     pair = load_pair(args.verifier, args.draft, device=args.device, dtype=args.dtype)
     input_ids, mask = encode_prompts(pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device)
@@ -199,8 +204,16 @@ def run_generate(args: argparse.Namespace) -> dict:
     result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=args.gamma,
                       max_new_tokens=args.max_new_tokens, sampling=sampling,
                       eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
-                      timer=StageTimer(pair.device), vocab_size=pair.vocab_size)
+                      timer=StageTimer(pair.device), vocab_size=pair.vocab_size, tree=args.tree)
     return _generate_report(args, pair, prompts, result)
+
+
+def _branching(text: str) -> tuple[int, ...]:
+    """``--tree 3,2,1`` -> (3, 2, 1)."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected candidates per depth like 3,2,1, got {text!r}") from None
 
 
 def _rate(numerator: float, denominator: float):
@@ -220,7 +233,8 @@ def _generate_report(args: argparse.Namespace, pair, prompts: list[str], result)
                      "tokens_per_s": len(tokens) / seconds, "stages": stages})
     drafted = sum(map(sum, result.drafted_per_step))
     report = {
-        "verifier": pair.verifier_name, "draft": pair.draft_name, "gamma": args.gamma if pair.draft else None,
+        "verifier": pair.verifier_name, "draft": pair.draft_name, "gamma": result.gamma or None,
+        "tree": list(args.tree) if args.tree else None,
         "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "batch_size": len(prompts),
         "new_tokens": result.new_tokens, "wall_ms": result.wall_ms, "prefill_ms": result.prefill_ms,
         "tokens_per_s": result.tokens_per_s,
