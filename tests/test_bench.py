@@ -276,6 +276,13 @@ def test_best_per_draft_and_simulated_runs():
     assert set(short["speedup"].round(6)) <= {2.0, 0.5, round(20 / 250 / (20 / 200), 6)}
 
 
+def smollm2_shaped(layers: int) -> dict:
+    """A committed draft's config.json with SmolLM2's widths and ``layers`` layers."""
+    return {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": layers, "num_attention_heads": 9,
+            "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True,
+            "architectures": ["LlamaForCausalLM"]}
+
+
 def test_default_draft_prefers_best_predicted_and_falls_back(tmp_path, monkeypatch):
     import json
 
@@ -285,18 +292,7 @@ def test_default_draft_prefers_best_predicted_and_falls_back(tmp_path, monkeypat
     assert defaults.default_draft("smollm2-135m") == "smollm2-exit-4"  # nothing committed
     for name, layers, agreement in (("d-cheap", 1, 0.6), ("d-deep", 8, 0.65)):
         (tmp_path / name).mkdir()
-        config = {
-            "model_type": "llama",
-            "hidden_size": 576,
-            "num_hidden_layers": layers,
-            "num_attention_heads": 9,
-            "num_key_value_heads": 3,
-            "intermediate_size": 1536,
-            "vocab_size": 49152,
-            "tie_word_embeddings": True,
-            "architectures": ["LlamaForCausalLM"],
-        }
-        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "config.json").write_text(json.dumps(smollm2_shaped(layers)))
         (tmp_path / name / "meta.json").write_text(json.dumps({"heldout_top1_agreement": {"after": agreement}}))
     assert defaults.default_draft("smollm2-135m") == "d-cheap"  # slightly lower α, far cheaper
 
@@ -317,18 +313,7 @@ def test_notebook_drafts_named_listed_embedded_and_foreign_verifier(tmp_path, mo
     ]
     for name, layers in (("d-big", 8), ("d-small", 2)):  # alphabetical order is not cost order
         (tmp_path / name).mkdir()
-        config = {
-            "model_type": "llama",
-            "hidden_size": 576,
-            "num_hidden_layers": layers,
-            "num_attention_heads": 9,
-            "num_key_value_heads": 3,
-            "intermediate_size": 1536,
-            "vocab_size": 49152,
-            "tie_word_embeddings": True,
-            "architectures": ["LlamaForCausalLM"],
-        }
-        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "config.json").write_text(json.dumps(smollm2_shaped(layers)))
     assert defaults.notebook_drafts("smollm2-135m", kinds=("distilled", "lookup")) == [
         "d-small",
         "d-big",
