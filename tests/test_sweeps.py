@@ -207,3 +207,15 @@ def test_accept_length_chart_shares_and_iid_reference(sweep):
     assert [d["measured"] for d in data] == pytest.approx([0, 0.5, 0.5])  # lengths 2, 2, 1, 1 per prompt
     assert sum(d["iid"] for d in data) == pytest.approx(1.0)
     assert "α = 0.75" in spec["title"] and "τ = 2.50" in spec["title"]
+
+
+def test_tree_widths_worked_by_hand():
+    grid = pd.DataFrame({"model": "v", "batch_size": 1, "n_tokens": [1, 2, 4, 8, 16],
+                         "median_ms": [10.0, 17.0, 18.0, 19.0, 30.0]})
+    widths = forward.tree_widths(grid, chain_tokens=(2, 4), tolerance=0.1).set_index("chain_tokens")
+    assert widths.loc[2, "widest_tokens"] == 4 and widths.loc[2, "next_tokens"] == 8  # 18 <= 18.7 < 19
+    assert widths.loc[4, "widest_tokens"] == 8 and widths.loc[4, "next_tokens"] == 16  # 19 <= 19.8 < 30
+    from specnb.app.report import tree_width_text
+
+    text = tree_width_text(widths.reset_index(), "v")
+    assert "a tree of up to 3 candidate nodes" in text.markdown and text.values["tree_tokens_at_chain_4"] == 8

@@ -119,6 +119,18 @@ def dispatch_conclusion(grid: pd.DataFrame, fit, ratios: pd.DataFrame, verifier_
                   values)
 
 
+def tree_width_text(widths: pd.DataFrame, verifier: str) -> Report:
+    """What ``forward.tree_widths`` says about trees: how many candidates a verification can carry at
+    a chain's price."""
+    lines = [f"A chain verifying {int(r.chain_tokens)} tokens costs {r.chain_ms:.1f} ms on {verifier}; a forward of "
+             f"{int(r.widest_tokens)} tokens costs {r.widest_ms:.1f} ms (within {r.tolerance:.0%}), so a tree of up to "
+             f"{int(r.widest_tokens) - 1} candidate nodes verifies at about the chain's price"
+             + (f"; {int(r.next_tokens)} tokens cost {r.next_ms:.1f} ms." if r.next_tokens else ".")
+             for r in widths.itertuples()]
+    values = {f"tree_tokens_at_chain_{int(r.chain_tokens)}": int(r.widest_tokens) for r in widths.itertuples()}
+    return Report(bullets(lines), values)
+
+
 # ---------------------------------------------------------------- 03 gamma sweep
 
 

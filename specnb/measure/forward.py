@@ -270,3 +270,24 @@ def batch_knee(grid: pd.DataFrame, ratio: float = 2.0) -> float:
     scaled = forward_scaling(grid)
     slow = scaled[scaled["times_one_token"] >= ratio]
     return float(slow["tokens"].min()) if len(slow) else float("nan")
+
+
+def tree_widths(grid: pd.DataFrame, chain_tokens=(2, 4), tolerance: float = 0.1) -> pd.DataFrame:
+    """Which static tree a verification can afford: for each chain of ``chain_tokens`` tokens per
+    forward (γ + 1), the most tokens one forward can carry for at most ``tolerance`` more time
+    (a tree of that many nodes, root included, verifies at the chain's price) and for the next size
+    up. The grid holds one model's batch-1 forwards (tokens per forward, median ms)."""
+    rows = grid[grid["batch_size"] == 1].groupby("n_tokens")["median_ms"].median().sort_index()
+    out = []
+    for base in chain_tokens:
+        if base not in rows.index:
+            continue
+        budget = rows[base] * (1 + tolerance)
+        fits = rows[rows <= budget]
+        widest = int(fits.index.max())
+        after = rows[rows.index > widest]
+        out.append({"chain_tokens": base, "chain_ms": float(rows[base]), "tolerance": tolerance,
+                    "widest_tokens": widest, "widest_ms": float(rows[widest]),
+                    "next_tokens": int(after.index[0]) if len(after) else None,
+                    "next_ms": float(after.iloc[0]) if len(after) else float("nan")})
+    return pd.DataFrame(out)
