@@ -14,12 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from specnb.core.devices import resolve_device, resolve_dtype
 from specnb.core.errors import IncompatibleModelsError, ModelNotFoundError, ParameterError
 from specnb.core.hub import hub_offline, hub_reachable
 from specnb.models.early_exit import exit_draft
 from specnb.models.embedded import TOKENIZER_FILES, model_path
 from specnb.models.heads import check_fits, head_kind, load_head, read_config
+from specnb.models.kernels import check_kernels, use_kernels
 from specnb.models.lookup import PromptLookup
 from specnb.models.registry import (
     EMBEDDED_VERIFIER,
@@ -157,20 +160,25 @@ class Pair:
     draft_name: str | None
 
 
-def load_pair(verifier: str, draft: str | None = None, device="auto", dtype="auto") -> Pair:
+def load_pair(verifier: str, draft: str | None = None, device="auto", dtype="auto", kernels: str = "default") -> Pair:
     """Load a verifier and a draft (hub id, folder, embedded name, ``exit:K`` or ``prompt-lookup``),
-    checking that they share a tokenizer before any weights are loaded."""
-    pair, drafts = load_drafts(verifier, [] if draft is None else [draft], device, dtype)
+    checking that they share a tokenizer before any weights are loaded; ``kernels`` as for
+    ``load_drafts``."""
+    pair, drafts = load_drafts(verifier, [] if draft is None else [draft], device, dtype, kernels)
     if draft is not None:
         pair.draft, pair.draft_name = drafts[draft], draft
     return pair
 
 
-def load_drafts(verifier: str, drafts: list[str], device="auto", dtype="auto") -> tuple[Pair, dict[str, Any]]:
+def load_drafts(verifier: str, drafts: list[str], device="auto", dtype="auto",
+                kernels: str = "default") -> tuple[Pair, dict[str, Any]]:
     """The verifier (loaded once, as a ``Pair`` without draft) and each named draft for it, in order,
-    duplicates dropped. Every name is resolved and every tokenizer checked before weights load."""
+    duplicates dropped. Every name is resolved and every tokenizer checked before weights load.
+    ``kernels``: "onednn" runs every linear layer of the verifier and the drafts on oneDNN with
+    prepacked weights (``specnb.models.kernels``; fp32 on the CPU)."""
     device = resolve_device(device) if isinstance(device, str) else device
     dtype = resolve_dtype(dtype, device)
+    check_kernels(kernels)
     check_verifier_name(verifier)
     v_source = locate(verifier)
     tokenizer = load_tokenizer(v_source)
@@ -180,8 +188,13 @@ def load_drafts(verifier: str, drafts: list[str], device="auto", dtype="auto") -
         folder = head_folder(sources[ref.name]) if sources[ref.name] is not None else None
         if folder is not None:
             check_fits(folder, load_config(v_source), ref.name)
-    pair = Pair(load_weights(v_source, device, dtype), None, tokenizer, device, dtype, None, verifier, None)
-    return pair, {ref.name: load_draft(pair, ref, sources[ref.name]) for ref in refs}
+    pair = Pair(use_kernels(load_weights(v_source, device, dtype), kernels), None, tokenizer, device, dtype, None,
+                verifier, None)
+    loaded = {ref.name: load_draft(pair, ref, sources[ref.name]) for ref in refs}
+    for draft in loaded.values():  # an early exit shares the verifier's (already swapped) layers
+        if isinstance(draft, torch.nn.Module) and getattr(draft, "draft_kind", "model") != "exit":
+            use_kernels(draft, kernels)
+    return pair, loaded
 
 
 def head_folder(source: ModelSource) -> Path | None:
