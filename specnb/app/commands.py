@@ -317,7 +317,9 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
 @command("predict", "recommended gamma (or don't speculate), predicted speedup with band, break-even alpha",
          _args_predict)
 def run_predict(args: argparse.Namespace) -> dict:
+    from specnb.app.alternatives import instead_line
     from specnb.core.theory import validate_gamma
+    from specnb.measure.alternatives import load_measured
     from specnb.predict.calibrate import ensure_calibrated
     from specnb.predict.costs import load_profile
     from specnb.predict.predictor import predict
@@ -338,4 +340,7 @@ def run_predict(args: argparse.Namespace) -> dict:
         keys = ("predicted_speedup", "speedup_lo", "speedup_hi")
         result["gamma_speedup"] = {"gamma": args.gamma, **{k: row[k] for k in keys}}
     result["device"] = profile.device
+    measured = load_measured(args.verifier)  # notebook 07's alternatives on this machine, if it ran here
+    result["instead"] = instead_line(measured)
+    result["alternatives"] = measured["rows"] if measured else []
     return result

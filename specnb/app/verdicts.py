@@ -67,9 +67,11 @@ def reference_conclusion(comparison: pd.DataFrame) -> Report:
     return Report(bullets(lines), values)
 
 
-def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, profile, grid_text: str) -> Report:
+def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, profile, grid_text: str,
+                        instead: str = "") -> Report:
     """Notebook 06's conclusion: the validation's headline numbers against their targets, each missed
-    recommendation, and the verdict for every (draft, batch size). ``grid_text`` says what was validated."""
+    recommendation, the verdict for every (draft, batch size), and ``instead``: what the alternatives
+    measured on this machine (``specnb.app.alternatives.instead_line``). ``grid_text`` says what was validated."""
     from specnb.measure.runs import BASELINE
 
     met = {True: "met", False: "missed"}
@@ -97,6 +99,8 @@ def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, 
         f"{profile.acceptance[d].alpha_iid():.2f}."
         for (d, b), p in predictions.items()
     ]
+    if instead:
+        lines.append(f"**Instead of speculating**, {instead}.")
     values = {
         "recommendations": {
             f"{d} batch {b}": (p.recommended_gamma, round(p.predicted_speedup, 3)) for (d, b), p in predictions.items()

@@ -114,6 +114,16 @@ def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context
     return measure_forward_grids(shapes, batch_sizes, context_len, repeats, device, warmup)
 
 
+def make_probe(model, n_tokens: int, batch_size: int, context_len: int, device=None, keep: int | None = None):
+    """A ``ForwardProbe`` for a torch model; another engine's own probe when the model brings one
+    (``specnb.engine.llama_cpp.LlamaCpp.probe``: batch 1, all logits)."""
+    if hasattr(model, "probe"):
+        if batch_size != 1:
+            raise ParameterError(f"{type(model).__name__} forwards are timed at batch 1 only, got {batch_size}")
+        return model.probe(n_tokens, context_len)
+    return ForwardProbe(model, n_tokens, batch_size, context_len, device, keep)
+
+
 @dataclass
 class GridShapes:
     """One model's shapes in a forward grid: tokens per forward, and the logits each keeps (None: all)."""
@@ -138,7 +148,7 @@ def measure_forward_grids(shapes: list[GridShapes], batch_sizes=(1,), context_le
     """
     rows = []
     for b in batch_sizes:
-        probes = [(s.name, ForwardProbe(s.model, int(n), int(b), context_len, device, s.keep))
+        probes = [(s.name, make_probe(s.model, int(n), int(b), context_len, device, s.keep))
                   for s in shapes for n in s.n_tokens]
         for _ in range(warmup):
             for _, probe in probes:
@@ -148,9 +158,8 @@ def measure_forward_grids(shapes: list[GridShapes], batch_sizes=(1,), context_le
             for (_, probe), got in zip(probes, samples):
                 got.append(probe.time_ms())
         for (name, probe), got in zip(probes, samples):
-            t = probe.timing(got)
-            rows.append({"model": name, "n_tokens": t.n_tokens, "batch_size": t.batch_size,
-                         "context_len": t.context_len, "median_ms": t.median_ms,
+            rows.append({"model": name, "n_tokens": probe.n_tokens, "batch_size": probe.batch_size,
+                         "context_len": probe.context_len, "median_ms": statistics.median(got),
                          "min_ms": min(got), "max_ms": max(got), "samples_ms": got})
         del probes  # free the caches before the next batch size
     return pd.DataFrame(rows)

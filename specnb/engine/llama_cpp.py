@@ -1,0 +1,173 @@
+"""llama.cpp as a second engine, through llama-cpp-python: verifier-only decoding, its own
+speculation (prompt lookup, or a draft exported to GGUF), and the forward probe the tax split needs.
+
+Why a second engine: specnb's per-forward "hardware tax" is measured through PyTorch eager and
+transformers, so it mixes what the machine costs with what the framework costs. llama.cpp runs the
+same weights (an F32 export of the same checkpoint) with its own kernels and no Python per layer;
+the difference is the framework's share. Its Q4_1 file is what a CPU user would run instead.
+
+Every generation goes through ``Llama.generate`` at temperature 0 (llama.cpp's greedy sampler),
+where llama-cpp-python runs its ``draft_model`` speculation, so speculation and verifier-only are
+compared like with like. The binding is optional: ``missing_note`` says how to add it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+INSTALL_HINT = ("llama.cpp rows need llama-cpp-python: `pip install llama-cpp-python==0.3.36` (builds from "
+                "source with cmake and a C++ compiler, ~7 min on 2 cores) or `make setup`")
+
+
+def missing_note() -> str | None:
+    """None when llama-cpp-python imports, else one line saying how to install it."""
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception:  # ImportError, or a wheel built for another CPU failing to load its library
+        return INSTALL_HINT
+    return None
+
+
+@dataclass
+class Generated:
+    """One greedy generation: the new token ids (prompt excluded), its wall time, and how many
+    verifier forwards it took (fewer than tokens when speculation accepted drafts)."""
+
+    tokens: list[int]
+    wall_ms: float
+    verifier_forwards: int
+
+
+class LlamaCpp:
+    """One GGUF model in llama.cpp with its own KV cache, driven token by token.
+
+    ``draft``: a ``LlamaDraftModel`` (``lookup_draft``, ``GGUFDraft``) that ``generate`` consults
+    after every verification; llama-cpp-python then evaluates all logits of every forward (it must,
+    to verify the drafted tokens). ``n_batch = n_ctx`` so ``forward`` can ask for all logits of one
+    call (the verification shape) or only the last row (llama.cpp then skips the head elsewhere).
+    """
+
+    def __init__(self, path, threads: int, n_ctx: int = 1024, draft=None):
+        import llama_cpp
+
+        self.path = str(path)
+        self.llm = llama_cpp.Llama(model_path=self.path, n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
+                                   n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True, draft_model=draft, verbose=False)
+        self.draft = draft
+        self.vocab_size = self.llm.n_vocab()
+
+    @property
+    def length(self) -> int:
+        return self.llm.n_tokens
+
+    def forward(self, tokens: list[int], all_logits: bool = False) -> np.ndarray:
+        """Append ``tokens`` to the sequence; logits [len(tokens) or 1, V] (a view: copy to keep)."""
+        start = self.llm.n_tokens
+        self.llm._logits_all = all_logits  # read by Llama.eval when it builds the batch
+        self.llm.eval(tokens)
+        if all_logits:
+            return self.llm.scores[start:start + len(tokens)]
+        return np.ctypeslib.as_array(self.llm._ctx.get_logits_ith(-1), shape=(self.vocab_size,))[None]
+
+    def truncate(self, length: int) -> None:
+        """Roll the sequence back to ``length`` tokens (the next eval drops the KV slots after it)."""
+        self.llm.n_tokens = min(length, self.llm.n_tokens)
+
+    def generate(self, prompt: list[int], max_new_tokens: int, eos=()) -> Generated:
+        """Greedy generation of up to ``max_new_tokens`` after ``prompt``, prefill included in the time."""
+        eos = set(eos)
+        calls = getattr(self.draft, "calls", 0)
+        self.llm._logits_all = True if self.draft is not None else False
+        self.llm.reset()
+        out: list[int] = []
+        t0 = time.perf_counter()
+        for token in self.llm.generate(list(prompt), temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
+            out.append(int(token))
+            if len(out) >= max_new_tokens or token in eos:
+                break
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        forwards = getattr(self.draft, "calls", calls) - calls if self.draft is not None else len(out)
+        return Generated(out, wall_ms, max(forwards, 1))
+
+    def probe(self, n_tokens: int, context_len: int) -> LlamaCppProbe:
+        return LlamaCppProbe(self, n_tokens, context_len)
+
+
+class LlamaCppProbe:
+    """``specnb.measure.forward``'s probe interface for llama.cpp: one forward of ``n_tokens`` new
+    tokens with all logits (the verification shape) on a ``context_len``-token cache, rolled back
+    after. Probes of one model share its cache; each re-prefills the context only if it is gone."""
+
+    def __init__(self, model: LlamaCpp, n_tokens: int, context_len: int):
+        self.model, self.n_tokens, self.context_len, self.batch_size = model, n_tokens, context_len, 1
+        rng = np.random.default_rng(0)
+        self.context = rng.integers(0, model.vocab_size, context_len).tolist()
+        self.new = rng.integers(0, model.vocab_size, n_tokens).tolist()
+
+    def time_ms(self) -> float:
+        llm = self.model.llm
+        if llm.n_tokens < self.context_len or llm.input_ids[: self.context_len].tolist() != self.context:
+            llm.reset()
+            self.model.forward(self.context)
+        self.model.truncate(self.context_len)
+        t0 = time.perf_counter()
+        self.model.forward(self.new, all_logits=True)
+        elapsed = (time.perf_counter() - t0) * 1e3
+        self.model.truncate(self.context_len)
+        return elapsed
+
+
+def lookup_draft(gamma: int):
+    """llama-cpp-python's own prompt lookup (n-grams of up to 2 tokens), proposing up to ``gamma``."""
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    class CountedLookup(LlamaPromptLookupDecoding):
+        calls = 0
+
+        def __call__(self, input_ids, /, **kwargs):
+            self.calls += 1
+            return super().__call__(input_ids, **kwargs)
+
+    return CountedLookup(max_ngram_size=2, num_pred_tokens=gamma)
+
+
+def gguf_draft(path, gamma: int, threads: int, head_tokens=None, n_ctx: int = 1024):
+    """A draft model in GGUF as a ``LlamaDraftModel`` (llama-cpp-python ships only prompt lookup).
+
+    ``generate`` calls it with the whole sequence so far; it keeps its own KV cache, drops what the
+    verifier rejected, evaluates the missing suffix and proposes ``gamma`` tokens greedily.
+    ``head_tokens``: restrict the argmax to these ids, as specnb's trimmed draft head does (GGUF has
+    no trimmed head, so the full head is still computed).
+    """
+    from llama_cpp.llama_speculative import LlamaDraftModel
+
+    class GGUFDraft(LlamaDraftModel):
+        calls = 0
+
+        def __init__(self):
+            self.model = LlamaCpp(path, threads, n_ctx)
+            self.mask = None
+            if head_tokens is not None:
+                self.mask = np.full(self.model.vocab_size, -np.inf, dtype=np.float32)
+                self.mask[np.asarray(head_tokens)] = 0.0
+
+        def pick(self, logits: np.ndarray) -> int:
+            return int(np.argmax(logits[-1] if self.mask is None else logits[-1] + self.mask))
+
+        def __call__(self, input_ids, /, **kwargs):
+            self.calls += 1
+            ids = np.asarray(input_ids).tolist()
+            have = self.model.llm.input_ids[: self.model.length].tolist()
+            common = next((i for i, (a, b) in enumerate(zip(have, ids)) if a != b), min(len(have), len(ids)))
+            self.model.truncate(min(common, len(ids) - 1))  # always re-evaluate the last token
+            token = self.pick(self.model.forward(ids[self.model.length:]))
+            out = [token]
+            for _ in range(gamma - 1):
+                token = self.pick(self.model.forward([token]))
+                out.append(token)
+            return np.array(out, dtype=np.intc)
+
+    return GGUFDraft()

@@ -1,0 +1,383 @@
+"""Speculate, or do something else? Every alternative measured the same way on the same prompts.
+
+Why: the evaluation paper behind our second reference finds that "simple techniques like
+continuous batching or quantization often provide comparable or better speedups without the
+complexity". A user deciding whether to deploy speculation needs its speedup *next to* theirs,
+measured the same way — and, for the lossy ones, what they cost in output. A ``Method`` is one way
+to answer a prompt (an engine, a precision, with or without speculation); ``run_methods`` runs
+them interleaved prompt by prompt, in an order rotated for every prompt, exactly as
+``specnb.measure.runs`` interleaves speculative candidates, and ``summarise_methods`` reports tok/s,
+speedup over the fp32 eager verifier with a bootstrap CI over prompts, tokens per verifier forward
+and fidelity against the fp32 verifier's greedy tokens (``specnb.measure.fidelity``).
+
+Two more questions live here because they need the same engines:
+
+- **The tax, split** (``tax_split``): notebook 02's fit t = t0 + k·n of forward time against tokens
+  per forward, per engine and precision, next to the memory-bandwidth floor
+  (``specnb.measure.bandwidth``): the same model and tokens through PyTorch eager, oneDNN and
+  llama.cpp separates what the framework costs from what the machine costs.
+- **Batching** (``measure_batching``): throughput and per-prompt latency of the verifier alone at
+  several batch sizes — the alternative that also amortises each weight read over several tokens.
+
+What was measured on a machine is kept (``save_measured``) so ``specnb predict`` and notebook 06 can
+end their verdict with it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import pandas as pd
+
+from specnb.core.devices import describe_machine
+from specnb.core.errors import ParameterError
+from specnb.engine.llama_cpp import Generated
+from specnb.measure.fidelity import fidelity
+from specnb.measure.forward import fit_line, measure_forward_grids
+from specnb.measure.runs import bootstrap_speedup, paired_speedup
+
+BASELINE_METHOD = "verifier-only · PyTorch eager · fp32"
+
+
+@dataclass
+class Method:
+    """One way to answer a prompt. ``run(prompt_ids, max_new_tokens)`` returns a ``Generated``
+    (greedy, prefill included in its wall time). ``lossless``: the output is the fp32 verifier's
+    by construction (speculation, or the same math on other kernels); the measured fidelity must
+    then say identical, which the table checks rather than assumes."""
+
+    name: str
+    engine: str  # "PyTorch eager", "PyTorch oneDNN", "llama.cpp"
+    precision: str  # "fp32", "bf16", "int8", "F32", "Q4_1"
+    speculation: str  # "" (none), or what drafts: "prompt-lookup γ=4"
+    lossless: bool
+    run: Callable[[list[int], int], Generated]
+    model: object = None  # the verifier it runs (a torch model or a ``LlamaCpp``), for the tax split
+
+
+def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *, draft=None, draft_name: str = "",
+                 gamma: int = 4, tree=None, vocab_size: int | None = None, lossless: bool = True) -> Method:
+    """A method that runs specnb's own ``generate`` (batch 1) on ``model``, speculative with ``draft``."""
+    import torch
+
+    from specnb.engine.generate import generate
+
+    def run(prompt: list[int], max_new_tokens: int) -> Generated:
+        result = generate(model, torch.tensor([prompt]), draft=draft, gamma=gamma, max_new_tokens=max_new_tokens,
+                          eos_token_id=eos_token_id, vocab_size=vocab_size, tree=tree)
+        return Generated(result.tokens[0], result.wall_ms, result.verifier_forwards)
+
+    shape = "tree=" + "x".join(map(str, tree)) if tree else f"γ={gamma}"
+    return Method(name, engine, precision, f"{draft_name} {shape}" if draft is not None else "", lossless, run, model)
+
+
+def llama_cpp_method(name: str, model, precision: str, speculation: str = "", lossless: bool = False,
+                     eos=()) -> Method:
+    """A method that runs a ``specnb.engine.llama_cpp.LlamaCpp`` model (with its draft, if it has one)."""
+    return Method(name, "llama.cpp", precision, speculation, lossless,
+                  lambda prompt, max_new_tokens: model.generate(prompt, max_new_tokens, eos), model)
+
+
+def add_compiled(methods: list[Method], pair) -> str:
+    """Append the fp32 verifier with its forward under ``torch.compile`` (dynamic shapes: one graph for
+    every cache length), compiled now on a short generation; returns the note that reports the
+    compile time (kept out of the tok/s) or why it could not compile."""
+    import copy
+    import time
+
+    import torch
+
+    model = copy.deepcopy(pair.verifier)
+    model.forward = torch.compile(model.forward, dynamic=True)
+    method = torch_method("verifier-only · PyTorch compiled · fp32", "PyTorch compiled", "fp32", model,
+                          pair.tokenizer.eos_token_id)
+    t0 = time.perf_counter()
+    try:
+        method.run([1, 2, 3, 4], 4)
+        method.run([1, 2, 3, 4, 5, 6], 4)  # a second length: the dynamic graph must not recompile per length
+    except Exception as err:  # inductor needs a C++ toolchain; dynamo refuses some models
+        return f"could not compile the verifier: {str(err).splitlines()[0][:160]}"
+    methods.append(method)
+    return f"compiled in {time.perf_counter() - t0:.0f} s (not counted in its tok/s)"
+
+
+def tax_engines(methods: list[Method]) -> list[Engine]:
+    """The verifiers of the verifier-only methods other than the baseline, as tax-split engines."""
+    from specnb.engine.llama_cpp import LlamaCpp
+    from specnb.measure.bandwidth import step_bytes
+    from specnb.models.gguf import gguf_bytes
+
+    engines = []
+    for m in methods:
+        if m.speculation or m.name == BASELINE_METHOD or m.model is None:
+            continue
+        size = gguf_bytes(m.model.path) if isinstance(m.model, LlamaCpp) else step_bytes(m.model)
+        engines.append(Engine(f"{m.engine} · {m.precision}", m.model, size))
+    return engines
+
+
+@dataclass
+class Speculation:
+    """A speculative configuration to put in the table: a draft name and γ, or a static tree."""
+
+    draft: str
+    gamma: int = 4
+    tree: tuple[int, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.draft} " + ("tree=" + "x".join(map(str, self.tree)) if self.tree else f"γ={self.gamma}")
+
+
+LLAMA_PRECISIONS = {"q4_1": "Q4_1", "f32": "F32", "f16": "F16"}
+
+
+def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisions=("int8", "bf16"),
+                  kernels=("onednn",), llama=("q4_1", "f32"), llama_draft: str | None = None,
+                  threads: int | None = None, n_ctx: int = 1024) -> tuple[list[Method], list[str]]:
+    """The methods of notebook 07, baseline first, and one-line notes on what had to be left out.
+
+    - each ``speculation`` on the eager fp32 verifier (``drafts``: the loaded draft objects);
+    - the verifier on other ``kernels`` and at lower ``precisions``, alone and combined with the
+      first speculation (the one the reader cares most about: the predictor's pick);
+    - llama.cpp at each of ``llama``'s precisions, alone, with its own prompt lookup, and at Q4_1
+      with ``llama_draft`` (a distilled draft exported to GGUF) when one is named.
+    """
+    import copy
+
+    import torch
+
+    from specnb.engine import llama_cpp
+    from specnb.models.kernels import use_kernels
+    from specnb.models.precision import with_precision
+
+    eos = pair.tokenizer.eos_token_id
+    notes: list[str] = []
+
+    def spec(name, engine, precision, model, s: Speculation, lossless=True) -> Method:
+        return torch_method(f"{s.label} · {name}", engine, precision, model, eos, draft=drafts[s.draft],
+                            draft_name=s.draft, gamma=s.gamma, tree=s.tree, vocab_size=pair.vocab_size,
+                            lossless=lossless)
+
+    methods = [torch_method(BASELINE_METHOD, "PyTorch eager", "fp32", pair.verifier, eos)]
+    methods += [spec("PyTorch eager · fp32", "PyTorch eager", "fp32", pair.verifier, s) for s in speculation]
+    first = speculation[:1]
+    for kind in kernels:
+        model = use_kernels(copy.deepcopy(pair.verifier), kind)
+        engine = f"PyTorch {kind}"
+        methods.append(torch_method(f"verifier-only · {engine} · fp32", engine, "fp32", model, eos))
+        methods += [spec(f"{engine} · fp32", engine, "fp32", model, s) for s in first]
+    for precision in precisions:
+        model = with_precision(pair.verifier, precision)
+        methods.append(torch_method(f"verifier-only · PyTorch eager · {precision}", "PyTorch eager", precision,
+                                    model, eos, lossless=False))
+        methods += [spec(f"PyTorch eager · {precision}", "PyTorch eager", precision, model, s, lossless=False)
+                    for s in first if precision == "int8"]
+    missing = llama_cpp.missing_note()
+    if llama and missing:
+        notes.append(missing)
+    elif llama:
+        methods += llama_methods(pair, llama, [s.gamma for s in speculation if s.draft == "prompt-lookup"][:1] or [4],
+                                 llama_draft, threads or torch.get_num_threads(), n_ctx, notes)
+    return methods, notes
+
+
+def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_ctx: int, notes: list) -> list[Method]:
+    """llama.cpp rows on the embedded models' GGUF files (see ``build_methods``)."""
+    from specnb.engine.llama_cpp import LlamaCpp, gguf_draft, lookup_draft
+    from specnb.models.gguf import embedded_gguf
+    from specnb.models.registry import EMBEDDED_VERIFIER
+    from specnb.models.trimmed_head import read_head_tokens
+
+    if pair.verifier_name != EMBEDDED_VERIFIER:
+        notes.append(f"llama.cpp rows need a GGUF of {pair.verifier_name}; specnb exports only the embedded "
+                     "models (convert yours with llama.cpp's convert_hf_to_gguf.py)")
+        return []
+    eos = [pair.tokenizer.eos_token_id]
+    methods = []
+    for key in precisions:
+        label = LLAMA_PRECISIONS[key]
+        path = embedded_gguf(EMBEDDED_VERIFIER, key)
+        lossless = key == "f32"  # same fp32 weights and math; Q4_1 also quantizes activations to 8 bits
+        methods.append(llama_cpp_method(f"verifier-only · llama.cpp · {label}", LlamaCpp(path, threads, n_ctx),
+                                        label, lossless=lossless, eos=eos))
+        for g in lookup_gammas:
+            model = LlamaCpp(path, threads, n_ctx, draft=lookup_draft(g))
+            methods.append(llama_cpp_method(f"prompt-lookup γ={g} · llama.cpp · {label}", model, label,
+                                            f"prompt-lookup γ={g}", lossless, eos))
+        if llama_draft and key == "q4_1":
+            draft_path = embedded_gguf(llama_draft, "q4_1")
+            from specnb.models.embedded import embedded_draft_path
+
+            head = read_head_tokens(embedded_draft_path(llama_draft))
+            g = lookup_gammas[0]
+            model = LlamaCpp(path, threads, n_ctx, draft=gguf_draft(draft_path, g, threads, head, n_ctx))
+            methods.append(llama_cpp_method(f"{llama_draft} γ={g} · llama.cpp · {label}", model, label,
+                                            f"{llama_draft} γ={g}", lossless, eos))
+    return methods
+
+
+def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[list[int]], *, repeats: int = 1,
+                max_new_tokens: int = 48, progress: bool = True, warmup: bool = True) -> pd.DataFrame:
+    """One record per (repeat, prompt, method): new tokens, wall ms, verifier forwards and the tokens.
+
+    The methods run interleaved per prompt, their order rotated from prompt to prompt, so a slow
+    spell of the machine lands on all of them alike. ``warmup`` first runs each on a few tokens so
+    one-time costs (allocator growth, kernel selection, llama.cpp's first graph) land on no one.
+    The garbage collector is paused during each run, as ``timeit`` does.
+    """
+    from tqdm.auto import tqdm
+
+    if not methods or methods[0].name != BASELINE_METHOD:
+        raise ParameterError(f"the first method must be the baseline {BASELINE_METHOD!r}")
+    if len({m.name for m in methods}) != len(methods):
+        raise ParameterError("method names must be unique")
+    if warmup:
+        for method in methods:
+            method.run(prompt_ids[0], 4)
+    records = []
+    with tqdm(total=repeats * len(prompt_ids) * len(methods), desc="alternatives", unit="run",
+              disable=not progress) as bar:
+        for repeat in range(repeats):
+            for i, (row, ids) in enumerate(zip(prompts.itertuples(index=False), prompt_ids)):
+                shift = (repeat * len(prompt_ids) + i) % len(methods)
+                for method in methods[shift:] + methods[:shift]:
+                    collecting = gc.isenabled()
+                    gc.disable()
+                    try:
+                        out = method.run(ids, max_new_tokens)
+                    finally:
+                        if collecting:
+                            gc.enable()
+                    records.append({"method": method.name, "repeat": repeat, "prompt_ids": str(row.id),
+                                    "category": row.category, "prompt_tokens": len(ids),
+                                    "new_tokens": len(out.tokens), "wall_ms": out.wall_ms,
+                                    "verifier_forwards": out.verifier_forwards, "tokens": list(out.tokens)})
+                    bar.update()
+    return pd.DataFrame.from_records(records)
+
+
+def summarise_methods(records: pd.DataFrame, methods: list[Method], n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per method: tok/s, speedup over the baseline with a 95% bootstrap CI over prompts, tokens per
+    verifier forward, and fidelity to the baseline's greedy tokens (prompts identical, prefix share,
+    median first divergence)."""
+    rng = np.random.default_rng(seed)
+    keys = ["repeat", "prompt_ids"]
+    base = records[records["method"] == BASELINE_METHOD]
+    rows = []
+    for method in methods:
+        group = records[records["method"] == method.name]
+        if group.empty:
+            continue
+        paired = group.merge(base, on=keys, suffixes=("", "_base"))
+        totals = paired[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum().to_numpy()
+        lo, hi = bootstrap_speedup(paired, paired["prompt_ids"].unique(), rng, n_boot)
+        agree = fidelity(list(zip(paired["tokens_base"], paired["tokens"])))
+        rows.append({
+            "method": method.name, "engine": method.engine, "precision": method.precision,
+            "speculation": method.speculation, "lossless": method.lossless,
+            "tok_s": group["new_tokens"].sum() / group["wall_ms"].sum() * 1e3,
+            "speedup": float(paired_speedup(totals)), "speedup_lo": lo, "speedup_hi": hi,
+            "tokens_per_forward": group["new_tokens"].sum() / group["verifier_forwards"].sum(),
+            "identical_prompts": agree.identical, "prompts": agree.prompts, "prefix_share": agree.prefix_share,
+            "median_first_divergence": agree.median_first_divergence,
+        })
+    return pd.DataFrame(rows)
+
+
+def measure_batching(pair, prompts: pd.DataFrame, batch_sizes=(1, 4, 8), *, max_new_tokens: int = 48,
+                     progress: bool = True) -> pd.DataFrame:
+    """Verifier-only at each batch size on the same prompts: throughput (generated tokens ÷ summed
+    wall time), the latency every prompt of a batch waits for (the batch's wall time), and that
+    latency per generated token of a prompt. Rows that finish early keep being computed: the waste
+    is part of the price."""
+    from specnb.measure.runs import BASELINE, make_candidates, run_interleaved
+
+    candidates = make_candidates({}, [])
+    rows = []
+    for b in batch_sizes:
+        records = run_interleaved(pair, prompts, candidates, batch_size=int(b), max_new_tokens=max_new_tokens,
+                                  progress=progress).query(f"batch_size == {int(b)} and candidate == '{BASELINE}'")
+        if records.empty:
+            raise ParameterError(f"batch size {b} needs at least {b} prompts, got {len(prompts)}")
+        tokens_per_row = records["new_tokens"] / records["batch_size"]
+        rows.append({"batch_size": int(b), "batches": len(records),
+                     "throughput_tok_s": records["new_tokens"].sum() / records["wall_ms"].sum() * 1e3,
+                     "latency_ms": float(records["wall_ms"].median()),
+                     "latency_ms_per_token": float((records["wall_ms"] / tokens_per_row).median())})
+    table = pd.DataFrame(rows)
+    table["throughput_x"] = table["throughput_tok_s"] / table["throughput_tok_s"].iloc[0]
+    table["latency_x"] = table["latency_ms"] / table["latency_ms"].iloc[0]
+    return table
+
+
+@dataclass
+class Engine:
+    """A verifier forward to time for the tax split: a torch model or a llama.cpp model, and the
+    bytes one of its decoding steps streams."""
+
+    name: str
+    model: object
+    step_bytes: int
+
+
+def tax_split(engines: list[Engine], bandwidth, n_tokens=(1, 2, 4, 8), context_len: int = 128,
+              repeats: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Forward time against tokens per forward for every engine, all logits kept (the verification
+    shape), interleaved; and per engine the fit t = t0 + k·n, t(2)/t(1), the bytes a step streams
+    and the memory-bandwidth floor in tok/s. Returns (grid, fits)."""
+    from specnb.measure.forward import GridShapes
+
+    grid = measure_forward_grids([GridShapes(e.name, e.model, tuple(n_tokens)) for e in engines],
+                                 context_len=context_len, repeats=repeats)
+    rows = []
+    for engine in engines:
+        points = grid[grid["model"] == engine.name].sort_values("n_tokens")
+        t0, k, r2 = fit_line(points["n_tokens"], points["median_ms"])
+        t = points.set_index("n_tokens")["median_ms"]
+        rows.append({"engine": engine.name, "t1_ms": float(t.iloc[0]),
+                     "t2_over_t1": float(t.get(2, np.nan) / t.iloc[0]), "t0_ms": t0, "ms_per_token": k, "r2": r2,
+                     "step_mb": engine.step_bytes / 1e6, "floor_tok_s": bandwidth.floor_tok_s(engine.step_bytes),
+                     "floor_ms": engine.step_bytes / (bandwidth.matvec_gbs * 1e9) * 1e3})
+    return grid, pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- kept for predict and notebook 06
+
+def measured_path(verifier: str):
+    from specnb.models.cache import cache_dir
+
+    return cache_dir() / "alternatives" / f"{verifier.replace('/', '--')}.json"
+
+
+def machine_key() -> dict:
+    machine = describe_machine()
+    return {k: machine[k] for k in ("cpu", "cpu_count", "torch_threads", "gpu")}
+
+
+def save_measured(verifier: str, summary: pd.DataFrame, max_new_tokens: int) -> None:
+    """Keep this machine's alternatives table for ``specnb predict`` and notebook 06."""
+    path = measured_path(verifier)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = json.loads(summary.to_json(orient="records"))
+    path.write_text(json.dumps({"verifier": verifier, "machine": machine_key(), "max_new_tokens": max_new_tokens,
+                                "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                "rows": rows}, indent=1))
+
+
+def load_measured(verifier: str) -> dict | None:
+    """The alternatives last measured for ``verifier`` on this machine (same CPU, cores, threads), or None."""
+    try:
+        data = json.loads(measured_path(verifier).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if data.get("machine") == machine_key() else None
+
+
+def as_dicts(methods: list[Method]) -> list[dict]:
+    return [{k: v for k, v in asdict(m).items() if k != "run"} for m in methods]
