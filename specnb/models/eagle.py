@@ -64,6 +64,8 @@ class EagleConfig:
     out_norm: bool = True  # RMSNorm on the layer output (init: the verifier's final norm)
     input_norm: bool = True  # keep the decoder layer's input_layernorm (EAGLE-1 drops it)
     init_layer: int = -1  # verifier layer the decoder layer was initialised from (metadata)
+    lookup_ngram: int = 0  # >0: also read the prompt-lookup match of each input token (n-gram <= this)
+    copy_bias: bool = False  # a learned logit bonus on that match's token (a pointer; needs lookup_ngram)
 
     @classmethod
     def from_verifier(cls, config, **kw) -> EagleConfig:
@@ -111,7 +113,18 @@ class EagleDraft(nn.Module):
         self.config = config
         d = config.hidden_size
         lcfg = config.llama_config()
-        self.fc = nn.Linear(2 * d, d, bias=True)  # [f ; e] (2d) -> d
+        self.fc = nn.Linear((3 if config.lookup_ngram else 2) * d, d, bias=True)  # [f ; e (; e(match))] -> d
+        if config.lookup_ngram:
+            self.match_embed = nn.Embedding(config.lookup_ngram + 1, d)  # by match length 0..n, added after fc
+            nn.init.zeros_(self.match_embed.weight)
+        if config.copy_bias:
+            if not config.lookup_ngram:
+                raise ValueError("copy_bias needs lookup_ngram > 0")
+            self.copy_gate = nn.Linear(d, 1)  # bonus = softplus(copy_gate(f^) + copy_len[n])
+            nn.init.zeros_(self.copy_gate.weight)
+            nn.init.constant_(self.copy_gate.bias, -2.0)
+            self.copy_len = nn.Embedding(config.lookup_ngram + 1, 1)
+            nn.init.zeros_(self.copy_len.weight)
         self.layer = LlamaDecoderLayer(lcfg, layer_idx=0)
         if not config.input_norm:
             self.layer.input_layernorm = nn.Identity()
@@ -154,19 +167,31 @@ class EagleDraft(nn.Module):
     # ------------------------------------------------------------------ forward
     def forward(self, features: torch.Tensor, input_ids: torch.Tensor, cache=None,
                 position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                embeds: torch.Tensor | None = None) -> torch.Tensor:
+                embeds: torch.Tensor | None = None,
+                lookup: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Predicted next features [B, T, d].
 
         features [B, T, d]: f_t (true or predicted); input_ids [B, T]: x_{t+1} (the token after t);
         cache: a ``transformers.DynamicCache`` (appended to) or None; position_ids [B, T] (default:
         past .. past+T-1); attention_mask: None (causal), [B, past+T] key mask (0 = hole/pad), or a
         ready boolean/additive mask [B, 1, T, past+T] used as is. ``embeds`` [B, T, d] may replace
-        the embedding lookup.
+        the embedding lookup. ``lookup`` (needed when ``config.lookup_ngram``): the prompt-lookup
+        match of each input token x_{t+1} given the context up to it, as (candidate ids [B, T] (-1: none),
+        match lengths [B, T]) from ``specnb.models.lookup.next_match`` / ``all_matches``.
         """
         batch, width, _ = features.shape
         if embeds is None:
             embeds = nn.functional.embedding(input_ids, self.embed_weight)  # [B, T, d]
-        x = self.fc(torch.cat([features.to(embeds.dtype), embeds], dim=-1))  # [B, T, d]
+        parts = [features.to(embeds.dtype), embeds]
+        if self.config.lookup_ngram:
+            if lookup is None:
+                raise ValueError("this draft also reads the prompt-lookup match: pass lookup=(candidates, lengths)")
+            candidates, lengths = lookup
+            matched = nn.functional.embedding(candidates.clamp_min(0), self.embed_weight)  # [B, T, d]
+            parts.append(matched.to(embeds.dtype) * (candidates >= 0)[..., None])
+        x = self.fc(torch.cat(parts, dim=-1))  # [B, T, d]
+        if self.config.lookup_ngram:
+            x = x + self.match_embed(lookup[1].clamp(0, self.config.lookup_ngram))
         past = cache.get_seq_length() if cache is not None else 0
         if position_ids is None:
             position_ids = torch.arange(past, past + width, device=x.device)[None].expand(batch, -1)  # [B, T]
@@ -184,29 +209,50 @@ class EagleDraft(nn.Module):
         """Random features for ``input_ids`` [B, T] (a forward's cost does not depend on their values),
         for timing probes (``specnb.measure.forward.ForwardProbe``)."""
         features = torch.randn(*input_ids.shape, self.config.hidden_size, generator=generator)
-        return {"features": features.to(input_ids.device, self.fc.weight.dtype), "input_ids": input_ids}
+        inputs = {"features": features.to(input_ids.device, self.fc.weight.dtype), "input_ids": input_ids}
+        if self.config.lookup_ngram:
+            inputs["lookup"] = (input_ids, torch.ones_like(input_ids))
+        return inputs
 
-    def logits(self, features: torch.Tensor) -> torch.Tensor:
-        """Head logits [..., N] (trimmed: column i is token ``head_ids[i]``) or [..., V] (full head)."""
-        return features @ self.head_weight.T
+    def logits(self, features: torch.Tensor, lookup: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Head logits [..., N] (trimmed: column i is token ``head_ids[i]``) or [..., V] (full head).
 
-    def tokens(self, features: torch.Tensor) -> torch.Tensor:
+        With ``config.copy_bias``, ``lookup`` is the match that was fed with the input token at that
+        position (see ``forward``): its candidate guesses the token these logits predict, and gets a
+        learned bonus, a pointer to the context (See et al. 2017, "Get To The Point").
+        """
+        logits = features @ self.head_weight.T
+        if self.config.copy_bias and lookup is not None:
+            candidates, lengths = lookup
+            column = self.to_head_index(candidates.clamp_min(0))
+            usable = (candidates >= 0) & (column >= 0)
+            bonus = nn.functional.softplus(self.copy_gate(features)[..., 0]
+                                           + self.copy_len(lengths.clamp(0, self.config.lookup_ngram))[..., 0])
+            bonus = (bonus * usable)[..., None].to(logits.dtype)  # [..., 1]
+            logits = logits.scatter_add(-1, column.clamp_min(0)[..., None], bonus)
+        return logits
+
+    def tokens(self, features: torch.Tensor, lookup=None) -> torch.Tensor:
         """Greedy token ids in the full vocabulary [...]."""
-        idx = self.logits(features).argmax(-1)
+        idx = self.logits(features, lookup).argmax(-1)
         return idx if self.head_ids is None else self.head_ids[idx]
 
     def to_head_index(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Token ids -> column in the (trimmed) head, -1 where the head cannot propose the token."""
         if self.head_ids is None:
             return token_ids
-        lookup = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=token_ids.device)
-        lookup[self.head_ids] = torch.arange(len(self.head_ids), device=token_ids.device)
-        return lookup[token_ids]
+        table = getattr(self, "_head_index", None)
+        if table is None or table.device != token_ids.device:
+            table = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=token_ids.device)
+            table[self.head_ids] = torch.arange(len(self.head_ids), device=token_ids.device)
+            self._head_index = table
+        return table[token_ids]
 
     @torch.inference_mode()
     def draft(self, features: torch.Tensor, input_ids: torch.Tensor, gamma: int, cache=None,
               position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Chain-draft ``gamma`` tokens [B, gamma] after catching up on (features, input_ids) [B, T].
+        """Chain-draft ``gamma`` tokens [B, gamma] after catching up on (features, input_ids) [B, T]
+        (a draft without ``lookup_ngram``: the decoding loop's ``EagleDrafter`` drafts every kind).
 
         The last column of the chunk is the newest verified position j with the bonus token
         x_{j+1}; the cache is left holding the chunk plus gamma-1 drafted positions (crop it

@@ -155,14 +155,14 @@ def load_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 def write_published(draft, folder, bias: bool = True) -> Path:
     """Save an ``EagleDraft`` in the published EAGLE-1 layout (``config.json`` + ``model.safetensors``),
-    which has no place for an input or output norm, nor for a trimmed head."""
+    which has no place for an input or output norm, a trimmed head or a prompt-lookup input."""
     from safetensors.torch import save_file
 
     config = draft.config
-    if config.input_norm or config.out_norm or config.head_tokens:
-        raise ParameterError("the EAGLE-1 layout has no input norm, no output norm and the full head; this draft "
-                             f"has input_norm={config.input_norm}, out_norm={config.out_norm}, "
-                             f"head_tokens={config.head_tokens}")
+    if config.input_norm or config.out_norm or config.head_tokens or config.lookup_ngram:
+        raise ParameterError("the EAGLE-1 layout has no input norm, no output norm, no lookup input and the full "
+                             f"head; this draft has input_norm={config.input_norm}, out_norm={config.out_norm}, "
+                             f"head_tokens={config.head_tokens}, lookup_ngram={config.lookup_ngram}")
     d, state = config.hidden_size, draft.state_dict()
     fc = state["fc.weight"]  # [d, 2d] reading [feature ; embedding]
     tensors = {"fc.weight": torch.cat([fc[:, d:], fc[:, :d]], 1).contiguous()}

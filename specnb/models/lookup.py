@@ -50,3 +50,35 @@ class PromptLookup:
                 if tokens[start:start + n] == ngram:
                     return tokens[start + n:start + n + gamma]
         return []
+
+
+def next_match(tokens: list[int], max_ngram: int = 3) -> tuple[int, int]:
+    """The token ``PromptLookup(max_ngram).propose(tokens, 1)`` would propose and the matched n-gram's
+    length: (token, n), or (-1, 0) when the trailing n-grams never occurred before.
+
+    An EAGLE draft with ``lookup_ngram`` reads this signal as an input at every position it drafts.
+    """
+    length = len(tokens)
+    for n in range(min(max_ngram, length - 1), 0, -1):
+        ngram = tokens[length - n:]
+        for start in range(length - n - 1, -1, -1):
+            if tokens[start:start + n] == ngram:
+                return tokens[start + n], n
+    return -1, 0
+
+
+def all_matches(ids: list[int], max_ngram: int = 3) -> tuple[list[int], list[int]]:
+    """``next_match(ids[:p + 1])`` for every position p in one pass (dicts of the latest occurrence of
+    each n-gram): the candidates [L] (-1: none) and match lengths [L], for training on whole sequences."""
+    candidates, lengths = [-1] * len(ids), [0] * len(ids)
+    latest: list[dict] = [{} for _ in range(max_ngram + 1)]  # n -> n-gram -> position after its latest occurrence
+    for p in range(len(ids)):
+        for n in range(1, max_ngram + 1):  # n-grams ending at p - 1, whose continuation ids[p] is known
+            if p - n >= 0:
+                latest[n][tuple(ids[p - n:p])] = p
+        for n in range(max_ngram, 0, -1):
+            q = latest[n].get(tuple(ids[p - n + 1:p + 1])) if p - n + 1 >= 0 else None
+            if q is not None:
+                candidates[p], lengths[p] = ids[q], n
+                break
+    return candidates, lengths
