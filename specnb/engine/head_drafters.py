@@ -12,6 +12,11 @@ EAGLE's input at position p is (f_p, x_{p+1}): the verifier's feature there and 
 its output is the predicted feature at p + 1, scored by the verifier's frozen lm_head. Its cache
 holds entries computed from *true* features only: what it drafted from its own predictions is
 cropped after every step and replaced by the verified features (as EAGLE does).
+
+An EAGLE draft with ``lookup_ngram`` also reads, with each input token, the prompt-lookup match of
+the context up to that token (``specnb.models.lookup``): the row's real text for verified tokens,
+plus the chain or tree path for drafted ones; the logits at a position use the match fed there.
+A ``MatchIndex`` per row keeps that O(n) per token; a draft without it does no such work.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from specnb.engine.kvcache import SlotCache
 from specnb.engine.sampling import logits_to_probs, sample
 from specnb.engine.state import DecodeState, Proposal, Step
 from specnb.engine.trees import TreeShape
+from specnb.models.lookup import MatchIndex, all_matches
 
 
 def pick_from_head(small: torch.Tensor, head_ids: torch.Tensor | None, vocab: int, sampling, generator):
@@ -51,6 +57,17 @@ def left_pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+def pad_matches(rows: list[list[tuple[int, int]]], width: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row matches [(candidate, length)] left padded with (-1, 0) -> (candidates, lengths) [B, width]."""
+    table = torch.tensor([[(-1, 0)] * (width - len(r)) + r for r in rows], dtype=torch.long, device=device)
+    return table[..., 0], table[..., 1]
+
+
+def column(lookup, i):
+    """Column ``i`` of a (candidates, lengths) pair [B, T] -> [B] each; None stays None."""
+    return None if lookup is None else (lookup[0][:, i], lookup[1][:, i])
+
+
 class EagleDrafter:
     """An EAGLE draft (``specnb.models.eagle.EagleDraft``) drafting with its own slot cache."""
 
@@ -66,6 +83,10 @@ class EagleDrafter:
         self.slots: SlotCache | None = None
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # per row: (features [n, d], tokens [n])
         self.fed: tuple[int, int] | None = None  # (catch-up width, slots drafted after it) this step
+        self.ngram = eagle.config.lookup_ngram  # 0: the draft reads no prompt-lookup match
+        self.index: list[MatchIndex] = []  # per row: every true token fed or pending
+        self.pending_matches: list[list[tuple[int, int]]] = []  # per row: the match of each pending token
+        self.last_lookup: tuple[torch.Tensor, torch.Tensor] | None = None  # [B] each: the newest fed token's
 
     def begin(self, state, input_ids, attention_mask) -> int:
         """Feed the prompt pairs (f_p, x_{p+1}) but the last; that one (f_{S-1}, the first generated
@@ -73,13 +94,19 @@ class EagleDrafter:
         self.slots = SlotCache(self.eagle.config.llama_config())
         feats = state.features  # [B, S, d]
         mask = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        lookup = None
+        if self.ngram:
+            self.index = [MatchIndex(self.ngram) for _ in state.contexts]
+            prompt = [ix.extend(ctx)[1:] for ix, ctx in zip(self.index, state.contexts)]  # pairs' tokens x_1..
+            lookup = pad_matches(prompt, input_ids.shape[1] - 1, input_ids.device)  # [B, S-1] each
+            self.pending_matches = [[ix.append(t)] for ix, t in zip(self.index, state.last.tolist())]
         if input_ids.shape[1] > 1:
             chunk_mask = mask[:, :-1]  # [B, S-1]
             positions = (chunk_mask.long().cumsum(1) - 1).clamp_min(0)
             keys = self.slots.append(input_ids.shape[0], input_ids.shape[1] - 1,
                                      None if bool(chunk_mask.all()) else chunk_mask, input_ids.device)
             self.eagle(feats[:, :-1], input_ids[:, 1:], cache=self.slots.cache, position_ids=positions,
-                       attention_mask=keys)
+                       attention_mask=keys, lookup=lookup)
         self.pending = [(feats[i, -1:], state.last[i:i + 1]) for i in range(len(feats))]
         return 1
 
@@ -96,7 +123,10 @@ class EagleDrafter:
             chunk_mask = torch.tensor([[0] * (width - n) + [1] * n for n in real], dtype=torch.bool, device=device)
         positions = (state.seq_len[:, None] - 1 - width + torch.arange(width, device=device)).clamp_min(0)  # [B, w]
         keys = self.slots.append(len(real), width, chunk_mask, device)
-        out = self.eagle(feats, ids, cache=self.slots.cache, position_ids=positions, attention_mask=keys)
+        lookup = pad_matches(self.pending_matches, width, device) if self.ngram else None  # [B, w] each
+        out = self.eagle(feats, ids, cache=self.slots.cache, position_ids=positions, attention_mask=keys,
+                         lookup=lookup)
+        self.last_lookup = column(lookup, -1)
         self.fed = (width, 0)
         return out[:, -1:]  # [B, 1, d]
 
@@ -105,18 +135,29 @@ class EagleDrafter:
         if tree is not None:
             return self.propose_tree(state, h, tree.cut(k))
         head_ids, tokens, probs = self.eagle.head_ids, [], []
+        lookup, chains = self.last_lookup, [[] for _ in self.index]  # the match fed with h's token [B] each
         for j in range(k):
-            tok, prob = pick_from_head(self.eagle.logits(h[:, -1]), head_ids, state.vocab, state.sampling,
+            tok, prob = pick_from_head(self.eagle.logits(h[:, -1], lookup), head_ids, state.vocab, state.sampling,
                                        state.generator)
             tokens.append(tok)
             probs.append(prob)
             if j + 1 < k:  # the next position, from the draft's own predicted feature
+                if self.ngram:
+                    lookup = self.peek(chains, tok.tolist(), tok.device)
                 keys = self.slots.append(len(tok), 1, None, tok.device)
                 h = self.eagle(h, tok[:, None], cache=self.slots.cache, position_ids=(state.seq_len - 1 + j)[:, None],
-                               attention_mask=keys)
+                               attention_mask=keys, lookup=None if lookup is None else (lookup[0][:, None],
+                                                                                        lookup[1][:, None]))
         self.fed = (self.fed[0], k - 1)
         q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, k, V]
         return Proposal(torch.stack(tokens, 1), q, torch.full_like(state.seq_len, k), k)
+
+    def peek(self, chains: list[list[int]], drafted: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Extend each row's chain by its drafted token; the match of row text + chain, [B] each."""
+        for chain, tok in zip(chains, drafted):
+            chain.append(tok)
+        table = torch.tensor([ix.peek(c) for ix, c in zip(self.index, chains)], dtype=torch.long, device=device)
+        return table[:, 0], table[:, 1]
 
     def propose_tree(self, state, h_root: torch.Tensor, shape: TreeShape) -> Proposal:
         """Greedy static tree: the top-b tokens of each node's predicted feature, one draft forward per
@@ -126,17 +167,24 @@ class EagleDrafter:
         tokens = torch.zeros(batch, shape.size, dtype=torch.long, device=device)
         slot_of: dict[int, int] = {}  # chunk index of a node -> its slot (nodes whose children are drafted)
         feats = {0: h_root[:, 0]}  # chunk index -> predicted feature at its position [B, d]
+        lookups = {0: self.last_lookup}  # chunk index -> the match fed with its token [B] each (lookup drafts)
+        paths = {0: [[] for _ in range(batch)]}  # chunk index -> per row its tokens after the root
         forwards = 1
         for depth, level in enumerate(shape.levels):
             parents = sorted({shape.parents[c - 1] for c in level})
             for parent in parents:
                 kids = [c for c in level if shape.parents[c - 1] == parent]
-                tokens[:, [c - 1 for c in kids]] = top_from_head(self.eagle.logits(feats[parent]), head_ids, len(kids))
+                tokens[:, [c - 1 for c in kids]] = top_from_head(self.eagle.logits(feats[parent], lookups.get(parent)),
+                                                                 head_ids, len(kids))
             if depth + 1 == shape.depth:
                 break
             # one slot per node of this level: input (parent's predicted feature, the node's token)
             parent_feats = torch.stack([feats[shape.parents[c - 1]] for c in level], 1)  # [B, n, d]
             ids = tokens[:, [c - 1 for c in level]]  # [B, n]
+            lookup = None
+            if self.ngram:
+                lookup = self.tree_matches(shape, level, ids, paths)  # [B, n] each
+                lookups.update({c: column(lookup, i) for i, c in enumerate(level)})
             start = self.slots.length
             self.slots.append(batch, len(level), None, device)
             for i, c in enumerate(level):
@@ -151,22 +199,34 @@ class EagleDrafter:
                     mask[:, 0, i, slot_of[node]] = True
                     node = shape.parents[node - 1]
             positions = (state.seq_len - 1 + depth)[:, None].expand(batch, len(level))  # the parent's position
-            out = self.eagle(parent_feats, ids, cache=self.slots.cache, position_ids=positions, attention_mask=mask)
+            out = self.eagle(parent_feats, ids, cache=self.slots.cache, position_ids=positions, attention_mask=mask,
+                             lookup=lookup)
             feats.update({c: out[:, i] for i, c in enumerate(level)})
             forwards += 1
         self.fed = (self.fed[0], self.slots.length - base)
         return Proposal(tokens, None, torch.full_like(state.seq_len, shape.depth), forwards, shape)
 
+    def tree_matches(self, shape: TreeShape, level: list[int], ids: torch.Tensor, paths: dict):
+        """The match of row text + each node's path (its ancestors, then itself) for a level's nodes
+        ``ids`` [B, n]; records the paths in ``paths`` for the next level. (candidates, lengths) [B, n]."""
+        rows = ids.tolist()
+        for i, c in enumerate(level):
+            paths[c] = [path + [row[i]] for path, row in zip(paths[shape.parents[c - 1]], rows)]
+        return pad_matches([[ix.peek(paths[c][b]) for c in level] for b, ix in enumerate(self.index)], len(level),
+                           ids.device)
+
     def commit(self, state: DecodeState, step: Step) -> None:
         """Drop what was drafted from predicted features; the verified positions become pending."""
         new = [(state.features[i, : n + 1], torch.tensor(e, device=state.features.device))
                for i, (n, e) in enumerate(zip(step.accepted, step.emitted))]
+        matches = [ix.extend(e) for ix, e in zip(self.index, step.emitted)] if self.ngram else []
         if self.fed is None:  # no forward this step: more to catch up on
             self.pending = [(torch.cat([f, nf]), torch.cat([t, nt])) for (f, t), (nf, nt) in zip(self.pending, new)]
+            self.pending_matches = [old + m for old, m in zip(self.pending_matches, matches)]
             return
         width, drafted = self.fed
         self.slots.rollback([width] * len(new), width + drafted)
-        self.pending, self.fed = new, None
+        self.pending, self.pending_matches, self.fed = new, matches, None
 
     @torch.inference_mode()
     def trace(self, context, generated, cap, features=None):
@@ -176,15 +236,23 @@ class EagleDrafter:
         Pass 1 feeds every true pair (f_p, x_{p+1}) causally: its output at p is the first draft of
         the chain whose last emitted token sits at p + 1. Pass r feeds each chain's own previous
         prediction, seeing the true entries before its start and its own earlier entries (a 4D mask
-        over one growing cache), exactly the entries the loop's draft cache would hold."""
+        over one growing cache), exactly the entries the loop's draft cache would hold. A lookup draft
+        reads, with a true token, the match of the text up to it; with a drafted one, that of the text
+        before the chain plus the chain so far."""
         from transformers import DynamicCache
 
         full = torch.tensor(context + generated, device=features.device)  # [S + L]
         width, start = len(full) - 1, len(context) - 1  # true pairs; chain j's catch-up entry sits at start + j - 1
         cache = DynamicCache(config=self.eagle.config.llama_config())
-        h = self.eagle(features[None], full[None, 1:], cache=cache)[0]  # [W, d]: pass 1, causal
+        lookup = None
+        if self.ngram:
+            candidates, lengths = all_matches(context + generated, self.ngram)
+            lookup = (torch.tensor(candidates[1:], device=full.device)[None],
+                      torch.tensor(lengths[1:], device=full.device)[None])  # [1, W] each
+        h = self.eagle(features[None], full[None, 1:], cache=cache, lookup=lookup)[0]  # [W, d]: pass 1, causal
         chains = torch.arange(start, start + len(generated) - 1, device=full.device)  # catch-up entry, j = 1..L-1
-        h, tokens = h[chains], [self.eagle.tokens(h[chains])]  # [C, d], drafts 1 of each chain
+        lookup = None if lookup is None else (lookup[0][0, chains], lookup[1][0, chains])  # [C] each
+        h, tokens = h[chains], [self.eagle.tokens(h[chains], lookup)]  # [C, d], drafts 1 of each chain
         slot = width
         for r in range(2, min(cap, len(generated)) + 1):
             count = len(chains)
@@ -193,8 +261,11 @@ class EagleDrafter:
             for past in range(width, slot + count, count):  # this chain's entries of passes 2..r
                 mask[0, 0, torch.arange(count), past + torch.arange(count)] = True
             positions = (chains + r - 1)[None]  # pass r feeds position start + j + r - 2
-            h = self.eagle(h[None], tokens[-1][None], cache=cache, position_ids=positions, attention_mask=mask)[0]
-            tokens.append(self.eagle.tokens(h))
+            if self.ngram:
+                lookup = self.chain_matches(context + generated, start + 2, torch.stack(tokens, 1))  # [C] each
+            h = self.eagle(h[None], tokens[-1][None], cache=cache, position_ids=positions, attention_mask=mask,
+                           lookup=None if lookup is None else (lookup[0][None], lookup[1][None]))[0]
+            tokens.append(self.eagle.tokens(h, lookup))
             slot += count
         drafts = torch.stack(tokens, 1).tolist()  # [C, R]: chain j's drafts for generated[j], generated[j + 1], ...
         runs = [0]
@@ -202,6 +273,19 @@ class EagleDrafter:
             future = generated[j:j + len(row)]
             runs.append(next((i for i, (a, b) in enumerate(zip(row, future)) if a != b), min(len(row), len(future))))
         return runs, None
+
+    def chain_matches(self, text: list[int], first: int, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For ``trace``: the match of ``text[:first + c]`` + chain c's drafts so far ``drafts`` [C, r],
+        for every chain c, from one index grown along the text. (candidates, lengths) [C] each."""
+        index = MatchIndex(self.ngram)
+        index.extend(text[:first])
+        matches = []
+        for c, row in enumerate(drafts.tolist()):
+            if c:
+                index.append(text[first + c - 1])
+            matches.append(index.peek(row))
+        table = torch.tensor(matches, dtype=torch.long, device=drafts.device)
+        return table[:, 0], table[:, 1]
 
 
 class MedusaDrafter:

@@ -82,3 +82,46 @@ def all_matches(ids: list[int], max_ngram: int = 3) -> tuple[list[int], list[int
                 candidates[p], lengths[p] = ids[q], n
                 break
     return candidates, lengths
+
+
+class MatchIndex:
+    """``next_match`` of a growing context in O(max_ngram) per token, for drafting with it.
+
+    Keeps, like ``all_matches``, the position after the latest occurrence of every n-gram whose
+    continuation is known, so a draft that reads the match at every token never rescans its context.
+    ``peek`` answers for the context plus a few speculative tokens (a draft's chain or tree path)
+    without adding them: only the n-grams that end among those tokens are compared by hand.
+    """
+
+    def __init__(self, max_ngram: int = 3):
+        self.max_ngram = max_ngram
+        self.tokens: list[int] = []
+        self.latest: list[dict] = [{} for _ in range(max_ngram + 1)]  # n -> n-gram -> position after it
+
+    def append(self, token: int) -> tuple[int, int]:
+        """Add a token; returns ``next_match`` of the context that now ends with it."""
+        tokens, p = self.tokens, len(self.tokens)
+        for n in range(1, min(self.max_ngram, p) + 1):  # the n-grams ending at p - 1 now have a continuation
+            self.latest[n][tuple(tokens[p - n:p])] = p
+        tokens.append(token)
+        return self.peek(())
+
+    def extend(self, tokens) -> list[tuple[int, int]]:
+        """``append`` each token: the match after each one."""
+        return [self.append(t) for t in tokens]
+
+    def peek(self, extra) -> tuple[int, int]:
+        """``next_match(self.tokens + extra)``, leaving the index as it is."""
+        length = len(self.tokens)
+        start = max(0, length - self.max_ngram)  # the tail holds every n-gram that ends among ``extra``
+        tail = self.tokens[start:] + list(extra)
+        for n in range(min(self.max_ngram, length + len(extra) - 1), 0, -1):
+            ngram = tail[len(tail) - n:]
+            # not indexed yet: occurrences ending at length - 1 .. the last but one token, latest first
+            for end in range(len(tail) - 2, max(length - 1 - start, n - 1) - 1, -1):
+                if tail[end - n + 1:end + 1] == ngram:
+                    return tail[end + 1], n
+            after = self.latest[n].get(tuple(ngram))
+            if after is not None:
+                return self.tokens[after], n
+        return -1, 0
