@@ -154,3 +154,31 @@ def test_a_one_wide_tree_drafts_the_chain(pair):
     chain = generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=16)
     as_tree = generate(verifier, ids, mask, draft=draft, tree=(1, 1, 1), max_new_tokens=16)
     assert as_tree.accepted_per_step == chain.accepted_per_step
+
+
+def test_trace_feeds_each_chain_the_match_of_its_own_context():
+    """Pass 1 feeds the true text; pass r feeds chain c (last emitted token at prompt + c) its previous
+    draft, with the match of the text up to that token plus the chain's drafts so far."""
+    from specnb.engine.drafters import make_drafter
+    from specnb.predict.traces import verifier_features
+
+    verifier, draft = lookup_pair()
+    calls = []  # per forward: (input ids [T], (candidates [T], lengths [T]))
+    forward = draft.forward
+
+    def spy_forward(features, input_ids, lookup=None, **kw):
+        calls.append((input_ids[0].tolist(), list(zip(*(t[0].tolist() for t in lookup)))))
+        return forward(features, input_ids, lookup=lookup, **kw)
+
+    draft.forward = spy_forward
+    ids, mask = repetitive_prompts(seed=6)
+    context = ids[0, mask[0].bool()].tolist()
+    generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
+    make_drafter(draft).trace(context, generated, 4, verifier_features(verifier, context + generated[:-1]))
+    text = context + generated
+    assert calls[0][1] == [next_match(text[:p + 2], 3) for p in range(len(text) - 1)]
+    assert len(calls) == 4
+    for r in range(1, len(calls)):
+        for c, got in enumerate(calls[r][1]):
+            drafts = [calls[i][0][c] for i in range(1, r + 1)]
+            assert got == next_match(text[:len(context) + c + 1] + drafts, 3), (r, c)
