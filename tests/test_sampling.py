@@ -1,5 +1,5 @@
 """Sampled speculative decoding follows the verifier's own distribution exactly, for every kind of
-draft: a model, prompt lookup, an EAGLE draft and Medusa heads.
+draft: a model, prompt lookup, an EAGLE draft (plain, and reading the prompt-lookup match) and Medusa heads.
 
 The reference is built independently of the decoder's sampling code: transformers' own temperature
 and top-p logits processors, and an exhaustive enumeration of every continuation. The checked
@@ -74,6 +74,11 @@ def make_draft(kind: str, verifier, draft):
         return PromptLookup(max_ngram=2)
     if kind == "eagle":
         return EagleDraft(EagleConfig.from_verifier(verifier.config)).eval().attach(verifier)
+    if kind == "eagle-lookup":  # reads the prompt-lookup match; its copy bonus moves q towards the match
+        eagle = EagleDraft(EagleConfig.from_verifier(verifier.config, lookup_ngram=2, copy_bias=True))
+        with torch.no_grad():
+            eagle.copy_gate.bias.fill_(1.0)
+        return eagle.eval().attach(verifier)
     heads = MedusaHeads(MedusaConfig(hidden_size=32, num_heads=GAMMA, vocab_size=VOCAB))
     with torch.no_grad():
         for p in heads.parameters():
@@ -85,6 +90,16 @@ def make_draft(kind: str, verifier, draft):
 @pytest.mark.parametrize("sampling", [SamplingConfig(0.7, 1.0, seed=0), SamplingConfig(1.0, 0.8, seed=1),
                                       SamplingConfig(1.3, 0.9, seed=2)], ids=["temperature", "top_p", "both"])
 def test_sampled_speculative_output_follows_verifier_distribution(kind, sampling):
+    check_follows_verifier(kind, sampling)
+
+
+def test_sampled_lookup_eagle_follows_verifier_distribution():
+    """An EAGLE draft reading the prompt-lookup match: its q includes the copy bonus (one setting is
+    enough; the plain EAGLE draft covers the sampling settings)."""
+    check_follows_verifier("eagle-lookup", SamplingConfig(1.3, 0.9, seed=2))
+
+
+def check_follows_verifier(kind: str, sampling: SamplingConfig) -> None:
     verifier, draft = models()
     width = max(map(len, PROMPTS))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS]).repeat_interleave(N, 0)  # [2N, S]
