@@ -6,7 +6,7 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``theory``), the reference run's figures, devices, configs, typed errors
     models/    getting models into memory: draft names (``registry``), the embedded verifier and
                drafts, loading pairs (``load``), early exits, trimmed heads, prompt lookup;
-               ``models/training`` distils the drafts
+               ``models/training`` distils the drafts and trains the EAGLE / Medusa heads
     engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
                (``drafters``), KV caches, accept/reject (``sampling``), the stage timer (``timing``)
     measure/   prompts, interleaved runs into raw records (``runs``), per-position acceptance,

@@ -1,0 +1,287 @@
+"""The corpus EAGLE and Medusa heads learn from: the verifier's own features on its own chats.
+
+Magpie chats (Xu et al. 2024, "Magpie: Alignment Data Synthesis from Scratch by Prompting Aligned
+LLMs with Nothing"): the verifier's chat template is fed up to the start of a user turn (after the
+template's default system prompt, exactly what ``apply_chat_template`` produces for a plain user
+message) and the verifier *samples* the user's instruction (temperature, top-p) until the turn ends;
+then the assistant header is forced and the verifier answers *greedily*, the way it decodes at
+evaluation time. A share of the rows is steered towards a task family by a short opener written
+into the user turn (``SEEDS``: generic task verbs per family, never text of the evaluation prompts);
+the rest is pure Magpie. One batched KV-cached loop per batch (left padding, rows in different
+phases) produces the text, and the features of every position come for free from it.
+
+Per sequence (``FeatureSeq``): the token ids, the verifier's post-final-norm hidden state (the input
+of its lm_head) at every position it was fed, and where the loss starts. The verifier's next-token
+distribution at position t is ``lm_head(feats[t])``: training recomputes it on the head's trimmed
+vocabulary, so no logits are stored.
+
+Cached batch by batch (``chat-<k>.pt``) under ``cache_dir()/head-corpus/<HeadCorpusConfig.key()>``:
+an interrupted build resumes at the first missing batch and loses nothing already written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from specnb.models.training.corpus import _atomic_save
+
+# Task-family openers written into the user turn; the verifier samples the rest of the message.
+SEEDS: dict[str, list[str]] = {
+    "code": [
+        "Write a Python function that", "Write a Python program to", "Write a JavaScript function that",
+        "Write a SQL query to", "Write a bash script that", "How do I", "Can you explain this Python code?\n\n",
+        "Find the bug in the following code:\n\n", "Write a Python class for", "Implement a function in Python",
+        "What is the difference between", "Write a regular expression that", "Convert this code to Python:\n\n",
+        "Write a unit test for", "Write a C function that", "Refactor this function:\n\n",
+    ],
+    "writing": [
+        "Write a short story about", "Write a poem about", "Write a blog post about", "Write an email to",
+        "Write a product description for", "Write a paragraph describing", "Write a letter to",
+        "Write a speech about", "Write a short essay on", "Write a haiku about", "Write a tweet about",
+        "Write a cover letter for", "Write a dialogue between", "Write the first paragraph of",
+    ],
+    "qa": [
+        "What is", "Why do", "How does", "Who was", "When did", "What are the main", "Explain",
+        "What causes", "How many", "Where is", "What is the difference between", "Can you tell me why",
+        "What happens when", "Which",
+    ],
+    "summarisation": [
+        "Summarize the following text:\n\n", "Summarize this article in one paragraph:\n\n",
+        "Give me a short summary of this passage:\n\n", "Summarise the key points of the text below.\n\n",
+        "Please write a brief summary of the following:\n\n", "TL;DR:\n\n",
+        "Condense this paragraph into two sentences:\n\n", "What is the main idea of this text?\n\n",
+    ],
+    "extraction": [
+        "Extract all the dates from this text:\n\n", "List the names of the people mentioned in the text below.\n\n",
+        "Find all the email addresses in this text:\n\n", "Extract the key facts from the following paragraph:\n\n",
+        "From the text below, extract the names of all cities:\n\n", "List all the numbers in this passage:\n\n",
+        "Extract the product names and prices from this text:\n\n",
+        "Identify the organisations mentioned in the following text:\n\n",
+        "Pull out the phone numbers from this message:\n\n", "Return the keywords of this text as a list:\n\n",
+    ],
+    "math": [
+        "What is", "Calculate", "Solve for x:", "If a", "A train travels", "How many", "Find the value of",
+        "What is the area of", "Simplify", "A store sells", "What is the sum of", "Convert",
+        "What percentage of", "Sarah has",
+    ],
+    "translation": [
+        "Translate to French:", "Translate this sentence into Spanish:", "Translate the following into German:",
+        "How do you say this in French?", "Translate into Italian:", "Translate this text to French:\n\n",
+        "Please translate into Spanish:\n\n", "Translate from English to French:",
+        "What is the French translation of", "Translate to Portuguese:",
+    ],
+    "conversation": [
+        "Hi!", "Hello,", "Hey, can you", "I'm feeling", "What's your favorite", "Can you help me",
+        "Tell me a fun fact", "Good morning!", "Do you like", "I need some advice", "Thanks!",
+        "What do you think about", "Can we talk about", "I just",
+    ],
+}
+SAMPLE_TOP = 256  # the instruction is sampled among the verifier's 256 most likely tokens
+
+
+@dataclass(frozen=True)
+class HeadCorpusConfig:
+    """Generation settings; ``key()`` names the cache folder (``n_chats`` only says how many batches)."""
+
+    seed: int = 0
+    n_chats: int = 288  # Magpie conversations (a multiple of ``batch`` keeps every batch full)
+    magpie_share: float = 0.25  # rows with no opener (pure Magpie)
+    batch: int = 32
+    instr_cap: int = 80  # max sampled instruction tokens
+    steps: int = 192  # decode steps per batch (instruction + header + answer)
+    temperature: float = 0.7
+    top_p: float = 0.95
+    doc_len: int = 256  # settings of the docs windows the key has always covered (no docs are built)
+    doc_batch: int = 8
+
+    def key(self) -> str:
+        gen = {k: v for k, v in asdict(self).items() if k != "n_chats"}
+        return hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass
+class FeatureSeq:
+    """One conversation: ids [L] int32, feats [L', d] fp16 (L' = L, or L - 1 when the last token, a
+    stop, was never fed), ``loss_from`` (first position after the shared system prompt),
+    ``answer_from`` (first assistant token), ``kind`` (task family or "magpie")."""
+
+    ids: torch.Tensor
+    feats: torch.Tensor
+    loss_from: int
+    answer_from: int
+    kind: str
+    truncated: bool = False
+
+
+# ----------------------------------------------------------------------------- the chat template
+
+
+def template_parts(tokenizer) -> tuple[str, str]:
+    """(text up to the user's message, text after it): the system prompt and user header, then
+    ``<|im_end|>\\n<|im_start|>assistant\\n`` for SmolLM2."""
+    marker = "\x00MARK\x00"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": marker}], tokenize=False,
+                                         add_generation_prompt=True)
+    at = text.index(marker)
+    return text[:at], text[at + len(marker):]
+
+
+def sample_top_p(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> torch.Tensor:
+    """logits [B, V] -> sampled ids [B]: nucleus sampling within the ``SAMPLE_TOP`` most likely tokens.
+
+    Its own sampler rather than ``specnb.engine.sampling`` (which sits above models in the import
+    order): a 256-wide draw per step, and the draws that the cached corpus was made with."""
+    _, order = logits.topk(SAMPLE_TOP, dim=-1)  # [B, 256], sorted
+    probs = torch.softmax(logits / temperature, dim=-1).gather(-1, order)  # [B, 256]
+    probs = probs.masked_fill((probs.cumsum(-1) - probs) > top_p, 0.0)
+    pick = torch.multinomial(probs, 1, generator=gen)  # [B, 1]
+    return order.gather(-1, pick)[:, 0]
+
+
+def plan_openers(cfg: HeadCorpusConfig) -> list[tuple[str, str]]:
+    """(kind, opener) per conversation, deterministic in ``cfg.seed``; a longer plan extends a shorter one."""
+    rng = random.Random(cfg.seed)
+    families = list(SEEDS)
+    plan = []
+    for i in range(cfg.n_chats):
+        if rng.random() < cfg.magpie_share:
+            plan.append(("magpie", ""))
+        else:
+            family = families[i % len(families)]
+            plan.append((family, rng.choice(SEEDS[family])))
+    return plan
+
+
+# ----------------------------------------------------------------------------- one batch
+
+
+@dataclass
+class ChatRow:
+    """Where one row of a batch is: 0 instruction (sampled), 1 header (forced), 2 answer (greedy), 3 done."""
+
+    ids: list[int]
+    phase: int = 0
+    n_instr: int = 0
+    queue: list[int] | None = None
+    answer_from: int = 0
+    truncated: bool = False
+
+
+def next_token(row: ChatRow, sampled: int, greedy: int, header: list[int], stops: set[int], cfg) -> int | None:
+    """The token this row feeds next (appended to ``row.ids``), None once done; advances the phase."""
+    if row.phase == 3:
+        return None
+    if row.phase == 0:
+        tok = sampled
+        row.n_instr += 1
+        if tok not in stops and row.n_instr >= cfg.instr_cap:
+            tok, row.truncated = header[0], True
+        if tok in stops:  # the user turn ends: force the assistant header
+            tok, row.queue, row.phase = header[0], list(header[1:]), 1
+    elif row.phase == 1:
+        tok = row.queue.pop(0)
+        if not row.queue:
+            row.phase, row.answer_from = 2, len(row.ids) + 1
+    else:
+        tok = greedy
+    row.ids.append(tok)
+    if row.phase == 2 and tok in stops:
+        row.phase = 3  # the stop token is kept as a target, never fed
+    return tok
+
+
+@torch.inference_mode()
+def chat_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpusConfig,
+               gen: torch.Generator) -> list[FeatureSeq]:
+    """One batch of Magpie conversations: sample the user turn, force the header, answer greedily."""
+    from transformers import DynamicCache
+
+    prefix, suffix = template_parts(tokenizer)
+    loss_from = len(tokenizer(prefix, add_special_tokens=False)["input_ids"])
+    header = tokenizer(suffix, add_special_tokens=False)["input_ids"]
+    stops = {header[0], tokenizer.eos_token_id}
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else header[0]
+    rows = [ChatRow(tokenizer(prefix + opener, add_special_tokens=False)["input_ids"]) for _, opener in plan]
+    lengths = [len(r.ids) for r in rows]
+    width = max(lengths)
+    ids = torch.tensor([[pad] * (width - n) + r.ids for r, n in zip(rows, lengths)])  # [B, P]
+    mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths])  # [B, P]
+    cache = DynamicCache(config=verifier.config)
+    h = verifier.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp_min(0),
+                       cache=cache, use_cache=True).last_hidden_state  # [B, P, d]
+    feats = [[h[b, width - n:].half()] for b, n in enumerate(lengths)]
+    n_feats, nxt, last = list(lengths), torch.tensor(lengths), h[:, -1]  # nxt [B]: next position; last [B, d]
+    for _ in range(cfg.steps):
+        logits = verifier.lm_head(last)  # [B, V]
+        sampled = sample_top_p(logits, cfg.temperature, cfg.top_p, gen).tolist()
+        greedy = logits.argmax(-1).tolist()
+        feed = [next_token(r, s, g, header, stops, cfg) for r, s, g in zip(rows, sampled, greedy)]
+        if all(r.phase == 3 for r in rows):
+            break
+        feed = [pad if tok is None else tok for tok in feed]
+        mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=mask.dtype)], 1)
+        last = verifier.model(input_ids=torch.tensor(feed)[:, None], attention_mask=mask, position_ids=nxt[:, None],
+                              cache=cache, use_cache=True).last_hidden_state[:, 0]  # [B, d]
+        nxt = nxt + 1
+        for b, row in enumerate(rows):
+            if n_feats[b] < len(row.ids):  # this row's token was real: keep its feature
+                feats[b].append(last[b:b + 1].half())
+                n_feats[b] += 1
+    return [FeatureSeq(torch.tensor(r.ids, dtype=torch.int32), torch.cat(f), loss_from, r.answer_from or len(r.ids),
+                       kind, r.truncated) for r, f, (kind, _) in zip(rows, feats, plan)]
+
+
+# ----------------------------------------------------------------------------- the corpus
+
+
+def shard_path(folder: Path, k: int) -> Path:
+    return folder / f"chat-{k:04d}.pt"
+
+
+def build_head_corpus(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path | None,
+                      progress: bool = True) -> list[FeatureSeq]:
+    """All conversations of ``cfg``; with ``folder``, each finished batch is kept there so a rerun
+    resumes (batch k draws from its own generator, so batches can be built in any order)."""
+    from tqdm.auto import tqdm
+
+    plan = plan_openers(cfg)
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    seqs: list[FeatureSeq] = []
+    starts = range(0, len(plan), cfg.batch)
+    for k, i in enumerate(tqdm(starts, desc="head corpus", unit="batch", disable=not progress)):
+        shard = shard_path(folder, k) if folder is not None else None
+        if shard is not None and shard.is_file():
+            seqs += [FeatureSeq(**s) for s in torch.load(shard)]
+            continue
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + k)
+        new = chat_batch(verifier, tokenizer, plan[i:i + cfg.batch], cfg, gen)
+        if shard is not None:
+            _atomic_save([asdict(s) for s in new], shard)
+        seqs += new
+    return seqs
+
+
+def corpus_folder(cfg: HeadCorpusConfig) -> Path:
+    from specnb.models.cache import cache_dir
+
+    return cache_dir() / "head-corpus" / cfg.key()
+
+
+def embedded_verifier(threads: int = 1):
+    """(the embedded verifier in fp32, frozen, its tokenizer), on ``threads`` CPU threads."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specnb.models.embedded import embedded_verifier_path
+
+    torch.set_num_threads(threads)
+    path = embedded_verifier_path()
+    verifier = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    verifier.requires_grad_(False)
+    return verifier, AutoTokenizer.from_pretrained(path)
