@@ -1,0 +1,233 @@
+"""Train the embedded verifier's EAGLE draft and Medusa heads (``smollm2-eagle``, ``smollm2-medusa``).
+
+The corpus is ``head_corpus`` (the verifier's features on its own chats), the losses ``head_losses``.
+Both heads read a trimmed vocabulary of the corpus's 8,192 most frequent tokens (Zhao et al. 2025,
+"FR-Spec"), borrow the verifier's embedding and lm_head, and are saved by their own ``save()``
+(``config.json`` with ``kind`` + fp16 ``weights.safetensors``, ``specnb.models.heads``).
+
+The EAGLE draft starts from the verifier's first decoder layer with ``fc = [I/2, I/2]`` (half
+feature, half embedding) and also reads the prompt-lookup match of each input token with a learned
+copy bonus (``specnb.models.eagle``): on a small corpus that is what lifted its acceptance most.
+
+Determinism: ``torch.manual_seed(seed)``, a seeded order of length-bucketed batches and one thread
+give the same weights for the same torch version and CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specnb.core import paths
+from specnb.core.errors import ParameterError
+from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, corpus_folder, embedded_verifier
+from specnb.models.training.head_losses import collate, eagle_loss, lookup_of, medusa_loss
+from specnb.models.trimmed_head import most_frequent_tokens
+
+SPECIAL_IDS = (0, 1, 2)  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>: a head must be able to stop
+
+
+@dataclass(frozen=True)
+class HeadTrainConfig:
+    """Training settings of one head; ``HEADS`` holds the committed ones."""
+
+    kind: str  # "eagle" or "medusa"
+    seed: int = 0
+    threads: int = 1
+    head_tokens: int = 8192  # trimmed vocabulary (most frequent corpus tokens); 0 = the full lm_head
+    epochs: int = 2
+    batch_positions: int = 512  # ~positions per optimiser step (sequences are length-bucketed)
+    lr: float = 5e-3
+    warmup: int = 20
+    clip: float = 0.5
+    # EAGLE
+    w_reg: float = 1.0
+    w_cls: float = 0.1
+    noise: float = 0.1  # half-width of the uniform noise on input features (EAGLE-1: U(-0.1, 0.1))
+    init_layer: int = 0  # verifier layer the draft's decoder layer starts from
+    lookup_ngram: int = 3
+    copy_bias: bool = True
+    # Medusa
+    medusa_heads: int = 4
+    medusa_blocks: int = 1
+
+
+HEADS = {
+    "smollm2-eagle": HeadTrainConfig("eagle"),
+    "smollm2-medusa": HeadTrainConfig("medusa", batch_positions=1024, lr=2e-3, lookup_ngram=0, copy_bias=False),
+}
+QUICK_CORPUS = HeadCorpusConfig(n_chats=8, batch=4, instr_cap=16, steps=32)
+
+
+@dataclass
+class HeadReport:
+    """What one head's training did: steps, time, and the mean stats of its first and last 20 steps."""
+
+    name: str
+    kind: str
+    steps: int
+    train_s: float
+    first: dict
+    last: dict
+    weights_mb: float = 0.0
+    folder: str = ""
+
+
+# ----------------------------------------------------------------------------- heads
+
+
+def head_token_ids(seqs: list, n: int, vocab: int) -> torch.Tensor | None:
+    """Sorted ids [n] of the corpus's most frequent tokens plus ``SPECIAL_IDS``; None for a full head."""
+    if not n:
+        return None
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for s in seqs:
+        counts += torch.bincount(s.ids.long(), minlength=vocab)
+    return torch.tensor(most_frequent_tokens(counts, min(n, vocab), [i for i in SPECIAL_IDS if i < vocab]))
+
+
+def new_eagle(verifier, head_ids, cfg: HeadTrainConfig):
+    from specnb.models.eagle import EagleConfig, EagleDraft
+
+    config = EagleConfig.from_verifier(verifier.config, head_tokens=0 if head_ids is None else len(head_ids),
+                                       lookup_ngram=cfg.lookup_ngram, copy_bias=cfg.copy_bias)
+    torch.manual_seed(cfg.seed)
+    draft = EagleDraft(config, head_ids=head_ids).init_from_verifier(verifier, cfg.init_layer)
+    d = config.hidden_size
+    with torch.no_grad():  # next input = half this feature, half the next token's embedding
+        draft.fc.weight[:, :d].copy_(torch.eye(d) * 0.5)
+        draft.fc.weight[:, d:2 * d].copy_(torch.eye(d) * 0.5)
+    return draft.attach(verifier)
+
+
+def new_medusa(verifier, head_ids, cfg: HeadTrainConfig):
+    from specnb.models.medusa import MedusaConfig, MedusaHeads
+
+    config = MedusaConfig(hidden_size=verifier.config.hidden_size, num_heads=cfg.medusa_heads,
+                          blocks=cfg.medusa_blocks, vocab_size=verifier.config.vocab_size,
+                          head_tokens=0 if head_ids is None else len(head_ids))
+    torch.manual_seed(cfg.seed)
+    return MedusaHeads(config, head_ids=head_ids).attach(verifier)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def make_batches(seqs: list, batch_positions: int, seed: int, epoch: int) -> list[list[int]]:
+    """Length-bucketed batches of sequence indices (padding stays small), in a seeded order per epoch."""
+    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].feats), i))
+    batches, current, width = [], [], 0
+    for i in order:
+        n = len(seqs[i].feats)
+        if current and max(width, n) * (len(current) + 1) > batch_positions:
+            batches.append(current)
+            current, width = [], 0
+        current.append(i)
+        width = max(width, n)
+    if current:
+        batches.append(current)
+    gen = torch.Generator().manual_seed(seed * 7919 + epoch)
+    return [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
+
+
+def lr_at(step: int, total: int, cfg: HeadTrainConfig) -> float:
+    """Linear warmup, then cosine decay to zero."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - cfg.warmup) / max(1, total - cfg.warmup))))
+
+
+def mean_stats(history: list[dict]) -> dict:
+    return {k: round(sum(h[k] for h in history) / len(history), 4) for k in history[0]} if history else {}
+
+
+def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "", progress: bool = True) -> HeadReport:
+    """Train ``model`` (from ``new_eagle`` / ``new_medusa``) in place; returns its report."""
+    from tqdm.auto import tqdm
+
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    plan = [b for epoch in range(cfg.epochs) for b in make_batches(seqs, cfg.batch_positions, cfg.seed, epoch)]
+    lookups = [lookup_of(s.ids, cfg.lookup_ngram) for s in seqs] if cfg.kind == "eagle" and cfg.lookup_ngram else None
+    loss_fn = eagle_loss if cfg.kind == "eagle" else medusa_loss
+    model.train()
+    history, start = [], time.perf_counter()
+    for step, idx in enumerate(tqdm(plan, desc=f"train {name or cfg.kind}", unit="step", disable=not progress)):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, len(plan), cfg)
+        batch = collate([seqs[i] for i in idx], [lookups[i] for i in idx] if lookups else None)
+        loss, stats = loss_fn(model, batch, cfg, gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, cfg.clip)
+        opt.step()
+        history.append({"loss": loss.item(), **stats})
+    model.eval()
+    return HeadReport(name, cfg.kind, len(history), round(time.perf_counter() - start, 1),
+                      mean_stats(history[:20]), mean_stats(history[-20:]))
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def save_head(model, folder: Path, report: HeadReport, meta: dict) -> HeadReport:
+    """Write the head atomically (a failed save leaves the previous one) and note its size."""
+    from specnb.models.cache import publish_atomically
+
+    publish_atomically(lambda tmp: model.save(tmp, meta=meta), folder, manifest=False)
+    report.weights_mb = round((folder / "weights.safetensors").stat().st_size / 1e6, 2)
+    report.folder = str(folder)
+    return report
+
+
+def train_heads(verifier, seqs: list, names: list[str], out: Path, corpus: HeadCorpusConfig,
+                configs: dict[str, HeadTrainConfig] | None = None, progress: bool = True) -> list[HeadReport]:
+    """Train and save each named head on ``seqs`` (built with ``corpus``) into ``out/<name>``."""
+    configs = configs or HEADS
+    unknown = [n for n in names if n not in configs]
+    if unknown:
+        raise ParameterError(f"unknown head name(s) {unknown}; choose from {sorted(configs)}")
+    reports = []
+    for name in names:
+        cfg = configs[name]
+        head_ids = head_token_ids(seqs, cfg.head_tokens, verifier.config.vocab_size)
+        model = (new_eagle if cfg.kind == "eagle" else new_medusa)(verifier, head_ids, cfg)
+        report = train_head(model, seqs, cfg, name, progress)
+        meta = {"train": asdict(cfg), "corpus": {**asdict(corpus), "key": corpus.key(), "sequences": len(seqs),
+                                                  "positions": sum(len(s.feats) for s in seqs)},
+                "steps": report.steps, "first": report.first, "last": report.last, "torch_version": torch.__version__}
+        reports.append(save_head(model, Path(out) / name, report, meta))
+    return reports
+
+
+def build_heads(seed: int = 0, only: list[str] | None = None, quick: bool = False, out: Path | None = None,
+                log=print) -> dict:
+    """The ``specnb build-heads`` entry: the corpus (built if missing, resumable), then each head.
+
+    Returns the reports and the seconds of each stage (corpus, then one per head)."""
+    names = only or list(HEADS)
+    unknown = [n for n in names if n not in HEADS]
+    if unknown:
+        raise ParameterError(f"unknown head name(s) {unknown}; choose from {sorted(HEADS)}")
+    corpus = replace(QUICK_CORPUS if quick else HeadCorpusConfig(), seed=seed)
+    configs = {n: replace(c, seed=seed, epochs=1 if quick else c.epochs, head_tokens=1024 if quick else c.head_tokens)
+               for n, c in HEADS.items()}
+    start = time.perf_counter()
+    verifier, tokenizer = embedded_verifier(configs[names[0]].threads)
+    seqs = build_head_corpus(verifier, tokenizer, corpus, corpus_folder(corpus))
+    stages = {"corpus_s": round(time.perf_counter() - start, 1)}
+    log(f"corpus: {len(seqs)} sequences, {sum(len(s.feats) for s in seqs)} positions, {stages['corpus_s']}s")
+    reports = []
+    for name in names:
+        reports += train_heads(verifier, seqs, [name], Path(out) if out else paths.DRAFTS_DIR, corpus, configs)
+        stages[f"{name}_s"] = reports[-1].train_s
+        log(f"{name}: {reports[-1].steps} steps, {reports[-1].train_s}s")
+    return {"reports": reports, "stages": stages}
