@@ -73,6 +73,33 @@ def run_build_drafts(args: argparse.Namespace) -> list[dict]:
              "folder": r.folder} for r in reports]
 
 
+# --- build-heads: train the EAGLE draft and Medusa heads on the embedded verifier's features --
+
+
+def _args_build_heads(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="seed for the corpus, init and data order (default 0)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="train only these heads (default: smollm2-eagle "
+                                                        "smollm2-medusa)")
+    p.add_argument("--quick", action="store_true", help="tiny corpus and one epoch: a smoke test, not real heads")
+    p.add_argument("--out", help="output folder (default: the package's specnb/data/drafts/)")
+
+
+@command("build-heads", "train the EAGLE draft and Medusa heads on the embedded verifier's features (corpus built "
+                        "if missing, resumable; stage times on stderr)",
+         _args_build_heads)
+def run_build_heads(args: argparse.Namespace) -> list[dict]:
+    import sys
+
+    from specnb.models.training.train_heads import build_heads
+
+    built = build_heads(seed=args.seed, only=args.only, quick=args.quick, out=args.out,
+                        log=lambda line: print(line, file=sys.stderr, flush=True))
+    corpus_s = built["stages"]["corpus_s"]
+    return [{"head": r.name, "kind": r.kind, "steps": r.steps, "loss_first": r.first.get("loss"),
+             "loss_last": r.last.get("loss"), "corpus_s": corpus_s, "train_s": r.train_s, "weights_mb": r.weights_mb,
+             "folder": r.folder} for r in built["reports"]]
+
+
 # --- flops / ratio / theory: cost per token and the closed-form speedup ---------------------
 
 
