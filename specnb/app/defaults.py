@@ -12,7 +12,19 @@ import json
 from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.core.theory import optimal_gamma
-from specnb.models.registry import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP, embedded_draft_names, flops_table
+from specnb.models.registry import (
+    EMBEDDED_EXITS,
+    EMBEDDED_VERIFIER,
+    PROMPT_LOOKUP,
+    embedded_draft_names,
+    flops_table,
+    resolve_draft,
+)
+
+
+def distilled_draft_names() -> list[str]:
+    """The committed distilled drafts (causal LMs), not the EAGLE / Medusa heads beside them."""
+    return [name for name in embedded_draft_names() if resolve_draft(name).kind == "model"]
 
 
 def default_draft(verifier: str) -> str:
@@ -22,7 +34,7 @@ def default_draft(verifier: str) -> str:
     if verifier != EMBEDDED_VERIFIER:
         raise ParameterError(f"no default draft for verifier {verifier!r}; pass one, e.g. -p draft "
                              "Qwen/Qwen2.5-0.5B-Instruct")
-    names = embedded_draft_names()
+    names = distilled_draft_names()
     if not names:
         return "smollm2-exit-4"
     table = flops_table(verifier, names, context=0).set_index("model")
@@ -57,7 +69,7 @@ def notebook_drafts(verifier: str, draft: str | None = None, drafts=None, kinds=
     unknown = set(kinds) - set(DRAFT_KINDS)
     if unknown:
         raise ParameterError(f"unknown draft kinds {sorted(unknown)}; known: {', '.join(DRAFT_KINDS)}")
-    distilled = embedded_draft_names()
+    distilled = distilled_draft_names()
     if distilled:  # cheapest first, so a smoke run's drafts[:1] is the fastest to load and run
         c = flops_table(verifier, distilled, context=0).set_index("model")["c_flops"]
         distilled = sorted(distilled, key=lambda name: c[name])

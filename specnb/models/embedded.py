@@ -173,18 +173,18 @@ def model_path(name: str) -> Path | None:
 
 
 def list_embedded() -> list[dict]:
-    """One row per embedded model: name, role, kind (drafts: model, exit, lookup), params,
+    """One row per embedded model: name, role, kind (drafts: model, exit, lookup, eagle, medusa), params,
     flops_per_token, path (None: not a standalone checkpoint)."""
     from transformers import AutoConfig
 
-    from specnb.core.flops import analytic_flops
+    from specnb.core.flops import FlopsReport, analytic_flops
 
     verifier_config = AutoConfig.from_pretrained(embedded_verifier_path())
     rows = []
     for name in embedded_names():
         ref = None if name == EMBEDDED_VERIFIER else resolve_draft(name, EMBEDDED_VERIFIER)
         config = verifier_config if ref is None else draft_config(verifier_config, ref, EMBEDDED_VERIFIER)
-        cost = analytic_flops(config) if config is not None else None
+        cost = config if isinstance(config, FlopsReport) or config is None else analytic_flops(config)  # heads: counted
         path = model_path(name)
         rows.append({
             "name": name,

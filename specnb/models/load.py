@@ -50,7 +50,8 @@ class ModelSource:
 def locate(name: str) -> ModelSource:
     """Resolve an embedded name, a local folder, or a hub id (local cache first, hub only when online)."""
     if name in (EMBEDDED_VERIFIER, *embedded_draft_names()):
-        return ModelSource(name, str(model_path(name)), True, True)
+        path = model_path(name)  # a head's folder has no tokenizer: it reads the verifier's features
+        return ModelSource(name, str(path), True, head_kind(path) is None)
     folder = Path(name).expanduser()
     if folder.is_dir():
         return _local_folder(name, folder)

@@ -183,6 +183,9 @@ def save_head(model, folder: Path, report: HeadReport, meta: dict) -> HeadReport
     from specnb.models.cache import publish_atomically
 
     publish_atomically(lambda tmp: model.save(tmp, meta=meta), folder, manifest=False)
+    folder.chmod(0o755)  # the temporary folder was private; the package's data is readable by all
+    for path in folder.iterdir():
+        path.chmod(0o644)
     report.weights_mb = round((folder / "weights.safetensors").stat().st_size / 1e6, 2)
     report.folder = str(folder)
     return report
