@@ -109,3 +109,15 @@ def test_unknown_head_name_is_one_line_and_exit_2(capsys):
     assert cli.main(["build-heads", "--only", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown head name" in err
+
+
+@pytest.mark.parametrize("name, kind", [("smollm2-eagle", "eagle"), ("smollm2-medusa", "medusa")])
+def test_the_committed_heads_resolve_by_name(name, kind):
+    from specnb.models.embedded import list_embedded
+    from specnb.models.load import locate
+    from specnb.models.registry import embedded_draft_names, resolve_draft
+
+    assert name in embedded_draft_names() and resolve_draft(name).kind == kind
+    assert not locate(name).has_tokenizer  # a head reads the verifier's features: no tokenizer of its own
+    row = next(r for r in list_embedded() if r["name"] == name)
+    assert row["kind"] == kind and row["params"] > 0 and row["flops_per_token"] > 0
