@@ -319,6 +319,15 @@ def test_notebook_drafts_named_listed_embedded_and_foreign_verifier(tmp_path, mo
         "d-big",
         "prompt-lookup",
     ]
+    for name, kind in (("h-medusa", "medusa"), ("h-eagle", "eagle")):  # heads are not distilled drafts
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"kind": kind, "hidden_size": 576}))
+    assert defaults.notebook_drafts("smollm2-135m", kinds=("distilled", "heads")) == [
+        "d-small",
+        "d-big",
+        "h-eagle",
+        "h-medusa",
+    ]
     with pytest.raises(ParameterError, match="unknown draft kinds"):
         defaults.notebook_drafts("smollm2-135m", kinds=("exit",))
 

@@ -27,6 +27,12 @@ def distilled_draft_names() -> list[str]:
     return [name for name in embedded_draft_names() if resolve_draft(name).kind == "model"]
 
 
+def head_draft_names() -> list[str]:
+    """The committed heads that draft from the verifier's features: EAGLE first, then Medusa."""
+    heads = [name for name in embedded_draft_names() if resolve_draft(name).kind in ("eagle", "medusa")]
+    return sorted(heads, key=lambda name: resolve_draft(name).kind)
+
+
 def default_draft(verifier: str) -> str:
     """The draft a notebook uses when none is named: for the embedded verifier, the distilled draft
     with the best Leviathan speedup predicted from its recorded held-out agreement (as α) and its
@@ -50,16 +56,17 @@ def default_draft(verifier: str) -> str:
     return max(names, key=predicted)
 
 
-DRAFT_KINDS = ("distilled", "exits", "lookup")
+DRAFT_KINDS = ("distilled", "heads", "exits", "lookup")
 
 
 def notebook_drafts(verifier: str, draft: str | None = None, drafts=None, kinds=DRAFT_KINDS,
                     one_per_kind: bool = False) -> list[str]:
     """The drafts a notebook compares: ``[draft]`` when one is named (``-p draft X`` is what every
     notebook accepts), else ``drafts``, else for the embedded verifier its embedded drafts of
-    ``kinds`` (distilled ones cheapest first, early exits, prompt lookup; with ``one_per_kind`` only
-    the first of each, as a smoke run wants). Another verifier has no embedded drafts: it gets
-    ``default_draft``'s one-line error asking for one, not drafts built for a different model."""
+    ``kinds`` (distilled ones cheapest first, EAGLE and Medusa heads, early exits, prompt lookup;
+    with ``one_per_kind`` only the first of each, as a smoke run wants). Another verifier has no
+    embedded drafts: it gets ``default_draft``'s one-line error asking for one, not drafts built for
+    a different model."""
     if draft is not None:
         return [draft]
     if drafts is not None:
@@ -73,26 +80,29 @@ def notebook_drafts(verifier: str, draft: str | None = None, drafts=None, kinds=
     if distilled:  # cheapest first, so a smoke run's drafts[:1] is the fastest to load and run
         c = flops_table(verifier, distilled, context=0).set_index("model")["c_flops"]
         distilled = sorted(distilled, key=lambda name: c[name])
-    found = {"distilled": distilled, "exits": list(EMBEDDED_EXITS), "lookup": [PROMPT_LOOKUP]}
+    found = {"distilled": distilled, "heads": head_draft_names(), "exits": list(EMBEDDED_EXITS),
+             "lookup": [PROMPT_LOOKUP]}
     return [name for kind in kinds for name in found[kind][: 1 if one_per_kind else None]]
 
 
 def sweep_drafts(verifier: str, draft: str | None = None, drafts=None) -> list[str]:
     """Notebook 03's drafts: as ``notebook_drafts``, but by default for the embedded verifier prompt
-    lookup (no forward: the draft that can win on a CPU) next to ``default_draft`` (a distilled
-    model, which shows the speculation tax), swept side by side on the same prompts."""
+    lookup (no forward: the draft that can win on a CPU), the EAGLE head (a forward of one layer,
+    accepted far more often than a small model) and ``default_draft`` (a distilled model, which
+    shows the speculation tax), swept side by side on the same prompts."""
     if draft is None and drafts is None and verifier == EMBEDDED_VERIFIER:
-        return [PROMPT_LOOKUP, default_draft(verifier)]
+        return [PROMPT_LOOKUP, *[h for h in head_draft_names() if h.endswith("eagle")], default_draft(verifier)]
     return notebook_drafts(verifier, draft, drafts)
 
 
 def decision_drafts(verifier: str, draft: str | None = None, drafts=None, smoke: bool = False) -> list[str]:
-    """Notebook 06's drafts: as ``notebook_drafts`` over distilled drafts and prompt lookup, but for
-    the embedded verifier without draft-xs (α ≈ 0.07, shown in notebooks 03–04), so the whole demo
-    stays within its time budget; a smoke run takes the first only."""
+    """Notebook 06's drafts: as ``notebook_drafts`` over distilled drafts, heads and prompt lookup, but
+    for the embedded verifier one distilled draft (draft-s; the others are shown in notebooks 03–04),
+    the heads and prompt lookup, so the whole demo stays within its time budget; a smoke run takes
+    the first only."""
     if draft is None and drafts is None and verifier == EMBEDDED_VERIFIER and not smoke:
-        drafts = ["smollm2-draft-s", "smollm2-draft-m", PROMPT_LOOKUP]
-    return notebook_drafts(verifier, draft, drafts, kinds=("distilled", "lookup"))[: 1 if smoke else None]
+        drafts = ["smollm2-draft-s", *head_draft_names(), PROMPT_LOOKUP]
+    return notebook_drafts(verifier, draft, drafts, kinds=("distilled", "heads", "lookup"))[: 1 if smoke else None]
 
 
 def parse_speculation(items) -> list:
