@@ -223,14 +223,19 @@ def test_what_if_with_nothing_changed_is_the_prediction():
     assert what_if.scale(profile.drafts[DRAFT].decode, 2.0).forward_ms(2) == pytest.approx(8.0)
 
 
-def test_reference_mps_profile_is_in_the_right_ballpark():
+def test_reference_mps_profile_predicts_leviathans_step_arithmetic():
     profile = reference.reference_mps_profile(0.0)
     draft = next(iter(profile.drafts))
     pred = predictor.predict(profile, draft, range(1, 9), n_boot=20, sims_per_boot=4)
     tok_s = pred.table.set_index("gamma")["predicted_tok_s"]
     assert pred.baseline_tok_s == pytest.approx(14.4, rel=0.01)
-    for gamma, reported in reference.REFERENCE_MPS["reported_tok_s"].items():
-        assert 0.6 * reported < tok_s[gamma] < 1.4 * reported
+    # by hand: t_v = 1000/14.4 = 69.44 ms, t_d = t_v/2.8 = 24.80 ms, free verification, flat α = 0.392:
+    # a step takes γ·t_d + t_v and yields τ = (1 − α^(γ+1))/(1 − α) tokens; γ = 1: 1.392/94.25 ms = 14.77
+    # tok/s, γ = 4: 1.6403/168.65 ms = 9.73 tok/s. The predictor replays 128-token generations, whose
+    # last step is cut at the budget, so it sits up to ~1% above the infinite-length formula.
+    hand = {1: 14.770, 2: 12.984, 4: 9.662, 8: 6.139}
+    for gamma, expected in hand.items():
+        assert tok_s[gamma] == pytest.approx(expected, rel=0.03)
     # FLOPs-c reproduces the reference's 0.99x at γ = 4
     assert theory.format_speedup(pred.table.set_index("gamma").loc[4, "flops_leviathan_speedup"]) == "0.99x"
     # costlier verification can only slow speculation down
@@ -444,3 +449,53 @@ def test_a_gain_inside_the_band_is_not_recommended():
         and not predictor.clears_break_even(1.01, 0.97)
         and not predictor.clears_break_even(0.9, 0.8)
     )
+
+
+def hand_validation_table() -> pd.DataFrame:
+    """Four measured points, errors worked out by hand: (predicted − measured) ÷ measured."""
+    rows = [  # draft, γ, predicted, band lo, band hi, measured, FLOPs-c Leviathan, wall-clock Leviathan
+        ("a", 1, 1.20, 1.05, 1.30, 1.00, 1.50, 1.10),  # error +0.20, outside its band, recommended (lo > 1)
+        ("a", 2, 1.10, 1.02, 1.20, 1.10, 0.77, 1.21),  # error 0, inside
+        ("b", 1, 0.90, 0.80, 0.95, 0.90, 0.99, 0.99),  # error 0, inside
+        ("b", 2, 0.95, 0.85, 1.05, 1.20, 1.68, 1.32),  # error −0.25/1.2 = −0.2083, outside; best measured
+    ]
+    table = pd.DataFrame(rows, columns=["draft", "gamma", "predicted_speedup", "predicted_lo", "predicted_hi",
+                                        "measured_speedup", "flops_speedup", "wallclock_speedup"])
+    table["batch_size"] = 1
+    for name, column in (("error", "predicted_speedup"), ("flops_error", "flops_speedup"),
+                         ("wallclock_error", "wallclock_speedup")):
+        table[name] = (table[column] - table["measured_speedup"]) / table["measured_speedup"]
+    return table
+
+
+def test_validation_summary_on_a_hand_worked_table():
+    from specnb.predict.validate import validation_summary
+
+    summary = validation_summary(hand_validation_table())
+    assert summary["grid_points"] == 4
+    assert summary["median_abs_error"] == pytest.approx(0.10)  # |errors| 0, 0, 0.20, 0.2083: median (0 + 0.20)/2
+    assert summary["max_abs_error"] == pytest.approx(0.25 / 1.2)
+    assert summary["flops_leviathan_median_abs_error"] == pytest.approx((0.3 + 0.4) / 2)  # 0.5, 0.3, 0.1, 0.4
+    assert summary["wallclock_leviathan_median_abs_error"] == pytest.approx(0.1)  # 0.1, 0.1, 0.1, 0.1
+    assert summary["within_band"] == pytest.approx(0.5)  # a γ=2 and b γ=1
+    assert summary["target_error_met"] is True  # 0.10 ≤ 0.10
+    assert summary["recommendations_within_5pct"] == "0/3" and summary["target_recommendation_met"] is False
+    assert summary["recommendation_worst_ratio"] == pytest.approx(1.0 / 1.2)
+
+
+def test_recommendation_check_on_a_hand_worked_table():
+    from specnb.predict.validate import recommendation_check
+
+    checks = recommendation_check(hand_validation_table()).set_index("draft")
+    # a: a γ=1 is predicted best and its band clears 1.0 -> recommended, measured 1.00 against a γ=2's 1.10
+    assert checks.loc["a", "recommended"] == "a γ=1"
+    assert checks.loc["a", "ratio_to_best"] == pytest.approx(1.0 / 1.1) and not checks.loc["a", "within_5pct"]
+    # b: the best prediction (0.95) loses -> verifier-only, worth 1.0x, against b γ=2's measured 1.20
+    assert pd.isna(checks.loc["b", "recommended"]) and checks.loc["b", "recommended_measured_speedup"] == 1.0
+    assert checks.loc["b", "best_measured"] == "b γ=2" and checks.loc["b", "ratio_to_best"] == pytest.approx(1 / 1.2)
+    # any draft: a γ=1 again (highest prediction overall), best measured b γ=2
+    assert checks.loc["any", "recommended"] == "a γ=1" and checks.loc["any", "best_measured"] == "b γ=2"
+    # when nothing measured beats 1.0x, verifier-only is the best option and declining is within 5%
+    losing = hand_validation_table().query("draft == 'b' and gamma == 1")
+    check = recommendation_check(losing).iloc[0]
+    assert check["recommended"] is None and check["best_measured"] == "verifier-only" and check["within_5pct"]
