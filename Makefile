@@ -36,7 +36,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 test: lint
-	$(BIN)/python -m pytest -n 2 -q --durations=15
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q --durations=15
 
 drafts: setup
 	$(BIN)/specnb build-drafts
