@@ -1,0 +1,112 @@
+"""The head drafts against their targets: chains and static trees, on both CPU kernel paths.
+
+    python benchmarks/heads.py [--prompts 8] [--max-new-tokens 48] [--no-write]
+
+For the embedded verifier, on prompts round-robin over every category, batch 1, greedy: verifier-only,
+``smollm2-eagle`` at several γ and on static trees, ``smollm2-medusa`` at several γ and on one
+tree, and prompt lookup for reference, all interleaved prompt by prompt; once with PyTorch's
+default linear kernels and once with ``kernels="onednn"`` (``specnb.models.kernels``), which makes
+verifying a few tokens cost about one. Per candidate: per-token α, τ, tok/s and speedup with a 95%
+CI over prompts; per category for the best EAGLE candidate; the step arithmetic (ms per verifier
+forward and per draft forward) that explains the speedup. Writes the ``heads`` section of
+benchmarks/README.md and ``results/heads_records.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from engine import write_readme_section  # benchmarks/engine.py
+
+from specnb.app.runner import describe_environment
+from specnb.measure import runs
+from specnb.measure.acceptance import token_alpha
+from specnb.measure.prompts import select_prompts
+from specnb.models.load import load_drafts
+
+HERE = Path(__file__).resolve().parent
+EAGLE, MEDUSA, LOOKUP = "smollm2-eagle", "smollm2-medusa", "prompt-lookup"
+
+
+def candidates(drafts: dict) -> list:
+    found = runs.make_candidates({EAGLE: drafts[EAGLE]}, [2, 3, 4], trees=[(3, 2), (2, 2, 1), (4, 2, 2)])
+    found += runs.make_candidates({MEDUSA: drafts[MEDUSA]}, [2, 3], trees=[(3, 2)], baseline=False)
+    return found + runs.make_candidates({LOOKUP: drafts[LOOKUP]}, [3], baseline=False)
+
+
+def measure(kernels: str, prompts, max_new_tokens: int) -> pd.DataFrame:
+    torch.manual_seed(0)
+    pair, drafts = load_drafts("smollm2-135m", [EAGLE, MEDUSA, LOOKUP], kernels=kernels)
+    records = runs.run_interleaved(pair, prompts, candidates(drafts), max_new_tokens=max_new_tokens, progress=True)
+    return records.assign(kernels=kernels)
+
+
+def step_ms(group: pd.DataFrame) -> tuple[float, float]:
+    """(ms per verifier forward in decoding, ms per draft forward) of one candidate's records."""
+    verify = group["verify_ms"].sum() / max(group["verifier_forwards"].sum(), 1)
+    draft = group["draft_ms"].sum() / group["draft_forwards"].sum() if group["draft_forwards"].sum() else 0.0
+    return verify, draft
+
+
+def table(records: pd.DataFrame) -> pd.DataFrame:
+    summary = runs.summarise(records)
+    rows = []
+    for r in summary.itertuples():
+        verify, draft = step_ms(records[records["candidate"] == r.candidate])
+        rows.append({"candidate": r.candidate, "per-token α": f"{r.alpha_token:.3f}" if r.gamma else "—",
+                     "τ": f"{r.tau:.2f}", "tok/s": f"{r.tok_s:.1f}",
+                     "speedup [95% CI]": f"{r.speedup:.2f}x [{r.speedup_lo:.2f}–{r.speedup_hi:.2f}]",
+                     "ms per verifier forward": f"{verify:.1f}",
+                     "ms per draft forward": f"{draft:.1f}" if draft else "—"})
+    return pd.DataFrame(rows), summary
+
+
+def per_category(records: pd.DataFrame, candidate: str) -> str:
+    group = records[records["candidate"] == candidate]
+    parts = []
+    for category, rows in group.groupby("categories"):
+        tau = (rows["accepted"].sum() + rows["steps"].sum()) / rows["steps"].sum()
+        parts.append(f"{category} α {token_alpha(rows):.2f} / τ {tau:.2f}")
+    return ", ".join(parts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=8, help="prompts, round-robin over every category")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    started = time.time()
+    prompts = select_prompts("all", args.prompts)
+    env = describe_environment()
+    sections = []
+    frames = []
+    for kernels in ("default", "onednn"):
+        records = measure(kernels, prompts, args.max_new_tokens)
+        frames.append(records)
+        shown, summary = table(records)
+        eagle = summary[summary["draft"] == EAGLE].sort_values("speedup").iloc[-1]
+        sections += [f"**kernels = {kernels}**", "", shown.to_markdown(index=False), "",
+                     f"Best EAGLE candidate ({eagle.candidate}) per category: "
+                     f"{per_category(records, eagle.candidate)}.", ""]
+    markdown = "\n".join([
+        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch "
+        f"{env['packages']['torch']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; "
+        f"{len(prompts)} prompts round-robin over every category, {args.max_new_tokens} new tokens, greedy, "
+        f"batch 1, every candidate interleaved prompt by prompt; {(time.time() - started) / 60:.1f} min "
+        "(`benchmarks/heads.py`).", "", *sections]).rstrip()
+    print(markdown)
+    if not args.no_write:
+        (HERE / "results").mkdir(exist_ok=True)
+        pd.concat(frames).to_csv(HERE / "results" / "heads_records.csv", index=False)
+        write_readme_section(markdown, name="heads")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
