@@ -94,6 +94,24 @@ def human(n: float, unit: str = "") -> str:
     return f"{n:.3g}{unit}"
 
 
+def table_lines(table) -> list[str]:
+    """The draft table as Markdown lines (header included), one row per draft of ``analysis.draft_table``."""
+    lines = [
+        "| draft | params | FLOPs/token | c (FLOPs) | c (wall clock) | α at best γ | α across prompts: mean ± sd "
+        "[min–max] | α per token | best γ (or tree) | speedup at best γ [95% CI] | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples():
+        best = r.candidate.split()[-1] if "tree=" in r.candidate else r.best_gamma  # a tree's shape, not its depth
+        lines.append(
+            f"| `{r.draft}` | {human(r.params)} | {human(r.flops_per_token)} | {r.c_flops:.3f} | {r.c_wall:.3f} | "
+            f"{r.alpha:.3f} | {r.alpha_prompt_mean:.2f} ± {r.alpha_prompt_std:.2f} [{r.alpha_prompt_min:.2f}–"
+            f"{r.alpha_prompt_max:.2f}] | {r.alpha_token:.3f} | {best} | {r.speedup:.2f}x "
+            f"[{r.speedup_lo:.2f}–{r.speedup_hi:.2f}] | {r.verdict} |"
+        )
+    return lines
+
+
 def render_markdown(result: dict) -> str:
     env, cfg, table, summary = result["environment"], result["config"], result["table"], result["summary"]
     verifier = result["flops"].iloc[0]
@@ -107,17 +125,8 @@ def render_markdown(result: dict) -> str:
         f"{len(result['categories'])} categories × {cfg['repeats']} repeat(s), {cfg['max_new_tokens']} new tokens, "
         f"greedy, batch 1; γ in {cfg['gammas']}; {result['seconds'] / 60:.1f} min.",
         "",
-        "| draft | params | FLOPs/token | c (FLOPs) | c (wall clock) | α at best γ | α across prompts: mean ± sd "
-        "[min–max] | α per token | best γ | speedup at best γ [95% CI] | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *table_lines(table),
     ]
-    for r in table.itertuples():
-        lines.append(
-            f"| `{r.draft}` | {human(r.params)} | {human(r.flops_per_token)} | {r.c_flops:.3f} | {r.c_wall:.3f} | "
-            f"{r.alpha:.3f} | {r.alpha_prompt_mean:.2f} ± {r.alpha_prompt_std:.2f} [{r.alpha_prompt_min:.2f}–"
-            f"{r.alpha_prompt_max:.2f}] | {r.alpha_token:.3f} | {r.best_gamma} | {r.speedup:.2f}x "
-            f"[{r.speedup_lo:.2f}–{r.speedup_hi:.2f}] | {r.verdict} |"
-        )
     lines += [
         "",
         "c (FLOPs): the draft's ÷ the verifier's FLOPs per token (2 × multiply-accumulates, from the configs). "

@@ -21,13 +21,15 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from drafts import table_lines  # benchmarks/drafts.py
 from engine import write_readme_section  # benchmarks/engine.py
 
 from specnb.app.runner import describe_environment
-from specnb.measure import runs
+from specnb.measure import analysis, runs
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import select_prompts
 from specnb.models.load import load_drafts
+from specnb.models.registry import flops_table
 
 HERE = Path(__file__).resolve().parent
 EAGLE, MEDUSA, LOOKUP = "smollm2-eagle", "smollm2-medusa", "prompt-lookup"
@@ -91,9 +93,12 @@ def main(argv=None) -> int:
         frames.append(records)
         shown, summary = table(records)
         eagle = summary[summary["draft"] == EAGLE].sort_values("speedup").iloc[-1]
+        drafts = analysis.draft_table(records, flops_table("smollm2-135m", [EAGLE, MEDUSA, LOOKUP]), summary)
         sections += [f"**kernels = {kernels}**", "", shown.to_markdown(index=False), "",
                      f"Best EAGLE candidate ({eagle.candidate}) per category: "
-                     f"{per_category(records, eagle.candidate)}.", ""]
+                     f"{per_category(records, eagle.candidate)}.", "",
+                     "The same run in the draft table's columns (see *Draft family* above):", "",
+                     *table_lines(drafts), ""]
     markdown = "\n".join([
         f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch "
         f"{env['packages']['torch']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; "

@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -41,7 +42,9 @@ def paths(weight: torch.Tensor) -> dict:
     bf16 = weight.to(torch.bfloat16)
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     linear.weight.data.copy_(weight)
-    int8 = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear}, torch.qint8)
+    with warnings.catch_warnings():  # torch.ao's deprecation notice; the kernel is what specnb.models.precision uses
+        warnings.simplefilter("ignore", DeprecationWarning)
+        int8 = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear}, torch.qint8)
     return {
         "default (MKL)": lambda x: F.linear(x, weight),
         "oneDNN, prepacked": lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
