@@ -11,24 +11,17 @@ markers.
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
 
 import pandas as pd
-from engine import write_readme_section  # benchmarks/engine.py
+from predictor import publish  # benchmarks/predictor.py
+
+from specnb.app.parameters import declared_parameters
 
 STEM = "07_alternatives"
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def find_run(argv: list[str]) -> Path:
-    if argv:
-        return Path(argv[0])
-    runs = sorted((p.parent for p in (ROOT / "outputs").glob(f"*/{STEM}.summary.json")), key=lambda p: p.name)
-    if not runs:
-        sys.exit(f"no outputs/*/{STEM}.summary.json: run `specnb run 07` first")
-    return runs[-1]
 
 
 def methods_table(summary: pd.DataFrame) -> str:
@@ -55,7 +48,9 @@ def tax_table(fits: pd.DataFrame, summary: pd.DataFrame) -> str:
 
 def render(run: Path) -> str:
     record = json.loads((run / f"{STEM}.summary.json").read_text())
-    env, params, res = record["environment"], record["parameters"], record["results"]
+    env, res = record["environment"], record["results"]
+    declared = declared_parameters(run / f"{STEM}.ipynb")  # the defaults; the summary holds what was passed
+    params = {name: ast.literal_eval(p["default"]) for name, p in declared.items()} | record["parameters"]
     summary = pd.read_csv(run / f"{STEM}.summary.csv")
     fits = pd.read_csv(run / f"{STEM}.tax_fits.csv")
     batching = pd.read_csv(run / f"{STEM}.batching.csv")
@@ -87,11 +82,7 @@ def render(run: Path) -> str:
 
 
 def main(argv=None) -> int:
-    run = find_run(sys.argv[1:] if argv is None else argv)
-    markdown = render(run)
-    print(markdown)
-    write_readme_section(markdown, name="alternatives")
-    return 0
+    return publish(render, "alternatives", STEM, argv)
 
 
 if __name__ == "__main__":

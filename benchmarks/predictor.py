@@ -21,13 +21,24 @@ STEM = "06_decision_framework"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def find_run(argv: list[str]) -> Path:
+def find_run(argv: list[str], stem: str = STEM) -> Path:
+    """The run folder named on the command line, else the newest outputs/* that holds ``stem``'s summary."""
     if argv:
+        if not (Path(argv[0]) / f"{stem}.summary.json").exists():
+            sys.exit(f"{argv[0]}: no {stem}.summary.json there (a `specnb run` output folder is expected)")
         return Path(argv[0])
-    runs = sorted((p.parent for p in (ROOT / "outputs").glob(f"*/{STEM}.summary.json")), key=lambda p: p.name)
+    runs = sorted((p.parent for p in (ROOT / "outputs").glob(f"*/{stem}.summary.json")), key=lambda p: p.name)
     if not runs:
-        sys.exit(f"no outputs/*/{STEM}.summary.json: run `specnb run 06` first")
+        sys.exit(f"no outputs/*/{stem}.summary.json: run `specnb run {stem[:2]}` first")
     return runs[-1]
+
+
+def publish(render, section: str, stem: str = STEM, argv=None) -> int:
+    """Render a notebook run's section, print it and write it between its README markers."""
+    markdown = render(find_run(sys.argv[1:] if argv is None else argv, stem))
+    print(markdown)
+    write_readme_section(markdown, name=section)
+    return 0
 
 
 def render(run: Path) -> str:
@@ -77,11 +88,7 @@ def render(run: Path) -> str:
 
 
 def main(argv=None) -> int:
-    run = find_run(sys.argv[1:] if argv is None else argv)
-    markdown = render(run)
-    print(markdown)
-    write_readme_section(markdown, name="predictor")
-    return 0
+    return publish(render, "predictor", argv=argv)
 
 
 if __name__ == "__main__":
