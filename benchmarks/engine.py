@@ -34,7 +34,6 @@ from specnb.measure.forward import measure_forward_ms
 from specnb.measure.hf_baseline import compare_with_hf, tok_s_by_method
 from specnb.measure.prompts import load_prompts
 from specnb.models.load import load_drafts
-from specnb.models.registry import embedded_draft_names
 
 HERE = Path(__file__).parent
 
@@ -42,7 +41,7 @@ HERE = Path(__file__).parent
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--verifier", default="smollm2-135m")
-    p.add_argument("--draft", default=None, help="default: the first embedded distilled draft")
+    p.add_argument("--draft", default="smollm2-draft-s", help="the pair the README's figures use")
     p.add_argument("--gamma", type=int, default=3)
     p.add_argument("--prompts", type=int, default=8, help="prompts (one per category, cycling)")
     p.add_argument("--max-new-tokens", type=int, default=48)
@@ -168,7 +167,7 @@ def write_readme_section(markdown: str, name: str = "engine") -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.manual_seed(0)
-    draft_name = args.draft or (embedded_draft_names() or ["smollm2-exit-4"])[0]
+    draft_name = args.draft
     pair, drafts = load_drafts(args.verifier, [draft_name], device=args.device)
     draft = drafts[draft_name]
     ids = encode_each(pair.tokenizer, pick_prompts(args.prompts), pair.device)
