@@ -281,24 +281,35 @@ class EagleDraft(nn.Module):
         return {k: v for k, v in self.state_dict().items()}
 
     def save(self, folder, dtype=torch.float16, meta: dict | None = None) -> None:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(folder / WEIGHTS_FILE))
-        (folder / CONFIG_FILE).write_text(json.dumps({"kind": "eagle", **asdict(self.config), "meta": meta or {}},
-                                                     indent=1))
+        save_head(self, "eagle", folder, dtype, meta)
 
     @classmethod
     def load(cls, folder, verifier=None, dtype=torch.float32) -> EagleDraft:
-        from safetensors.torch import load_file
+        return load_head(cls, EagleConfig, folder, verifier, dtype)
 
-        folder = Path(folder)
-        raw = json.loads((folder / CONFIG_FILE).read_text())
-        config = EagleConfig(**{f.name: raw[f.name] for f in fields(EagleConfig) if f.name in raw})
-        state = load_file(str(folder / WEIGHTS_FILE))
-        model = cls(config, head_ids=state.get("head_ids"))
-        model.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()})
-        model.eval()
-        return model.attach(verifier) if verifier is not None else model
+
+def save_head(model: nn.Module, kind: str, folder, dtype=torch.float16, meta: dict | None = None) -> None:
+    """A head's folder in specnb's layout: its weights (floats in ``dtype``) and its config with ``kind``."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(folder / WEIGHTS_FILE))
+    (folder / CONFIG_FILE).write_text(json.dumps({"kind": kind, **asdict(model.config), "meta": meta or {}},
+                                                 indent=1))
+
+
+def load_head(cls, config_cls, folder, verifier=None, dtype=torch.float32):
+    """The head ``save_head`` wrote (config keys this version does not know are ignored), attached to
+    ``verifier`` when one is given."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    raw = json.loads((folder / CONFIG_FILE).read_text())
+    config = config_cls(**{f.name: raw[f.name] for f in fields(config_cls) if f.name in raw})
+    state = load_file(str(folder / WEIGHTS_FILE))
+    model = cls(config, head_ids=state.get("head_ids"))
+    model.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()})
+    model.eval()
+    return model.attach(verifier) if verifier is not None else model

@@ -21,15 +21,12 @@ trimmed head, ``head_ids``); the verifier's lm_head is borrowed by ``attach``.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "weights.safetensors"
+from specnb.models.eagle import load_head, save_head  # one folder layout for heads
 
 
 @dataclass
@@ -97,24 +94,8 @@ class MedusaHeads(nn.Module):
         return self.to_tokens(self.logits(states).argmax(-1))  # [B, gamma]
 
     def save(self, folder, dtype=torch.float16, meta: dict | None = None) -> None:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(folder / WEIGHTS_FILE))
-        (folder / CONFIG_FILE).write_text(json.dumps({"kind": "medusa", **asdict(self.config), "meta": meta or {}},
-                                                     indent=1))
+        save_head(self, "medusa", folder, dtype, meta)
 
     @classmethod
     def load(cls, folder, verifier=None, dtype=torch.float32) -> MedusaHeads:
-        from safetensors.torch import load_file
-
-        folder = Path(folder)
-        raw = json.loads((folder / CONFIG_FILE).read_text())
-        config = MedusaConfig(**{f.name: raw[f.name] for f in fields(MedusaConfig) if f.name in raw})
-        state = load_file(str(folder / WEIGHTS_FILE))
-        model = cls(config, head_ids=state.get("head_ids"))
-        model.load_state_dict({k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()})
-        model.eval()
-        return model.attach(verifier) if verifier is not None else model
+        return load_head(cls, MedusaConfig, folder, verifier, dtype)
