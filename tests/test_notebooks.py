@@ -58,7 +58,9 @@ def test_markdown_has_no_latex(path):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_smoke_run_writes_parseable_outputs(path, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"}
+    # One thread per run: the test workers run two notebooks at once on as many cores, and two
+    # two-thread kernels on two cores took 4-8x as long as one alone.
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "specnb", "run", path.stem[:2], "--smoke", "--json", "--out",
                            str(tmp_path)], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
