@@ -8,7 +8,7 @@ tree, and prompt lookup for reference, all interleaved prompt by prompt; once wi
 default linear kernels and once with ``kernels="onednn"`` (``specnb.models.kernels``), which makes
 verifying a few tokens cost about one. Per candidate: per-token α, τ, tok/s and speedup with a 95%
 CI over prompts; per category for the best EAGLE candidate; the step arithmetic (ms per verifier
-forward and per draft forward) that explains the speedup. Writes the ``heads`` section of
+step, from ``analysis.measured_steps``) that explains the speedup. Writes the ``heads`` section of
 benchmarks/README.md and ``results/heads_records.csv``.
 """
 
@@ -48,23 +48,21 @@ def measure(kernels: str, prompts, max_new_tokens: int) -> pd.DataFrame:
     return records.assign(kernels=kernels)
 
 
-def step_ms(group: pd.DataFrame) -> tuple[float, float]:
-    """(ms per verifier forward in decoding, ms per draft forward) of one candidate's records."""
-    verify = group["verify_ms"].sum() / max(group["verifier_forwards"].sum(), 1)
-    draft = group["draft_ms"].sum() / group["draft_forwards"].sum() if group["draft_forwards"].sum() else 0.0
-    return verify, draft
-
-
-def table(records: pd.DataFrame) -> pd.DataFrame:
+def table(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per candidate its acceptance, speed and one decoding step's cost (``analysis.measured_steps``:
+    prefill excluded; verifier-only's row shows its ms per token, i.e. per one-token step)."""
     summary = runs.summarise(records)
+    steps = analysis.measured_steps(records).set_index("candidate")
     rows = []
     for r in summary.itertuples():
-        verify, draft = step_ms(records[records["candidate"] == r.candidate])
+        step = steps.loc[r.candidate] if r.candidate in steps.index else None
         rows.append({"candidate": r.candidate, "per-token α": f"{r.alpha_token:.3f}" if r.gamma else "—",
                      "τ": f"{r.tau:.2f}", "tok/s": f"{r.tok_s:.1f}",
                      "speedup [95% CI]": f"{r.speedup:.2f}x [{r.speedup_lo:.2f}–{r.speedup_hi:.2f}]",
-                     "ms per verifier forward": f"{verify:.1f}",
-                     "ms per draft forward": f"{draft:.1f}" if draft else "—"})
+                     "verify ms per step": f"{step.verify_ms_per_step:.1f}" if step is not None else "—",
+                     "draft ms per step": f"{step.draft_ms_per_step:.1f}" if step is not None else "—",
+                     "step ms (all stages)": f"{step.step_ms:.1f}" if step is not None
+                     else f"{steps['baseline_ms_per_token'].iloc[0]:.1f}"})
     return pd.DataFrame(rows), summary
 
 
@@ -77,6 +75,17 @@ def per_category(records: pd.DataFrame, candidate: str) -> str:
     return ", ".join(parts)
 
 
+def section(records: pd.DataFrame) -> list[str]:
+    """Markdown lines for one kernel path's records: the candidates, the best EAGLE candidate per
+    category, and the heads in the draft table's columns."""
+    shown, summary = table(records)
+    eagle = summary[summary["draft"] == EAGLE].sort_values("speedup").iloc[-1]
+    drafts = analysis.draft_table(records, flops_table("smollm2-135m", [EAGLE, MEDUSA, LOOKUP]), summary)
+    return [f"**kernels = {records['kernels'].iloc[0]}**", "", shown.to_markdown(index=False), "",
+            f"Best EAGLE candidate ({eagle.candidate}) per category: {per_category(records, eagle.candidate)}.", "",
+            "The same run in the draft table's columns (see *Draft family* above):", "", *table_lines(drafts), ""]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="prompts, round-robin over every category")
@@ -86,19 +95,8 @@ def main(argv=None) -> int:
     started = time.time()
     prompts = select_prompts("all", args.prompts)
     env = describe_environment()
-    sections = []
-    frames = []
-    for kernels in ("default", "onednn"):
-        records = measure(kernels, prompts, args.max_new_tokens)
-        frames.append(records)
-        shown, summary = table(records)
-        eagle = summary[summary["draft"] == EAGLE].sort_values("speedup").iloc[-1]
-        drafts = analysis.draft_table(records, flops_table("smollm2-135m", [EAGLE, MEDUSA, LOOKUP]), summary)
-        sections += [f"**kernels = {kernels}**", "", shown.to_markdown(index=False), "",
-                     f"Best EAGLE candidate ({eagle.candidate}) per category: "
-                     f"{per_category(records, eagle.candidate)}.", "",
-                     "The same run in the draft table's columns (see *Draft family* above):", "",
-                     *table_lines(drafts), ""]
+    frames = [measure(kernels, prompts, args.max_new_tokens) for kernels in ("default", "onednn")]
+    sections = [line for records in frames for line in section(records)]
     markdown = "\n".join([
         f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch "
         f"{env['packages']['torch']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; "
