@@ -21,15 +21,21 @@ STEM = "06_decision_framework"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def fail(message: str) -> None:
+    """A one-line error and exit code 2, as for any bad input."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
 def find_run(argv: list[str], stem: str = STEM) -> Path:
     """The run folder named on the command line, else the newest outputs/* that holds ``stem``'s summary."""
     if argv:
         if not (Path(argv[0]) / f"{stem}.summary.json").exists():
-            sys.exit(f"{argv[0]}: no {stem}.summary.json there (a `specnb run` output folder is expected)")
+            fail(f"{argv[0]}: no {stem}.summary.json there (a `specnb run` output folder is expected)")
         return Path(argv[0])
     runs = sorted((p.parent for p in (ROOT / "outputs").glob(f"*/{stem}.summary.json")), key=lambda p: p.name)
     if not runs:
-        sys.exit(f"no outputs/*/{stem}.summary.json: run `specnb run {stem[:2]}` first")
+        fail(f"no outputs/*/{stem}.summary.json: run `specnb run {stem[:2]}` first")
     return runs[-1]
 
 
