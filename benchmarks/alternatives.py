@@ -11,7 +11,6 @@ markers.
 
 from __future__ import annotations
 
-import ast
 import json
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 from predictor import publish  # benchmarks/predictor.py
 
-from specnb.app.parameters import declared_parameters
+from specnb.app.parameters import declared_defaults
 
 STEM = "07_alternatives"
 
@@ -49,8 +48,7 @@ def tax_table(fits: pd.DataFrame, summary: pd.DataFrame) -> str:
 def render(run: Path) -> str:
     record = json.loads((run / f"{STEM}.summary.json").read_text())
     env, res = record["environment"], record["results"]
-    declared = declared_parameters(run / f"{STEM}.ipynb")  # the defaults; the summary holds what was passed
-    params = {name: ast.literal_eval(p["default"]) for name, p in declared.items()} | record["parameters"]
+    params = declared_defaults(run / f"{STEM}.ipynb") | record["parameters"]  # the summary holds what was passed
     summary = pd.read_csv(run / f"{STEM}.summary.csv")
     fits = pd.read_csv(run / f"{STEM}.tax_fits.csv")
     batching = pd.read_csv(run / f"{STEM}.batching.csv")

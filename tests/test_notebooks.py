@@ -87,12 +87,11 @@ def test_smoke_run_writes_parseable_outputs(path, tmp_path):
 def test_decision_notebook_defaults_give_enough_held_out_prompts():
     """Notebook 06's default prompt counts must split: below the number of categories, validation
     narrows both pools to its categories, so 20 calibration prompts need 4 validation prompts."""
-    import ast
-
+    from specnb.app.parameters import declared_defaults
     from specnb.measure.prompts import split_prompts
 
     path = next(p for p in NOTEBOOKS if p.stem.startswith("06"))
-    params = {k: ast.literal_eval(v["default"]) for k, v in papermill.inspect_notebook(str(path)).items()}
+    params = declared_defaults(path)
     calibration, validation = split_prompts("all", params["n_calibration_prompts"], params["n_validation_prompts"])
     assert (len(calibration), len(validation)) == (params["n_calibration_prompts"], params["n_validation_prompts"])
     assert not set(calibration["prompt"]) & set(validation["prompt"])

@@ -31,6 +31,11 @@ def declared_parameters(path: Path) -> dict[str, dict]:
     return papermill.inspect_notebook(str(path))
 
 
+def declared_defaults(path: Path) -> dict[str, Any]:
+    """The notebook's parameters with their default values (as the parameters cell writes them)."""
+    return {name: ast.literal_eval(p["default"]) for name, p in declared_parameters(path).items()}
+
+
 def type_name(value: Any) -> str:
     names = {bool: "True or False", int: "an integer", float: "a number", str: "a string", list: "a list",
              dict: "a dict"}
