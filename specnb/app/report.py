@@ -125,7 +125,8 @@ def tree_width_text(widths: pd.DataFrame, verifier: str) -> Report:
     lines = [f"A chain verifying {int(r.chain_tokens)} tokens costs {r.chain_ms:.1f} ms on {verifier}; a forward of "
              f"{int(r.widest_tokens)} tokens costs {r.widest_ms:.1f} ms (within {r.tolerance:.0%}), so a tree of up to "
              f"{int(r.widest_tokens) - 1} candidate nodes verifies at about the chain's price"
-             + (f"; {int(r.next_tokens)} tokens cost {r.next_ms:.1f} ms." if r.next_tokens else ".")
+             + (f"; {int(r.next_tokens)} tokens cost {r.next_ms:.1f} ms." if pd.notna(r.next_tokens)
+                else "; no larger forward was measured.")
              for r in widths.itertuples()]
     values = {f"tree_tokens_at_chain_{int(r.chain_tokens)}": int(r.widest_tokens) for r in widths.itertuples()}
     return Report(bullets(lines), values)
