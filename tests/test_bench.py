@@ -179,19 +179,36 @@ def test_measure_forward_grid_on_a_tiny_model(pair):
     assert set(grid["model"]) == {"tiny"} and (grid["context_len"] == 8).all()
 
 
-def test_forward_grids_interleave_models_and_keep_the_loops_logits(pair):
-    """Every shape of every model in turn, each repeat: a draft's forward is timed after the
-    verifier's, as in the loop, and asks for the logits the loop asks for (keep=1: the last only)."""
+def test_forward_grids_interleave_models_and_batch_sizes_and_keep_the_loops_logits(pair):
+    """Every shape of every model at every batch size in turn, each repeat: a draft's forward is
+    timed after the verifier's, as in the loop, a slow spell cannot land on one batch size alone,
+    and each forward asks for the logits the loop asks for (keep=1: the last only). One context
+    prefill per model and batch size: the shapes share its cache."""
     draft = perturbed_copy(pair.verifier, 0.1, 3)
     calls = []
     for name, model in (("v", pair.verifier), ("d", draft)):
         model.register_forward_hook(lambda m, args, kwargs, out, name=name: calls.append(
-            (name, kwargs["input_ids"].shape[1], out.logits.shape[1])), with_kwargs=True)
+            (name, *kwargs["input_ids"].shape, out.logits.shape[1])), with_kwargs=True)
     shapes = [forward.GridShapes("v", pair.verifier, (1, 3)), forward.GridShapes("d", draft, (1, 2), keep=1)]
-    grid = forward.measure_forward_grids(shapes, batch_sizes=(1,), context_len=5, repeats=2, warmup=1)
-    assert grid[["model", "n_tokens"]].values.tolist() == [["v", 1], ["v", 3], ["d", 1], ["d", 2]]
-    timed = [c for c in calls if c[1] != 5]  # drop the probes' context prefills
-    assert timed == [("v", 1, 1), ("v", 3, 3), ("d", 1, 1), ("d", 2, 1)] * 3  # warmup + 2 repeats, interleaved
+    grid = forward.measure_forward_grids(shapes, batch_sizes=(1, 2), context_len=5, repeats=2, warmup=1)
+    assert grid[["model", "n_tokens", "batch_size"]].values.tolist() == [
+        ["v", 1, 1], ["v", 3, 1], ["d", 1, 1], ["d", 2, 1], ["v", 1, 2], ["v", 3, 2], ["d", 1, 2], ["d", 2, 2]]
+    prefills = [c for c in calls if c[2] == 5]
+    assert prefills == [("v", 1, 5, 5), ("d", 1, 5, 5), ("v", 2, 5, 5), ("d", 2, 5, 5)]
+    timed = [c for c in calls if c[2] != 5]  # (model, batch, tokens, logit columns)
+    one_round = [(m, b, n, cols) for b in (1, 2) for m, n, cols in (("v", 1, 1), ("v", 3, 3), ("d", 1, 1), ("d", 2, 1))]
+    assert timed == one_round * 3  # warmup + 2 repeats, interleaved
+    assert (grid["context_len"] == 5).all()
+
+
+def test_forward_probe_shares_a_cache_only_with_its_own_model_and_batch(pair):
+    base = forward.ForwardProbe(pair.verifier, 1, 2, context_len=5)
+    shared = forward.ForwardProbe(pair.verifier, 3, 2, context_len=5, share=base)
+    assert shared.cache is base.cache
+    before = base.cache.get_seq_length()
+    assert shared.time_ms() > 0 and base.time_ms() > 0 and base.cache.get_seq_length() == before == 5
+    with pytest.raises(ParameterError, match="same model, batch"):
+        forward.ForwardProbe(pair.verifier, 1, 1, context_len=5, share=base)
 
 
 def test_load_drafts_loads_verifier_once_and_each_draft(pair, tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specnb.app import cli
+from specnb.app import cli, runner
 from specnb.app.parameters import fits, parse_value
 from specnb.app.runner import NotebookFailed, export_html, run_notebooks, select_notebooks
 from specnb.core.errors import ParameterError
@@ -146,3 +146,54 @@ def test_export_html_keeps_the_last_state_of_a_text_progress_bar(tmp_path):
     nbformat.write(nb, path)
     html = export_html(path).read_text()
     assert "runs: 3/3" in html and "runs: 2/3" not in html and "runs: 0/3" not in html
+
+
+def papermill_times(path: Path) -> tuple[str, str]:
+    meta = nbformat.read(path, as_version=4).metadata["papermill"]
+    return meta["start_time"], meta["end_time"]
+
+
+def test_a_smoke_run_takes_two_notebooks_at_once_and_a_timed_run_never(tmp_path, capsys):
+    runs = run_notebooks(["ok", "slow"], {"seconds": 4}, smoke=True, out=tmp_path, progress=False, jobs=2)
+    assert [r.name for r in runs] == ["01_ok", "03_slow"] and all(r.ok for r in runs)  # the order asked for
+    ok_start, ok_end = papermill_times(tmp_path / "01_ok.ipynb")
+    slow_start, slow_end = papermill_times(tmp_path / "03_slow.ipynb")
+    assert ok_start < slow_end and slow_start < ok_end  # they overlapped
+    assert [r["name"] for r in json.loads((tmp_path / "runs.json").read_text())] == ["01_ok", "03_slow"]
+    assert cli.main(["run", "ok", "--jobs", "2", "--out", str(tmp_path / "timed")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "only a --smoke run may" in err
+    assert cli.main(["run", "ok", "--smoke", "--jobs", "0", "--out", str(tmp_path / "none")]) == 2
+    assert "at least 1" in capsys.readouterr().err
+
+
+def test_side_by_side_a_notebook_waits_for_the_one_it_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "READS_FROM", {"01_ok": ("03_slow",)})
+    runs = run_notebooks(["ok", "slow"], {"seconds": 2}, smoke=True, out=tmp_path, progress=False, jobs=2)
+    assert all(r.ok for r in runs)
+    _, slow_end = papermill_times(tmp_path / "03_slow.ipynb")
+    ok_start, _ = papermill_times(tmp_path / "01_ok.ipynb")
+    assert ok_start >= slow_end
+
+
+def test_ctrl_c_during_a_side_by_side_smoke_run_stops_every_kernel_and_keeps_the_partial_notebook(tmp_path):
+    env = {**os.environ, "SPECNB_NOTEBOOKS": str(FIXTURES)}
+    proc = subprocess.Popen([sys.executable, "-m", "specnb", "run", "ok", "slow", "--smoke", "--json", "--out",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not ((tmp_path / "03_slow.started").exists() and (tmp_path / "01_ok.summary.json").exists()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    ours = [line for line in err.splitlines() if line.startswith("specnb")]
+    assert len(ours) == 1 and "interrupted during 03_slow" in ours[0], err
+    assert "Traceback" not in err, err
+    assert json.loads((tmp_path / "01_ok.summary.json").read_text())["ok"] is True
+    summary = json.loads((tmp_path / "03_slow.summary.json").read_text())
+    assert summary["ok"] is False and "interrupted" in summary["error"]
+    assert (tmp_path / "03_slow.html").exists()
+    assert [r["name"] for r in json.loads((tmp_path / "runs.json").read_text())] == ["01_ok", "03_slow"]

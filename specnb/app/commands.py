@@ -33,6 +33,9 @@ def _args_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
                    help="notebook parameter (Python literal or string); repeatable")
     p.add_argument("--smoke", action="store_true", help="tiny settings: the whole suite in a few minutes")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="notebooks at once; smoke runs only (default 2 for --smoke on 2+ cores, else 1: timed "
+                        "notebooks never share the machine)")
     p.add_argument("--out", help="output folder (default: outputs/<run-id>/)")
 
 
@@ -45,7 +48,7 @@ def run_run(args: argparse.Namespace) -> list[dict]:
 
     params = {key: parse_value(value) for key, value in args.parameter}
     runs = run_notebooks(args.names, params, smoke=args.smoke, out=Path(args.out) if args.out else None,
-                         progress=not args.json)
+                         progress=not args.json, jobs=args.jobs)
     return [{"notebook": r.name, "ok": r.ok, "seconds": round(r.seconds, 1), "html": r.html} for r in runs]
 
 

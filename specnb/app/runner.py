@@ -4,8 +4,9 @@ One runner for every notebook (as pymc-examples does): ``run_notebooks`` execute
 in ``notebooks/`` into ``outputs/<run-id>/``, renders a standalone HTML file that makes no
 network request (no require.js, MathJax, mermaid or widget-manager scripts from a CDN; charts are
 inline SVG), and writes ``<stem>.summary.json`` with the parameters, the environment and whatever
-the notebook recorded. Notebooks run one after another, never in parallel: most of them time
-model forwards, and two at once on a small machine would measure each other.
+the notebook recorded. Notebooks run one after another: most of them time model forwards, and two
+at once on a small machine would measure each other. Only a smoke run, which checks that every
+cell runs rather than what it times, runs two at once (``--jobs``).
 
 Inside a notebook, ``Recorder`` saves tidy tables (CSV) and headline numbers next to it, so every
 figure in the HTML can be recomputed from raw records.
@@ -60,10 +61,10 @@ class RunInterrupted(SpecnbError, RuntimeError):
 
     exit_code = 130
 
-    def __init__(self, run: NotebookRun):
+    def __init__(self, run: NotebookRun, runs: list[NotebookRun] | None = None):
         super().__init__(f"interrupted during {run.name}; finished notebooks and the partial {run.name} "
                          f"(.ipynb and .html) are in {Path(run.ipynb).parent}")
-        self.run = run
+        self.run, self.runs = run, runs
 
 
 @dataclass
@@ -122,24 +123,38 @@ def new_run_dir(out: Path | None) -> Path:
     return out.resolve()  # notebooks run with the run folder as cwd: a relative --out would nest
 
 
+# A notebook that reads another's outputs from the run folder, by default: with ``--jobs`` it starts
+# only once that one has finished. 07 prices the predictor's pick from 06's hardware profile.
+READS_FROM = {"07_alternatives": ("06_decision_framework",)}
+
+
 def run_notebooks(
     names: list[str] | None = None,
     parameters: dict[str, Any] | None = None,
     smoke: bool = False,
     out: Path | None = None,
     progress: bool = True,
+    jobs: int | None = None,
 ) -> list[NotebookRun]:
-    """Execute notebooks in order; raise ``NotebookFailed`` after all ran if any failed."""
+    """Execute notebooks in order; raise ``NotebookFailed`` after all ran if any failed.
+
+    ``jobs``: notebooks run at once. Timed runs take 1: two notebooks side by side would time each
+    other. A smoke run, which checks that every cell runs and not what it times, defaults to two on
+    a machine with two or more cores (``run_side_by_side``)."""
     parameters = parameters or {}
     paths = select_notebooks(names)
     parameters = check_parameters(paths, parameters)  # fail fast on typos and types, before minutes of execution
+    jobs = check_jobs(jobs, smoke)
     run_dir = new_run_dir(out)
     runs = []
     try:
-        for path in paths:
-            runs.append(run_one(path, parameters, smoke, run_dir, progress))
+        if min(jobs, len(paths)) > 1:
+            runs = run_side_by_side(paths, parameters, run_dir, jobs, progress)
+        else:
+            for path in paths:
+                runs.append(run_one(path, parameters, smoke, run_dir, progress))
     except RunInterrupted as stop:
-        runs.append(stop.run)
+        runs = stop.runs or [*runs, stop.run]
         raise
     finally:
         (run_dir / "runs.json").write_text(json.dumps([asdict(r) for r in runs], indent=1, default=str))
@@ -151,19 +166,103 @@ def run_notebooks(
     return runs
 
 
-def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progress: bool) -> NotebookRun:
+def check_jobs(jobs: int | None, smoke: bool) -> int:
+    """Notebooks at once: ``jobs``, or by default 1 (2 for a smoke run on two or more cores)."""
+    if jobs is None:
+        return min(2, os.cpu_count() or 1) if smoke else 1
+    if jobs < 1:
+        raise ParameterError(f"--jobs must be at least 1, got {jobs}")
+    if jobs > 1 and not smoke:
+        raise ParameterError(f"--jobs {jobs} runs notebooks side by side, so each would time the other; "
+                             "only a --smoke run may (it checks that cells run, not what they time)")
+    return jobs
+
+
+def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, progress: bool) -> list[NotebookRun]:
+    """A smoke run, ``jobs`` notebooks at a time, each kernel on an equal share of the cores (two
+    kernels each using every core ran 4-8x slower than one alone). A notebook that others read
+    from (``READS_FROM``) starts first, and its readers wait for it and then go next, so the chain
+    of the two overlaps the rest. Returns the runs in the order asked;
+    on Ctrl-C every running kernel is killed and ``RunInterrupted`` carries all the runs."""
+    from tqdm.auto import tqdm
+
+    waited_on = {name for needs in READS_FROM.values() for name in needs}
+    queue = sorted(paths, key=lambda p: (p.stem not in waited_on, p.stem not in READS_FROM))  # stable otherwise
+    chosen = {p.stem for p in paths}
+    done: dict[str, NotebookRun] = {}
+    failures: list[BaseException] = []
+    running: dict[str, threading.Thread] = {}
+
+    stopping = threading.Event()
+
+    def work(path: Path) -> None:
+        try:
+            done[path.stem] = run_one(path, user, True, run_dir, False, stopping)
+        except BaseException as err:  # noqa: BLE001  (re-raised on the main thread)
+            failures.append(err)
+
+    def ready(path: Path) -> bool:
+        return all(name in done or name not in chosen for name in READS_FROM.get(path.stem, ()))
+
+    bar = tqdm(total=len(paths), desc=f"notebooks ({jobs} at a time)", unit="nb", disable=not progress)
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    previous = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = threads  # kernels inherit it and torch reads it at import
+    try:
+        while queue or running:
+            for path in [p for p in queue if ready(p)][: jobs - len(running)]:
+                queue.remove(path)
+                running[path.stem] = threading.Thread(target=work, args=(path,), name=f"run {path.stem}", daemon=True)
+                running[path.stem].start()
+            for name in [n for n, t in running.items() if not t.is_alive()]:
+                del running[name]
+                bar.update(1)
+                bar.set_postfix_str(f"{name}: {'ok' if name in done and done[name].ok else 'failed'}")
+            if failures:
+                raise failures[0]
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        previous_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup
+        quiet = logging.getLogger("papermill")
+        level, quiet.level = quiet.level, logging.CRITICAL  # "kernel died": we killed it, the CLI says why
+        try:
+            stopping.set()
+            kill_kernels()
+            for thread in running.values():
+                thread.join(60)
+        finally:
+            signal.signal(signal.SIGINT, previous_handler)
+            quiet.setLevel(level)
+        cut = [done[name] for name in running if name in done and not done[name].ok]
+        runs = [done[p.stem] for p in paths if p.stem in done]
+        if not runs:
+            raise
+        raise RunInterrupted(cut[0] if cut else runs[-1], runs) from None
+    finally:
+        bar.close()
+        if previous is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = previous
+    return [done[p.stem] for p in paths]
+
+
+def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progress: bool,
+            stopping: threading.Event | None = None) -> NotebookRun:
     """Execute one notebook; on a failing cell, or on Ctrl-C, keep the partial notebook and render
-    it anyway (an interruption is raised again as ``RunInterrupted`` once that is saved)."""
+    it anyway (an interruption is raised again as ``RunInterrupted`` once that is saved). Run off
+    the main thread, ``stopping`` is how it learns that the main thread caught Ctrl-C and killed its
+    kernel; the run then comes back marked interrupted and the main thread raises."""
     params = parameters_for(path, user, smoke, run_dir)
     ipynb = run_dir / path.name
     started = time.perf_counter()
-    error, interrupted = execute(path, ipynb, params, run_dir, progress)
+    error, interrupted = execute(path, ipynb, params, run_dir, progress, stopping)
     seconds = time.perf_counter() - started
     html = export_html(ipynb) if ipynb.exists() else None
     files = sorted(p.name for p in run_dir.glob(f"{path.stem}.*"))
     run = NotebookRun(path.stem, str(ipynb), html and str(html), error is None, seconds, params, error, files)
     write_summary(run_dir, run)
-    if interrupted:
+    if interrupted and stopping is None:
         raise RunInterrupted(run)
     return run
 
@@ -189,7 +288,8 @@ def kill_kernels() -> None:
     _TrackedKernelManager.started.clear()
 
 
-def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool) -> tuple[str | None, bool]:
+def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool,
+            stopping: threading.Event | None = None) -> tuple[str | None, bool]:
     """Run papermill in a worker thread: (error line or None, interrupted).
 
     Why a thread: nbclient installs its own SIGINT handler on the main thread's event loop, which
@@ -226,6 +326,8 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
             quiet.setLevel(level)
         return "interrupted (Ctrl-C)", True
     err = outcome.get("error")
+    if err is not None and stopping is not None and stopping.is_set():
+        return "interrupted (Ctrl-C)", True
     if err is None:
         return None, False
     if isinstance(err, papermill.PapermillExecutionError):

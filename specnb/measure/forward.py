@@ -34,7 +34,7 @@ class ForwardTiming:
 
 
 class ForwardProbe:
-    """One forward shape ``[batch_size, n_tokens]`` on its own ``context_len`` KV cache, timed on demand.
+    """One forward shape ``[batch_size, n_tokens]`` on a ``context_len`` KV cache, timed on demand.
 
     Why a cache: a decoding step (verifier-only: 1 token; verification: gamma+1 tokens) always runs
     against a KV cache, and its cost depends on it. The cache is cropped back after every forward so
@@ -48,7 +48,10 @@ class ForwardProbe:
     """
 
     def __init__(self, model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128, device=None,
-                 keep: int | None = None):
+                 keep: int | None = None, share: ForwardProbe | None = None):
+        """``share``: a probe of the same model and batch size whose cache this one reuses (every
+        forward crops the cache back, so probes timed one after another can share it), which keeps
+        a grid's memory at one cache per model and batch size."""
         from transformers import DynamicCache
 
         self.model, self.n_tokens, self.batch_size = model, n_tokens, batch_size
@@ -59,21 +62,26 @@ class ForwardProbe:
         vocab = model.config.vocab_size
         context = torch.randint(0, vocab, (batch_size, max(context_len, 1)), generator=gen).to(self.device)
         self.context_len = context.shape[1]
+        if share is not None and (share.model is not model or share.batch_size != batch_size
+                                  or share.context_len != self.context_len):
+            raise ParameterError("a probe can only share the cache of a probe of the same model, batch and context")
         self.new = torch.randint(0, vocab, (batch_size, n_tokens), generator=gen).to(self.device)  # [B, n]
         self.positions = torch.arange(self.context_len, self.context_len + n_tokens,
                                       device=self.device).expand(batch_size, -1)  # [B, n]
         if self.features:
-            self.cache = DynamicCache(config=model.config.llama_config())
+            self.cache = share.cache if share else DynamicCache(config=model.config.llama_config())
             self.kwargs = {"cache": self.cache}
-            with torch.inference_mode():
-                model(**model.feature_inputs(context, gen), **self.kwargs)
+            if share is None:
+                with torch.inference_mode():
+                    model(**model.feature_inputs(context, gen), **self.kwargs)
             self.new_inputs = model.feature_inputs(self.new, gen)
             return
-        self.cache = DynamicCache(config=model.config)
+        self.cache = share.cache if share else DynamicCache(config=model.config)
         cache_arg, keeps_logits = forward_arguments(model)
         self.kwargs = {cache_arg: self.cache, "use_cache": True}
-        with torch.inference_mode():
-            model(input_ids=context, **self.kwargs)
+        if share is None:
+            with torch.inference_mode():
+                model(input_ids=context, **self.kwargs)
         if keep is not None and keeps_logits:
             self.kwargs["logits_to_keep"] = int(keep)
 
@@ -114,14 +122,16 @@ def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context
     return measure_forward_grids(shapes, batch_sizes, context_len, repeats, device, warmup)
 
 
-def make_probe(model, n_tokens: int, batch_size: int, context_len: int, device=None, keep: int | None = None):
-    """A ``ForwardProbe`` for a torch model; another engine's own probe when the model brings one
-    (``specnb.engine.llama_cpp.LlamaCpp.probe``: batch 1, all logits)."""
+def make_probe(model, n_tokens: int, batch_size: int, context_len: int, device=None, keep: int | None = None,
+               share: ForwardProbe | None = None):
+    """A ``ForwardProbe`` for a torch model (sharing ``share``'s cache when given); another
+    engine's own probe when the model brings one (``specnb.engine.llama_cpp.LlamaCpp.probe``:
+    batch 1, all logits)."""
     if hasattr(model, "probe"):
         if batch_size != 1:
             raise ParameterError(f"{type(model).__name__} forwards are timed at batch 1 only, got {batch_size}")
         return model.probe(n_tokens, context_len)
-    return ForwardProbe(model, n_tokens, batch_size, context_len, device, keep)
+    return ForwardProbe(model, n_tokens, batch_size, context_len, device, keep, share)
 
 
 @dataclass
@@ -139,29 +149,34 @@ def measure_forward_grids(shapes: list[GridShapes], batch_sizes=(1,), context_le
     """Median ms of one forward for every (model, tokens per forward, batch size), on a
     ``context_len`` cache.
 
-    Within a batch size every shape of every model is timed interleaved, one forward of each in
+    Every shape of every model at every batch size is timed interleaved, one forward of each in
     turn, ``repeats`` times. Why: on a shared machine a slow spell of a few seconds would otherwise
-    land on whichever shape (or model) was being timed then and show up as a shape effect or as a
-    cost ratio c; interleaved, it slows every forward alike, and the differences between shapes
-    and models (what γ and the choice of draft trade against) survive it. Interleaving the models
-    also times a draft's forward the way the loop runs it: after the verifier's, not after its own.
+    land on whichever shape, model or batch size was being timed then, and show up as a shape
+    effect, a cost ratio c or a batch-size ratio; interleaved, it slows every forward alike, and
+    the differences that γ, the draft and the batch size trade against survive it (the predictor
+    prices batch 2 against batch 1 from this grid). Interleaving the models also times a draft's
+    forward the way the loop runs it: after the verifier's, not after its own. The shapes of one
+    model and batch size share one cache.
     """
-    rows = []
+    probes, first = [], {}
     for b in batch_sizes:
-        probes = [(s.name, make_probe(s.model, int(n), int(b), context_len, device, s.keep))
-                  for s in shapes for n in s.n_tokens]
-        for _ in range(warmup):
-            for _, probe in probes:
-                probe.time_ms()
-        samples = [[] for _ in probes]
-        for _ in range(repeats):
-            for (_, probe), got in zip(probes, samples):
-                got.append(probe.time_ms())
-        for (name, probe), got in zip(probes, samples):
-            rows.append({"model": name, "n_tokens": probe.n_tokens, "batch_size": probe.batch_size,
-                         "context_len": probe.context_len, "median_ms": statistics.median(got),
-                         "min_ms": min(got), "max_ms": max(got), "samples_ms": got})
-        del probes  # free the caches before the next batch size
+        for s in shapes:
+            for n in s.n_tokens:
+                key = (id(s.model), int(b))
+                probe = make_probe(s.model, int(n), int(b), context_len, device, s.keep, first.get(key))
+                first.setdefault(key, probe if isinstance(probe, ForwardProbe) else None)
+                probes.append((s.name, probe))
+    for _ in range(warmup):
+        for _, probe in probes:
+            probe.time_ms()
+    samples = [[] for _ in probes]
+    for _ in range(repeats):
+        for (_, probe), got in zip(probes, samples):
+            got.append(probe.time_ms())
+    rows = [{"model": name, "n_tokens": probe.n_tokens, "batch_size": probe.batch_size,
+             "context_len": probe.context_len, "median_ms": statistics.median(got),
+             "min_ms": min(got), "max_ms": max(got), "samples_ms": got}
+            for (name, probe), got in zip(probes, samples)]
     return pd.DataFrame(rows)
 
 
