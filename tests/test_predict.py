@@ -63,9 +63,21 @@ def test_fit_recovers_known_coefficients():
     assert fit.ms_per_token == pytest.approx(3.5, rel=0.03)
     assert fit.r2 > 0.99 and fit.n_points == 27
     measured = grid.set_index(["n_tokens", "batch_size"])["median_ms"]
-    assert fit.forward_ms(5, 2) == pytest.approx(measured[(5, 2)])  # measured points are used as measured
-    assert fit.forward_ms(20, 2) == pytest.approx(fit.t0_ms + 40 * fit.ms_per_token)  # the line extrapolates
-    assert fit.forward_ms(5, 3) == pytest.approx(fit.t0_ms + 15 * fit.ms_per_token)  # unmeasured batch size
+    assert fit.forward_ms(1, 1) == pytest.approx(measured[(1, 1)])  # the one-token forward as measured
+    assert fit.forward_ms(5, 2) == pytest.approx(42.0 + 35.0, rel=0.01)  # the pooled line, not one noisy cell
+    assert fit.forward_ms(20, 2) == pytest.approx(42.0 + 140.0, rel=0.03)  # the line extrapolates
+    assert fit.forward_ms(5, 3) == pytest.approx(42.0 + 52.5, rel=0.01)  # an unmeasured batch size: by tokens
+
+
+def test_cost_model_prices_by_tokens_in_all_and_one_slow_cell_moves_little():
+    # past the one-token jump, forwards of 2..8 tokens cost alike in whichever rows they sit; one cell
+    # timed in a slow spell (b=2, n=1: 130 ms) must not set the price of batch 2's one-token step
+    grid = pd.DataFrame({"n_tokens": [1, 2, 4, 1, 2, 4], "batch_size": [1, 1, 1, 2, 2, 2],
+                         "median_ms": [60.0, 100, 100, 130, 100, 100]})
+    fit = costs.fit_cost_model(grid)
+    assert fit.forward_ms(1, 1) == 60.0
+    assert fit.forward_ms(1, 2) == pytest.approx(fit.forward_ms(2, 1))  # two tokens in all, either way
+    assert fit.forward_ms(1, 2) == pytest.approx(100.0)  # the 130 ms cell is outvoted by the other four
 
 
 def test_cost_model_keeps_a_jump_the_line_smooths_away():
@@ -220,7 +232,10 @@ def test_what_if_with_nothing_changed_is_the_prediction():
     base = predictor.predict(profile, DRAFT, range(1, 5), n_boot=40, sims_per_boot=8)
     same = what_if.what_if(profile, DRAFT, gammas=range(1, 5))
     assert same.table["predicted_speedup"].to_numpy() == pytest.approx(base.table["predicted_speedup"].to_numpy())
-    assert what_if.scale(profile.drafts[DRAFT].decode, 2.0).forward_ms(2) == pytest.approx(8.0)
+    decode = profile.drafts[DRAFT].decode
+    faster = what_if.scale(decode, 2.0)
+    assert faster.forward_ms(np.array([1, 2, 3])) == pytest.approx(decode.forward_ms(np.array([1, 2, 3])) / 2)
+    assert decode.forward_ms(1) == 9.0 and decode.forward_ms(2) == pytest.approx(14.0)  # M=2 pooled: 16 and 12
 
 
 def test_reference_mps_profile_predicts_leviathans_step_arithmetic():

@@ -10,9 +10,12 @@ from specnb.app.plots import SPEEDUP_SCALE, unit_rule
 
 
 def cost_model_chart(grid, fits, title: str | None = None) -> alt.Chart:
-    """Measured decode forwards (points) against tokens × batch, and each model's fitted line
-    t = t0 + k·n·b (``fits``: rows of model, t0_ms, ms_per_token)."""
+    """Measured decode forwards (points) against tokens × batch, and each model's priced curve
+    (``specnb.predict.costs.CostModel.curve``: the one-token forward, then a robust line over the
+    rest; ``fits``: rows of ``cost_model_table``)."""
     import pandas as pd
+
+    from specnb.predict.costs import CostModel
 
     points = grid[grid["kind"] == "decode"].assign(tokens=lambda g: g["n_tokens"] * g["batch_size"])
     lines = []
@@ -20,17 +23,18 @@ def cost_model_chart(grid, fits, title: str | None = None) -> alt.Chart:
         span = points[points["model"] == fit.model]["tokens"]
         if span.empty:
             continue
-        for tokens in (span.min(), span.max()):
-            lines.append({"model": fit.model, "tokens": tokens, "fit_ms": fit.t0_ms + fit.ms_per_token * tokens})
+        priced = CostModel(fit.t0_ms, fit.ms_per_token, fit.r2, fit.n_points, fit.measured).curve()
+        for tokens in sorted({1, 2, int(span.max())}):
+            lines.append({"model": fit.model, "tokens": tokens, "priced_ms": float(priced(tokens))})
     base = alt.Chart(points).mark_point(filled=True, size=50).encode(
         x=alt.X("tokens:Q", title="tokens in the forward (n × batch)"),
         y=alt.Y("median_ms:Q", title="forward time (ms, median)"),
         color=alt.Color("model:N", title="model"), shape=alt.Shape("batch_size:N", title="batch size"),
         tooltip=["model", "n_tokens", "batch_size", alt.Tooltip("median_ms:Q", format=".2f")])
-    fitted = alt.Chart(pd.DataFrame(lines)).mark_line(strokeDash=[4, 3]).encode(
-        x="tokens:Q", y="fit_ms:Q", color="model:N")
-    return (base + fitted).properties(title=title or "Cost model: t = t0 + k·n·b (dashed) vs measured", width=420,
-                                      height=280)
+    priced = alt.Chart(pd.DataFrame(lines)).mark_line(strokeDash=[4, 3]).encode(
+        x="tokens:Q", y="priced_ms:Q", color="model:N")
+    return (base + priced).properties(title=title or "Cost model: priced forward time (dashed) vs measured",
+                                      width=420, height=280)
 
 
 def acceptance_profile_chart(pooled, per_prompt=None, title: str | None = None) -> alt.Chart:

@@ -79,7 +79,7 @@ class EagleDrafter:
 
     def __init__(self, eagle, vocab_size: int | None = None):
         self.eagle, self.model = eagle, eagle
-        self.forward_tokens = (1, 2, 4)  # catch-up chunks are 1..γ+1 wide; the cost model interpolates
+        self.forward_tokens = (1, 2, 4)  # catch-up chunks are 1..γ+1 wide; the cost model fits a line over them
         self.slots: SlotCache | None = None
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # per row: (features [n, d], tokens [n])
         self.fed: tuple[int, int] | None = None  # (catch-up width, slots drafted after it) this step

@@ -4,8 +4,9 @@ Cost model (per model m, fitted by least squares on a microbenchmark grid)::
 
     t_m(n, b) = t0_m + k_m · n · b          ms for one forward of n new tokens in each of b rows
 
-t0 is the fixed dispatch/launch/bandwidth cost, k the per-token compute. Inside the measured grid
-the measured times are used (``CostModel.curve``); the line only extrapolates. The decode grid is
+t0 is the fixed dispatch/launch/bandwidth cost, k the per-token compute. Forwards are priced from
+the measured points (``CostModel.curve``: one-token forwards apart, all larger ones on a line
+through the grid's multi-token points, by tokens in all). The decode grid is
 measured on a cache of the context the generation will see (prompt + half the new tokens), so the
 attention term is folded into k. Prefill is a second fit of the same form on prompt-length forwards.
 
@@ -43,11 +44,15 @@ class CostModel:
     """t(n, b) = t0_ms + ms_per_token · n · b for one forward of ``n`` tokens in ``b`` rows, and the
     measured medians it was fitted on.
 
-    Where (n, b) lies inside the measured grid the measured time is used (linear interpolation
-    between measured n at that b); the line only extrapolates. Why: on a CPU the forward of 2
-    tokens costs far more than 1 more token's worth (matrix-vector products become matrix-matrix
-    products, with their packing overhead), a jump that a line through 1..γ+1 tokens smooths away,
-    and it is exactly the cost of a verification step.
+    What ``curve`` prices is not that line but the measured points, read by the tokens a forward
+    carries in all (M = n · b): a one-token forward (M = 1) at its own measured time, and every
+    larger one on a line through all measured forwards of M ≥ 2, pooled over batch sizes. Why: on
+    a CPU the forward of 2 tokens costs far more than 1 more token's worth (matrix-vector products
+    become matrix-matrix products, with their packing overhead), a jump that one line through
+    1..γ+1 tokens smooths away, and it is exactly the cost of a verification step; past that jump
+    2 to 18 tokens cost nearly alike, whichever rows they sit in. Read cell by cell, one noisy
+    median (on a shared machine one cell in ten lands 15% off) decides a verification's price;
+    pooled, each price rests on every multi-token forward of the grid.
     """
 
     t0_ms: float
@@ -57,20 +62,38 @@ class CostModel:
     measured: list = field(default_factory=list)  # [[n_tokens, batch_size, median_ms], ...]
 
     def curve(self, batch_size=1) -> Callable[[np.ndarray], np.ndarray]:
-        """ms per forward as a function of n at one batch size, the measured points sorted once
-        (the simulation calls it every step)."""
-        points = sorted((row[0], row[2]) for row in self.measured if row[1] == batch_size)
-        xs, ys = (np.array(v, dtype=float) for v in zip(*points)) if len(points) >= 2 else (None, None)
+        """ms per forward as a function of n at one batch size (the simulation calls it every step)."""
+        one, multi = self.pieces()
 
         def ms(n_tokens):
-            n = np.asarray(n_tokens, dtype=float)
-            fitted = self.t0_ms + self.ms_per_token * n * batch_size
-            return fitted if xs is None else np.where((n >= xs[0]) & (n <= xs[-1]), np.interp(n, xs, ys), fitted)
+            tokens = np.asarray(n_tokens, dtype=float) * batch_size  # M = n · b
+            return np.where(tokens <= 1, one, multi[0] + multi[1] * tokens)
 
         return ms
 
+    def pieces(self) -> tuple[float, tuple[float, float]]:
+        """(ms of a one-token forward, (intercept, slope) of a robust line over the forwards of M ≥ 2
+        tokens); the fitted line stands in for a piece the grid has too few points for."""
+        rows = np.array(self.measured, dtype=float).reshape(-1, 3)
+        tokens, ms = rows[:, 0] * rows[:, 1], rows[:, 2]
+        one = float(np.median(ms[tokens == 1])) if (tokens == 1).any() else self.t0_ms + self.ms_per_token
+        many = tokens >= 2
+        if len(np.unique(tokens[many])) < 2:
+            return one, (self.t0_ms, self.ms_per_token)
+        return one, theil_sen(tokens[many], ms[many])
+
     def forward_ms(self, n_tokens, batch_size=1):
         return self.curve(batch_size)(n_tokens)
+
+
+def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(intercept, slope ≥ 0) of the Theil-Sen line: the median slope over all pairs of points, the
+    median intercept given it. Why not least squares: a cell timed in a slow spell sits at the edge
+    of the range as often as not, where least squares lets it tilt the whole line."""
+    i, j = np.triu_indices(len(x), 1)
+    apart = x[j] != x[i]
+    slope = max(float(np.median((y[j] - y[i])[apart] / (x[j] - x[i])[apart])), 0.0)
+    return float(np.median(y - slope * x)), slope
 
 
 def fit_cost_model(grid: pd.DataFrame) -> CostModel:
