@@ -14,7 +14,8 @@ import pytest
 
 from specnb.app import cli, runner
 from specnb.app.parameters import fits, parse_value
-from specnb.app.runner import NotebookFailed, export_html, run_notebooks, select_notebooks
+from specnb.app.execution import export_html
+from specnb.app.runner import NotebookFailed, run_notebooks, select_notebooks
 from specnb.core.errors import ParameterError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"

@@ -18,7 +18,6 @@ defaults and ``-p gammas notalist`` would fail minutes later in a cell.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -31,24 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.manager import AsyncKernelManager
-
+from specnb.app.execution import execute, export_html, kill_kernels
 from specnb.app.parameters import check_parameters, parameters_for
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError, SpecnbError
 from specnb.core.paths import REPO_ROOT
-
-_OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
-{%- block html_head_js -%}{%- endblock html_head_js -%}
-{% block jupyter_widgets %}{% endblock jupyter_widgets %}
-{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{% block data_svg scoped -%}
-<div class="jp-RenderedSVG jp-OutputArea-output {{ extra_class }}" data-mime-type="image/svg+xml">
-{{ output.data['image/svg+xml'] }}
-</div>
-{%- endblock data_svg %}
-"""
 
 
 class NotebookFailed(SpecnbError, RuntimeError):
@@ -265,100 +251,6 @@ def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progre
     if interrupted and stopping is None:
         raise RunInterrupted(run)
     return run
-
-
-class _TrackedKernelManager(AsyncKernelManager):
-    """The kernel manager papermill uses, remembering the kernel it starts so Ctrl-C can stop it."""
-
-    started: list = []
-
-    async def start_kernel(self, **kwargs):
-        await super().start_kernel(**kwargs)
-        _TrackedKernelManager.started.append(self)
-
-
-def kill_kernels() -> None:
-    """Kill every kernel this process started, with whatever it spawned (each kernel leads its own
-    process group): the notebook's worker then ends with a dead-kernel error instead of waiting."""
-    for km in _TrackedKernelManager.started:
-        process = getattr(km.provisioner, "process", None)
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)
-    _TrackedKernelManager.started.clear()
-
-
-def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool,
-            stopping: threading.Event | None = None) -> tuple[str | None, bool]:
-    """Run papermill in a worker thread: (error line or None, interrupted).
-
-    Why a thread: nbclient installs its own SIGINT handler on the main thread's event loop, which
-    shuts the kernel down but leaves the cell waiting for a reply that never comes (and zmq errors
-    on the terminal). In a worker thread it installs none; Ctrl-C reaches the main thread, which
-    kills the kernel, lets papermill finish with the cells it completed (saved as they completed),
-    and reports the interruption."""
-    import papermill
-
-    outcome: dict[str, BaseException] = {}
-
-    def work() -> None:
-        try:
-            papermill.execute_notebook(str(path), str(ipynb), parameters=params, progress_bar=progress,
-                                       cwd=str(run_dir), kernel_name="python3",
-                                       kernel_manager_class=f"{__name__}._TrackedKernelManager")
-        except BaseException as err:  # noqa: BLE001  (handed to the main thread)
-            outcome["error"] = err
-
-    worker = threading.Thread(target=work, name=f"papermill {path.stem}", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.2)
-    except KeyboardInterrupt:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-        quiet = logging.getLogger("papermill")
-        level, quiet.level = quiet.level, logging.CRITICAL  # "kernel died": we killed it, the CLI says why
-        try:
-            kill_kernels()
-            worker.join(60)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            quiet.setLevel(level)
-        return "interrupted (Ctrl-C)", True
-    err = outcome.get("error")
-    if err is not None and stopping is not None and stopping.is_set():
-        return "interrupted (Ctrl-C)", True
-    if err is None:
-        return None, False
-    if isinstance(err, papermill.PapermillExecutionError):
-        first_line = (err.source or "").strip().splitlines()[:1]
-        return f"cell {err.exec_count} ({first_line[0] if first_line else 'empty'!r}): {err.ename}: {err.evalue}", False
-    raise err
-
-
-def export_html(ipynb: Path) -> Path:
-    """Standalone HTML with no network requests: CDN script blocks removed, images embedded.
-
-    Charts (our own vl-convert SVG) go in as ``<svg>`` elements rather than base64 ``<img>``: their
-    labels stay searchable and selectable, and the page reads them without decoding. A text
-    progress bar is stored as one stream output per redraw ("\\r..."); they are merged so the page
-    shows its last state only, as a terminal would.
-    """
-    import nbformat
-    from jinja2 import DictLoader
-    from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import CoalesceStreamsPreprocessor
-
-    exporter = HTMLExporter(
-        extra_loaders=[DictLoader({"specnb_offline.html.j2": _OFFLINE_TEMPLATE})],
-        template_file="specnb_offline.html.j2",
-        embed_images=True,
-    )
-    exporter.register_preprocessor(CoalesceStreamsPreprocessor(), enabled=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(ipynb, as_version=4))
-    html = ipynb.with_suffix(".html")
-    html.write_text(body, encoding="utf-8")
-    return html
 
 
 def describe_environment() -> dict[str, Any]:
