@@ -13,8 +13,8 @@ import nbformat
 import pytest
 
 from specnb.app import cli, runner
-from specnb.app.parameters import fits, parse_value
 from specnb.app.execution import export_html
+from specnb.app.parameters import fits, parse_value
 from specnb.app.runner import NotebookFailed, run_notebooks, select_notebooks
 from specnb.core.errors import ParameterError
 
