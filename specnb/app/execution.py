@@ -50,6 +50,24 @@ def kill_kernels() -> None:
     _TrackedKernelManager.started.clear()
 
 
+def stop_kernels(threads, stopping: threading.Event | None = None) -> None:
+    """After Ctrl-C: tell the runs (``stopping``), kill every kernel this process started and wait
+    for the threads driving them. Meanwhile a second Ctrl-C is ignored, so it cannot cut the
+    cleanup short, and papermill's "kernel died" is silenced: we killed it, and the CLI says why."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet = logging.getLogger("papermill")
+    level, quiet.level = quiet.level, logging.CRITICAL
+    try:
+        if stopping is not None:
+            stopping.set()
+        kill_kernels()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        quiet.setLevel(level)
+
+
 def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool,
             stopping: threading.Event | None = None) -> tuple[str | None, bool]:
     """Run papermill in a worker thread: (error line or None, interrupted).
@@ -77,15 +95,7 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
         while worker.is_alive():
             worker.join(0.2)
     except KeyboardInterrupt:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-        quiet = logging.getLogger("papermill")
-        level, quiet.level = quiet.level, logging.CRITICAL  # "kernel died": we killed it, the CLI says why
-        try:
-            kill_kernels()
-            worker.join(60)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            quiet.setLevel(level)
+        stop_kernels([worker])
         return "interrupted (Ctrl-C)", True
     err = outcome.get("error")
     if err is not None and stopping is not None and stopping.is_set():

@@ -19,10 +19,8 @@ defaults and ``-p gammas notalist`` would fail minutes later in a cell.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import platform
-import signal
 import subprocess
 import threading
 import time
@@ -30,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specnb.app.execution import execute, export_html, kill_kernels
+from specnb.app.execution import execute, export_html, stop_kernels
 from specnb.app.parameters import check_parameters, parameters_for
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError, SpecnbError
@@ -208,17 +206,7 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
                 raise failures[0]
             time.sleep(0.2)
     except KeyboardInterrupt:
-        previous_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup
-        quiet = logging.getLogger("papermill")
-        level, quiet.level = quiet.level, logging.CRITICAL  # "kernel died": we killed it, the CLI says why
-        try:
-            stopping.set()
-            kill_kernels()
-            for thread in running.values():
-                thread.join(60)
-        finally:
-            signal.signal(signal.SIGINT, previous_handler)
-            quiet.setLevel(level)
+        stop_kernels(running.values(), stopping)
         cut = [done[name] for name in running if name in done and not done[name].ok]
         runs = [done[p.stem] for p in paths if p.stem in done]
         if not runs:
