@@ -266,3 +266,30 @@ def test_ctrl_c_during_a_side_by_side_smoke_run_stops_every_kernel_and_keeps_the
     assert (tmp_path / "03_slow.html").exists()
     assert [r["name"] for r in json.loads((tmp_path / "runs.json").read_text())] == ["01_ok", "03_slow"]
     assert not alive(kernel_pid(tmp_path))
+
+
+def test_a_side_by_side_run_that_raises_stops_the_other_kernel(tmp_path, monkeypatch):
+    """Not a failing cell (that is data, and the run goes on) but a bug: 01's HTML export raises
+    while 03 sleeps. The error comes out and 03's kernel is killed, not left running."""
+    real_export = runner.export_html
+
+    def export_html(ipynb: Path) -> Path:
+        if ipynb.stem == "01_ok":
+            deadline = time.monotonic() + 240
+            while not written(tmp_path / "03_slow.sleeping") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            raise OSError("disk full")
+        return real_export(ipynb)
+
+    monkeypatch.setattr(runner, "export_html", export_html)
+    started = time.monotonic()
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            run_notebooks(["ok", "slow"], smoke=True, out=tmp_path, progress=False, jobs=2)
+        assert time.monotonic() - started < 300  # not the 10 minutes of 03's sleep
+        assert not alive(kernel_pid(tmp_path))
+        summary = json.loads((tmp_path / "03_slow.summary.json").read_text())
+        assert summary["error"] == "stopped: another notebook's run raised OSError"
+    finally:
+        if written(tmp_path / "03_slow.sleeping") and alive(kernel_pid(tmp_path)):
+            os.kill(kernel_pid(tmp_path), signal.SIGKILL)

@@ -50,15 +50,23 @@ def kill_kernels() -> None:
     _TrackedKernelManager.started.clear()
 
 
-def stop_kernels(threads, stopping: threading.Event | None = None) -> None:
-    """After Ctrl-C: tell the runs (``stopping``), kill every kernel this process started and wait
-    for the threads driving them. Meanwhile a second Ctrl-C is ignored, so it cannot cut the
-    cleanup short, and papermill's "kernel died" is silenced: we killed it, and the CLI says why."""
+class Stopping(threading.Event):
+    """Set by the main thread when it stops every run at once; ``reason`` becomes each run's error."""
+
+    reason = "interrupted (Ctrl-C)"
+
+
+def stop_kernels(threads, stopping: Stopping | None = None, reason: str = Stopping.reason) -> None:
+    """After Ctrl-C, or when one of several runs raised: tell the runs why (``stopping``), kill
+    every kernel this process started and wait for the threads driving them. Meanwhile a second
+    Ctrl-C is ignored, so it cannot cut the cleanup short, and papermill's "kernel died" is
+    silenced: we killed it, and the CLI says why."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     quiet = logging.getLogger("papermill")
     level, quiet.level = quiet.level, logging.CRITICAL
     try:
         if stopping is not None:
+            stopping.reason = reason
             stopping.set()
         kill_kernels()
         for thread in threads:
@@ -69,7 +77,7 @@ def stop_kernels(threads, stopping: threading.Event | None = None) -> None:
 
 
 def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool,
-            stopping: threading.Event | None = None) -> tuple[str | None, bool]:
+            stopping: Stopping | None = None) -> tuple[str | None, bool]:
     """Run papermill in a worker thread: (error line or None, interrupted).
 
     Why a thread: nbclient installs its own SIGINT handler on the main thread's event loop, which
@@ -96,10 +104,10 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
             worker.join(0.2)
     except KeyboardInterrupt:
         stop_kernels([worker])
-        return "interrupted (Ctrl-C)", True
+        return Stopping.reason, True
     err = outcome.get("error")
     if err is not None and stopping is not None and stopping.is_set():
-        return "interrupted (Ctrl-C)", True
+        return stopping.reason, True
     if err is None:
         return None, False
     if isinstance(err, papermill.PapermillExecutionError):
