@@ -293,3 +293,17 @@ def test_a_side_by_side_run_that_raises_stops_the_other_kernel(tmp_path, monkeyp
     finally:
         if written(tmp_path / "03_slow.sleeping") and alive(kernel_pid(tmp_path)):
             os.kill(kernel_pid(tmp_path), signal.SIGKILL)
+
+
+def test_the_terminal_shows_progress_and_our_lines_only_and_the_kernel_talks_over_ipc(tmp_path):
+    """No "Kernel is running over TCP without encryption" from ipykernel: the kernel's sockets are
+    Unix sockets (transport ipc), so no TCP port is opened at all."""
+    env = {**os.environ, "SPECNB_NOTEBOOKS": str(FIXTURES)}
+    proc = subprocess.run([sys.executable, "-m", "specnb", "run", "link", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "TCP" not in proc.stderr and "eavesdropping" not in proc.stderr, proc.stderr
+    shown = [part for part in re.split(r"[\r\n]", proc.stderr) if part.strip()]
+    assert shown and all(part.startswith("Executing:") for part in shown), proc.stderr  # papermill's bar
+    assert json.loads((tmp_path / "04_link.results.json").read_text())["transport"] == "ipc"
+    assert "04_link" in proc.stdout

@@ -1,8 +1,9 @@
 """Running one notebook's kernel under papermill, and sharing the result as offline HTML.
 
 ``execute`` runs papermill in a worker thread so that Ctrl-C reaches the main thread, which kills
-the kernels it started (``kill_kernels``); ``export_html`` renders a standalone page that makes no
-network request. ``specnb.app.runner`` decides which notebooks run, when, and with what.
+the kernels it started (``kill_kernels``); the kernels talk to it over Unix sockets, not TCP
+(``_TrackedKernelManager``). ``export_html`` renders a standalone page that makes no network
+request. ``specnb.app.runner`` decides which notebooks run, when, and with what.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 from pathlib import Path
 
@@ -30,23 +33,47 @@ _OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 
 
 class _TrackedKernelManager(AsyncKernelManager):
-    """The kernel manager papermill uses, remembering the kernel it starts so Ctrl-C can stop it."""
+    """The kernel manager papermill uses. Its kernel talks over Unix sockets in a private folder
+    (IPC transport) instead of TCP: no port is opened to the machine, and ipykernel has no reason to
+    print its "Kernel is running over TCP without encryption" warning into the user's terminal at
+    every start. It remembers the kernel it starts, so Ctrl-C can stop it."""
 
     started: list = []
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.transport = "ipc"
+        self.socket_dir = None
+
     async def start_kernel(self, **kwargs):
+        # The default socket path, "kernel-ipc", is relative: the manager and its kernel (which runs
+        # in the run folder) would look in different folders. mkdtemp's folder is ours alone (0700).
+        self.socket_dir = tempfile.mkdtemp(prefix="specnb-kernel-")
+        self.ip = os.path.join(self.socket_dir, "kernel")
+        self.connection_file = os.path.join(self.socket_dir, "kernel.json")
         await super().start_kernel(**kwargs)
         _TrackedKernelManager.started.append(self)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart and self.socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            with contextlib.suppress(ValueError):
+                _TrackedKernelManager.started.remove(self)
+
+    cleanup_resources = _async_cleanup_resources
 
 
 def kill_kernels() -> None:
     """Kill every kernel this process started, with whatever it spawned (each kernel leads its own
     process group): the notebook's worker then ends with a dead-kernel error instead of waiting."""
-    for km in _TrackedKernelManager.started:
+    for km in list(_TrackedKernelManager.started):  # a finishing run removes its own
         process = getattr(km.provisioner, "process", None)
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, signal.SIGKILL)
+        if km.socket_dir:  # papermill may not get to clean up after a killed kernel
+            shutil.rmtree(km.socket_dir, ignore_errors=True)
     _TrackedKernelManager.started.clear()
 
 
