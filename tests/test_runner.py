@@ -188,6 +188,7 @@ def test_ctrl_c_keeps_finished_notebooks_and_the_partial_one_with_its_html(tmp_p
     assert json.loads((tmp_path / "01_ok.summary.json").read_text())["ok"] is True
     ran = executed(tmp_path / "03_slow.ipynb")
     assert ran["slow-2"] and not ran["slow-4"]
+    assert papermill_times(tmp_path / "03_slow.ipynb")[1]  # papermill got to its last save
     assert "Slow fixture" in (tmp_path / "03_slow.html").read_text()
     summary = json.loads((tmp_path / "03_slow.summary.json").read_text())
     assert summary["ok"] is False and "interrupted" in summary["error"]

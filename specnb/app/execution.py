@@ -72,7 +72,7 @@ def kill_kernels() -> None:
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, signal.SIGKILL)
-        if km.socket_dir:  # papermill may not get to clean up after a killed kernel
+        if km.socket_dir:  # in case its papermill thread never gets to its own cleanup
             shutil.rmtree(km.socket_dir, ignore_errors=True)
     _TrackedKernelManager.started.clear()
 
@@ -115,6 +115,7 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
     import papermill
 
     outcome: dict[str, BaseException] = {}
+    finished = threading.Event()
 
     def work() -> None:
         try:
@@ -123,12 +124,17 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
                                        kernel_manager_class=f"{__name__}._TrackedKernelManager")
         except BaseException as err:  # noqa: BLE001  (handed to the main thread)
             outcome["error"] = err
+        finally:
+            finished.set()
 
     worker = threading.Thread(target=work, name=f"papermill {path.stem}", daemon=True)
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(0.2)
+        # Not worker.join(0.2): before Python 3.13 a Ctrl-C landing in join() marks the running
+        # thread as ended (threading's bpo-45274 handling), so stop_kernels would not wait for
+        # papermill's last save and kernel cleanup, and the process could exit before them.
+        while not finished.wait(0.2):
+            pass
     except KeyboardInterrupt:
         stop_kernels([worker])
         return Stopping.reason, True
