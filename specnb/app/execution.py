@@ -39,6 +39,7 @@ class _TrackedKernelManager(AsyncKernelManager):
     every start. It remembers the kernel it starts, so Ctrl-C can stop it."""
 
     started: list = []
+    output_log: str | None = None  # where the kernel process writes its own stdout and stderr
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -51,7 +52,8 @@ class _TrackedKernelManager(AsyncKernelManager):
         self.socket_dir = tempfile.mkdtemp(prefix="specnb-kernel-")
         self.ip = os.path.join(self.socket_dir, "kernel")
         self.connection_file = os.path.join(self.socket_dir, "kernel.json")
-        await super().start_kernel(**kwargs)
+        with open(self.output_log or os.devnull, "ab") as out:  # the kernel holds its own copy
+            await super().start_kernel(stdout=out, stderr=out, **kwargs)
         _TrackedKernelManager.started.append(self)
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
@@ -60,8 +62,21 @@ class _TrackedKernelManager(AsyncKernelManager):
             shutil.rmtree(self.socket_dir, ignore_errors=True)
             with contextlib.suppress(ValueError):
                 _TrackedKernelManager.started.remove(self)
+            if self.output_log and os.path.exists(self.output_log) and os.path.getsize(self.output_log) == 0:
+                os.remove(self.output_log)
 
     cleanup_resources = _async_cleanup_resources
+
+
+def kernel_manager(log: Path) -> type[_TrackedKernelManager]:
+    """The manager class for one notebook's kernel, whose process writes its own output to ``log``.
+
+    A kernel inherits the terminal otherwise, and what it prints there outside any cell is noise
+    to the user: ipykernel's startup warnings, and now and then a ZMQError traceback from its own
+    shutdown. A crash's last words stay in ``log`` (removed when empty). Cells' output is
+    unaffected: ipykernel sends it to the notebook. A class rather than a manager: nbclient shuts
+    down only the kernels of managers it created itself."""
+    return type("NotebookKernelManager", (_TrackedKernelManager,), {"output_log": str(log)})
 
 
 def kill_kernels() -> None:
@@ -121,7 +136,7 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
         try:
             papermill.execute_notebook(str(path), str(ipynb), parameters=params, progress_bar=progress,
                                        cwd=str(run_dir), kernel_name="python3",
-                                       kernel_manager_class=f"{__name__}._TrackedKernelManager")
+                                       kernel_manager_class=kernel_manager(run_dir / f"{path.stem}.kernel.log"))
         except BaseException as err:  # noqa: BLE001  (handed to the main thread)
             outcome["error"] = err
         finally:
