@@ -1,5 +1,6 @@
 """The papermill runner on two fixture notebooks: outputs, offline HTML, errors."""
 
+import contextlib
 import json
 import os
 import re
@@ -103,30 +104,106 @@ def test_types_follow_the_declared_default():
     assert fits(8, None) and fits("code", None)  # None declares no type
 
 
-def test_ctrl_c_keeps_finished_notebooks_and_the_partial_one_with_its_html(tmp_path):
-    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it: one line, exit 130,
-    01 complete, 03's partial notebook (its first cell ran) and its HTML kept, no kernel left."""
+def start_run(tmp_path: Path, *args: str) -> subprocess.Popen:
+    """``specnb run`` in a session of its own, as a terminal starts a command (its kernels lead their
+    own process groups)."""
     env = {**os.environ, "SPECNB_NOTEBOOKS": str(FIXTURES)}
-    proc = subprocess.Popen([sys.executable, "-m", "specnb", "run", "ok", "slow", "--json", "--out", str(tmp_path)],
+    return subprocess.Popen([sys.executable, "-m", "specnb", "run", *args, "--json", "--out", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def press_ctrl_c(proc: subprocess.Popen, tmp_path: Path, *ready: str) -> str:
+    """Once the files ``ready`` are written (the sleeping cell's marker last), send SIGINT to the
+    run's process group, as a terminal's Ctrl-C does, and return its stderr. A lost Ctrl-C fails
+    the same way every time and at once if the run ignores SIGINT, within 60 s if it went on
+    regardless; never by finishing, since the cell sleeps 10 minutes. No process is left behind."""
     deadline = time.monotonic() + 240
-    while not (tmp_path / "03_slow.started").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.2)
-    time.sleep(1.0)  # the sleeping cell is running
+    while not all(written(tmp_path / name) for name in ready):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc, tmp_path, f"the run ended or stalled before {ready} were written")
+        time.sleep(0.1)
+    if not catches_sigint(proc.pid):
+        stop(proc, tmp_path, "specnb run does not handle SIGINT (it started ignored?): Ctrl-C would be lost")
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        stop(proc, tmp_path, "the run went on for 60 s after SIGINT: Ctrl-C was lost")
+    return err
+
+
+def written(path: Path) -> bool:
+    return path.exists() and path.stat().st_size > 0
+
+
+def catches_sigint(pid: int) -> bool:
+    """Whether the process has a SIGINT handler (Linux's /proc; taken as yes where there is none)."""
+    status = Path(f"/proc/{pid}/status")
+    if not status.exists():
+        return True
+    masks = dict(line.split(":", 1) for line in status.read_text().splitlines() if line.startswith("Sig"))
+    return bool(int(masks["SigCgt"], 16) >> (signal.SIGINT - 1) & 1)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie, killed but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def kernel_pid(tmp_path: Path) -> int:
+    return int((tmp_path / "03_slow.sleeping").read_text())
+
+
+def stop(proc: subprocess.Popen, tmp_path: Path, why: str) -> None:
+    """Kill the run and the sleeping kernel, then fail with ``why`` and the run's stderr."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if written(tmp_path / "03_slow.sleeping"):
+        with contextlib.suppress(OSError):
+            os.kill(kernel_pid(tmp_path), signal.SIGKILL)
+    _, err = proc.communicate()
+    pytest.fail(f"{why}\n{err}")
+
+
+def executed(notebook: Path) -> dict[str, bool]:
+    """Cell id: whether it ran."""
+    cells = nbformat.read(notebook, as_version=4).cells
+    return {c.id: c.execution_count is not None for c in cells if c.cell_type == "code"}
+
+
+def test_ctrl_c_keeps_finished_notebooks_and_the_partial_one_with_its_html(tmp_path):
+    """Ctrl-C during a cell: one line, exit 130, 01 complete, 03's partial notebook (its first cell
+    ran) and its HTML kept, its kernel gone."""
+    proc = start_run(tmp_path, "ok", "slow")
+    err = press_ctrl_c(proc, tmp_path, "03_slow.sleeping")
     assert proc.returncode == 130, err
     ours = [line for line in err.splitlines() if line.startswith("specnb")]
     assert len(ours) == 1 and "interrupted during 03_slow" in ours[0], err
     assert "Traceback" not in err and "ZMQError" not in err, err
     assert json.loads((tmp_path / "01_ok.summary.json").read_text())["ok"] is True
-    partial = nbformat.read(tmp_path / "03_slow.ipynb", as_version=4)
-    assert partial.cells[2].execution_count is not None and partial.cells[-1].execution_count is None
+    ran = executed(tmp_path / "03_slow.ipynb")
+    assert ran["slow-2"] and not ran["slow-4"]
+    assert papermill_times(tmp_path / "03_slow.ipynb")[1]  # papermill got to its last save
     assert "Slow fixture" in (tmp_path / "03_slow.html").read_text()
     summary = json.loads((tmp_path / "03_slow.summary.json").read_text())
     assert summary["ok"] is False and "interrupted" in summary["error"]
     assert [r["name"] for r in json.loads((tmp_path / "runs.json").read_text())] == ["01_ok", "03_slow"]
+    assert not alive(kernel_pid(tmp_path))
+
+
+def test_the_command_line_takes_back_a_sigint_it_started_ignoring():
+    """A non-interactive shell's background job starts with SIGINT ignored; ``specnb`` handles it."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        cli.take_ctrl_c()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_export_html_strips_cdn_scripts_from_any_notebook(tmp_path):
@@ -178,17 +255,8 @@ def test_side_by_side_a_notebook_waits_for_the_one_it_reads(tmp_path, monkeypatc
 
 
 def test_ctrl_c_during_a_side_by_side_smoke_run_stops_every_kernel_and_keeps_the_partial_notebook(tmp_path):
-    env = {**os.environ, "SPECNB_NOTEBOOKS": str(FIXTURES)}
-    proc = subprocess.Popen([sys.executable, "-m", "specnb", "run", "ok", "slow", "--smoke", "--json", "--out",
-                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not ((tmp_path / "03_slow.started").exists() and (tmp_path / "01_ok.summary.json").exists()):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.2)
-    time.sleep(1.0)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    proc = start_run(tmp_path, "ok", "slow", "--smoke")
+    err = press_ctrl_c(proc, tmp_path, "01_ok.summary.json", "03_slow.sleeping")
     assert proc.returncode == 130, err
     ours = [line for line in err.splitlines() if line.startswith("specnb")]
     assert len(ours) == 1 and "interrupted during 03_slow" in ours[0], err
@@ -198,3 +266,45 @@ def test_ctrl_c_during_a_side_by_side_smoke_run_stops_every_kernel_and_keeps_the
     assert summary["ok"] is False and "interrupted" in summary["error"]
     assert (tmp_path / "03_slow.html").exists()
     assert [r["name"] for r in json.loads((tmp_path / "runs.json").read_text())] == ["01_ok", "03_slow"]
+    assert not alive(kernel_pid(tmp_path))
+
+
+def test_a_side_by_side_run_that_raises_stops_the_other_kernel(tmp_path, monkeypatch):
+    """Not a failing cell (that is data, and the run goes on) but a bug: 01's HTML export raises
+    while 03 sleeps. The error comes out and 03's kernel is killed, not left running."""
+    real_export = runner.export_html
+
+    def export_html(ipynb: Path) -> Path:
+        if ipynb.stem == "01_ok":
+            deadline = time.monotonic() + 240
+            while not written(tmp_path / "03_slow.sleeping") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            raise OSError("disk full")
+        return real_export(ipynb)
+
+    monkeypatch.setattr(runner, "export_html", export_html)
+    started = time.monotonic()
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            run_notebooks(["ok", "slow"], smoke=True, out=tmp_path, progress=False, jobs=2)
+        assert time.monotonic() - started < 300  # not the 10 minutes of 03's sleep
+        assert not alive(kernel_pid(tmp_path))
+        summary = json.loads((tmp_path / "03_slow.summary.json").read_text())
+        assert summary["error"] == "stopped: another notebook's run raised OSError"
+    finally:
+        if written(tmp_path / "03_slow.sleeping") and alive(kernel_pid(tmp_path)):
+            os.kill(kernel_pid(tmp_path), signal.SIGKILL)
+
+
+def test_the_terminal_shows_progress_and_our_lines_only_and_the_kernel_talks_over_ipc(tmp_path):
+    """No "Kernel is running over TCP without encryption" from ipykernel: the kernel's sockets are
+    Unix sockets (transport ipc), so no TCP port is opened at all."""
+    env = {**os.environ, "SPECNB_NOTEBOOKS": str(FIXTURES)}
+    proc = subprocess.run([sys.executable, "-m", "specnb", "run", "link", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "TCP" not in proc.stderr and "eavesdropping" not in proc.stderr, proc.stderr
+    shown = [part for part in re.split(r"[\r\n]", proc.stderr) if part.strip()]
+    assert shown and all(part.startswith("Executing:") for part in shown), proc.stderr  # papermill's bar
+    assert json.loads((tmp_path / "04_link.results.json").read_text())["transport"] == "ipc"
+    assert "04_link" in proc.stdout

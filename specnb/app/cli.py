@@ -2,10 +2,10 @@
 
 Every command takes ``--json`` and then prints one JSON document on stdout; without it, a small
 readable table. Errors a user can fix (``SpecnbError``) become one line on stderr and exit code 2,
-never a traceback; Ctrl-C ends with one line and exit code 130. Commands register themselves with
-``@command`` so each stays a short pair of
-functions: one that declares its arguments, one that runs it and returns plain data (all of them
-in ``specnb.app.commands``).
+never a traceback; Ctrl-C ends with one line and exit code 130, even in a process that started
+with SIGINT ignored (``take_ctrl_c``). Commands register themselves with ``@command`` so each
+stays a short pair of functions: one that declares its arguments, one that runs it and returns
+plain data (all of them in ``specnb.app.commands``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
+import threading
 from typing import Any
 
 from specnb.app.commands import COMMANDS
@@ -64,6 +66,18 @@ def emit(data: Any, as_json: bool) -> None:
         print_table(data)
 
 
+def take_ctrl_c() -> None:
+    """Let Ctrl-C raise ``KeyboardInterrupt`` even if this process started with SIGINT ignored.
+
+    A child inherits an ignored SIGINT (a non-interactive shell's background job gets one, as do
+    some IDE and CI harnesses), and Python then installs no handler: Ctrl-C and ``kill -INT`` are
+    dropped, and a run can only be killed, without its partial notebook, HTML and summary. We take
+    SIGINT back because stopping a run is always on purpose. The price: ``specnb run &`` inside a
+    script now stops with a Ctrl-C meant for the script; ``setsid specnb run`` detaches it."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specnb", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    take_ctrl_c()
     try:
         data = args.run(args)
     except SpecnbError as err:

@@ -1,8 +1,9 @@
 """Running one notebook's kernel under papermill, and sharing the result as offline HTML.
 
 ``execute`` runs papermill in a worker thread so that Ctrl-C reaches the main thread, which kills
-the kernels it started (``kill_kernels``); ``export_html`` renders a standalone page that makes no
-network request. ``specnb.app.runner`` decides which notebooks run, when, and with what.
+the kernels it started (``kill_kernels``); the kernels talk to it over Unix sockets, not TCP
+(``_TrackedKernelManager``). ``export_html`` renders a standalone page that makes no network
+request. ``specnb.app.runner`` decides which notebooks run, when, and with what.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 from pathlib import Path
 
@@ -30,35 +33,82 @@ _OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 
 
 class _TrackedKernelManager(AsyncKernelManager):
-    """The kernel manager papermill uses, remembering the kernel it starts so Ctrl-C can stop it."""
+    """The kernel manager papermill uses. Its kernel talks over Unix sockets in a private folder
+    (IPC transport) instead of TCP: no port is opened to the machine, and ipykernel has no reason to
+    print its "Kernel is running over TCP without encryption" warning into the user's terminal at
+    every start. It remembers the kernel it starts, so Ctrl-C can stop it."""
 
     started: list = []
+    output_log: str | None = None  # where the kernel process writes its own stdout and stderr
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.transport = "ipc"
+        self.socket_dir = None
 
     async def start_kernel(self, **kwargs):
-        await super().start_kernel(**kwargs)
+        # The default socket path, "kernel-ipc", is relative: the manager and its kernel (which runs
+        # in the run folder) would look in different folders. mkdtemp's folder is ours alone (0700).
+        self.socket_dir = tempfile.mkdtemp(prefix="specnb-kernel-")
+        self.ip = os.path.join(self.socket_dir, "kernel")
+        self.connection_file = os.path.join(self.socket_dir, "kernel.json")
+        with open(self.output_log or os.devnull, "ab") as out:  # the kernel holds its own copy
+            await super().start_kernel(stdout=out, stderr=out, **kwargs)
         _TrackedKernelManager.started.append(self)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart=restart)
+        if not restart and self.socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            with contextlib.suppress(ValueError):
+                _TrackedKernelManager.started.remove(self)
+            if self.output_log and os.path.exists(self.output_log) and os.path.getsize(self.output_log) == 0:
+                os.remove(self.output_log)
+
+    cleanup_resources = _async_cleanup_resources
+
+
+def kernel_manager(log: Path) -> type[_TrackedKernelManager]:
+    """The manager class for one notebook's kernel, whose process writes its own output to ``log``.
+
+    A kernel inherits the terminal otherwise, and what it prints there outside any cell is noise
+    to the user: ipykernel's startup warnings, and now and then a ZMQError traceback from its own
+    shutdown. A crash's last words stay in ``log`` (removed when empty). Cells' output is
+    unaffected: ipykernel sends it to the notebook. A class rather than a manager: nbclient shuts
+    down only the kernels of managers it created itself."""
+    return type("NotebookKernelManager", (_TrackedKernelManager,), {"output_log": str(log)})
 
 
 def kill_kernels() -> None:
     """Kill every kernel this process started, with whatever it spawned (each kernel leads its own
     process group): the notebook's worker then ends with a dead-kernel error instead of waiting."""
-    for km in _TrackedKernelManager.started:
+    for km in list(_TrackedKernelManager.started):  # a finishing run removes its own
         process = getattr(km.provisioner, "process", None)
         if process is not None and process.poll() is None:
             with contextlib.suppress(OSError):
                 os.killpg(process.pid, signal.SIGKILL)
+        if km.socket_dir:  # in case its papermill thread never gets to its own cleanup
+            shutil.rmtree(km.socket_dir, ignore_errors=True)
     _TrackedKernelManager.started.clear()
 
 
-def stop_kernels(threads, stopping: threading.Event | None = None) -> None:
-    """After Ctrl-C: tell the runs (``stopping``), kill every kernel this process started and wait
-    for the threads driving them. Meanwhile a second Ctrl-C is ignored, so it cannot cut the
-    cleanup short, and papermill's "kernel died" is silenced: we killed it, and the CLI says why."""
+class Stopping(threading.Event):
+    """Set by the main thread when it stops every run at once; ``reason`` becomes each run's error."""
+
+    reason = "interrupted (Ctrl-C)"
+
+
+def stop_kernels(threads, stopping: Stopping | None = None, reason: str = Stopping.reason) -> None:
+    """After Ctrl-C, or when one of several runs raised: tell the runs why (``stopping``), kill
+    every kernel this process started and wait for the threads driving them. Meanwhile a second
+    Ctrl-C is ignored, so it cannot cut the cleanup short, and papermill's "kernel died" is
+    silenced: we killed it, and the CLI says why."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     quiet = logging.getLogger("papermill")
     level, quiet.level = quiet.level, logging.CRITICAL
     try:
         if stopping is not None:
+            stopping.reason = reason
             stopping.set()
         kill_kernels()
         for thread in threads:
@@ -69,7 +119,7 @@ def stop_kernels(threads, stopping: threading.Event | None = None) -> None:
 
 
 def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool,
-            stopping: threading.Event | None = None) -> tuple[str | None, bool]:
+            stopping: Stopping | None = None) -> tuple[str | None, bool]:
     """Run papermill in a worker thread: (error line or None, interrupted).
 
     Why a thread: nbclient installs its own SIGINT handler on the main thread's event loop, which
@@ -80,26 +130,32 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
     import papermill
 
     outcome: dict[str, BaseException] = {}
+    finished = threading.Event()
 
     def work() -> None:
         try:
             papermill.execute_notebook(str(path), str(ipynb), parameters=params, progress_bar=progress,
                                        cwd=str(run_dir), kernel_name="python3",
-                                       kernel_manager_class=f"{__name__}._TrackedKernelManager")
+                                       kernel_manager_class=kernel_manager(run_dir / f"{path.stem}.kernel.log"))
         except BaseException as err:  # noqa: BLE001  (handed to the main thread)
             outcome["error"] = err
+        finally:
+            finished.set()
 
     worker = threading.Thread(target=work, name=f"papermill {path.stem}", daemon=True)
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(0.2)
+        # Not worker.join(0.2): before Python 3.13 a Ctrl-C landing in join() marks the running
+        # thread as ended (threading's bpo-45274 handling), so stop_kernels would not wait for
+        # papermill's last save and kernel cleanup, and the process could exit before them.
+        while not finished.wait(0.2):
+            pass
     except KeyboardInterrupt:
         stop_kernels([worker])
-        return "interrupted (Ctrl-C)", True
+        return Stopping.reason, True
     err = outcome.get("error")
     if err is not None and stopping is not None and stopping.is_set():
-        return "interrupted (Ctrl-C)", True
+        return stopping.reason, True
     if err is None:
         return None, False
     if isinstance(err, papermill.PapermillExecutionError):

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specnb.app.execution import execute, export_html, stop_kernels
+from specnb.app.execution import Stopping, execute, export_html, stop_kernels
 from specnb.app.parameters import check_parameters, parameters_for
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError, SpecnbError
@@ -167,7 +167,8 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
     kernels each using every core ran 4-8x slower than one alone). A notebook that others read
     from (``READS_FROM``) starts first, and its readers wait for it and then go next, so the chain
     of the two overlaps the rest. Returns the runs in the order asked;
-    on Ctrl-C every running kernel is killed and ``RunInterrupted`` carries all the runs."""
+    on Ctrl-C every running kernel is killed and ``RunInterrupted`` carries all the runs. A run that
+    raises (a bug, not a failing cell, which is data) stops the others' kernels too and is raised."""
     from tqdm.auto import tqdm
 
     waited_on = {name for needs in READS_FROM.values() for name in needs}
@@ -177,7 +178,7 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
     failures: list[BaseException] = []
     running: dict[str, threading.Thread] = {}
 
-    stopping = threading.Event()
+    stopping = Stopping()
 
     def work(path: Path) -> None:
         try:
@@ -212,6 +213,9 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
         if not runs:
             raise
         raise RunInterrupted(cut[0] if cut else runs[-1], runs) from None
+    except BaseException as err:
+        stop_kernels(running.values(), stopping, f"stopped: another notebook's run raised {type(err).__name__}")
+        raise
     finally:
         bar.close()
         if previous is None:
@@ -222,11 +226,12 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
 
 
 def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progress: bool,
-            stopping: threading.Event | None = None) -> NotebookRun:
+            stopping: Stopping | None = None) -> NotebookRun:
     """Execute one notebook; on a failing cell, or on Ctrl-C, keep the partial notebook and render
     it anyway (an interruption is raised again as ``RunInterrupted`` once that is saved). Run off
-    the main thread, ``stopping`` is how it learns that the main thread caught Ctrl-C and killed its
-    kernel; the run then comes back marked interrupted and the main thread raises."""
+    the main thread, ``stopping`` is how it learns that the main thread caught Ctrl-C (or another run
+    raised) and killed its kernel; the run then comes back marked with the reason and the main
+    thread raises."""
     params = parameters_for(path, user, smoke, run_dir)
     ipynb = run_dir / path.name
     started = time.perf_counter()
