@@ -40,6 +40,7 @@ class _TrackedKernelManager(AsyncKernelManager):
 
     started: list = []
     output_log: str | None = None  # where the kernel process writes its own stdout and stderr
+    kernel_cwd: str | None = None  # the folder the kernel runs in (the run folder)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -53,7 +54,7 @@ class _TrackedKernelManager(AsyncKernelManager):
         self.ip = os.path.join(self.socket_dir, "kernel")
         self.connection_file = os.path.join(self.socket_dir, "kernel.json")
         with open(self.output_log or os.devnull, "ab") as out:  # the kernel holds its own copy
-            await super().start_kernel(stdout=out, stderr=out, **kwargs)
+            await super().start_kernel(stdout=out, stderr=out, **{"cwd": self.kernel_cwd, **kwargs})
         _TrackedKernelManager.started.append(self)
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
@@ -68,15 +69,17 @@ class _TrackedKernelManager(AsyncKernelManager):
     cleanup_resources = _async_cleanup_resources
 
 
-def kernel_manager(log: Path) -> type[_TrackedKernelManager]:
-    """The manager class for one notebook's kernel, whose process writes its own output to ``log``.
+def kernel_manager(log: Path, cwd: Path) -> type[_TrackedKernelManager]:
+    """The manager class for one notebook's kernel, which runs in ``cwd`` and writes its own output
+    to ``log``. The kernel gets its folder at launch, not from papermill's ``cwd`` (a process-wide
+    ``chdir`` while the notebook runs: two side-by-side runs would change it under each other).
 
     A kernel inherits the terminal otherwise, and what it prints there outside any cell is noise
     to the user: ipykernel's startup warnings, and now and then a ZMQError traceback from its own
     shutdown. A crash's last words stay in ``log`` (removed when empty). Cells' output is
     unaffected: ipykernel sends it to the notebook. A class rather than a manager: nbclient shuts
     down only the kernels of managers it created itself."""
-    return type("NotebookKernelManager", (_TrackedKernelManager,), {"output_log": str(log)})
+    return type("NotebookKernelManager", (_TrackedKernelManager,), {"output_log": str(log), "kernel_cwd": str(cwd)})
 
 
 def kill_kernels() -> None:
@@ -135,8 +138,9 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
     def work() -> None:
         try:
             papermill.execute_notebook(str(path), str(ipynb), parameters=params, progress_bar=progress,
-                                       cwd=str(run_dir), kernel_name="python3",
-                                       kernel_manager_class=kernel_manager(run_dir / f"{path.stem}.kernel.log"))
+                                       kernel_name="python3",
+                                       kernel_manager_class=kernel_manager(run_dir / f"{path.stem}.kernel.log",
+                                                                           run_dir))
         except BaseException as err:  # noqa: BLE001  (handed to the main thread)
             outcome["error"] = err
         finally:
@@ -149,7 +153,8 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
         # thread as ended (threading's bpo-45274 handling), so stop_kernels would not wait for
         # papermill's last save and kernel cleanup, and the process could exit before them.
         while not finished.wait(0.2):
-            pass
+            if stopping is not None and stopping.is_set():
+                kill_kernels()  # a kernel that was still starting when the others were stopped
     except KeyboardInterrupt:
         stop_kernels([worker])
         return Stopping.reason, True
