@@ -8,7 +8,7 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                drafts, loading pairs (``load``), early exits, trimmed heads, prompt lookup;
                ``models/training`` distils the drafts and trains the EAGLE / Medusa heads
     engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
-               (``drafters``), KV caches, accept/reject (``sampling``), the stage timer (``timing``)
+               (``drafters``), KV caches, accept/reject (``accept``), the stage timer (``timing``)
     measure/   prompts, interleaved runs into raw records (``runs``), per-position acceptance,
                forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``)
     predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
@@ -33,7 +33,7 @@ _API = {
     "Pair": "specnb.models.load", "PromptLookup": "specnb.models.lookup",
     # engine
     "generate": "specnb.engine.generate", "GenerationResult": "specnb.engine.generate",
-    "encode_prompts": "specnb.engine.inputs", "SamplingConfig": "specnb.engine.sampling",
+    "encode_prompts": "specnb.engine.inputs", "SamplingConfig": "specnb.core.sampling",
     "StageTimer": "specnb.engine.timing", "Drafter": "specnb.engine.drafters",
     # model math
     "analytic_flops": "specnb.core.flops", "cost_ratio": "specnb.core.flops", "measure_flops": "specnb.core.flops",

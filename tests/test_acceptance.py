@@ -9,13 +9,13 @@ from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
 
 from specnb.core import theory
 from specnb.core.errors import ParameterError
-from specnb.engine import state as drafters
 from specnb.engine.generate import generate
 from specnb.engine.inputs import encode_prompts
 from specnb.measure import acceptance, runs
 from specnb.models.load import Pair
 from specnb.models.lookup import PromptLookup
 from specnb.predict import traces as tr
+from specnb.predict.drafts import runs_from_matches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,8 +45,8 @@ def traces(pair, drafts, prompts):
 
 
 def test_runs_count_consecutive_matches():
-    assert drafters.runs_from_matches([True, False, True, True, True, False, True], 10) == [1, 0, 3, 2, 1, 0, 1]
-    assert drafters.runs_from_matches([True, True, True], 2) == [2, 2, 1]
+    assert runs_from_matches([True, False, True, True, True, False, True], 10) == [1, 0, 3, 2, 1, 0, 1]
+    assert runs_from_matches([True, True, True], 2) == [2, 2, 1]
 
 
 def speculative(pair, draft, texts, gamma):

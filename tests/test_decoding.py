@@ -6,10 +6,10 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specnb.core.errors import IncompatibleModelsError, ParameterError
+from specnb.core.sampling import SamplingConfig
 from specnb.engine.generate import generate
 from specnb.engine.inputs import encode_prompts
 from specnb.engine.kvcache import crop_cache
-from specnb.engine.sampling import SamplingConfig
 from specnb.engine.timing import STAGES
 from specnb.models.lookup import PromptLookup
 

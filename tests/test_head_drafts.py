@@ -12,8 +12,8 @@ import torch
 from test_decoding import ragged_prompts, tiny
 
 from specnb.core.errors import ParameterError
+from specnb.core.sampling import SamplingConfig
 from specnb.engine.generate import generate
-from specnb.engine.sampling import SamplingConfig
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.lookup import PromptLookup
 from specnb.models.medusa import MedusaConfig, MedusaHeads
@@ -110,7 +110,8 @@ def test_trees_need_a_head_draft_and_greedy_decoding():
 
 
 def test_tree_shape_worked_by_hand():
-    from specnb.engine.trees import TreeShape, accept_tree
+    from specnb.engine.accept import accept_tree
+    from specnb.engine.trees import TreeShape
 
     shape = TreeShape((2, 2))
     assert shape.parents == [0, 0, 1, 1, 2, 2] and shape.depths == [0, 1, 1, 2, 2, 2, 2]
@@ -130,17 +131,17 @@ def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
     returns the tokens each row's trace accepted (so a caller can check the draft did anything)."""
     import numpy as np
 
-    from specnb.engine.drafters import make_drafter
+    from specnb.predict.drafts import draft_traits
     from specnb.predict.traces import AcceptanceTrace, pack, replay, verifier_features
 
     accepted = []
     for row in range(len(ids)):
         context = ids[row, mask[row].bool()].tolist()
         generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
-        runs, proposed = make_drafter(draft).trace(context, generated, 16,
+        runs, proposed = draft_traits(draft).trace(context, generated, 16,
                                                    verifier_features(verifier, context + generated[:-1]))
         packed = pack([AcceptanceTrace("p", runs, proposed, 16, True)], len(generated))
-        got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), make_drafter(draft).catch_up)
+        got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
         result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14)
         live = got.active[:, 0, 0]
         assert got.accepted[live, 0, 0].tolist() == result.accepted_per_step[0], row

@@ -143,7 +143,7 @@ def test_a_one_wide_tree_drafts_the_chain(pair):
 def test_trace_feeds_each_chain_the_match_of_its_own_context():
     """Pass 1 feeds the true text; pass r feeds chain c (last emitted token at prompt + c) its previous
     draft, with the match of the text up to that token plus the chain's drafts so far."""
-    from specnb.engine.drafters import make_drafter
+    from specnb.predict.drafts import draft_traits
     from specnb.predict.traces import verifier_features
 
     verifier, draft = lookup_pair()
@@ -158,7 +158,7 @@ def test_trace_feeds_each_chain_the_match_of_its_own_context():
     ids, mask = repetitive_prompts(seed=6)
     context = ids[0, mask[0].bool()].tolist()
     generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
-    make_drafter(draft).trace(context, generated, 4, verifier_features(verifier, context + generated[:-1]))
+    draft_traits(draft).trace(context, generated, 4, verifier_features(verifier, context + generated[:-1]))
     text = context + generated
     assert calls[0][1] == [next_match(text[:p + 2], 3) for p in range(len(text) - 1)]
     assert len(calls) == 4

@@ -14,7 +14,7 @@ from specnb.app.cli import main
 from specnb.core import theory
 from specnb.core.errors import DeviceError, ParameterError
 from specnb.measure import acceptance
-from specnb.predict import costs, predictor, reference, traces, what_if
+from specnb.predict import costs, drafts, predictor, reference, traces, what_if
 
 DRAFT = "tiny-draft"
 
@@ -31,7 +31,7 @@ def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0
         verifier_flops_per_token=1e9,
         drafts={
             DRAFT: costs.DraftCosts(
-                costs.FORWARDS, costs.CostModel(*t_d), costs.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8
+                drafts.FORWARDS, costs.CostModel(*t_d), costs.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8
             )
         },
         acceptance={},
@@ -149,7 +149,7 @@ def test_counts_from_positions_handles_shortened_drafts():
 def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> costs.HardwareProfile:
     """``synthetic_profile`` whose draft is a lookup drafter with the given trace (repeated)."""
     profile = synthetic_profile(overhead=(0.0, 0.0))
-    profile.drafts[DRAFT] = costs.DraftCosts(costs.PER_STEP, None, None, 0.0, step_ms)
+    profile.drafts[DRAFT] = costs.DraftCosts(drafts.PER_STEP, None, None, 0.0, step_ms)
     profile.traces[DRAFT] = [traces.AcceptanceTrace(p, list(runs), list(proposed), cap, True) for p in "ab"]
     return profile
 

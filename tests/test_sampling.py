@@ -16,8 +16,8 @@ import torch
 from test_decoding import tiny
 from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
+from specnb.core.sampling import SamplingConfig
 from specnb.engine.generate import generate
-from specnb.engine.sampling import SamplingConfig
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.lookup import PromptLookup
 from specnb.models.medusa import MedusaConfig, MedusaHeads

@@ -217,9 +217,9 @@ _DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
 @command("generate", "generate text with the verifier alone or with speculative decoding, with per-stage times",
          _args_generate)
 def run_generate(args: argparse.Namespace) -> dict:
+    from specnb.core.sampling import SamplingConfig
     from specnb.engine.generate import check_settings, generate
     from specnb.engine.inputs import encode_prompts
-    from specnb.engine.sampling import SamplingConfig
     from specnb.engine.timing import StageTimer
     from specnb.engine.trees import TreeShape
     from specnb.models.load import load_pair

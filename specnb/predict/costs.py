@@ -31,9 +31,8 @@ from specnb.measure.acceptance import AcceptanceProfile
 from specnb.predict.traces import AcceptanceTrace
 
 PROFILE_FORMAT = "specnb-hardware-profile/3"
-# how a draft step is priced (a drafter's ``pricing``): its forwards, a fixed host time per step, or a
-# host time per drafted token
-FORWARDS, PER_STEP, PER_TOKEN = "forwards", "per_step", "per_token"
+# how a draft step is priced (``DraftTraits.pricing``, specnb.predict.drafts): its forwards, a fixed
+# host time per step, or a host time per drafted token
 
 
 # ---------------------------------------------------------------------------- cost model

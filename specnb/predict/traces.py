@@ -4,8 +4,8 @@
 the draft would propose and have accepted if a step started there. Under greedy decoding
 speculative output equals the verifier's own output, so a step that starts after token j proposes
 the draft's greedy continuation of the verifier's text, and its position i is accepted exactly when
-it matches the verifier's token j + i. One verifier-only generation plus the drafter's ``trace``
-(``specnb.engine.drafters``: a teacher-forced forward for a model draft, the lookups for prompt
+it matches the verifier's token j + i. One verifier-only generation plus the draft's ``trace``
+(``specnb.predict.drafts``: a teacher-forced forward for a model draft, the lookups for prompt
 lookup) give the whole trace, and ``replay`` turns it into the exact steps speculative decoding
 takes at *any* γ and batch size (the same steps ``specnb.engine.generate`` takes, token for token;
 tested).
@@ -29,9 +29,8 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.drafters import make_drafter
-from specnb.engine.state import run_lengths
 from specnb.measure.acceptance import AcceptanceProfile, pooled_profile
+from specnb.predict.drafts import draft_traits, run_lengths
 
 LOOKUP_CAP = 16  # longest prompt-lookup proposal a trace records (γ beyond this is extrapolated)
 
@@ -60,7 +59,7 @@ class AcceptanceTrace:
 def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: int, cap: int = LOOKUP_CAP,
                    progress: bool = True) -> dict[str, list[AcceptanceTrace]]:
     """Traces of every draft on every prompt: one greedy verifier-only generation per prompt, then
-    each drafter's ``trace`` over its output."""
+    each draft's ``trace`` over its output."""
     from tqdm.auto import tqdm
 
     from specnb.engine.generate import generate
@@ -68,8 +67,8 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
 
     eos = pair.tokenizer.eos_token_id
     eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
-    drafters = {name: make_drafter(draft, pair.vocab_size) for name, draft in drafts.items()}
-    features = any(d.needs_features for d in drafters.values())
+    traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in drafts.items()}
+    features = any(t.needs_features for t in traits.values())
     traces: dict[str, list[AcceptanceTrace]] = {name: [] for name in drafts}
     for _, row in tqdm(list(prompts.iterrows()), desc="acceptance traces", unit="prompt", disable=not progress):
         ids, _ = encode_prompts(pair.tokenizer, [row["prompt"]])
@@ -78,8 +77,8 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
         context, generated = ids[0].tolist(), result.tokens[0]
         budget = len(generated) >= max_new_tokens and generated[-1] not in eos
         feats = verifier_features(pair.verifier, context + generated[:-1]) if features else None
-        for name, drafter in drafters.items():
-            runs, proposed = drafter.trace(context, generated, cap, feats)
+        for name, draft in traits.items():
+            runs, proposed = draft.trace(context, generated, cap, feats)
             traces[name].append(AcceptanceTrace(str(row["id"]), runs, proposed, None if proposed is None else cap,
                                                 budget))
     return traces

@@ -1,4 +1,5 @@
-"""Sampling and the accept/reject rule of speculative decoding.
+"""The accept/reject rule of speculative decoding: rejection sampling for a chain, the greedy walk
+down a tree, and the first mismatch between two token lists.
 
 References: Leviathan, Kalman, Matias 2023 (Algorithm 1); Chen et al. 2023 (modified rejection
 sampling). Draft token x ~ q is accepted with probability min(1, p(x)/q(x)); at the first
@@ -9,43 +10,16 @@ where p and q are one-hot: accept while the draft equals the verifier's argmax.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass
-class SamplingConfig:
-    """Sampling settings; pass ``sampling=None`` to ``generate`` for greedy decoding."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
+from specnb.core.sampling import logits_to_probs, sample
+from specnb.engine.trees import TreeShape
 
 
-def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-    """Temperature then top-p (nucleus) filtering; logits [..., V] -> probs [..., V] in fp32."""
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        # drop a token when the mass before it already reaches top_p (the first token always stays)
-        drop = (sorted_probs.cumsum(-1) - sorted_probs) >= sampling.top_p
-        probs = probs.scatter(-1, order, sorted_probs.masked_fill(drop, 0.0))
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
-
-
-def sample(probs: torch.Tensor, generator=None) -> torch.Tensor:
-    """One token per row: probs [B, V] -> ids [B]."""
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def pick_token(logits: torch.Tensor, sampling, generator=None):
-    """Greedy argmax or a sample; logits [B, V] -> (ids [B], probs [B, V] or None when greedy)."""
-    if sampling is None:
-        return logits.argmax(-1), None
-    probs = logits_to_probs(logits, sampling)
-    return sample(probs, generator), probs
+def first_mismatch(a, b) -> int:
+    """Where two token sequences first differ: the length of their common prefix (the accepted
+    prefix of a greedy step, when ``a`` is the draft and ``b`` what the verifier generates)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def accept_reject(drafts, q, p_logits, n_drafted, sampling, generator=None):
@@ -80,3 +54,26 @@ def accept_reject(drafts, q, p_logits, n_drafted, sampling, generator=None):
     mass = residual.sum(-1, keepdim=True)
     residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_n)
     return n, sample(residual, generator)
+
+
+def accept_tree(tokens: torch.Tensor, p_logits: torch.Tensor, shape: TreeShape,
+                n_drafted: list[int] | None = None) -> tuple[list[int], list[int], list[list[int]]]:
+    """Greedy acceptance of a tree (a chain is a one-wide tree): from the root down, the child whose
+    token is the verifier's argmax at its parent. tokens [B, N] (node tokens, breadth first);
+    p_logits [B, N + 1, V]; ``n_drafted`` [B]: nodes deeper than this are a row's padding, never
+    accepted. Returns per row (accepted count, the token after the accepted path, the path's chunk
+    indices starting with the root)."""
+    target = p_logits.argmax(-1).tolist()  # [B, N+1]
+    depth_cap = n_drafted if n_drafted is not None else [shape.depth] * len(target)
+    accepted, nxt, paths = [], [], []
+    for row, want, cap in zip(tokens.tolist(), target, depth_cap):
+        path = [0]
+        while len(path) <= cap:
+            found = next((c for c in shape.children[path[-1]] if row[c - 1] == want[path[-1]]), None)
+            if found is None:
+                break
+            path.append(found)
+        accepted.append(len(path) - 1)
+        nxt.append(want[path[-1]])
+        paths.append(path)
+    return accepted, nxt, paths
