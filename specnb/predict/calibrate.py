@@ -44,8 +44,8 @@ def measure_costs(shapes: list[GridShapes], batch_sizes, context_len: int, prefi
     last logits only, as a prefill asks), every model's shapes interleaved."""
     decode = measure_forward_grids(shapes, batch_sizes, context_len, repeats, device).assign(kind="decode")
     lengths = tuple(sorted({max(2, prefill_len // 2), max(3, prefill_len)}))
-    prefill = measure_forward_grids([GridShapes(s.name, s.model, lengths, 1) for s in shapes], batch_sizes,
-                                    1, max(2, repeats // 3), device).assign(kind="prefill")
+    prefill_shapes = [GridShapes(name=s.name, model=s.model, n_tokens=lengths, keep=1) for s in shapes]
+    prefill = measure_forward_grids(prefill_shapes, batch_sizes, 1, max(2, repeats // 3), device).assign(kind="prefill")
     return pd.concat([decode, prefill], ignore_index=True).drop(columns="samples_ms")
 
 
@@ -58,7 +58,8 @@ def fit_costs(grid: pd.DataFrame, name: str) -> tuple[CostModel, CostModel]:
 def draft_shapes(traits: dict[str, DraftTraits]) -> list[GridShapes]:
     """The forwards each draft runs (``forward_tokens``: 1 token, or 2 when a model draft catches
     up), with only the last logits, as the loop keeps them; prompt lookup runs none."""
-    return [GridShapes(name, t.module, t.forward_tokens, 1) for name, t in traits.items() if t.forward_tokens]
+    return [GridShapes(name=name, model=t.module, n_tokens=t.forward_tokens, keep=1)
+            for name, t in traits.items() if t.forward_tokens]
 
 
 def draft_cost(traits: DraftTraits, name: str, grid: pd.DataFrame, verifier) -> DraftCosts:
@@ -152,7 +153,8 @@ def calibrate(
     width = prompt_tokens(pair.tokenizer, frame)
     context = int(width + max_new_tokens // 2)
     traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in models.items()}
-    shapes = [GridShapes(pair.verifier_name, pair.verifier, tuple(range(1, gamma + 2)))] + draft_shapes(traits)
+    verifier = GridShapes(name=pair.verifier_name, model=pair.verifier, n_tokens=tuple(range(1, gamma + 2)))
+    shapes = [verifier] + draft_shapes(traits)
     grid = measure_costs(shapes, batch_sizes, context, int(width), repeats, pair.device)
     v_decode, v_prefill = fit_costs(grid, pair.verifier_name)
     costs = {name: draft_cost(t, name, grid, pair.verifier) for name, t in traits.items()}

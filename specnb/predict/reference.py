@@ -33,11 +33,13 @@ def reference_mps_profile(verify_extra_token_fraction: float = 0.0, alpha: float
     f = float(verify_extra_token_fraction)
     if f < 0:
         raise ParameterError(f"verify_extra_token_fraction must be >= 0, got {f}")
-    draft = DraftCosts(FORWARDS, CostModel(t_d * (1 - f), t_d * f), CostModel(t_d, 0.0), ref["draft_flops_per_token"])
+    draft = DraftCosts(kind=FORWARDS, decode=CostModel(t0_ms=t_d * (1 - f), ms_per_token=t_d * f),
+                       prefill=CostModel(t0_ms=t_d, ms_per_token=0.0), flops_per_token=ref["draft_flops_per_token"])
     name = ref["draft"]
     profile = HardwareProfile(
         verifier=ref["verifier"], device=ref["device"], machine={"description": "reference run (hand-entered)"},
-        verifier_decode=CostModel(t_v * (1 - f), t_v * f), verifier_prefill=CostModel(t_v, 0.0),
+        verifier_decode=CostModel(t0_ms=t_v * (1 - f), ms_per_token=t_v * f),
+        verifier_prefill=CostModel(t0_ms=t_v, ms_per_token=0.0),
         verifier_flops_per_token=ref["verifier_flops_per_token"],
         drafts={name: draft}, acceptance={}, traces={}, overhead_ms={}, max_new_tokens=128, prompt_tokens=0.0,
         notes=[f"hand-entered: t_v(1)={t_v:.1f} ms, t_d(1)={t_d:.1f} ms, each extra verified token "

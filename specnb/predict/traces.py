@@ -79,8 +79,8 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
         feats = verifier_features(pair.verifier, context + generated[:-1]) if features else None
         for name, draft in traits.items():
             runs, proposed = draft.trace(context, generated, cap, feats)
-            traces[name].append(AcceptanceTrace(str(row["id"]), runs, proposed, None if proposed is None else cap,
-                                                budget))
+            traces[name].append(AcceptanceTrace(prompt_id=str(row["id"]), runs=runs, proposed=proposed,
+                                                cap=None if proposed is None else cap, hit_budget=budget))
     return traces
 
 
@@ -127,16 +127,16 @@ def pack(traces: list[AcceptanceTrace], n_new: int) -> PackedTraces:
         proposed.append(np.asarray(t.proposed)[index] if t.proposed is not None else np.full(len(index), n_new))
         lengths.append(length)
     width = n_new + 1
-    return PackedTraces(np.stack([np.pad(r, (0, width - len(r))) for r in runs]),
-                        np.stack([np.pad(p, (0, width - len(p))) for p in proposed]),
-                        np.asarray(lengths), extended)
+    return PackedTraces(runs=np.stack([np.pad(r, (0, width - len(r))) for r in runs]),
+                        proposed=np.stack([np.pad(p, (0, width - len(p))) for p in proposed]),
+                        lengths=np.asarray(lengths), extended=extended)
 
 
 def flat_traces(alpha: float, n_new: int, n_traces: int = 64, seed: int = 0) -> list[AcceptanceTrace]:
     """Synthetic traces of a draft whose every token is accepted independently with probability α
     (Leviathan et al.'s assumption), for what-if questions and hand-entered profiles."""
     uniforms = np.random.default_rng(seed).random((n_traces, n_new))
-    return [AcceptanceTrace("flat", r.tolist(), None, None, True)
+    return [AcceptanceTrace(prompt_id="flat", runs=r.tolist(), proposed=None, cap=None, hit_budget=True)
             for r in run_lengths(uniforms < alpha, n_new)]
 
 
@@ -146,7 +146,8 @@ def flat_packed(alphas, n_new: int, n_traces: int = 32, seed: int = 0) -> Packed
     uniforms = np.random.default_rng(seed).random((n_traces, n_new))
     matches = np.concatenate([uniforms < a for a in alphas])  # [A·T, n_new]
     runs = np.pad(run_lengths(matches, n_new), ((0, 0), (0, 1)))
-    return PackedTraces(runs, np.full_like(runs, n_new), np.full(len(runs), n_new), False)
+    return PackedTraces(runs=runs, proposed=np.full_like(runs, n_new), lengths=np.full(len(runs), n_new),
+                        extended=False)
 
 
 @dataclass
