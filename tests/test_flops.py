@@ -8,15 +8,10 @@ import torch
 from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 from specnb.core import paths
+from specnb.core.configs import resolve_config
 from specnb.core.errors import ConfigError, ModelNotFoundError, ParameterError
-from specnb.core.flops import (
-    analytic_flops,
-    build_model,
-    cost_ratio,
-    measure_flops,
-    measure_flops_breakdown,
-    resolve_config,
-)
+from specnb.core.flops import analytic_flops, cost_ratio
+from specnb.models.flop_count import build_model, measure_flops, measure_flops_breakdown
 
 TINY = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, vocab_size=160)
 
