@@ -14,7 +14,7 @@ from specnb.app.cli import main
 from specnb.core import theory
 from specnb.core.errors import DeviceError, ParameterError
 from specnb.measure import acceptance
-from specnb.predict import costs, drafts, predictor, reference, traces, what_if
+from specnb.predict import costs, drafts, predictor, reference_replay, traces, what_if
 
 DRAFT = "tiny-draft"
 
@@ -239,7 +239,7 @@ def test_what_if_with_nothing_changed_is_the_prediction():
 
 
 def test_reference_mps_profile_predicts_leviathans_step_arithmetic():
-    profile = reference.reference_mps_profile(0.0)
+    profile = reference_replay.reference_mps_profile(0.0)
     draft = next(iter(profile.drafts))
     pred = predictor.predict(profile, draft, range(1, 9), n_boot=20, sims_per_boot=4)
     tok_s = pred.table.set_index("gamma")["predicted_tok_s"]
@@ -254,7 +254,7 @@ def test_reference_mps_profile_predicts_leviathans_step_arithmetic():
     # FLOPs-c reproduces the reference's 0.99x at γ = 4
     assert theory.format_speedup(pred.table.set_index("gamma").loc[4, "flops_leviathan_speedup"]) == "0.99x"
     # costlier verification can only slow speculation down
-    costly = predictor.predict(reference.reference_mps_profile(0.2), draft, [4, 7], n_boot=20, sims_per_boot=4)
+    costly = predictor.predict(reference_replay.reference_mps_profile(0.2), draft, [4, 7], n_boot=20, sims_per_boot=4)
     assert (costly.table["predicted_tok_s"].to_numpy() < tok_s.loc[[4, 7]].to_numpy()).all()
 
 

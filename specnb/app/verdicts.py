@@ -10,10 +10,10 @@ from specnb.core.reference import REFERENCE_MPS
 
 
 def reference_conclusion(comparison: pd.DataFrame) -> Report:
-    """What the reference MPS run says once replayed (``predict.reference.reference_comparison``): the
+    """What the reference MPS run says once replayed (``predict.reference_replay.reference_comparison``): the
     FLOPs formula's miss, the per-token reading's miss, and the best-fitting assumption's fit."""
     from specnb.core import reference
-    from specnb.predict.reference import best_assumption
+    from specnb.predict.reference_replay import best_assumption
 
     reading, f, worst = best_assumption(comparison)
     gammas = sorted(REFERENCE_MPS["reported_tok_s"])
