@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-from test_decoding import peaked_pair, ragged_prompts
+from helpers import peaked_pair, ragged_prompts
 
 from specnb.core.errors import ParameterError
 from specnb.engine.generate import generate

@@ -4,17 +4,14 @@ import json
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from helpers import tiny_model
 
 from specnb.engine.generate import generate
 from specnb.models.trimmed_head import TrimmedHead, most_frequent_tokens, read_head_tokens, trim_head
 
 
-def tiny_llama(seed: int, layers: int = 2) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=64, vocab_size=80, tie_word_embeddings=True, initializer_range=0.3)
-    return LlamaForCausalLM(config).eval()
+def tiny_llama(seed: int, layers: int = 2):
+    return tiny_model(vocab=80, hidden=32, layers=layers, seed=seed, tie_word_embeddings=True, initializer_range=0.3)
 
 
 def test_trimmed_head_matches_the_full_head_on_kept_tokens():

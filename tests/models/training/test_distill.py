@@ -9,8 +9,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers import tiny_model
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig
 
 from specnb.core.errors import ParameterError
 from specnb.core.flops import analytic_flops
@@ -31,11 +32,8 @@ CFG = DistillConfig(n_prompts=12, max_new_tokens=10, gen_batch=6, top_k=16, held
 
 @pytest.fixture(scope="module")
 def verifier():
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=128, vocab_size=96, tie_word_embeddings=True, bos_token_id=1,
-                         eos_token_id=2, pad_token_id=0, initializer_range=0.2)  # peaked teacher
-    return LlamaForCausalLM(config).eval()
+    return tiny_model(vocab=96, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                      initializer_range=0.2)  # peaked teacher
 
 
 @pytest.fixture(scope="module")

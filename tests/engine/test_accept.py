@@ -13,7 +13,7 @@ import math
 
 import pytest
 import torch
-from test_decoding import tiny
+from helpers import tiny_model
 from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
 from specnb.core.sampling import SamplingConfig
@@ -59,7 +59,8 @@ def expected_tv(probs: torch.Tensor, n: int) -> float:
 
 
 def models():
-    verifier, draft = tiny(vocab=VOCAB, hidden=32, layers=1, seed=2), tiny(vocab=VOCAB, hidden=32, layers=1, seed=3)
+    verifier = tiny_model(vocab=VOCAB, hidden=32, layers=1, seed=2)
+    draft = tiny_model(vocab=VOCAB, hidden=32, layers=1, seed=3)
     with torch.no_grad():
         verifier.lm_head.weight.mul_(4)  # moderately peaked, so drafts are both accepted and rejected
         draft.lm_head.weight.mul_(4)

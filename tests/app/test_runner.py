@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import assert_offline
 
 from specnb.app import cli, runner
 from specnb.app.execution import export_html
@@ -18,7 +18,7 @@ from specnb.app.parameters import fits, parse_value
 from specnb.app.runner import NotebookFailed, run_notebooks, select_notebooks
 from specnb.core.errors import ParameterError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "notebooks"
 
 
 @pytest.fixture(autouse=True)
@@ -57,13 +57,6 @@ def test_relative_out_folder_holds_the_tables(tmp_path, monkeypatch):
     (run,) = run_notebooks(["ok"], {"scale": 2}, out=Path("runs/a"), progress=False)
     assert run.ok and (tmp_path / "runs" / "a" / "01_ok.points.csv").exists()
     assert not (tmp_path / "runs" / "a" / "runs").exists()
-
-
-def assert_offline(html: str) -> None:
-    """No script, stylesheet or image is fetched from the network."""
-    remote = re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)=["'](https?:)?//""", html)
-    assert remote == []
-    assert "cdn" not in " ".join(re.findall(r"<script[^>]*>", html)).lower()
 
 
 def test_failing_cell_reports_notebook_cell_and_error_and_keeps_partial(tmp_path):

@@ -4,25 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
+from helpers import WORDS, perturbed_copy, record, synthetic, tiny_tokenizer, word_model
 
 from specnb.app import run_plots
 from specnb.measure import acceptance, analysis, runs
 from specnb.models.load import Pair
 from specnb.models.lookup import PromptLookup
-
-
-def record(candidate, prompt, tokens, wall, draft="", gamma=0, accepted_by_position=(), drafted_by_position=(),
-           steps=None, draft_ms=0.0, verify_ms=None, verifier_forwards=None, repeat=0, category="c"):
-    accepted, drafted = sum(accepted_by_position), sum(drafted_by_position)
-    steps = tokens if steps is None else steps
-    return {"repeat": repeat, "prompt_ids": prompt, "categories": category, "candidate": candidate, "draft": draft,
-            "gamma": gamma, "batch_size": 1, "new_tokens": tokens, "wall_ms": wall, "prefill_ms": 0.0,
-            "draft_ms": draft_ms, "verify_ms": wall - draft_ms if verify_ms is None else verify_ms, "accept_ms": 0.0,
-            "rollback_ms": 0.0, "other_ms": 0.0, "accepted": accepted, "drafted": drafted, "steps": steps,
-            "verifier_forwards": steps + 1 if verifier_forwards is None else verifier_forwards, "draft_forwards": 0,
-            "accept_lengths": [], "accepted_by_position": list(accepted_by_position),
-            "drafted_by_position": list(drafted_by_position)}
 
 
 @pytest.fixture
@@ -106,7 +93,7 @@ def test_profile_speedups_from_measured_positions(records, flops):
 def test_draft_table_on_tiny_models():
     """End to end on real records: every column filled and the α's consistent."""
     torch.set_num_threads(1)
-    verifier = tiny_llama(0)
+    verifier = word_model(0)
     pair = Pair(verifier, None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
     prompts = pd.DataFrame(
         {"id": ["a", "b"], "category": ["x", "y"], "prompt": [" ".join(WORDS[i : i + 8]) for i in (0, 5)]}
@@ -140,3 +127,36 @@ def test_explain_draft_names_the_binding_comparison():
     assert "below the break-even c 0.400" in analysis.explain_draft(row) and "lost" not in analysis.explain_draft(row)
     row.update(c_wall=float("nan"))
     assert "no tokens" in analysis.explain_draft(row)
+
+
+def test_wall_clock_costs_from_records():
+    base = synthetic("verifier-only", [10], [100.0], steps=0)
+    base[0].update(verifier_forwards=10, verify_ms=90.0)  # 9 decoding steps after prefill: 10 ms each
+    cand = synthetic("d γ=2", [10], [100.0], accepted=4, drafted=8, steps=4, gamma=2)
+    cand[0].update(draft_ms=16.0, verify_ms=60.0)
+    cost = analysis.wall_clock_costs(pd.DataFrame(base + cand)).iloc[0]
+    assert cost["draft_ms_per_drafted_token"] == pytest.approx(2.0)
+    assert cost["verify_ms_per_step"] == pytest.approx(15.0)
+    assert cost["c_wall"] == pytest.approx(0.2)
+
+
+def test_best_per_draft_and_simulated_runs():
+    summary = pd.DataFrame(
+        {
+            "draft": ["", "a", "a", "b"],
+            "gamma": [0, 1, 2, 1],
+            "batch_size": 1,
+            "speedup": [1.0, 1.1, 1.3, 0.8],
+            "candidate": ["v", "a γ=1", "a γ=2", "b γ=1"],
+        }
+    )
+    assert analysis.best_per_draft(summary)["candidate"].tolist() == ["a γ=2", "b γ=1"]
+    frame = pd.DataFrame(
+        synthetic("verifier-only", [10] * 4, [100] * 4)
+        + synthetic("d γ=1", [10] * 4, [50, 50, 200, 200], accepted=1, drafted=4, gamma=1)
+    )
+    frame.loc[4, "accepted"] = 4  # one prompt accepts everything
+    short = analysis.simulate_runs(runs.per_prompt(frame), run_size=2, n_runs=200, seed=1)
+    assert len(short) == 200 and set(short["prompts"]) == {2}
+    assert short["alpha"].min() == pytest.approx(2 / 8) and short["alpha"].max() == pytest.approx(5 / 8)
+    assert set(short["speedup"].round(6)) <= {2.0, 0.5, round(20 / 250 / (20 / 200), 6)}

@@ -4,7 +4,7 @@ generation."""
 
 import pytest
 import torch
-from test_bench import tiny_llama, tiny_tokenizer
+from helpers import tiny_tokenizer, word_model
 
 from specnb.app.cli import main
 from specnb.core.errors import IncompatibleModelsError, ParameterError
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def verifier_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("verifier")
-    tiny_llama(0).save_pretrained(folder)
+    word_model(0).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     return folder
 

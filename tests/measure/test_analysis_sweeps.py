@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
+from helpers import WORDS, perturbed_copy, tiny_tokenizer, word_model
 
 from specnb.app import run_plots
 from specnb.core.errors import ParameterError
@@ -160,7 +160,7 @@ def test_ragged_summary_shares():
 def test_on_real_engine_records_the_counts_add_up():
     """Batch 2 on tiny random models: a step's parts sum to its time, idle + live row-steps
     = rows × forwards, and the charts build."""
-    verifier = tiny_llama(0)
+    verifier = word_model(0)
     pair = Pair(verifier, None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
     rng = np.random.default_rng(4)
     prompts = pd.DataFrame(

@@ -401,7 +401,7 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     """Calibration on tiny random models, with every kind of draft: the replayed traces take the steps
     the engine took, the profile survives JSON, and validation sets a prediction beside every measured
     grid point."""
-    from test_bench import perturbed_copy, tiny_llama, tiny_tokenizer
+    from helpers import perturbed_copy, tiny_tokenizer, word_model
 
     from specnb.models.eagle import EagleConfig, EagleDraft
     from specnb.models.load import Pair
@@ -410,7 +410,7 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     from specnb.predict.calibrate import calibrate, replay_check
     from specnb.predict.validate import validate, validation_summary
 
-    pair = Pair(tiny_llama(0), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    pair = Pair(word_model(0), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
     torch.manual_seed(0)
     eagle = EagleDraft(EagleConfig.from_verifier(pair.verifier.config)).eval().attach(pair.verifier)
     medusa = MedusaHeads(MedusaConfig(hidden_size=64, num_heads=4, vocab_size=63)).eval().attach(pair.verifier)

@@ -4,15 +4,13 @@ the ones a run records, and i.i.d. traces agree with the closed forms."""
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-from test_bench import WORDS, perturbed_copy, tiny_llama, tiny_tokenizer
+from helpers import WORDS, perturbed_copy, synthetic, word_pair
 
 from specnb.core import theory
 from specnb.core.errors import ParameterError
 from specnb.engine.generate import generate
 from specnb.engine.inputs import encode_prompts
 from specnb.measure import acceptance, runs
-from specnb.models.load import Pair
 from specnb.models.lookup import PromptLookup
 from specnb.predict import traces as tr
 from specnb.predict.drafts import runs_from_matches
@@ -24,7 +22,7 @@ N_NEW = 20
 
 @pytest.fixture(scope="module")
 def pair():
-    return Pair(tiny_llama(0), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    return word_pair()
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +128,11 @@ def test_pack_truncates_extends_and_keeps_eos():
     assert tr.pack([eos, cut], 3).runs[:, :3].tolist() == [[0, 1, 0], [0, 3, 2]]
     with pytest.raises(ParameterError, match="no acceptance traces"):
         tr.pack([], 5)
+
+
+def test_acceptance_profile_conditional_rates():
+    rec = synthetic("d γ=3", [4], [10.0], accepted=5, drafted=9, steps=3, gamma=3)[0]
+    rec.update(draft="d", accept_lengths=[3, 2, 0], accepted_by_position=[2, 2, 1], drafted_by_position=[3, 3, 3])
+    prof = acceptance.profile_from_records(pd.DataFrame([rec]), "d").to_frame()
+    assert prof["rate"].tolist() == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+    assert prof["conditional_rate"].tolist() == pytest.approx([2 / 3, 1.0, 0.5])

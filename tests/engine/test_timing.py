@@ -7,7 +7,6 @@ import torch
 
 from specnb.engine import timing
 from specnb.engine.timing import NULL_TIMER, STAGES, StageTimer, make_clock
-from specnb.measure.forward import measure_forward_ms
 
 
 def busy(ms: float) -> None:
@@ -125,14 +124,3 @@ def test_real_cuda_stages_sum_to_wall_time():
     stages = timer.stages_ms()
     assert stages["verify"] > stages["accept"] > 0
     assert abs(timer.total_ms() - wall) / wall < 0.05  # event clock vs host clock
-
-
-def test_measure_forward_ms_on_tiny_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                         num_key_value_heads=2, intermediate_size=128, vocab_size=100)).eval()
-    t = measure_forward_ms(model, n_tokens=3, batch_size=2, context_len=16, repeats=3, warmup=1)
-    assert t.n_tokens == 3 and t.batch_size == 2 and t.context_len == 16
-    assert len(t.samples_ms) == 3 and t.median_ms > 0

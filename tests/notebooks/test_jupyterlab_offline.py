@@ -70,7 +70,7 @@ def _missing(reason: str):
 
 @pytest.fixture(scope="module")
 def repo_root() -> Path:
-    root = Path(os.environ.get("SPECNB_REPO") or Path(__file__).resolve().parents[1]).resolve()
+    root = Path(os.environ.get("SPECNB_REPO") or Path(__file__).resolve().parents[2]).resolve()
     assert (root / "notebooks" / NOTEBOOK).is_file(), f"no notebooks/{NOTEBOOK} under {root} (set SPECNB_REPO)"
     return root
 

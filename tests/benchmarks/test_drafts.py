@@ -4,7 +4,7 @@ import importlib.util
 
 import pandas as pd
 import pytest
-from test_bench_drafts import record
+from helpers import record
 
 from specnb.core.paths import REPO_ROOT
 from specnb.measure import analysis, runs

@@ -10,29 +10,25 @@ import time
 
 import pytest
 import torch
+from helpers import perturbed_copy, tiny_model, word_pair
 from safetensors.torch import save_file
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
-    LlamaConfig,
-    LlamaForCausalLM,
     PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
 )
 
 from specnb.core import devices
 from specnb.core.errors import DeviceError, IncompatibleModelsError, ModelNotFoundError, ParameterError
 from specnb.models import embedded, load, registry
 from specnb.models.early_exit import exit_draft
+from specnb.models.lookup import PromptLookup
 
 VOCAB = 49152
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
-def tiny_config(vocab=VOCAB, hidden=64, layers=2, cls=LlamaConfig):
-    return cls(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-               intermediate_size=128, vocab_size=vocab, tie_word_embeddings=True, eos_token_id=2, pad_token_id=2)
+TIED = dict(intermediate_size=128, tie_word_embeddings=True, eos_token_id=2, pad_token_id=2)  # as the hub's models
 
 
 @pytest.fixture(scope="session")
@@ -45,9 +41,8 @@ def tokenizer_dir(tmp_path_factory):
     return folder
 
 
-def save_tiny(folder, tokenizer_dir, seed=0, with_tokenizer=True, **config):
-    torch.manual_seed(seed)
-    LlamaForCausalLM(tiny_config(**config)).save_pretrained(folder)
+def save_tiny(folder, tokenizer_dir, seed=0, with_tokenizer=True, vocab=VOCAB, **config):
+    tiny_model(vocab=vocab, seed=seed, **TIED, **config).save_pretrained(folder)
     if with_tokenizer:
         for name in TOKENIZER_FILES:
             shutil.copy(tokenizer_dir / name, folder / name)
@@ -253,9 +248,9 @@ def test_damaged_verifier_cache_is_rebuilt(fake_cache, damage):
 
 def write_committed_draft(drafts, name, hidden=32, seed=1):
     """A draft in the committed format: no embedding/lm_head, fp16, an embed_proj when narrower."""
-    torch.manual_seed(seed)
-    config = tiny_config(hidden=hidden, layers=1)
-    state = {k: v.half() for k, v in LlamaForCausalLM(config).state_dict().items()
+    model = tiny_model(vocab=VOCAB, hidden=hidden, layers=1, seed=seed, **TIED)
+    config = model.config
+    state = {k: v.half() for k, v in model.state_dict().items()
              if k not in ("model.embed_tokens.weight", "lm_head.weight")}
     state["embed_proj.weight"] = torch.randn(hidden, 64).half()  # [d_draft, d_verifier]
     folder = drafts / name
@@ -311,10 +306,9 @@ def test_unknown_or_incomplete_draft(fake_cache, tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- early exit
 
-@pytest.mark.parametrize("cls, config_cls", [(LlamaForCausalLM, LlamaConfig), (Qwen2ForCausalLM, Qwen2Config)])
-def test_full_depth_exit_equals_verifier_and_shares_tensors(cls, config_cls):
-    torch.manual_seed(0)
-    verifier = cls(tiny_config(vocab=300, layers=3, cls=config_cls)).eval()
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_full_depth_exit_equals_verifier_and_shares_tensors(arch):
+    verifier = tiny_model(arch, vocab=300, layers=3, **TIED)
     ids = torch.randint(0, 300, (2, 7))  # ids: [B, S]
     full = exit_draft(verifier, 3)
     with torch.no_grad():
@@ -367,3 +361,21 @@ def test_cli_models_json(fake_cache, tmp_path, monkeypatch, capsys):
         AutoModelForCausalLM.from_pretrained(rows[name]["path"])
         AutoTokenizer.from_pretrained(rows[name]["path"])
     assert 0 < rows["tiny-draft"]["flops_per_token"] < rows["smollm2-135m"]["flops_per_token"]
+
+
+def test_load_drafts_loads_verifier_once_and_each_draft(tmp_path, monkeypatch):
+    pair = word_pair()
+    verifier, folder = tmp_path / "verifier", tmp_path / "draft"
+    for model, where in ((pair.verifier, verifier), (perturbed_copy(pair.verifier, 0.1, 2), folder)):
+        model.save_pretrained(where)
+        pair.tokenizer.save_pretrained(where)
+    loaded, real = [], load.load_weights
+    monkeypatch.setattr(load, "load_weights", lambda source, *a: loaded.append(source.name) or real(source, *a))
+    got, drafts = load.load_drafts(str(verifier), ["prompt-lookup", "exit:1", str(folder), "prompt-lookup"], "cpu")
+    assert loaded == [str(verifier), str(folder)] and list(drafts) == ["prompt-lookup", "exit:1", str(folder)]
+    assert isinstance(drafts["prompt-lookup"], PromptLookup)
+    assert drafts["exit:1"].config.num_hidden_layers == 1
+    assert drafts["exit:1"].model.layers[0] is got.verifier.model.layers[0]  # shared, not copied
+    assert isinstance(drafts[str(folder)], type(got.verifier))
+    with pytest.raises(ParameterError, match="exit:K"):
+        load.load_drafts(str(verifier), ["exit:four"], "cpu")

@@ -16,7 +16,7 @@ import nbformat
 import pandas as pd
 import papermill
 import pytest
-from test_runner import assert_offline
+from helpers import assert_offline
 
 from specnb.app.runner import list_notebooks
 from specnb.core.paths import REPO_ROOT

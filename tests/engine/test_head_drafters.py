@@ -9,7 +9,7 @@ over a verifier that mostly repeats its last token (identity heads then guess ri
 
 import pytest
 import torch
-from test_decoding import ragged_prompts, tiny
+from helpers import check_replay, ragged_prompts, tiny_model
 
 from specnb.core.errors import ParameterError
 from specnb.core.sampling import SamplingConfig
@@ -26,7 +26,7 @@ TREES = [(2,), (3, 2), (2, 2, 1)]
 def eagle_pair():
     """A one-layer verifier and an EAGLE draft that is that layer applied to the next token's embedding
     (fc picks the embedding half), so it predicts the verifier's next feature closely."""
-    verifier = tiny(layers=1, vocab=200)
+    verifier = tiny_model(layers=1, vocab=200)
     with torch.no_grad():
         verifier.lm_head.weight.mul_(8)
     config = EagleConfig.from_verifier(verifier.config, out_norm=True, input_norm=True)
@@ -44,7 +44,7 @@ def eagle_pair():
 def medusa_pair():
     """A verifier that mostly repeats its last token (weak layer, lm_head = its embedding) and identity
     Medusa heads, which propose that same token at every depth."""
-    verifier = tiny(layers=1, vocab=200, seed=5)
+    verifier = tiny_model(layers=1, vocab=200, seed=5)
     with torch.no_grad():
         verifier.model.layers[0].self_attn.o_proj.weight.mul_(6)
         verifier.model.layers[0].mlp.down_proj.weight.mul_(6)
@@ -124,29 +124,6 @@ def test_tree_shape_worked_by_hand():
     for column, want in ((0, 11), (2, 31), (6, 7), (1, 0)):
         logits[0, column, want] = 1.0
     assert accept_tree(tokens, logits, shape) == ([2], [7], [[0, 2, 6]])
-
-
-def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
-    """Assert that each row's trace, replayed at ``gamma``, accepts what the engine accepts step by step;
-    returns the tokens each row's trace accepted (so a caller can check the draft did anything)."""
-    import numpy as np
-
-    from specnb.predict.drafts import draft_traits
-    from specnb.predict.traces import AcceptanceTrace, pack, replay, verifier_features
-
-    accepted = []
-    for row in range(len(ids)):
-        context = ids[row, mask[row].bool()].tolist()
-        generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
-        runs, proposed = draft_traits(draft).trace(context, generated, 16,
-                                                   verifier_features(verifier, context + generated[:-1]))
-        packed = pack([AcceptanceTrace("p", runs, proposed, 16, True)], len(generated))
-        got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
-        result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14)
-        live = got.active[:, 0, 0]
-        assert got.accepted[live, 0, 0].tolist() == result.accepted_per_step[0], row
-        accepted.append(sum(runs))
-    return accepted
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 5])

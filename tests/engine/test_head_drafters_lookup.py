@@ -11,8 +11,7 @@ import random
 
 import pytest
 import torch
-from test_decoding import tiny
-from test_head_drafts import check_replay
+from helpers import check_replay, tiny_model
 
 from specnb.engine.generate import generate
 from specnb.models.eagle import EagleConfig, EagleDraft
@@ -25,7 +24,7 @@ SETTINGS = [{"gamma": g} for g in (1, 2, 3, 5)] + [{"tree": t} for t in ((2, 2),
 
 def lookup_pair(copy_bonus: float = 30.0):
     """A peaked one-layer verifier and a random-init lookup EAGLE draft whose copy bonus dominates."""
-    verifier = tiny(layers=1, vocab=200)
+    verifier = tiny_model(layers=1, vocab=200)
     with torch.no_grad():
         verifier.lm_head.weight.mul_(8)
     torch.manual_seed(11)

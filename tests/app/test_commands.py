@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from test_decoding import peaked_pair
+from helpers import peaked_pair
 
 import specnb.models.load
 from specnb.app.cli import main

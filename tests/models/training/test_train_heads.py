@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from helpers import tiny_model
+from transformers import AutoTokenizer
 
 from specnb.app import cli
 from specnb.models.heads import head_kind, load_head
@@ -34,11 +35,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def verifier(tokenizer):
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=128, vocab_size=len(tokenizer), tie_word_embeddings=True,
-                         initializer_range=0.2)
-    return LlamaForCausalLM(config).eval().requires_grad_(False)
+    return tiny_model(vocab=len(tokenizer), tie_word_embeddings=True, initializer_range=0.2).requires_grad_(False)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@ for token; sampled speculative output follows the verifier's exact distribution.
 
 import pytest
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from helpers import peaked_pair, ragged_prompts, tiny_model
+from transformers import DynamicCache
 
 from specnb.core.errors import IncompatibleModelsError, ParameterError
 from specnb.core.sampling import SamplingConfig
@@ -15,49 +16,13 @@ from specnb.models.lookup import PromptLookup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
-
-
-def tiny(arch="llama", vocab=200, hidden=64, layers=2, seed=0):
-    config_cls, model_cls = ARCHS[arch]
-    torch.manual_seed(seed)
-    config = config_cls(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                        intermediate_size=2 * hidden, vocab_size=vocab, tie_word_embeddings=False)
-    return model_cls(config).eval()
-
-
-def peaked_pair(arch, noise=0.004, scale=8.0, vocab=200):
-    """Verifier with peaked logits (no argmax near-ties) and a draft that is a perturbed copy of it."""
-    verifier = tiny(arch, vocab)
-    with torch.no_grad():
-        verifier.lm_head.weight.mul_(scale)
-    draft = tiny(arch, vocab)
-    draft.load_state_dict(verifier.state_dict())
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * noise)
-    return verifier, draft
-
-
-def ragged_prompts(batch=4, width=12, vocab=200, seed=0):
-    """Left-padded random prompts of lengths width, width-3, width-6, ..."""
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (batch, width), generator=gen)
-    mask = torch.ones_like(ids)
-    for i in range(batch):
-        mask[i, : (3 * i) % (width - 2)] = 0
-    return ids.masked_fill(mask == 0, 0), mask
-
-
-
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def pair(request):
     return peaked_pair(request.param)
 
 
 def test_crop_cache_equals_fresh_cache():
-    model = tiny()
+    model = tiny_model()
     ids = torch.randint(0, 200, (2, 10))
     with torch.inference_mode():
         cropped, fresh = DynamicCache(config=model.config), DynamicCache(config=model.config)
@@ -171,7 +136,7 @@ def test_stage_times_sum_to_wall_time(pair):
 
 
 def test_vocab_mismatch_needs_explicit_vocab_size():
-    verifier, draft = tiny(vocab=200), tiny(vocab=216, seed=1)
+    verifier, draft = tiny_model(vocab=200), tiny_model(vocab=216, seed=1)
     ids, mask = ragged_prompts(batch=2)
     with pytest.raises(IncompatibleModelsError, match="vocab_size"):
         generate(verifier, ids, mask, draft=draft)
@@ -192,7 +157,7 @@ def test_vocab_mismatch_needs_explicit_vocab_size():
 )
 def test_bad_parameters_are_rejected(kwargs):
     with pytest.raises(ParameterError):
-        generate(tiny(), torch.tensor([[1, 2, 3]]), **kwargs)
+        generate(tiny_model(), torch.tensor([[1, 2, 3]]), **kwargs)
 
 
 def test_encode_prompts_left_pads_and_applies_chat_template():

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_decoding import peaked_pair, tiny
+from helpers import peaked_pair, tiny_model
 
 from specnb.app import alternatives as text
 from specnb.app.defaults import alternative_speculation, parse_speculation
@@ -48,10 +48,10 @@ def test_fidelity_weights_prompts_by_their_length():
 
 
 def test_step_bytes_counts_a_tied_head_once_and_int8_weights_as_bytes():
-    model = tiny("llama", vocab=200)
+    model = tiny_model("llama", vocab=200)
     fp32 = sum(p.numel() for p in model.parameters()) * 4 + sum(b.numel() * 4 for b in model.buffers())
     assert step_bytes(model) == fp32 - model.model.embed_tokens.weight.numel() * 4  # untied: the embedding is a lookup
-    tied = tiny("llama", vocab=200)
+    tied = tiny_model("llama", vocab=200)
     tied.lm_head.weight = tied.model.embed_tokens.weight
     assert step_bytes(tied) == fp32 - tied.model.embed_tokens.weight.numel() * 4  # the same tensor, counted once
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
@@ -126,7 +126,7 @@ def test_llama_cpp_speculation_is_lossless_and_takes_fewer_forwards(exported):
 def test_export_refuses_what_it_cannot_write(tmp_path):
     from specnb.models.gguf import embedded_gguf, export_gguf
 
-    tiny("qwen2").save_pretrained(tmp_path / "qwen")
+    tiny_model("qwen2").save_pretrained(tmp_path / "qwen")
     with pytest.raises(ParameterError, match="supports Llama checkpoints"):
         export_gguf(tmp_path / "qwen", tmp_path / "x.gguf")
     with pytest.raises(ParameterError, match="writes f32 or f16"):
@@ -177,7 +177,7 @@ def test_methods_run_interleaved_and_summaries_pair_them_with_the_baseline():
 
 
 def test_tax_split_fits_each_engine_and_prices_its_floor():
-    model = tiny("llama")
+    model = tiny_model("llama")
     bw = Bandwidth(matvec_gbs=10.0, copy_gbs=10.0, threads=1, buffer_mib=1, matvec_samples=[10.0])
     grid, fits = alternatives.tax_split([alternatives.Engine("tiny", model, 2_000_000)], bw, (1, 2, 4), 16, 2)
     assert set(grid["n_tokens"]) == {1, 2, 4} and len(fits) == 1
