@@ -15,7 +15,8 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``)
     predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
                calibration and validation
-    app/       charts, sliders, notebook text, the papermill runner and the ``specnb`` command
+    app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
+               papermill runner and the ``specnb`` command
     notebooks/ (beside the package) the narrative, calling into all of the above
 
 What a user's own notebook or script needs is importable from here, whatever folder it lives in:

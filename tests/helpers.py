@@ -122,6 +122,36 @@ def synthetic(candidate, tokens, walls, accepted=0, drafted=0, steps=1, gamma=0)
             for i, (t, w) in enumerate(zip(tokens, walls))]
 
 
+def sweep_record(candidate, gamma, prompt="p0", *, tokens, forwards, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0,
+           accepted=0, drafted=0, steps=0, batch_size=1, ragged=0, idle=0, accept_lengths=(), repeat=0):
+    """One run_interleaved-style record; ``overhead_ms`` is split over accept and rollback; per-position
+    counts follow from ``accept_lengths`` with every step drafting γ."""
+    wall = draft_ms + verify_ms + overhead_ms + 5.0
+    return {"repeat": repeat, "prompt_ids": prompt, "categories": "c", "candidate": candidate,
+            "draft": "d" if gamma else "", "gamma": gamma, "batch_size": batch_size, "new_tokens": tokens,
+            "wall_ms": wall, "prefill_ms": 5.0, "draft_ms": draft_ms, "verify_ms": verify_ms,
+            "accept_ms": overhead_ms / 2, "rollback_ms": overhead_ms / 2, "other_ms": 0.0, "drafted": drafted,
+            "accepted": accepted, "steps": steps, "verifier_forwards": forwards, "draft_forwards": 0,
+            "accept_lengths": list(accept_lengths),
+            "accepted_by_position": [sum(n > i for n in accept_lengths) for i in range(gamma)],
+            "drafted_by_position": [len(accept_lengths)] * gamma, "ragged_slots": ragged, "idle_row_steps": idle}
+
+
+def gamma_sweep():
+    """Verifier-only decodes 10 tokens at 10 ms each. γ=2: 4 steps of 24 ms (10 draft, 12 verify,
+    2 bookkeeping) yield 2.5 tokens each: wins. γ=6: 5 steps of 44 ms yield 2 tokens each: loses."""
+    rows = []
+    for p, scale in (("p0", 1.0), ("p1", 1.02), ("p2", 0.98)):
+        rows += [sweep_record("verifier-only", 0, p, tokens=11, forwards=11, verify_ms=100 * scale),
+                 sweep_record("d γ=2", 2, p, tokens=11, forwards=5, draft_ms=40 * scale, verify_ms=48 * scale,
+                        overhead_ms=8 * scale, accepted=6, drafted=8, steps=4, accept_lengths=[2, 2, 1, 1]),
+                 sweep_record("d γ=6", 6, p, tokens=11, forwards=6, draft_ms=150 * scale, verify_ms=60 * scale,
+                        overhead_ms=10 * scale, accepted=5, drafted=30, steps=5, accept_lengths=[1, 1, 1, 1, 1])]
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
 def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
     """Assert that each row's trace, replayed at ``gamma``, accepts what the engine accepts step by step;
     returns the tokens each row's trace accepted (so a caller can check the draft did anything)."""

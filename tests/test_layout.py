@@ -98,6 +98,15 @@ def test_the_public_api_resolves():
         assert getattr(specnb, name) is not None, name
 
 
+def test_no_two_modules_share_a_name():
+    """A module's name says which one it is, whatever folder it lives in."""
+    stems: dict[str, list[str]] = {}
+    for name in MODULES:
+        if not name.endswith("__init__") and name.count(".") >= 2:
+            stems.setdefault(name.rsplit(".", 1)[1], []).append(name)
+    assert {stem: names for stem, names in stems.items() if len(names) > 1} == {}
+
+
 def mirror_names(folder: Path) -> set[str]:
     """What a test file in the mirror of ``folder`` may be named after: its modules and subpackages."""
     return {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"} | {

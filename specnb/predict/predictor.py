@@ -132,25 +132,8 @@ class Prediction:
     table: pd.DataFrame
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def verdict(self) -> str:
-        """The recommendation in one line: speculate with which γ, or why not."""
-        if self.recommended_gamma is not None:
-            return (
-                f"speculate with γ = {self.recommended_gamma} ({self.predicted_speedup:.2f}x, band "
-                f"{self.speedup_lo:.2f}–{self.speedup_hi:.2f})"
-            )
-        if self.predicted_speedup <= 1.0:
-            return (f"don't speculate: no γ beats verifier-only (best γ = {self.best_gamma} gives "
-                    f"{self.predicted_speedup:.2f}x)")
-        return (
-            f"don't speculate: γ = {self.best_gamma} wins on average ({self.predicted_speedup:.2f}x), but its band "
-            f"{self.speedup_lo:.2f}–{self.speedup_hi:.2f}x includes 1.0"
-        )
-
     def as_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "table"}
-        data["verdict"] = self.verdict
         data["table"] = [{k: _py(v) for k, v in row.items()} for row in self.table.to_dict("records")]
         return {k: _py(v) for k, v in data.items()}
 

@@ -3,6 +3,7 @@
 import pytest
 
 from specnb.app import defaults
+from specnb.app.defaults import alternative_speculation, parse_speculation
 from specnb.core.errors import ParameterError
 from specnb.models import registry
 
@@ -61,3 +62,15 @@ def test_notebook_drafts_named_listed_embedded_and_foreign_verifier(tmp_path, mo
     ]
     with pytest.raises(ParameterError, match="unknown draft kinds"):
         defaults.notebook_drafts("smollm2-135m", kinds=("exit",))
+
+
+def test_speculation_items_parse_or_fail_in_one_line():
+    assert [s.label for s in parse_speculation(["prompt-lookup:4", "smollm2-eagle:3x2"])] == \
+        ["prompt-lookup γ=4", "smollm2-eagle tree=3x2"]
+    with pytest.raises(ParameterError, match="DRAFT:GAMMA or DRAFT:TREE"):
+        parse_speculation(["prompt-lookup"])
+    with pytest.raises(ParameterError, match="name the speculation"):
+        alternative_speculation("Qwen/Qwen2.5-3B", None)
+    first = parse_speculation("prompt-lookup:4")[0]
+    assert [s.label for s in alternative_speculation("x", ["prompt-lookup:4", "a:2"], pick=first)] == \
+        ["prompt-lookup γ=4", "a γ=2"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import WORDS, perturbed_copy, record, synthetic, tiny_tokenizer, word_model
 
-from specnb.app import run_plots
+from specnb.app.charts import measured
 from specnb.measure import acceptance, analysis, runs
 from specnb.models.load import Pair
 from specnb.models.lookup import PromptLookup
@@ -75,7 +75,7 @@ def test_c_alpha_points_and_chart(records, flops):
     assert len(points) == 4 and set(points["c_kind"]) == {"FLOPs", "wall clock"}
     flops_big = points[(points["draft"] == "big") & (points["c_kind"] == "FLOPs")].iloc[0]
     assert flops_big["c"] == 0.5 and flops_big["alpha"] == pytest.approx(14 / 22) and flops_big["best_speedup"] == 2.0
-    spec = run_plots.c_alpha_chart(points[points["c_kind"] == "FLOPs"], c_title="FLOPs c").to_dict()
+    spec = measured.c_alpha_chart(points[points["c_kind"] == "FLOPs"], c_title="FLOPs c").to_dict()
     assert any(layer.get("encoding", {}).get("y", {}).get("title") == "FLOPs c" for layer in spec["layer"])
 
 
@@ -113,20 +113,6 @@ def test_draft_table_on_tiny_models():
     ).all()  # reached ≤ drafted
     assert (table["alpha_prompt_min"] <= table["alpha_prompt_max"]).all()
     assert len(analysis.profile_speedups(recs, table)) == 2 * 3 * 2
-
-
-def test_explain_draft_names_the_binding_comparison():
-    row = {"c_wall": 0.3, "alpha_token": 0.2, "break_even_c": 0.1, "best_gamma": 2, "speedup": 0.7}
-    assert "no γ can pay" in analysis.explain_draft(row) and "disagree" not in analysis.explain_draft(row)
-    assert "measured 1.30x: measurement and formula disagree" in analysis.explain_draft({**row, "speedup": 1.3})
-    row.update(alpha_token=0.5, break_even_c=0.25)
-    assert "above the break-even c 0.250 at γ = 2" in analysis.explain_draft(row)
-    row.update(break_even_c=0.4)
-    assert "yet it lost" in analysis.explain_draft(row)
-    row.update(speedup=1.2)
-    assert "below the break-even c 0.400" in analysis.explain_draft(row) and "lost" not in analysis.explain_draft(row)
-    row.update(c_wall=float("nan"))
-    assert "no tokens" in analysis.explain_draft(row)
 
 
 def test_wall_clock_costs_from_records():

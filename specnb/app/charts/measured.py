@@ -1,11 +1,11 @@
-"""Altair charts of measured runs (notebooks 03–05): speedup with its CI, per-stage time, step
-economics, acceptance, the draft-size tradeoff and batch-size costs; titled, axes with units."""
+"""Charts of measured runs: speedup with its CI, per-stage time, step economics, acceptance, the
+draft-size tradeoff and batch-size costs."""
 
 from __future__ import annotations
 
 import altair as alt
 
-from specnb.app.plots import unit_rule
+from specnb.app.charts.expected import unit_rule
 from specnb.core import theory
 from specnb.engine.timing import STAGES
 from specnb.measure.acceptance import accept_lengths

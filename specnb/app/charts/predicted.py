@@ -1,4 +1,4 @@
-"""Altair charts of the decision framework (notebook 06): the cost model against measured forwards,
+"""Charts of the predictor: the cost model against measured forwards,
 acceptance by position, predicted speedup per γ with its band, predicted vs measured on the
 held-out grid, what-if verdicts, and the reference run replayed."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import altair as alt
 
-from specnb.app.plots import SPEEDUP_SCALE, unit_rule
+from specnb.app.charts.expected import SPEEDUP_SCALE, unit_rule
 
 
 def cost_model_chart(grid, fits, title: str | None = None) -> alt.Chart:

@@ -1,5 +1,5 @@
-"""The text a notebook shows: conclusions as Markdown, with the numbers behind them (notebooks
-01–05; the decision framework's verdicts are ``specnb.app.verdicts``).
+"""The measuring notebooks' conclusions as Markdown, with the numbers behind them (the decision
+framework's verdicts are ``specnb.app.text.verdicts``).
 
 Every function takes the tables a notebook has already computed and returns a ``Report``: the
 Markdown a cell displays (a ``Report`` renders itself as Markdown when it is a cell's last
@@ -137,10 +137,12 @@ def tree_width_text(widths: pd.DataFrame, verifier: str) -> Report:
 
 def verdict_lines(verdicts: pd.DataFrame, trends: dict[str, str]) -> Report:
     """Each γ's verdict with its reason, then each draft's step arithmetic from its smallest to its
-    largest γ (``analysis.gamma_verdicts``, ``analysis.step_trend``)."""
+    largest γ (``analysis.gamma_verdicts``, ``reasons.step_trend``)."""
+    from specnb.app.text.reasons import gamma_reason
     from specnb.measure.analysis import VERDICTS
 
-    lines = list(verdicts["reason"]) + [f"**{name}**: {trend}" for name, trend in trends.items()]
+    lines = [gamma_reason(r) for r in verdicts.itertuples()]
+    lines += [f"**{name}**: {trend}" for name, trend in trends.items()]
     values = {f"candidates_{word}": verdicts.loc[verdicts["verdict"] == word, "candidate"].tolist()
               for word in VERDICTS}
     return Report(bullets(lines), {"drafts": list(trends), **values})
@@ -212,7 +214,8 @@ def gamma_sweep_conclusion(
 def draft_size_conclusion(table: pd.DataFrame, spread: pd.DataFrame, short_run_prompts: int, setting: str) -> Report:
     """Notebook 04's conclusion: the fastest draft with its CI and why it won (``explain_draft``), every
     other draft's verdict and what its FLOPs c would have said, and the spread short runs would show."""
-    from specnb.measure.analysis import VERDICTS, explain_draft
+    from specnb.app.text.reasons import explain_draft
+    from specnb.measure.analysis import VERDICTS
 
     winner = table.loc[table["speedup"].idxmax()]
     faster = table[table["verdict"] == VERDICTS[0]]

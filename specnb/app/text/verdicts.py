@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specnb.app.report import Report, bullets
+from specnb.app.text.conclusions import Report, bullets
 from specnb.core.reference import REFERENCE_MPS
 
 
@@ -71,7 +71,7 @@ def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, 
                         instead: str = "") -> Report:
     """Notebook 06's conclusion: the validation's headline numbers against their targets, each missed
     recommendation, the verdict for every (draft, batch size), and ``instead``: what the alternatives
-    measured on this machine (``specnb.app.alternatives.instead_line``). ``grid_text`` says what was validated."""
+    measured on this machine (``specnb.app.text.engine_choice.instead_line``). ``grid_text`` says what was validated."""
     from specnb.measure.runs import BASELINE
 
     met = {True: "met", False: "missed"}
@@ -95,7 +95,7 @@ def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, 
             f"{miss['best_measured_predicted_speedup']:.2f}x)."
         )
     lines += [
-        f"{d}, batch {b}: {p.verdict}; break-even α on this machine {p.break_even_alpha:.2f}, measured α "
+        f"{d}, batch {b}: {prediction_verdict(p)}; break-even α on this machine {p.break_even_alpha:.2f}, measured α "
         f"{profile.acceptance[d].alpha_iid():.2f}."
         for (d, b), p in predictions.items()
     ]
@@ -107,3 +107,15 @@ def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, 
         }
     }
     return Report(bullets(lines), values)
+
+
+def prediction_verdict(p) -> str:
+    """A ``Prediction``'s recommendation in one line: speculate with which γ, or why not."""
+    if p.recommended_gamma is not None:
+        return (f"speculate with γ = {p.recommended_gamma} ({p.predicted_speedup:.2f}x, band "
+                f"{p.speedup_lo:.2f}–{p.speedup_hi:.2f})")
+    if p.predicted_speedup <= 1.0:
+        return (f"don't speculate: no γ beats verifier-only (best γ = {p.best_gamma} gives "
+                f"{p.predicted_speedup:.2f}x)")
+    return (f"don't speculate: γ = {p.best_gamma} wins on average ({p.predicted_speedup:.2f}x), but its band "
+            f"{p.speedup_lo:.2f}–{p.speedup_hi:.2f}x includes 1.0")

@@ -1,8 +1,6 @@
-"""Altair charts of notebooks 01–02 (theory, forward costs): titled, axes labelled with units.
-Measured runs (03–05) are charted by ``specnb.app.run_plots``, the decision framework (06) by
-``specnb.app.prediction_plots``; how charts are rendered (SVG for shared HTML, inline JavaScript in
-JupyterLab) is ``specnb.app.render``'s business.
-"""
+"""Charts of what theory and forward costs lead one to expect: speedup surfaces and break-even
+curves from Leviathan's formulas, forward time against tokens, the dispatch line, and whether a
+smaller or a faster draft pays."""
 
 from __future__ import annotations
 
