@@ -1,4 +1,5 @@
-"""bench, draft-size tradeoff: per-draft tables from synthetic records with known answers, and once on tiny models."""
+"""analysis for the draft-size tradeoff: per-draft tables from synthetic records with known answers,
+and once on tiny models."""
 
 import numpy as np
 import pandas as pd

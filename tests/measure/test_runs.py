@@ -12,6 +12,7 @@ from specnb.models.lookup import PromptLookup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
 @pytest.fixture(scope="module")
 def pair():
     return word_pair()

@@ -34,6 +34,11 @@ def alpha_text(r) -> str:
     token = getattr(r, "alpha_token", float("nan"))
     return f"α = {r.alpha:.2f}" + (f", per token {token:.2f}" if np.isfinite(token) else "")
 
+def with_reasons(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """``measure.analysis.gamma_verdicts``'s table with a ``reason`` column (``gamma_reason``)."""
+    return verdicts.assign(reason=[gamma_reason(r) for r in verdicts.itertuples()])
+
+
 def gamma_reason(r) -> str:
     """Why one candidate (a ``measure.analysis.gamma_verdicts`` row) won or lost: what a step costs in
     verifier-only tokens and what it yields."""

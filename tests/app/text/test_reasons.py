@@ -3,7 +3,7 @@
 import pytest
 from helpers import gamma_sweep
 
-from specnb.app.text.reasons import explain_draft, gamma_reason, step_trend
+from specnb.app.text.reasons import explain_draft, gamma_reason, step_trend, with_reasons
 from specnb.core.errors import ParameterError
 from specnb.measure import acceptance, analysis, runs
 
@@ -29,6 +29,7 @@ def test_gamma_reason_says_what_a_step_costs_and_yields(sweep):
     assert "2.40 verifier-only tokens" in reason and "(α = 0.75, per token 0.75)" in reason
     assert "α = 0.17, per token 0.50" in gamma_reason(list(verdicts.itertuples())[1])  # per-token α always there
     assert "yields only 2.00 tokens" in gamma_reason(next(verdicts.loc[["d γ=6"]].itertuples()))
+    assert with_reasons(verdicts)["reason"].tolist() == [gamma_reason(r) for r in verdicts.itertuples()]
 
 
 def test_explain_draft_names_the_binding_comparison():

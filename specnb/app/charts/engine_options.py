@@ -1,5 +1,6 @@
-"""Charts of the alternatives to speculation: every method's speedup and its fidelity to the fp32
-verifier's greedy output, the speculation tax split by engine, and what batching buys."""
+"""Charts of the options besides speculation (other engines, precisions, batching): every method's
+speedup and its fidelity to the fp32 verifier's greedy output, the speculation tax split by engine,
+and what batching buys."""
 
 from __future__ import annotations
 
