@@ -272,6 +272,13 @@ def check_tree(tree: TreeShape | None, drafter, sampling) -> None:
         raise ParameterError("trees are verified greedily; use sampling=None, or drop tree= to sample with a chain")
 
 
+def seeded_generator(sampling: SamplingConfig | None, device) -> torch.Generator | None:
+    """The random generator of a seeded sampling run (None: greedy, or torch's global generator)."""
+    if sampling is None or sampling.seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(sampling.seed)
+
+
 def resolve_timer(timer, device):
     if timer is None or timer is False:
         return NULL_TIMER
@@ -308,8 +315,7 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
     check_tree(tree, drafter, sampling)
     device = next(verifier.parameters()).device
     input_ids, attention_mask = on_device(input_ids, attention_mask, device)
-    generator = torch.Generator(device=device).manual_seed(sampling.seed) if sampling and sampling.seed is not None \
-        else None
+    generator = seeded_generator(sampling, device)
     timer = resolve_timer(timer, device)
     rows = Rows(input_ids.shape[0], max_new_tokens, eos_token_id)
     with torch.inference_mode():
