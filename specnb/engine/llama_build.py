@@ -21,9 +21,10 @@ path is AVX-512-VNNI, not AMX (the comment above ``ggml_tile_config_init``), and
 tok/s against the native build is in benchmarks/README.md.
 
 The build lives in specnb's cache (``home()``), keyed by version and options: a new clone or
-virtual environment on the same machine reuses it. After the build a self-test evaluates a few tokens of the embedded Q4_1 GGUF in a child process.
-If the child dies on a signal, the status file says so in one line and specnb treats llama.cpp as
-absent (``specnb.engine.llama_cpp.missing_note``) instead of failing later.
+virtual environment on the same machine reuses it. After the build a self-test evaluates a few
+tokens of the embedded Q4_1 GGUF in a child process. If the child dies on a signal (or the build
+failed), the status file says so in one line and specnb treats llama.cpp as absent
+(``specnb.engine.llama_cpp.missing_note``) instead of failing later.
 
     python -m specnb.engine.llama_build          # build (once per machine; cached), install, self-test
     python -m specnb.engine.llama_build --flags  # print the cmake flags this CPU gets
@@ -224,9 +225,13 @@ def self_test(gguf: Path | None = None, timeout_s: float = 300) -> dict:
     status = {"ok": ok, "gguf": str(gguf), "options": cmake_options(cpu_flags())}
     if not ok:
         status["error"] = describe_exit("llama.cpp self-test", proc.returncode, proc.stderr)
+    write_status(status)
+    return status
+
+
+def write_status(status: dict) -> None:
     status_path().parent.mkdir(parents=True, exist_ok=True)
     status_path().write_text(json.dumps(status, indent=1))
-    return status
 
 
 def read_status() -> dict | None:
@@ -247,10 +252,19 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(f"-D{k}={v}" for k, v in cmake_options(cpu_flags()).items()))
         return 0
     if not args.self_test:
-        if not shutil.which("cmake"):
-            print("llama.cpp: cmake is missing; install cmake and a C++ compiler, then run make setup again")
+        failure = None
+        if not shutil.which("cmake") or not shutil.which("c++"):
+            failure = "cmake or a C++ compiler is missing; install both, then run make setup again"
+        else:
+            try:
+                install_binding(build(args.jobs))
+            except (SystemExit, subprocess.CalledProcessError, OSError) as err:
+                print(err if isinstance(err, SystemExit) else "", file=sys.stderr)
+                failure = f"the build failed (log: {home() / 'build.log'})"
+        if failure:  # the project runs without llama.cpp: say so once, here and in notebook 07
+            write_status({"ok": False, "error": f"llama.cpp: {failure}"})
+            print(f"llama.cpp: {failure}; notebook 07 leaves llama.cpp out")
             return 0
-        install_binding(build(args.jobs))
     status = self_test()
     if status["ok"]:
         print(f"llama.cpp: self-test passed ({lib_dir()})")
