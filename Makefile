@@ -36,7 +36,7 @@ $(VENV)/.llama: $(VENV)/.installed specnb/engine/llama_build.py
 	$(BIN)/python -m specnb.engine.llama_build
 	touch $@
 
-# Headless Chromium for the JupyterLab test (tests/test_jupyterlab_offline.py), from Debian's packages when
+# Headless Chromium for the JupyterLab test (tests/notebooks/test_jupyterlab_offline.py), from Debian's packages when
 # it is missing and we are root; otherwise that test says how to get it (or set SPECNB_BROWSER_OPTIONAL=1).
 browser-deps:
 	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || \

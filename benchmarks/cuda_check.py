@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         pair = load_pair("smollm2-135m", draft, device="cuda", dtype=args.dtype)
         failures += lossless(pair, prompts, args.max_new_tokens)
         errors[draft] = stage_sum_error(pair, prompts[0], args.max_new_tokens)
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/test_timing.py", "-k", "real_cuda"],
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/engine/test_timing.py", "-k", "real_cuda"],
                            capture_output=True, text=True)
     env = describe_environment()
     ok = not failures and max(errors.values()) <= 0.02 and tests.returncode == 0

@@ -3,17 +3,20 @@
 The folders follow the data flow, and imports only go downwards (a test checks it):
 
     core/      model math and plumbing, no weights: FLOPs per token (``flops``), Leviathan's formulas
-               (``theory``), the reference run's figures, devices, configs, typed errors
+               (``theory``), sampling and padding, the reference run's figures, devices, configs,
+               typed errors
     models/    getting models into memory: draft names (``registry``), the embedded verifier and
-               drafts, loading pairs (``load``), early exits, trimmed heads, prompt lookup;
+               drafts, loading pairs (``load``), early exits, trimmed heads, prompt lookup, FLOPs
+               counted on a meta-device forward (``flop_count``);
                ``models/training`` distils the drafts and trains the EAGLE / Medusa heads
     engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
-               (``drafters``), KV caches, accept/reject (``sampling``), the stage timer (``timing``)
+               (``drafters``), KV caches, accept/reject (``accept``), the stage timer (``timing``)
     measure/   prompts, interleaved runs into raw records (``runs``), per-position acceptance,
                forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``)
     predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
                calibration and validation
-    app/       charts, sliders, notebook text, the papermill runner and the ``specnb`` command
+    app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
+               papermill runner and the ``specnb`` command
     notebooks/ (beside the package) the narrative, calling into all of the above
 
 What a user's own notebook or script needs is importable from here, whatever folder it lives in:
@@ -33,10 +36,11 @@ _API = {
     "Pair": "specnb.models.load", "PromptLookup": "specnb.models.lookup",
     # engine
     "generate": "specnb.engine.generate", "GenerationResult": "specnb.engine.generate",
-    "encode_prompts": "specnb.engine.inputs", "SamplingConfig": "specnb.engine.sampling",
+    "encode_prompts": "specnb.engine.inputs", "SamplingConfig": "specnb.core.sampling",
     "StageTimer": "specnb.engine.timing", "Drafter": "specnb.engine.drafters",
     # model math
-    "analytic_flops": "specnb.core.flops", "cost_ratio": "specnb.core.flops", "measure_flops": "specnb.core.flops",
+    "analytic_flops": "specnb.core.flops", "cost_ratio": "specnb.core.flops",
+    "measure_flops": "specnb.models.flop_count",
     "expected_speedup": "specnb.core.theory", "tokens_per_step": "specnb.core.theory",
     "break_even_alpha": "specnb.core.theory", "break_even_c": "specnb.core.theory",
     "optimal_gamma": "specnb.core.theory",

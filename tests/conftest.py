@@ -1,4 +1,4 @@
-"""Shared fixtures."""
+"""Shared fixtures (shared helpers, the tiny-model factory included, are in ``helpers.py``)."""
 
 import pytest
 import torch

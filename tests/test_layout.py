@@ -3,6 +3,10 @@
 core → models → engine → measure → predict → app: a module may import its own folder and the
 folders before it, never one after it (lazy imports inside functions included: they are
 dependencies all the same). The package docstring is the map and names every folder.
+
+The tests mirror it: ``tests/<layer>/test_<module>[_<aspect>].py`` tests ``specnb/<layer>/<module>``
+(subpackages mirrored the same way), ``tests/notebooks`` and ``tests/benchmarks`` the repository's
+folders of those names; shared helpers live in ``tests/helpers.py``, fixtures in ``tests/conftest.py``.
 """
 
 import ast
@@ -14,6 +18,9 @@ import specnb
 
 PACKAGE = Path(specnb.__file__).parent
 LAYERS = ("core", "models", "engine", "measure", "predict", "app")
+TESTS = Path(__file__).parent
+OTHER_FOLDERS = ("notebooks", "benchmarks")  # the repository's other code, tested beside the package
+SHARED = ("conftest.py", "helpers.py", "test_layout.py")  # the only files at the top of tests/
 
 
 def module_name(path: Path) -> str:
@@ -89,3 +96,35 @@ def test_the_map_names_every_folder_and_modules_stay_small():
 def test_the_public_api_resolves():
     for name in specnb.__all__:
         assert getattr(specnb, name) is not None, name
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says which one it is, whatever folder it lives in."""
+    stems: dict[str, list[str]] = {}
+    for name in MODULES:
+        if not name.endswith("__init__") and name.count(".") >= 2:
+            stems.setdefault(name.rsplit(".", 1)[1], []).append(name)
+    assert {stem: names for stem, names in stems.items() if len(names) > 1} == {}
+
+
+def mirror_names(folder: Path) -> set[str]:
+    """What a test file in the mirror of ``folder`` may be named after: its modules and subpackages."""
+    return {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"} | {
+        p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+
+
+def test_the_test_tree_mirrors_the_package():
+    folders = sorted(p.name for p in TESTS.iterdir() if p.is_dir() and p.name not in ("fixtures", "__pycache__"))
+    assert folders == sorted([*LAYERS, *OTHER_FOLDERS])
+    assert sorted(p.name for p in TESTS.glob("*.py")) == sorted(SHARED)
+    for path in sorted(TESTS.glob("*/**/*.py")):
+        where = path.parent.relative_to(TESTS)
+        if where.parts[0] == "fixtures":
+            continue
+        source = (PACKAGE if where.parts[0] in LAYERS else PACKAGE.parent) / where
+        assert path.name.startswith("test_") and source.is_dir(), f"{path.relative_to(TESTS)}: mirrors no folder"
+        if where.parts[0] in LAYERS or where.parts[0] == "benchmarks":
+            stem = path.stem.removeprefix("test_")
+            names = mirror_names(source)
+            assert any(stem == n or stem.startswith(n + "_") for n in names), (
+                f"tests/{path.relative_to(TESTS)} names no module of {source.relative_to(PACKAGE.parent)}")

@@ -217,9 +217,9 @@ _DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
 @command("generate", "generate text with the verifier alone or with speculative decoding, with per-stage times",
          _args_generate)
 def run_generate(args: argparse.Namespace) -> dict:
+    from specnb.core.sampling import SamplingConfig
     from specnb.engine.generate import check_settings, generate
     from specnb.engine.inputs import encode_prompts
-    from specnb.engine.sampling import SamplingConfig
     from specnb.engine.timing import StageTimer
     from specnb.engine.trees import TreeShape
     from specnb.models.load import load_pair
@@ -347,7 +347,8 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
 @command("predict", "recommended gamma (or don't speculate), predicted speedup with band, break-even alpha",
          _args_predict)
 def run_predict(args: argparse.Namespace) -> dict:
-    from specnb.app.alternatives import instead_line
+    from specnb.app.text.engine_choice import instead_line
+    from specnb.app.text.verdicts import prediction_verdict
     from specnb.core.theory import validate_gamma
     from specnb.measure.alternatives import load_measured
     from specnb.predict.calibrate import ensure_calibrated
@@ -364,7 +365,8 @@ def run_predict(args: argparse.Namespace) -> dict:
                                 gamma=max(args.max_gamma, args.gamma or 1), max_new_tokens=args.max_new_tokens,
                                 progress=not args.json)
     gammas = range(1, max(args.max_gamma, args.gamma or 1) + 1)
-    result = predict(profile, args.draft, gammas, args.batch, args.max_new_tokens).as_dict()
+    prediction = predict(profile, args.draft, gammas, args.batch, args.max_new_tokens)
+    result = {**prediction.as_dict(), "verdict": prediction_verdict(prediction)}
     if args.gamma is not None:
         row = next(r for r in result["table"] if r["gamma"] == args.gamma)
         keys = ("predicted_speedup", "speedup_lo", "speedup_hi")

@@ -8,8 +8,8 @@ the notebook recorded. Notebooks run one after another: most of them time model 
 at once on a small machine would measure each other. Only a smoke run, which checks that every
 cell runs rather than what it times, runs two at once (``--jobs``).
 
-Inside a notebook, ``Recorder`` saves tidy tables (CSV) and headline numbers next to it, so every
-figure in the HTML can be recomputed from raw records.
+Inside a notebook, ``specnb.app.recorder.Recorder`` saves tidy tables (CSV) and headline numbers
+next to it, so every figure in the HTML can be recomputed from raw records.
 
 Parameters are checked before anything runs (``specnb.app.parameters``): papermill only *warns*
 about unknown names and injects any value, so a typo such as ``-p gama 8`` would silently run the
@@ -279,58 +279,6 @@ def write_summary(run_dir: Path, run: NotebookRun) -> Path:
     path = run_dir / f"{run.name}.summary.json"
     path.write_text(json.dumps(summary, indent=1, default=str))
     return path
-
-
-def default_output_dir() -> Path:
-    """Where a notebook run by hand (in JupyterLab) writes its tables: ``$SPECNB_OUTPUTS``, or the
-    repository's ``outputs/`` folder, never the notebooks' own folder. A ``specnb run`` passes its
-    run folder instead."""
-    return Path(os.environ.get("SPECNB_OUTPUTS") or REPO_ROOT / "outputs")
-
-
-class Recorder:
-    """Used inside a notebook: saves tidy tables and headline numbers next to the executed copy.
-
-    ``rec = Recorder(output_dir, "03_gamma_sweep")``; ``rec.table("runs", df)`` writes
-    ``03_gamma_sweep.runs.csv``; ``rec.value("best_gamma", 3)`` (or ``rec.record(report)`` for a
-    ``specnb.app.report.Report``'s values) adds to ``03_gamma_sweep.results.json``. Values are
-    written at once, so an interrupted notebook keeps what it had measured. An empty
-    ``output_dir`` means ``default_output_dir()``.
-    """
-
-    def __init__(self, output_dir: str | Path | None, notebook: str):
-        self.dir = Path(output_dir) if output_dir else default_output_dir()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.notebook = notebook
-        self.values: dict[str, Any] = {}
-
-    def path(self, suffix: str) -> Path:
-        """``<output dir>/<notebook>.<suffix>``: where a notebook's own files (a profile, say) go."""
-        return self.dir / f"{self.notebook}.{suffix}"
-
-    def table(self, name: str, frame) -> Path:
-        path = self.path(f"{name}.csv")
-        frame.to_csv(path, index=False)
-        return path
-
-    def value(self, key: str, value: Any) -> Any:
-        self.values[key] = value
-        self.path("results.json").write_text(json.dumps(self.values, indent=1, default=_jsonable))
-        return value
-
-    def record(self, report):
-        """Record a report's values (a dict works too); returns it, so a cell can end with it."""
-        for key, value in (report if isinstance(report, dict) else report.values).items():
-            self.value(key, value)
-        return report
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
 
 
 def write_marked_section(path: Path, name: str, markdown: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import altair as alt
 
-from specnb.app import plots, prediction_plots
+from specnb.app.charts import expected, predicted
 
 
 def explore(make_chart: Callable[..., alt.TopLevelMixin], controls: dict[str, Any], interactive: bool,
@@ -85,7 +85,7 @@ def theory_chart(alpha: float, gamma: int, c: float) -> alt.TopLevelMixin:
     frame = pd.DataFrame([{"alpha": a, "gamma": g, "c": c, "speedup": float(expected_speedup(a, g, c))}
                           for g in gammas for a in alphas])
     now = float(expected_speedup(alpha, gamma, c))
-    return plots.speedup_vs_alpha_chart(frame, alpha=alpha, title=f"α={alpha:.2f}, γ={gamma}, c={c:.3f}: {now:.2f}x")
+    return expected.speedup_vs_alpha_chart(frame, alpha=alpha, title=f"α={alpha:.2f}, γ={gamma}, c={c:.3f}: {now:.2f}x")
 
 
 def theory_explorer(interactive: bool, alpha: float = 0.6, gamma: int = 4, c: float = 0.2,
@@ -117,7 +117,7 @@ def what_if_chart(profile, draft: str, alpha: float, batch_size: int, draft_spee
     pred = what_if(profile, draft, alpha, batch_size, draft_speed)
     verdict = f"γ={pred.recommended_gamma}, {pred.predicted_speedup:.2f}x" if pred.recommended_gamma else \
         f"don't speculate (best {pred.predicted_speedup:.2f}x)"
-    return prediction_plots.prediction_chart(pred.table.assign(draft=draft),
+    return predicted.prediction_chart(pred.table.assign(draft=draft),
                                   title=f"α={alpha:.2f}, batch {batch_size}, draft {draft_speed:g}x faster: {verdict}")
 
 

@@ -4,7 +4,7 @@ Qwen2.5-0.5B-Instruct on an Apple GPU (MPS), greedy, KV-cached.
 Reported: verifier-only 14.4 tok/s; 12.3 tok/s at γ = 4 with α ≈ 0.392 and 9.5 tok/s at γ = 7; the
 draft, with 1/6.25 of the verifier's FLOPs per token (c = 0.1601), ran only 2.8x faster per token.
 Everything else the notebooks say about that run (the implied dispatch share, the replayed
-profile in ``specnb.predict.reference``) is derived here or there from these numbers.
+profile in ``specnb.predict.reference_replay``) is derived here or there from these numbers.
 """
 
 from __future__ import annotations

@@ -1,18 +1,16 @@
 """The Drafter seam: every kind of draft proposes tokens through one small protocol.
 
-The loop (``specnb.engine.generate``) and the measurement code never ask which kind of draft they
-hold. A drafter lives for one generation::
+The loop (``specnb.engine.generate``) never asks which kind of draft it holds. A drafter lives for
+one generation (like Hugging Face's ``CandidateGenerator`` or vLLM's proposers)::
 
     begin(state, input_ids, attention_mask) -> forwards   prefill whatever it keeps (its own KV cache)
     propose(state, k, tree=None) -> Proposal             up to k tokens per row (or a static tree)
-    commit(state, step)                                  roll back to what the verifier accepted
+    commit(state, proposal, step)                        roll back to what the verifier accepted
 
-and, for the predictor, ``trace(context, generated, cap, features)``: how many tokens a step
-starting after each generated token would have had accepted under greedy decoding
-(``specnb.predict.traces``); ``forward_tokens``: the forward shapes its cost model times (``model``:
-the module they run); ``pricing`` and ``catch_up``: how its cost per step is modelled;
-``needs_features``: whether the loop must hand it the verifier's final hidden states
-(``state.features``); ``trees``: whether it can draft a static tree.
+What a step did to the drafter's own cache travels in the ``Proposal`` it returned and comes back to
+``commit``. ``needs_features``: the loop keeps the verifier's final hidden states for it
+(``state.features``); ``trees``: it can draft a static tree. What only the predictor needs (traces,
+how a draft's cost is priced) is ``specnb.predict.drafts``.
 
 Kinds: drafts from tokens (``model_drafters``: a causal LM with its own cache, an early exit, prompt
 lookup) and drafts from the verifier's features (``head_drafters``: EAGLE, Medusa). ``make_drafter``
@@ -36,20 +34,14 @@ from specnb.engine.trees import TreeShape
 @runtime_checkable
 class Drafter(Protocol):
     kind: str
-    forward_tokens: tuple[int, ...]
     needs_features: bool
     trees: bool
-    pricing: str  # "forwards", "per_step" or "per_token" (specnb.predict.costs)
-    catch_up: str  # "tokens" or "features": the width of a step's first draft forward
 
     def begin(self, state: DecodeState, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> int: ...
 
     def propose(self, state: DecodeState, k: int, tree: TreeShape | None = None) -> Proposal: ...
 
-    def commit(self, state: DecodeState, step: Step) -> None: ...
-
-    def trace(self, context: list[int], generated: list[int], cap: int,
-              features: torch.Tensor | None = None) -> tuple[list[int], list[int] | None]: ...
+    def commit(self, state: DecodeState, proposal: Proposal, step: Step) -> None: ...
 
 
 DRAFTERS = {"model": ModelDrafter, "exit": ModelDrafter, "lookup": LookupDrafter, "eagle": EagleDrafter,

@@ -7,14 +7,20 @@ Decoding"; Chen et al. 2023, "Accelerating LLM Decoding with Speculative Samplin
 Public API::
 
     generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma=4, max_new_tokens=64,
-             sampling=None, eos_token_id=None, timer=None, vocab_size=None) -> GenerationResult
+             sampling=None, eos_token_id=None, timer=None, vocab_size=None, tree=None) -> GenerationResult
 
 Prompts are tokenised (left padded) by ``specnb.engine.inputs.encode_prompts``; the KV caches live
-in ``specnb.engine.kvcache``, the accept/reject rule in ``specnb.engine.sampling``, the drafts behind
+in ``specnb.engine.kvcache``, the accept/reject rule in ``specnb.engine.accept``, the drafts behind
 the ``Drafter`` seam in ``specnb.engine.drafters``. ``draft=None`` runs the verifier-only loop
 (prefill, then one token per forward); ``draft`` is whatever ``load_pair`` returns (a causal LM, an
 early exit, prompt lookup) or a ``Drafter``. ``sampling=None`` is greedy, else a ``SamplingConfig``
-(temperature, top-p, seed). ``timer``: None (off), True, or a ``StageTimer``.
+(temperature, top-p, seed). ``timer``: None (off), True, or a ``StageTimer``. ``tree``: a static
+tree's branching per depth (EAGLE, Medusa), verified greedily.
+
+A step drafts, verifies, accepts and rolls back (``speculative_step``). A chain of k drafts is the
+one-wide tree of depth k (``specnb.engine.trees``), so acceptance and the caches' bookkeeping take
+one path for both: the accepted path's slots move to the front of the verified chunk, which for a
+chain (a prefix) moves nothing.
 
 Batch design (ragged acceptance). All rows share one rectangular KV cache per model; each row
 keeps its own token positions (``seq_len``) and a 2D slot mask. After a verification step row i
@@ -46,12 +52,13 @@ from dataclasses import dataclass, field
 import torch
 
 from specnb.core.errors import IncompatibleModelsError, ParameterError
+from specnb.core.sampling import SamplingConfig, pick_token
+from specnb.engine.accept import accept_reject, accept_tree
 from specnb.engine.drafters import Drafter, make_drafter
 from specnb.engine.kvcache import ModelKV
-from specnb.engine.sampling import SamplingConfig, accept_reject, pick_token
 from specnb.engine.state import DecodeState, Proposal, Rows, Step
 from specnb.engine.timing import NULL_TIMER, StageTimer, synchronize
-from specnb.engine.trees import TreeShape, accept_tree
+from specnb.engine.trees import TreeShape
 
 
 @dataclass
@@ -99,113 +106,120 @@ class GenerationResult:
         ]
 
 
-# ----------------------------------------------------------------------------- loops
+# ----------------------------------------------------------------------------- one step
 
 
-def decode_verifier_only(state: DecodeState, timer) -> int:
-    """One token per verifier forward until every row stops; returns the number of forwards."""
-    rows, last, seq_len = state.rows, state.last, state.seq_len
-    eos = torch.tensor(sorted(rows.eos) or [-1], device=last.device)
-    done = torch.tensor(rows.done, device=last.device)  # [B]
-    steps, produced = 0, []
-    for _ in range(rows.max_new - 1):
-        if bool(done.all()):
-            break
-        with timer.stage("verify"):
-            logits = state.verifier.forward(last[:, None], (seq_len - 1)[:, None])[:, -1]  # [B, V]
-        with timer.stage("accept"):
-            last, _ = pick_token(logits, state.sampling, state.generator)  # [B]
-            produced.append(torch.where(done, -1, last))
-            done = done | torch.isin(last, eos)
-            seq_len = seq_len + 1
-        steps += 1
-    if produced:
-        for i, row in enumerate(torch.stack(produced, 1).tolist()):  # [B, steps]; -1 marks a finished row
-            if not rows.done[i]:
-                rows.emit(i, [t for t in row if t >= 0])
-    return steps
+def prefill(verifier: ModelKV, input_ids, attention_mask, rows: Rows, sampling, generator) -> DecodeState:
+    """The verifier reads the prompts ``input_ids`` [B, S] (left padded) and picks each row's first token."""
+    logits = verifier.prefill(input_ids, attention_mask)  # [B, V]
+    last, _ = pick_token(logits, sampling, generator)  # [B]
+    lengths = attention_mask.sum(1) if attention_mask is not None else torch.full_like(last, input_ids.shape[1])
+    rows.emit_all([[tok] for tok in last.tolist()])
+    return DecodeState(verifier=verifier, rows=rows, last=last, seq_len=lengths + 1,
+                       contexts=real_tokens(input_ids, attention_mask), sampling=sampling, generator=generator,
+                       vocab=logits.shape[-1], features=verifier.features)
 
 
-def verify(state: DecodeState, proposal: Proposal, features: bool) -> torch.Tensor:
-    """The verifier scores the last token and every draft (a chain, or a tree's nodes) in one forward:
-    logits [B, k'+1, V]; with ``features`` its hidden states of those columns are kept too."""
-    chunk = torch.cat([state.last[:, None], proposal.tokens], 1)  # [B, k'+1]
+def decode_one_token(state: DecodeState, timer) -> None:
+    """Verifier-only: one forward, one token per row."""
+    with timer.stage("verify"):
+        logits = state.verifier.forward(state.last[:, None], (state.seq_len - 1)[:, None])[:, -1]  # [B, V]
+    with timer.stage("accept"):
+        state.last, _ = pick_token(logits, state.sampling, state.generator)  # [B]
+        state.seq_len = state.seq_len + 1
+        state.rows.emit_all([[tok] for tok in state.last.tolist()])
+
+
+def verify(state: DecodeState, proposal: Proposal) -> torch.Tensor:
+    """The verifier scores the last token and every node of the proposal in one forward: logits
+    [B, N+1, V] (each node attends to its ancestors only, unless the tree is a chain)."""
+    chunk = torch.cat([state.last[:, None], proposal.tokens], 1)  # [B, N+1]
     tree = proposal.tree
-    depth = torch.tensor(tree.depths if tree is not None else range(chunk.shape[1]), device=chunk.device)
-    positions = state.seq_len[:, None] - 1 + depth  # [B, k'+1]
-    return state.verifier.forward(chunk, positions, keep=chunk.shape[1], features=features,
-                                  tree=None if tree is None else tree.ancestors(chunk.device))
+    positions = state.seq_len[:, None] - 1 + torch.tensor(tree.depths, device=chunk.device)  # [B, N+1]
+    return state.verifier.forward(chunk, positions, keep=chunk.shape[1],
+                                  tree=None if tree.chain else tree.ancestors(chunk.device))
+
+
+def accepted_paths(state: DecodeState, proposal: Proposal, p_logits: torch.Tensor):
+    """Per row: (accepted drafts, the token after them, the accepted path's chunk indices, root first)."""
+    if state.sampling is None:  # greedy: walk down while the draft is the verifier's argmax
+        return accept_tree(proposal.tokens, p_logits, proposal.tree, proposal.n_drafted.tolist())
+    # rejection sampling (chains only: trees are verified greedily)
+    n, last = accept_reject(proposal.tokens, proposal.q, p_logits, proposal.n_drafted, state.sampling,
+                            state.generator)  # [B], [B]
+    return n.tolist(), last.tolist(), [list(range(a + 1)) for a in n.tolist()]
 
 
 def accept(state: DecodeState, proposal: Proposal, p_logits: torch.Tensor) -> Step:
-    """Accept a prefix per row (a path, for a tree); the next token is a correction or the bonus
-    token. Emits the tokens of rows still generating and records their counts."""
-    paths = None
-    if proposal.tree is None:
-        n, last = accept_reject(proposal.tokens, proposal.q, p_logits, proposal.n_drafted, state.sampling,
-                                state.generator)  # [B], [B]
-        emitted = torch.cat([proposal.tokens, last[:, None]], 1).scatter(1, n[:, None].long(), last[:, None])
-        accepted = n.tolist()
-        emitted = [row[: a + 1] for row, a in zip(emitted.tolist(), accepted)]  # [B] lists
-    else:
-        accepted, nxt, paths = accept_tree(proposal.tokens, p_logits, proposal.tree)
-        nodes = proposal.tokens.tolist()
-        emitted = [[nodes[i][c - 1] for c in path[1:]] + [t] for i, (path, t) in enumerate(zip(paths, nxt))]
-        n, last = (torch.tensor(v, device=p_logits.device) for v in (accepted, nxt))
-    drafted, rows = proposal.n_drafted.tolist(), state.rows
+    """Accept a path per row (a chain: a prefix); the next token is a correction or the bonus token.
+    Emits the tokens of rows still generating and records their counts."""
+    accepted, nxt, paths = accepted_paths(state, proposal, p_logits)
+    rows, drafted = state.rows, proposal.n_drafted.tolist()
     live = rows.active()
     best = max(accepted[i] for i in live)
-    kept = [best] * len(accepted)  # rows that finished earlier keep the best row's slots: no holes
+    for i, done in enumerate(rows.done):  # a finished row keeps the best row's slots: no holes
+        if done:
+            accepted[i], paths[i] = best, list(range(best + 1))
+    nodes = proposal.tokens.tolist()  # [B, N]
+    emitted = [[nodes[i][c - 1] for c in path[1:]] + [t] for i, (path, t) in enumerate(zip(paths, nxt))]
     for i in live:
-        kept[i] = accepted[i]
         rows.accepted[i].append(accepted[i])
         rows.drafted[i].append(drafted[i])
-        rows.emit(i, emitted[i])
-    if paths is not None:  # a finished row keeps any best + 1 slots, as in a chain
-        paths = [path if i in live else list(range(best + 1)) for i, path in enumerate(paths)]
-    state.seq_len = state.seq_len + n + 1
-    state.last = last
-    return Step(accepted, drafted, emitted, kept, proposal.tokens.shape[1] + 1, paths)
+    rows.emit_all(emitted)
+    state.last = torch.tensor(nxt, device=p_logits.device)  # [B]
+    state.seq_len = state.seq_len + state.last.new_tensor(accepted) + 1
+    return Step(accepted=accepted, drafted=drafted, emitted=emitted, paths=paths,
+                verified=proposal.tokens.shape[1] + 1)
 
 
 def keep_verified(state: DecodeState, step: Step) -> None:
-    """Roll the verifier's cache back to what each row kept (a tree: its path moves to the front), and
-    hand a feature draft the hidden states of the kept positions, in order."""
-    if step.paths is None:
-        state.verifier.rollback([n + 1 for n in step.kept], step.verified)
-    else:
-        state.verifier.select(step.paths, step.verified)
-    features = state.verifier.features
-    if features is not None and step.paths is not None:
+    """Roll the verifier's cache back to each row's path (moved to the front of the chunk), and hand a
+    feature draft the hidden states of the kept positions, in order."""
+    state.verifier.select(step.paths, step.verified)
+    features = state.verifier.features  # [B, N+1, d] or None
+    if features is not None:
         width = max(map(len, step.paths))
         index = torch.tensor([p + p[-1:] * (width - len(p)) for p in step.paths], device=features.device)
         features = features.gather(1, index[..., None].expand(-1, -1, features.shape[-1]))  # [B, m, d]
     state.features = features
 
 
-def decode_speculative(state: DecodeState, drafter: Drafter, gamma: int, timer,
-                       tree: TreeShape | None = None) -> tuple[int, int]:
-    """Draft, verify, accept/reject, roll back, until every row stops; returns the numbers of
-    verifier and draft forwards."""
-    batch, steps, forwards = len(state.rows.done), 0, 0
+def speculative_step(state: DecodeState, drafter: Drafter, k: int, tree: TreeShape | None, timer) -> Proposal:
+    """Draft, verify, accept/reject, roll back; returns what the draft proposed."""
+    # 1. the draft proposes up to k tokens per row (or a tree of depth k)
+    with timer.stage("draft"):
+        proposal = drafter.propose(state, k, tree) if k > 0 else Proposal.empty(len(state.rows.done), state.last.device)
+    # 2. the verifier scores the last token and every draft in one forward
+    with timer.stage("verify"):
+        p_logits = verify(state, proposal)  # [B, N+1, V]
+    # 3. accept a path per row; the next token is a correction or the bonus token
+    with timer.stage("accept"):
+        step = accept(state, proposal, p_logits)
+    # 4. both caches keep only what was accepted
+    with timer.stage("rollback"):
+        keep_verified(state, step)
+        drafter.commit(state, proposal, step)
+    return proposal
+
+
+def decode_speculative(state: DecodeState, drafter: Drafter, gamma: int, tree: TreeShape | None,
+                       timer) -> tuple[int, int]:
+    """Speculative steps until every row stops; returns the numbers of verifier and draft forwards."""
+    steps, forwards = 0, 0
     while state.rows.active():
         k = min(gamma, state.rows.max_remaining() - 1)  # no wasted drafts near the budget
-        # 1. the draft proposes up to k tokens per row (or a tree of depth k)
-        with timer.stage("draft"):
-            proposal = drafter.propose(state, k, tree) if k > 0 else Proposal.empty(batch, state.last.device)
-            forwards += proposal.forwards
-        # 2. the verifier scores the last token and every draft in one forward
-        with timer.stage("verify"):
-            p_logits = verify(state, proposal, drafter.needs_features)  # [B, k'+1, V]
-        # 3. accept a prefix per row; the next token is a correction or the bonus token
-        with timer.stage("accept"):
-            step = accept(state, proposal, p_logits)
-        # 4. both caches keep only what was accepted
-        with timer.stage("rollback"):
-            keep_verified(state, step)
-            drafter.commit(state, step)
+        forwards += speculative_step(state, drafter, k, tree, timer).forwards
         steps += 1
     return steps, forwards
+
+
+def decode_verifier_only(state: DecodeState, timer) -> int:
+    """One token per verifier forward until every row stops; returns the number of forwards."""
+    steps = 0
+    while state.rows.active():
+        decode_one_token(state, timer)
+        steps += 1
+    return steps
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -238,6 +252,15 @@ def check_vocab(verifier, draft, vocab_size: int | None) -> int | None:
     return vocab_size
 
 
+def as_tree(branching) -> TreeShape | None:
+    """A static tree from its branching per depth, e.g. ``(3, 2, 1)``; None stays None."""
+    if branching is None:
+        return None
+    if not len(branching):
+        raise ParameterError("a tree needs at least one depth, e.g. tree=(3, 2, 1); drop tree= to draft a chain")
+    return TreeShape(tuple(int(b) for b in branching))
+
+
 def check_tree(tree: TreeShape | None, drafter, sampling) -> None:
     if tree is None:
         return
@@ -249,10 +272,26 @@ def check_tree(tree: TreeShape | None, drafter, sampling) -> None:
         raise ParameterError("trees are verified greedily; use sampling=None, or drop tree= to sample with a chain")
 
 
+def seeded_generator(sampling: SamplingConfig | None, device) -> torch.Generator | None:
+    """The random generator of a seeded sampling run (None: greedy, or torch's global generator)."""
+    if sampling is None or sampling.seed is None:
+        return None
+    return torch.Generator(device=device).manual_seed(sampling.seed)
+
+
 def resolve_timer(timer, device):
     if timer is None or timer is False:
         return NULL_TIMER
     return StageTimer(device) if timer is True else timer
+
+
+def on_device(input_ids, attention_mask, device):
+    """The prompts on the verifier's device; a mask with no padding is dropped (no holes, no mask)."""
+    input_ids = input_ids.to(device)
+    if attention_mask is not None:
+        attention_mask = attention_mask.to(device)
+        attention_mask = None if bool(attention_mask.all()) else attention_mask
+    return input_ids, attention_mask
 
 
 def real_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
@@ -268,42 +307,31 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
 
     ``tree``: a static tree's branching per depth, e.g. ``(3, 2, 1)``, for drafts that can draft one
     (EAGLE, Medusa); its depth replaces ``gamma``. Trees are verified greedily (``sampling=None``)."""
-    tree = TreeShape(tuple(int(b) for b in tree)) if tree is not None else None
+    tree = as_tree(tree)
     gamma = tree.depth if tree is not None else gamma
     check_settings(gamma, max_new_tokens, sampling)
     vocab_size = check_vocab(verifier, draft, vocab_size)
-    device = next(verifier.parameters()).device
-    input_ids = input_ids.to(device)
-    if attention_mask is not None:
-        attention_mask = attention_mask.to(device)
-        attention_mask = None if bool(attention_mask.all()) else attention_mask
-    generator = None
-    if sampling is not None and sampling.seed is not None:
-        generator = torch.Generator(device=device).manual_seed(sampling.seed)
-    timer = resolve_timer(timer, device)
     drafter = make_drafter(draft, vocab_size) if draft is not None else None
     check_tree(tree, drafter, sampling)
+    device = next(verifier.parameters()).device
+    input_ids, attention_mask = on_device(input_ids, attention_mask, device)
+    generator = seeded_generator(sampling, device)
+    timer = resolve_timer(timer, device)
     rows = Rows(input_ids.shape[0], max_new_tokens, eos_token_id)
     with torch.inference_mode():
         synchronize(device)
         t0 = time.perf_counter()
         timer.start()
         with timer.stage("prefill"):
-            vkv = ModelKV(verifier, vocab_size)
-            features = drafter is not None and drafter.needs_features
-            last, _ = pick_token(vkv.prefill(input_ids, attention_mask, features), sampling, generator)  # [B]
-            lengths = attention_mask.sum(1) if attention_mask is not None else torch.full_like(last, input_ids.shape[1])
-            state = DecodeState(vkv, rows, last, lengths + 1, real_tokens(input_ids, attention_mask), sampling,
-                                generator, vocab_size or verifier.config.vocab_size, vkv.features)
+            kv = ModelKV(verifier, vocab_size, features=drafter is not None and drafter.needs_features)
+            state = prefill(kv, input_ids, attention_mask, rows, sampling, generator)
             d_forwards = drafter.begin(state, input_ids, attention_mask) if drafter is not None else 0
-            for i, tok in enumerate(last.tolist()):
-                rows.emit(i, [tok])
         synchronize(device)
         prefill_ms = (time.perf_counter() - t0) * 1e3
         if drafter is None:
             v_forwards = decode_verifier_only(state, timer)
         else:
-            v_forwards, forwards = decode_speculative(state, drafter, gamma, timer, tree)
+            v_forwards, forwards = decode_speculative(state, drafter, gamma, tree, timer)
             d_forwards += forwards
         timer.stop()
         synchronize(device)
@@ -312,4 +340,4 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
         tokens=rows.out, accepted_per_step=rows.accepted, drafted_per_step=rows.drafted,
         draft_forwards=d_forwards, verifier_forwards=v_forwards + 1,
         stages_ms=timer.stages_ms(), wall_ms=wall_ms, prefill_ms=prefill_ms,
-        gamma=gamma if draft is not None else 0, prompt_lengths=lengths.tolist())
+        gamma=gamma if draft is not None else 0, prompt_lengths=[len(c) for c in state.contexts])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import torch
+from specnb.core.padding import left_pad_ids
 
 
 def encode_prompts(tokenizer, prompts: list[str], chat: bool = True, device=None):
@@ -20,7 +20,5 @@ def encode_prompts(tokenizer, prompts: list[str], chat: bool = True, device=None
         else:
             rows.append(tokenizer(prompt)["input_ids"])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    width = max(len(r) for r in rows)
-    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], dtype=torch.long)
-    attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    input_ids, attention_mask = left_pad_ids(rows, pad)
     return input_ids.to(device or "cpu"), attention_mask.to(device or "cpu")

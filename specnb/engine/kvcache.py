@@ -56,13 +56,14 @@ class SlotCache:
         self.length += width
         return self.mask
 
-    def tree_mask(self, batch: int, tree: torch.Tensor, device=None) -> torch.Tensor:
-        """The 4D mask of the chunk just appended as a tree: every node sees the cache (but its holes)
-        and its ancestors; ``tree`` [T, T] is True where node i may see node j. [B, 1, T, L]"""
-        width = tree.shape[0]
+    def tree_mask(self, batch: int, visible: torch.Tensor, device=None) -> torch.Tensor:
+        """The 4D mask of a chunk of tree nodes just appended: every node sees the cache (but its holes)
+        before the last W slots, and of those only the ones ``visible`` [T, W] marks (itself and its
+        ancestors; W = T for a chunk that is the whole tree). [B, 1, T, L]"""
+        width, span = visible.shape
         keys = self.mask if self.mask is not None else torch.ones(batch, self.length, dtype=torch.bool, device=device)
         mask = keys[:, None, None, :].expand(batch, 1, width, self.length).clone()  # [B, 1, T, L]
-        mask[..., self.length - width:] &= tree.to(device)[None, None]
+        mask[..., self.length - span:] &= visible.to(device)[None, None]
         return mask
 
     def rollback(self, keep: list[int], appended: int) -> None:
@@ -81,12 +82,21 @@ class SlotCache:
         cols = torch.arange(self.length, device=device)  # [L]
         self.mask = self.mask & (cols[None, :] < (self.length - tail)[:, None])
 
-    def select(self, kept: list[list[int]], appended: int) -> None:
-        """Row i keeps slots ``kept[i]`` (ascending indices into the last ``appended``): they move to the
-        front of that chunk, in order, and the rest is cropped or masked as by ``rollback``."""
-        width = max(map(len, kept))
+    def select(self, paths: list[list[int]], appended: int) -> None:
+        """Row i keeps slots ``paths[i]`` (ascending indices into the last ``appended``): they move to the
+        front of that chunk, in order, and the rest is cropped or masked as by ``rollback``. Paths that
+        are all prefixes (a chain, or a tree whose rows kept their first slots) need no move."""
+        if any(path != list(range(len(path))) for path in paths):
+            self.gather(paths, appended)
+            appended = max(map(len, paths))
+        self.rollback([len(path) for path in paths], appended)
+
+    def gather(self, paths: list[list[int]], appended: int) -> None:
+        """Move each row's ``paths`` slots of the last ``appended`` to the front of that chunk; the chunk
+        becomes as wide as the longest path (shorter ones repeat their last slot)."""
+        width = max(map(len, paths))
         device = self.cache.layers[0].keys.device
-        index = torch.tensor([k + k[-1:] * (width - len(k)) for k in kept], device=device)  # [B, m]
+        index = torch.tensor([p + p[-1:] * (width - len(p)) for p in paths], device=device)  # [B, m]
         start = self.length - appended
         for layer in self.cache.layers:
             for name in ("keys", "values"):
@@ -97,34 +107,31 @@ class SlotCache:
         if self.mask is not None:
             self.mask = torch.cat([self.mask[:, :start], self.mask[:, start:].gather(1, index)], dim=1)
         self.length = start + width
-        self.rollback([len(k) for k in kept], width)
 
 
 class ModelKV(SlotCache):
-    """A causal LM with its ``SlotCache``; optionally hands out its final hidden states (the
-    features that feature drafts such as EAGLE and Medusa read)."""
+    """A causal LM with its ``SlotCache``; with ``features``, every forward also keeps its final
+    hidden states (what feature drafts such as EAGLE and Medusa read) in ``self.features``."""
 
-    def __init__(self, model, vocab_size: int | None):
+    def __init__(self, model, vocab_size: int | None, features: bool = False):
         super().__init__(model.config)
-        self.model, self.vocab_size = model, vocab_size
+        self.model, self.vocab_size, self.keeps_features = model, vocab_size, features
         self.cache_arg, self.keeps_logits = forward_arguments(model)
-        self.features: torch.Tensor | None = None  # [B, T, d] of the last forward, when asked for
+        self.features: torch.Tensor | None = None  # [B, T, d] of the last forward, when kept
 
-    def prefill(self, input_ids, attention_mask=None, features: bool = False) -> torch.Tensor:
+    def prefill(self, input_ids, attention_mask=None) -> torch.Tensor:
         """Run the prompt ``input_ids`` [B, S] (left padded); returns logits [B, V] of the last column."""
         if attention_mask is None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
-            return self.forward(input_ids, positions, features=features)[:, -1]
+            return self.forward(input_ids, positions)[:, -1]
         # left padding: real tokens are numbered from 0; pad slots get a dummy position and are masked
         positions = (attention_mask.long().cumsum(1) - 1).masked_fill(attention_mask == 0, 1)
-        return self.forward(input_ids, positions, chunk_mask=attention_mask.bool(), features=features)[:, -1]
+        return self.forward(input_ids, positions, chunk_mask=attention_mask.bool())[:, -1]
 
-    def forward(self, ids, positions, chunk_mask=None, keep: int = 1, tree: torch.Tensor | None = None,
-                features: bool = False) -> torch.Tensor:
+    def forward(self, ids, positions, chunk_mask=None, keep: int = 1, tree: torch.Tensor | None = None) -> torch.Tensor:
         """Append ``ids`` [B, T] at ``positions`` [B, T]; return logits [B, keep, V] of the last columns.
 
-        ``tree`` [T, T]: the chunk is a tree of candidates (see ``tree_mask``). ``features``: keep the
-        final hidden states of every column in ``self.features`` [B, T, d]."""
+        ``tree`` [T, T]: the chunk is a tree of candidates (see ``tree_mask``)."""
         batch, width = ids.shape
         mask = self.append(batch, width, chunk_mask, ids.device)
         if tree is not None:
@@ -132,7 +139,7 @@ class ModelKV(SlotCache):
         kwargs = {self.cache_arg: self.cache}
         if self.keeps_logits:
             kwargs["logits_to_keep"] = keep
-        with capture_features(self.model, features) as captured:
+        with capture_features(self.model, self.keeps_features) as captured:
             out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, **kwargs)
         self.features = captured.get("features")
         logits = out.logits[:, -keep:]  # [B, keep, V]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from specnb.engine.trees import TreeShape
@@ -39,6 +38,11 @@ class Rows:
                 self.done[row] = True
                 return
 
+    def emit_all(self, tokens: list[list[int]]) -> None:
+        """Each row still generating gets its tokens; finished rows get none."""
+        for i in self.active():
+            self.emit(i, tokens[i])
+
 
 @dataclass
 class DecodeState:
@@ -63,41 +67,31 @@ class DecodeState:
 
 @dataclass
 class Proposal:
-    """What a draft proposes in one step: up to k tokens per row."""
+    """What a draft proposes in one step, and what its cache did to propose it (read back by its
+    ``commit``): per-step state travels here, not in the drafter."""
 
-    tokens: torch.Tensor  # [B, k'] draft ids; positions past a row's n_drafted are padding
-    q: torch.Tensor | None  # [B, k', V] draft probabilities (None when greedy)
-    n_drafted: torch.Tensor  # [B] real proposals per row (a tree: its depth)
+    tokens: torch.Tensor  # [B, N] draft ids: a tree's nodes, breadth first; past a row's n_drafted, padding
+    tree: TreeShape  # the nodes' shape; a chain of k drafts is the one-wide tree of depth k
+    n_drafted: torch.Tensor  # [B] real proposals per row: the depth it reaches
     forwards: int  # draft forwards it took
-    tree: TreeShape | None = None  # ``tokens`` are a tree's nodes, breadth first (``specnb.engine.trees``)
+    q: torch.Tensor | None = None  # [B, k, V] draft probabilities of a chain (None when greedy)
+    fed: int = 0  # tokens per row its cache caught up on (left padded); 0: it ran no forward
+    slots: int = 0  # slots its cache appended in all, the catch-up included
 
     @classmethod
     def empty(cls, batch: int, device) -> Proposal:
-        return cls(torch.zeros(batch, 0, dtype=torch.long, device=device), None,
-                   torch.zeros(batch, dtype=torch.long, device=device), 0)
+        return cls(tokens=torch.zeros(batch, 0, dtype=torch.long, device=device), tree=TreeShape.of_chain(0),
+                   n_drafted=torch.zeros(batch, dtype=torch.long, device=device), forwards=0)
 
 
 @dataclass
 class Step:
-    """What the accept stage decided, per row: read by the rollback of the verifier and of the draft."""
+    """What the accept stage decided, per row: read by the rollback of the verifier and of the draft.
+    A row that finished before this step takes the best row's count and a prefix path, so that it
+    never forces a hole in the caches."""
 
-    accepted: list[int]  # draft tokens accepted by the rule (rows that finished earlier too)
+    accepted: list[int]  # draft tokens accepted by the rule
     drafted: list[int]  # draft tokens proposed
     emitted: list[list[int]]  # the accepted drafts, then the correction or bonus token
-    kept: list[int]  # accepted drafts whose cache slots stay: ``accepted``, or for rows finished before
-    #                  this step the step's best, so that a finished row never forces a hole
-    verified: int  # tokens in the verification forward (k' + 1, or a tree's nodes + 1)
-    paths: list[list[int]] | None = None  # a tree: the chunk indices each row keeps, root first
-
-
-def runs_from_matches(matches, cap: int) -> list[int]:
-    """runs[j] = how many consecutive True start at j (capped): the accepted prefix of a step at j."""
-    return run_lengths(np.asarray(matches, dtype=bool)[None, :], cap)[0].tolist()
-
-
-def run_lengths(matches: np.ndarray, cap: int) -> np.ndarray:
-    """``runs_from_matches`` for many sequences at once: matches [N, L] -> runs [N, L]."""
-    runs = np.zeros((matches.shape[0], matches.shape[1] + 1), dtype=int)
-    for j in range(matches.shape[1] - 1, -1, -1):
-        runs[:, j] = np.where(matches[:, j], runs[:, j + 1] + 1, 0)
-    return np.minimum(runs[:, :-1], cap)
+    paths: list[list[int]]  # chunk indices whose cache slots stay, root first (a chain: a prefix)
+    verified: int  # tokens in the verification forward (the root and every node)

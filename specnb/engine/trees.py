@@ -25,14 +25,14 @@ from specnb.core.errors import ParameterError
 
 @dataclass(frozen=True)
 class TreeShape:
-    """A static tree: ``branching[d]`` children per node at depth d (the root is depth 0)."""
+    """A static tree: ``branching[d]`` children per node at depth d (the root is depth 0). A chain of k
+    drafts is the one-wide tree ``(1,) * k``; the empty tree is the root alone (nothing drafted)."""
 
     branching: tuple[int, ...]
 
     def __post_init__(self):
-        if not self.branching or any(int(b) < 1 for b in self.branching):
-            raise ParameterError(f"a tree needs at least one depth and every branching >= 1, got {self.branching}; "
-                                 "e.g. tree=(3, 2, 1)")
+        if any(int(b) < 1 for b in self.branching):
+            raise ParameterError(f"every branching of a tree must be >= 1, got {self.branching}; e.g. tree=(3, 2, 1)")
 
     @property
     def depth(self) -> int:
@@ -54,6 +54,19 @@ class TreeShape:
                     nxt.append(len(parents))  # chunk index of the node just added
             level = nxt
         return parents
+
+    @cached_property
+    def children(self) -> list[list[int]]:
+        """Chunk indices of each chunk index's children (the root is 0)."""
+        children: list[list[int]] = [[] for _ in range(len(self.parents) + 1)]
+        for child, parent in enumerate(self.parents, start=1):
+            children[parent].append(child)
+        return children
+
+    @property
+    def chain(self) -> bool:
+        """One candidate per depth: the drafts follow each other, a causal chunk needs no tree mask."""
+        return all(b == 1 for b in self.branching)
 
     @property
     def size(self) -> int:
@@ -81,29 +94,10 @@ class TreeShape:
             mask[child] |= mask[parent]
         return mask.to(device)
 
+    @classmethod
+    def of_chain(cls, k: int) -> TreeShape:
+        """A chain of ``k`` drafts as a one-wide tree."""
+        return cls((1,) * k)
+
     def label(self) -> str:
         return "x".join(map(str, self.branching))
-
-
-def accept_tree(tokens: torch.Tensor, p_logits: torch.Tensor, shape: TreeShape) -> tuple[list[int], list[int],
-                                                                                         list[list[int]]]:
-    """Greedy acceptance of a tree: from the root down, the child whose token is the verifier's argmax
-    at its parent. tokens [B, N] (node tokens, breadth first); p_logits [B, N + 1, V].
-    Returns per row (accepted count, the token after the accepted path, the path's chunk indices
-    starting with the root)."""
-    target = p_logits.argmax(-1).tolist()  # [B, N+1]
-    children: dict[int, list[int]] = {}
-    for child, parent in enumerate(shape.parents, start=1):
-        children.setdefault(parent, []).append(child)
-    accepted, nxt, paths = [], [], []
-    for row, want in zip(tokens.tolist(), target):
-        path = [0]
-        while True:
-            found = next((c for c in children.get(path[-1], ()) if row[c - 1] == want[path[-1]]), None)
-            if found is None:
-                break
-            path.append(found)
-        accepted.append(len(path) - 1)
-        nxt.append(want[path[-1]])
-        paths.append(path)
-    return accepted, nxt, paths

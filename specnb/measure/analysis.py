@@ -148,51 +148,15 @@ def measured_steps(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def step_trend(steps: pd.DataFrame, token_alpha: pd.DataFrame, draft: str) -> str:
-    """How one draft's step cost and yield move from its smallest to its largest γ (batch 1), in
-    one sentence: the arithmetic behind its verdicts (``measured_steps``,
-    ``specnb.measure.acceptance.token_alpha_by_candidate``)."""
-    mine = steps[(steps["draft"] == draft) & (steps["batch_size"] == 1)].sort_values("gamma")
-    if mine.empty:
-        raise ParameterError(f"no batch-1 steps of draft {draft!r}; drafts here: {sorted(set(steps['draft']))}")
-    lo, hi = mine.iloc[0], mine.iloc[-1]
-    counts = token_alpha[token_alpha["candidate"].isin(set(mine["candidate"]))]
-    alpha = counts["accepted"].sum() / max(counts["reached"].sum(), 1)  # per-token α, every γ pooled
-    return (
-        f"from γ = {lo.gamma} to γ = {hi.gamma} drafting per step grows {lo.draft_ms_per_step:.0f} → "
-        f"{hi.draft_ms_per_step:.0f} ms and verifying {lo.verify_ms_per_step:.0f} → {hi.verify_ms_per_step:.0f} "
-        "ms, "
-        f"so a step costs {lo.break_even_tokens:.2f} → {hi.break_even_tokens:.2f} verifier-only tokens while it "
-        f"yields {lo.tokens_per_step:.2f} → {hi.tokens_per_step:.2f} (at a per-token α of {alpha:.2f} no γ yields "
-        f"more than 1/(1 − α) = {1 / (1 - min(alpha, 0.999)):.2f} on average)."
-    )
-
-
 def gamma_verdicts(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per speculative candidate: ``verdict`` (wins / loses by the 95% CI of the measured speedup,
-    ``inconclusive`` when it spans 1x; the point estimate decides when there is no CI) and a
-    one-line ``reason`` from ``measured_steps``: what a step costs in verifier-only tokens and what it yields."""
+    """Per speculative candidate: its summary and step arithmetic (``measured_steps``) and its
+    ``verdict`` (wins / loses by the 95% CI of the measured speedup, ``inconclusive`` when it spans
+    1x; the point estimate decides when there is no CI). ``specnb.app.text.reasons.gamma_reason``
+    says why, in a sentence."""
     merged = summary[summary["gamma"] > 0].merge(
         steps.drop(columns=["draft", "gamma"]), on=["candidate", "batch_size"], how="left"
     )
-
-    def alpha_text(r) -> str:
-        token = getattr(r, "alpha_token", float("nan"))
-        return f"α = {r.alpha:.2f}" + (f", per token {token:.2f}" if np.isfinite(token) else "")
-
-    def reason(r) -> str:
-        ci = f" [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]" if np.isfinite(r.speedup_lo) else " (no CI: one prompt batch)"
-        yields = "yields" if r.tokens_per_step > r.break_even_tokens else "yields only"
-        return (
-            f"{r.candidate}, batch {r.batch_size}: {r.speedup:.2f}x{ci}, {r.verdict}. A step costs the time of "
-            f"{r.break_even_tokens:.2f} verifier-only tokens ({r.draft_ms_per_step:.0f} ms drafting {r.gamma} "
-            f"token{'s' if r.gamma > 1 else ''}, {r.verify_ms_per_step:.0f} ms verifying {r.gamma + 1}, "
-            f"{r.overhead_ms_per_step:.0f} ms bookkeeping) and {yields} {r.tokens_per_step:.2f} tokens "
-            f"({alpha_text(r)})."
-        )
-
     merged["verdict"] = [speedup_verdict(r.speedup, r.speedup_lo, r.speedup_hi) for r in merged.itertuples()]
-    merged["reason"] = [reason(r) for r in merged.itertuples()]
     return merged
 
 
@@ -319,7 +283,7 @@ def draft_table(records: pd.DataFrame, flops: pd.DataFrame, summary: pd.DataFram
 
 
 def c_alpha_points(table: pd.DataFrame) -> pd.DataFrame:
-    """Tidy points for ``specnb.app.plots.c_alpha_chart``: each draft at (per-token α, c) once with c by FLOPs
+    """Tidy points for ``specnb.app.charts.measured.c_alpha_chart``: each draft at (per-token α, c) once with c by FLOPs
     and once by wall clock (column ``c_kind``)."""
     base = table.assign(alpha=table["alpha_token"], best_speedup=table["speedup"])
     keep = ["draft", "alpha", "best_speedup", "best_gamma", "verdict"]
@@ -358,30 +322,3 @@ def profile_speedups(records: pd.DataFrame, table: pd.DataFrame, max_gamma: int 
     return pd.DataFrame(rows)
 
 
-def explain_draft(row) -> str:
-    """Why a draft (a ``draft_table`` row) won or paid the speculation tax, in Leviathan's terms:
-    its wall-clock c against the break-even c at its best γ, and against its per-token α (the
-    break-even c at γ = 1, the highest of all γ); says so when the measurement disagrees."""
-    c, alpha, be, gamma = row["c_wall"], row["alpha_token"], row["break_even_c"], int(row["best_gamma"])
-    if not (np.isfinite(c) and np.isfinite(alpha)):
-        return "it drafted no tokens here, so c and α are unknown"
-    disagree = (
-        f", yet it measured {row['speedup']:.2f}x: measurement and formula disagree, a sign of noise (few "
-        "prompts or tokens, a busy machine)"
-    )
-    if c >= alpha:
-        return (
-            f"its wall-clock c {c:.3f} is at or above its per-token α {alpha:.3f}, the break-even c at γ = 1, "
-            "so by the formula no γ can pay" + (disagree if row["speedup"] > 1 else "")
-        )
-    if c >= be:
-        return (
-            f"its wall-clock c {c:.3f} is above the break-even c {be:.3f} at γ = {gamma} (per-token α {alpha:.3f})"
-            + (disagree if row["speedup"] > 1 else "")
-        )
-    if row["speedup"] < 1:
-        return (
-            f"its wall-clock c {c:.3f} is below the break-even c {be:.3f} at γ = {gamma}, yet it lost: verifying "
-            "γ + 1 tokens costs more than one and the loop has overheads, which the formula leaves out"
-        )
-    return f"its wall-clock c {c:.3f} is below the break-even c {be:.3f} at γ = {gamma} (per-token α {alpha:.3f})"

@@ -4,7 +4,7 @@ Calibration (``calibrate``) measures each model's forward time over tokens per f
 and batch sizes (``specnb.measure.forward.measure_forward_grids``: every model's shapes interleaved,
 each forward asking for the logits the decoding loop asks for), prompt-length prefill forwards, the
 acceptance traces of every draft on the user's prompts (``specnb.predict.traces.measure_traces``:
-one greedy verifier-only generation per prompt plus each drafter's trace), and one short
+one greedy verifier-only generation per prompt plus each draft's trace), and one short
 speculative run per draft at the longest γ on the first prompts, which gives the per-step
 bookkeeping time from the stage timers and checks that replaying the traces reproduces the steps
 the engine took (``replay_check``). The profile is saved as JSON and reused by ``predict``;
@@ -22,13 +22,13 @@ import pandas as pd
 
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError
-from specnb.engine.drafters import make_drafter
 from specnb.engine.timing import BOOKKEEPING, stage_columns
 from specnb.measure.forward import GridShapes, measure_forward_grids
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens, split_prompts
 from specnb.measure.runs import BASELINE, make_candidates, run_interleaved
 from specnb.models.load import load_drafts
-from specnb.predict.costs import FORWARDS, PER_STEP, PER_TOKEN, CostModel, DraftCosts, HardwareProfile, fit_cost_model
+from specnb.predict.costs import CostModel, DraftCosts, HardwareProfile, fit_cost_model
+from specnb.predict.drafts import FORWARDS, PER_STEP, PER_TOKEN, DraftTraits, draft_traits
 from specnb.predict.traces import emitted_per_step, measure_traces, pack, profile_from_traces, replay
 
 OVERHEAD = stage_columns(BOOKKEEPING)  # a step's host time beyond its forwards
@@ -44,8 +44,8 @@ def measure_costs(shapes: list[GridShapes], batch_sizes, context_len: int, prefi
     last logits only, as a prefill asks), every model's shapes interleaved."""
     decode = measure_forward_grids(shapes, batch_sizes, context_len, repeats, device).assign(kind="decode")
     lengths = tuple(sorted({max(2, prefill_len // 2), max(3, prefill_len)}))
-    prefill = measure_forward_grids([GridShapes(s.name, s.model, lengths, 1) for s in shapes], batch_sizes,
-                                    1, max(2, repeats // 3), device).assign(kind="prefill")
+    prefill_shapes = [GridShapes(name=s.name, model=s.model, n_tokens=lengths, keep=1) for s in shapes]
+    prefill = measure_forward_grids(prefill_shapes, batch_sizes, 1, max(2, repeats // 3), device).assign(kind="prefill")
     return pd.concat([decode, prefill], ignore_index=True).drop(columns="samples_ms")
 
 
@@ -55,19 +55,20 @@ def fit_costs(grid: pd.DataFrame, name: str) -> tuple[CostModel, CostModel]:
     return fit_cost_model(rows[rows["kind"] == "decode"]), fit_cost_model(rows[rows["kind"] == "prefill"])
 
 
-def draft_shapes(drafters: dict) -> list[GridShapes]:
-    """The forwards each drafter runs (``forward_tokens``: 1 token, or 2 when a model draft catches
+def draft_shapes(traits: dict[str, DraftTraits]) -> list[GridShapes]:
+    """The forwards each draft runs (``forward_tokens``: 1 token, or 2 when a model draft catches
     up), with only the last logits, as the loop keeps them; prompt lookup runs none."""
-    return [GridShapes(name, d.model, d.forward_tokens, 1) for name, d in drafters.items() if d.forward_tokens]
+    return [GridShapes(name=name, model=t.module, n_tokens=t.forward_tokens, keep=1)
+            for name, t in traits.items() if t.forward_tokens]
 
 
-def draft_cost(drafter, name: str, grid: pd.DataFrame, verifier) -> DraftCosts:
+def draft_cost(traits: DraftTraits, name: str, grid: pd.DataFrame, verifier) -> DraftCosts:
     """A draft's fitted forward costs from the grid; one that runs no forward (prompt lookup, Medusa
     heads) is priced by host time per step or per drafted token instead (from ``time_steps``)."""
-    flops = draft_flops(drafter.model, verifier) if drafter.model is not None else 0.0
-    if drafter.pricing != FORWARDS:
-        return DraftCosts(drafter.pricing, None, None, flops, 0.0, drafter.catch_up)
-    return DraftCosts(FORWARDS, *fit_costs(grid, name), flops, 0.0, drafter.catch_up)
+    flops = draft_flops(traits.module, verifier) if traits.module is not None else 0.0
+    decode, prefill = fit_costs(grid, name) if traits.pricing == FORWARDS else (None, None)
+    return DraftCosts(kind=traits.pricing, decode=decode, prefill=prefill, flops_per_token=flops,
+                      catch_up=traits.catch_up)
 
 
 def per_step_overhead(records: pd.DataFrame, draft: str) -> float:
@@ -151,11 +152,12 @@ def calibrate(
     frame = split_prompts("all", 3, 0)[0] if prompts is None else as_prompt_frame(prompts)
     width = prompt_tokens(pair.tokenizer, frame)
     context = int(width + max_new_tokens // 2)
-    drafters = {name: make_drafter(draft, pair.vocab_size) for name, draft in models.items()}
-    shapes = [GridShapes(pair.verifier_name, pair.verifier, tuple(range(1, gamma + 2)))] + draft_shapes(drafters)
+    traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in models.items()}
+    verifier = GridShapes(name=pair.verifier_name, model=pair.verifier, n_tokens=tuple(range(1, gamma + 2)))
+    shapes = [verifier] + draft_shapes(traits)
     grid = measure_costs(shapes, batch_sizes, context, int(width), repeats, pair.device)
     v_decode, v_prefill = fit_costs(grid, pair.verifier_name)
-    costs = {name: draft_cost(drafter, name, grid, pair.verifier) for name, drafter in drafters.items()}
+    costs = {name: draft_cost(t, name, grid, pair.verifier) for name, t in traits.items()}
     traces = measure_traces(pair, models, frame, max_new_tokens, progress=progress)
     records, overhead = time_steps(
         pair, models, costs, frame.iloc[:overhead_prompts], gamma, max_new_tokens, baseline=True, progress=progress
@@ -263,14 +265,14 @@ def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, 
     drafts = dict(profile.drafts)
     if draft not in drafts:
         batch_sizes = sorted({int(g["batch_size"]) for g in profile.grid} or {1})
-        drafters = {draft: make_drafter(models[draft], pair.vocab_size)}
-        shapes = draft_shapes(drafters)
+        traits = {draft: draft_traits(models[draft], pair.vocab_size)}
+        shapes = draft_shapes(traits)
         grid = (
             measure_costs(shapes, batch_sizes, int(width + profile.max_new_tokens // 2), int(width), 7, pair.device)
             if shapes
             else None
         )
-        drafts[draft] = draft_cost(drafters[draft], draft, grid, pair.verifier)
+        drafts[draft] = draft_cost(traits[draft], draft, grid, pair.verifier)
     traces = measure_traces(pair, models, frame, profile.max_new_tokens, progress=progress)[draft]
     _, measured = time_steps(
         pair,

@@ -31,9 +31,8 @@ from specnb.measure.acceptance import AcceptanceProfile
 from specnb.predict.traces import AcceptanceTrace
 
 PROFILE_FORMAT = "specnb-hardware-profile/3"
-# how a draft step is priced (a drafter's ``pricing``): its forwards, a fixed host time per step, or a
-# host time per drafted token
-FORWARDS, PER_STEP, PER_TOKEN = "forwards", "per_step", "per_token"
+# how a draft step is priced (``DraftTraits.pricing``, specnb.predict.drafts): its forwards, a fixed
+# host time per step, or a host time per drafted token
 
 
 # ---------------------------------------------------------------------------- cost model
@@ -106,7 +105,7 @@ def fit_cost_model(grid: pd.DataFrame) -> CostModel:
                              f"got {sorted(set(x))}")
     t0, k, r2 = fit_line(x, grid["median_ms"])
     measured = grid[["n_tokens", "batch_size", "median_ms"]].to_numpy(dtype=float).tolist()
-    return CostModel(t0, max(k, 0.0), r2, len(x), measured)
+    return CostModel(t0_ms=t0, ms_per_token=max(k, 0.0), r2=r2, n_points=len(x), measured=measured)
 
 
 # ---------------------------------------------------------------------------- hardware profile
@@ -189,9 +188,10 @@ def load_profile(path) -> HardwareProfile:
 def profile_from_dict(data: dict) -> HardwareProfile:
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         raise ValueError(f"format is not {PROFILE_FORMAT!r}")
-    drafts = {name: DraftCosts(d["kind"], d["decode"] and CostModel(**d["decode"]),
-                               d["prefill"] and CostModel(**d["prefill"]), float(d["flops_per_token"]),
-                               float(d.get("step_ms", 0.0)), d.get("catch_up", "tokens"))
+    drafts = {name: DraftCosts(kind=d["kind"], decode=d["decode"] and CostModel(**d["decode"]),
+                               prefill=d["prefill"] and CostModel(**d["prefill"]),
+                               flops_per_token=float(d["flops_per_token"]), step_ms=float(d.get("step_ms", 0.0)),
+                               catch_up=d.get("catch_up", "tokens"))
               for name, d in data["drafts"].items()}
     acceptance = {name: AcceptanceProfile(**a) for name, a in data["acceptance"].items()}
     traces = {name: [AcceptanceTrace(**t) for t in ts] for name, ts in data["traces"].items()}

@@ -48,7 +48,8 @@ import pandas as pd
 from specnb.core import theory
 from specnb.core.errors import ParameterError
 from specnb.measure.runs import BASELINE
-from specnb.predict.costs import PER_STEP, PER_TOKEN, HardwareProfile
+from specnb.predict.costs import HardwareProfile
+from specnb.predict.drafts import PER_STEP, PER_TOKEN
 from specnb.predict.traces import AcceptanceTrace, PackedTraces, flat_packed, pack, replay
 
 BAND = (10, 90)  # percentiles of the bootstrap distribution shown as the uncertainty band
@@ -88,8 +89,9 @@ def forward_costs(profile: HardwareProfile, draft: str, batch_size: int, prompt_
             # k forwards: the first feeds the pending tokens (``width``), the rest one token each
             return np.where(k > 0, draft_curve(width) + (k - 1) * draft_curve(1), 0.0)
 
-    return ForwardCosts(v.curve(batch_size), draft_ms, profile.overhead_ms.get(draft, 0.0), v_prefill + d_prefill,
-                        v_prefill, token_ms, d.catch_up)
+    return ForwardCosts(verify_ms=v.curve(batch_size), draft_ms=draft_ms,
+                        overhead_ms=profile.overhead_ms.get(draft, 0.0), prefill_ms=v_prefill + d_prefill,
+                        baseline_prefill_ms=v_prefill, baseline_token_ms=token_ms, catch_up=d.catch_up)
 
 
 def simulate_ms(costs: ForwardCosts, packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int):
@@ -130,25 +132,8 @@ class Prediction:
     table: pd.DataFrame
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def verdict(self) -> str:
-        """The recommendation in one line: speculate with which γ, or why not."""
-        if self.recommended_gamma is not None:
-            return (
-                f"speculate with γ = {self.recommended_gamma} ({self.predicted_speedup:.2f}x, band "
-                f"{self.speedup_lo:.2f}–{self.speedup_hi:.2f})"
-            )
-        if self.predicted_speedup <= 1.0:
-            return (f"don't speculate: no γ beats verifier-only (best γ = {self.best_gamma} gives "
-                    f"{self.predicted_speedup:.2f}x)")
-        return (
-            f"don't speculate: γ = {self.best_gamma} wins on average ({self.predicted_speedup:.2f}x), but its band "
-            f"{self.speedup_lo:.2f}–{self.speedup_hi:.2f}x includes 1.0"
-        )
-
     def as_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "table"}
-        data["verdict"] = self.verdict
         data["table"] = [{k: _py(v) for k, v in row.items()} for row in self.table.to_dict("records")]
         return {k: _py(v) for k, v in data.items()}
 
@@ -200,8 +185,9 @@ def predict(
     costs = forward_costs(profile, draft, batch_size, prompt_tokens)
     packed = pack(profile.traces[draft], n_new)
     rows = bootstrap_rows(len(packed.lengths), batch_size, n_boot, sims_per_boot, seed)  # [n_boot, per_boot, B]
-    base_packed = flat_packed(BREAK_EVEN_ALPHAS, n_new, seed=seed)
-    table = pd.DataFrame([predict_gamma(profile, draft, costs, packed, rows, base_packed, g, n_new) for g in gammas])
+    scenario = Scenario(profile=profile, draft=draft, costs=costs, packed=packed, rows=rows,
+                        flat=flat_packed(BREAK_EVEN_ALPHAS, n_new, seed=seed), n_new=n_new)
+    table = pd.DataFrame([predict_gamma(scenario, g) for g in gammas])
     best = table.loc[table["predicted_speedup"].idxmax()]
     best_gamma = int(best["gamma"])
     notes = trace_notes(profile.traces[draft], packed, max(gammas), n_new)
@@ -212,17 +198,18 @@ def predict(
             f"to {best['speedup_lo']:.3f}x: on some prompt mixes it loses, so it is not recommended"
         )
     return Prediction(
-        draft,
-        batch_size,
-        recommended,
-        best_gamma,
-        float(best["predicted_speedup"]),
-        float(best["speedup_lo"]),
-        float(best["speedup_hi"]),
-        float(np.nanmin(table["break_even_alpha"])) if table["break_even_alpha"].notna().any() else float("nan"),
-        float(table["baseline_tok_s"].iloc[0]),
-        table,
-        notes,
+        draft=draft,
+        batch_size=batch_size,
+        recommended_gamma=recommended,
+        best_gamma=best_gamma,
+        predicted_speedup=float(best["predicted_speedup"]),
+        speedup_lo=float(best["speedup_lo"]),
+        speedup_hi=float(best["speedup_hi"]),
+        break_even_alpha=float(np.nanmin(table["break_even_alpha"])) if table["break_even_alpha"].notna().any()
+        else float("nan"),
+        baseline_tok_s=float(table["baseline_tok_s"].iloc[0]),
+        table=table,
+        notes=notes,
     )
 
 
@@ -259,9 +246,25 @@ def trace_cap(traces: list[AcceptanceTrace]) -> float:
     return min((t.cap for t in traces if t.cap is not None), default=math.inf)
 
 
-def predict_gamma(profile, draft, costs, packed, rows, base_packed, gamma, n_new) -> dict:
+@dataclass
+class Scenario:
+    """What every γ of one prediction shares: the draft's costs, its traces, the bootstrapped batches."""
+
+    profile: HardwareProfile
+    draft: str
+    costs: ForwardCosts
+    packed: PackedTraces  # the draft's traces, fitted to the budget
+    rows: np.ndarray  # [n_boot, per_boot, B] batches of trace indices (``bootstrap_rows``)
+    flat: PackedTraces  # i.i.d. traces over ``BREAK_EVEN_ALPHAS`` (``flat_packed``)
+    n_new: int
+
+
+def predict_gamma(scenario: Scenario, gamma: int) -> dict:
+    """One row of a prediction's table: the speedup at ``gamma``, its band, and what explains it."""
+    profile, draft, costs, packed = scenario.profile, scenario.draft, scenario.costs, scenario.packed
+    rows = scenario.rows  # [n_boot, per_boot, B]
     n_boot, per_boot, batch = rows.shape
-    spec_ms, base_ms, got = simulate_ms(costs, packed, rows.reshape(-1, batch), gamma, n_new)
+    spec_ms, base_ms, got = simulate_ms(costs, packed, rows.reshape(-1, batch), gamma, scenario.n_new)
     boot = base_ms.reshape(n_boot, per_boot).sum(1) / spec_ms.reshape(n_boot, per_boot).sum(1)  # [n_boot]
     tokens = (packed.lengths[rows.reshape(-1, batch)]).sum()
     active = got.active
@@ -277,7 +280,7 @@ def predict_gamma(profile, draft, costs, packed, rows, base_packed, gamma, n_new
         "tokens_per_step": float((got.accepted + 1)[active].sum() / max(active.sum(), 1)),
         "verify_ms": float(costs.verify_ms(np.array(gamma + 1))),
         "draft_ms_per_step": float(costs.draft_ms(np.array(gamma), np.array(1.0))),
-        "break_even_alpha": simulated_break_even_alpha(costs, base_packed, gamma, batch, n_new),
+        "break_even_alpha": simulated_break_even_alpha(costs, scenario.flat, gamma, batch, scenario.n_new),
         "flops_leviathan_speedup": float(theory.expected_speedup(min(alpha, 0.999), gamma, flops_c(profile, draft))),
         "wallclock_leviathan_speedup": float(theory.expected_speedup(min(alpha, 0.999), gamma, c_wall)),
         "extrapolated": gamma > trace_cap(profile.traces[draft]),

@@ -4,8 +4,8 @@
 the draft would propose and have accepted if a step started there. Under greedy decoding
 speculative output equals the verifier's own output, so a step that starts after token j proposes
 the draft's greedy continuation of the verifier's text, and its position i is accepted exactly when
-it matches the verifier's token j + i. One verifier-only generation plus the drafter's ``trace``
-(``specnb.engine.drafters``: a teacher-forced forward for a model draft, the lookups for prompt
+it matches the verifier's token j + i. One verifier-only generation plus the draft's ``trace``
+(``specnb.predict.drafts``: a teacher-forced forward for a model draft, the lookups for prompt
 lookup) give the whole trace, and ``replay`` turns it into the exact steps speculative decoding
 takes at *any* γ and batch size (the same steps ``specnb.engine.generate`` takes, token for token;
 tested).
@@ -29,9 +29,8 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.drafters import make_drafter
-from specnb.engine.state import run_lengths
 from specnb.measure.acceptance import AcceptanceProfile, pooled_profile
+from specnb.predict.drafts import draft_traits, run_lengths
 
 LOOKUP_CAP = 16  # longest prompt-lookup proposal a trace records (γ beyond this is extrapolated)
 
@@ -60,7 +59,7 @@ class AcceptanceTrace:
 def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: int, cap: int = LOOKUP_CAP,
                    progress: bool = True) -> dict[str, list[AcceptanceTrace]]:
     """Traces of every draft on every prompt: one greedy verifier-only generation per prompt, then
-    each drafter's ``trace`` over its output."""
+    each draft's ``trace`` over its output."""
     from tqdm.auto import tqdm
 
     from specnb.engine.generate import generate
@@ -68,8 +67,8 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
 
     eos = pair.tokenizer.eos_token_id
     eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
-    drafters = {name: make_drafter(draft, pair.vocab_size) for name, draft in drafts.items()}
-    features = any(d.needs_features for d in drafters.values())
+    traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in drafts.items()}
+    features = any(t.needs_features for t in traits.values())
     traces: dict[str, list[AcceptanceTrace]] = {name: [] for name in drafts}
     for _, row in tqdm(list(prompts.iterrows()), desc="acceptance traces", unit="prompt", disable=not progress):
         ids, _ = encode_prompts(pair.tokenizer, [row["prompt"]])
@@ -78,10 +77,10 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
         context, generated = ids[0].tolist(), result.tokens[0]
         budget = len(generated) >= max_new_tokens and generated[-1] not in eos
         feats = verifier_features(pair.verifier, context + generated[:-1]) if features else None
-        for name, drafter in drafters.items():
-            runs, proposed = drafter.trace(context, generated, cap, feats)
-            traces[name].append(AcceptanceTrace(str(row["id"]), runs, proposed, None if proposed is None else cap,
-                                                budget))
+        for name, draft in traits.items():
+            runs, proposed = draft.trace(context, generated, cap, feats)
+            traces[name].append(AcceptanceTrace(prompt_id=str(row["id"]), runs=runs, proposed=proposed,
+                                                cap=None if proposed is None else cap, hit_budget=budget))
     return traces
 
 
@@ -128,16 +127,16 @@ def pack(traces: list[AcceptanceTrace], n_new: int) -> PackedTraces:
         proposed.append(np.asarray(t.proposed)[index] if t.proposed is not None else np.full(len(index), n_new))
         lengths.append(length)
     width = n_new + 1
-    return PackedTraces(np.stack([np.pad(r, (0, width - len(r))) for r in runs]),
-                        np.stack([np.pad(p, (0, width - len(p))) for p in proposed]),
-                        np.asarray(lengths), extended)
+    return PackedTraces(runs=np.stack([np.pad(r, (0, width - len(r))) for r in runs]),
+                        proposed=np.stack([np.pad(p, (0, width - len(p))) for p in proposed]),
+                        lengths=np.asarray(lengths), extended=extended)
 
 
 def flat_traces(alpha: float, n_new: int, n_traces: int = 64, seed: int = 0) -> list[AcceptanceTrace]:
     """Synthetic traces of a draft whose every token is accepted independently with probability α
     (Leviathan et al.'s assumption), for what-if questions and hand-entered profiles."""
     uniforms = np.random.default_rng(seed).random((n_traces, n_new))
-    return [AcceptanceTrace("flat", r.tolist(), None, None, True)
+    return [AcceptanceTrace(prompt_id="flat", runs=r.tolist(), proposed=None, cap=None, hit_budget=True)
             for r in run_lengths(uniforms < alpha, n_new)]
 
 
@@ -147,7 +146,8 @@ def flat_packed(alphas, n_new: int, n_traces: int = 32, seed: int = 0) -> Packed
     uniforms = np.random.default_rng(seed).random((n_traces, n_new))
     matches = np.concatenate([uniforms < a for a in alphas])  # [A·T, n_new]
     runs = np.pad(run_lengths(matches, n_new), ((0, 0), (0, 1)))
-    return PackedTraces(runs, np.full_like(runs, n_new), np.full(len(runs), n_new), False)
+    return PackedTraces(runs=runs, proposed=np.full_like(runs, n_new), lengths=np.full(len(runs), n_new),
+                        extended=False)
 
 
 @dataclass

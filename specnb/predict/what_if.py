@@ -29,12 +29,12 @@ def what_if(
     check_known(profile, draft)
     d = profile.drafts[draft]
     scaled = DraftCosts(
-        d.kind,
-        d.decode and scale(d.decode, draft_speed),
-        d.prefill and scale(d.prefill, draft_speed),
-        d.flops_per_token / draft_speed,
-        d.step_ms / draft_speed,
-        d.catch_up,
+        kind=d.kind,
+        decode=d.decode and scale(d.decode, draft_speed),
+        prefill=d.prefill and scale(d.prefill, draft_speed),
+        flops_per_token=d.flops_per_token / draft_speed,
+        step_ms=d.step_ms / draft_speed,
+        catch_up=d.catch_up,
     )
     changed = HardwareProfile(**{**profile.__dict__, "drafts": {**profile.drafts, draft: scaled}})
     if alpha is not None:
@@ -53,11 +53,11 @@ def scale(model: CostModel, speed: float) -> CostModel:
     """``model`` ``speed`` times faster: the line and the measured points alike (dropping the points
     would switch the draft from measured times to the line, a different prediction even at 1.0)."""
     return CostModel(
-        model.t0_ms / speed,
-        model.ms_per_token / speed,
-        model.r2,
-        model.n_points,
-        [[n, b, ms / speed] for n, b, ms in model.measured],
+        t0_ms=model.t0_ms / speed,
+        ms_per_token=model.ms_per_token / speed,
+        r2=model.r2,
+        n_points=model.n_points,
+        measured=[[n, b, ms / speed] for n, b, ms in model.measured],
     )
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from specnb.core.padding import left_pad_ids
+from specnb.core.sampling import nucleus, sample
 from specnb.models.training.corpus import _atomic_save
 
 # Task-family openers written into the user turn; the verifier samples the rest of the message.
@@ -133,15 +135,11 @@ def template_parts(tokenizer) -> tuple[str, str]:
 
 
 def sample_top_p(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> torch.Tensor:
-    """logits [B, V] -> sampled ids [B]: nucleus sampling within the ``SAMPLE_TOP`` most likely tokens.
-
-    Its own sampler rather than ``specnb.engine.sampling`` (which sits above models in the import
-    order): a 256-wide draw per step, and the draws that the cached corpus was made with."""
+    """logits [B, V] -> sampled ids [B]: nucleus sampling within the ``SAMPLE_TOP`` most likely tokens
+    (a 256-wide draw per step, the draws the cached corpus was made with)."""
     _, order = logits.topk(SAMPLE_TOP, dim=-1)  # [B, 256], sorted
-    probs = torch.softmax(logits / temperature, dim=-1).gather(-1, order)  # [B, 256]
-    probs = probs.masked_fill((probs.cumsum(-1) - probs) > top_p, 0.0)
-    pick = torch.multinomial(probs, 1, generator=gen)  # [B, 1]
-    return order.gather(-1, pick)[:, 0]
+    probs = nucleus(torch.softmax(logits / temperature, dim=-1).gather(-1, order), top_p)  # [B, 256]
+    return order.gather(-1, sample(probs, gen)[:, None])[:, 0]
 
 
 def plan_openers(cfg: HeadCorpusConfig) -> list[tuple[str, str]]:
@@ -210,8 +208,7 @@ def chat_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpus
     rows = [ChatRow(tokenizer(prefix + opener, add_special_tokens=False)["input_ids"]) for _, opener in plan]
     lengths = [len(r.ids) for r in rows]
     width = max(lengths)
-    ids = torch.tensor([[pad] * (width - n) + r.ids for r, n in zip(rows, lengths)])  # [B, P]
-    mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths])  # [B, P]
+    ids, mask = left_pad_ids([r.ids for r in rows], pad)  # [B, P] each
     cache = DynamicCache(config=verifier.config)
     h = verifier.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp_min(0),
                        cache=cache, use_cache=True).last_hidden_state  # [B, P, d]

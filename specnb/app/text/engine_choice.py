@@ -1,0 +1,142 @@
+"""Which engine to use instead of (or with) speculation: the alternatives table as a reader wants it,
+the conclusions of the alternatives notebook, and the "do X instead" line that ``specnb predict``
+and the decision framework end with."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from specnb.app.text.conclusions import Report, bullets
+from specnb.measure.alternatives import BASELINE_METHOD
+
+
+def fidelity_text(row) -> str:
+    """"8/8 identical", or "1/8 identical, 48% of tokens before the first divergence (median token 6)"."""
+    if row.identical_prompts == row.prompts:
+        return f"{row.identical_prompts}/{row.prompts} identical"
+    where = "" if row.median_first_divergence is None or pd.isna(row.median_first_divergence) else \
+        f" (median token {row.median_first_divergence:.0f})"
+    return f"{row.identical_prompts}/{row.prompts} identical, {row.prefix_share:.0%} of tokens before the first " \
+           f"divergence{where}"
+
+
+def display_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The alternatives table as a reader wants it: fastest first, speedup with its CI, fidelity."""
+    rows = summary.sort_values("speedup", ascending=False)
+    return pd.DataFrame({
+        "method": rows["method"], "tok/s": rows["tok_s"].round(1),
+        "speedup": [f"{r.speedup:.2f}x [{r.speedup_lo:.2f}–{r.speedup_hi:.2f}]" if not math.isnan(r.speedup_lo)
+                    else f"{r.speedup:.2f}x" for r in rows.itertuples()],
+        "tokens / verifier forward": rows["tokens_per_forward"].round(2),
+        "fidelity to fp32 greedy": [fidelity_text(r) for r in rows.itertuples()],
+    })
+
+
+def best(rows: pd.DataFrame):
+    return None if rows.empty else rows.sort_values("speedup", ascending=False).iloc[0]
+
+
+def rate(row) -> str:
+    ci = "" if pd.isna(row.speedup_lo) else f" [{row.speedup_lo:.2f}–{row.speedup_hi:.2f}]"
+    return f"**{row.method}** {row.speedup:.2f}x{ci} ({row.tok_s:.1f} tok/s)"
+
+
+def choices(summary: pd.DataFrame) -> dict:
+    """The rows a verdict names: the best speculation on the eager fp32 verifier, the best method
+    whose greedy output stayed the fp32 verifier's on every prompt, and the fastest of all."""
+    same = summary["identical_prompts"] == summary["prompts"]
+    spec = summary[(summary["speculation"] != "") & (summary["engine"] == "PyTorch eager")
+                   & (summary["precision"] == "fp32")]
+    return {"speculation": best(spec), "lossless": best(summary[same & (summary["method"] != BASELINE_METHOD)]),
+            "fastest": best(summary)}
+
+
+def alternatives_conclusion(summary: pd.DataFrame, notes: list[str], machine: str) -> Report:
+    """Notebook 07's conclusion: which option wins on this machine and by how much, and what it costs."""
+    pick = choices(summary)
+    spec, lossless, fastest = pick["speculation"], pick["lossless"], pick["fastest"]
+    lines = []
+    if spec is not None:
+        same = spec.identical_prompts == spec.prompts
+        lines.append(f"Best speculation on the PyTorch fp32 verifier: {rate(spec)}; " + (
+            "the verifier's output on every prompt, as speculation guarantees." if same else
+            f"{fidelity_text(spec)}: float rounding in the multi-token forward flipped a near-tie."))
+    if lossless is not None:
+        lines.append(f"Fastest with the fp32 verifier's exact output: {rate(lossless)}.")
+    if fastest is not None and (lossless is None or fastest.method != lossless.method):
+        lines.append(f"Fastest of all: {rate(fastest)}, at a price: {fidelity_text(fastest)}.")
+    winner = lossless if lossless is not None else fastest
+    if spec is not None and winner is not None and winner.method != spec.method and winner.speedup > spec.speedup:
+        same = "with the same output" if winner is lossless else "with a different output"
+        verdict = (f"**On {machine}, do something else:** {winner.method} is {winner.speedup:.2f}x against "
+                   f"speculation's {spec.speedup:.2f}x ({winner.speedup / spec.speedup:.2f}x better), {same}.")
+    elif spec is not None:
+        verdict = f"**On {machine}, speculate:** it is the best lossless option measured ({spec.speedup:.2f}x)."
+    else:
+        verdict = f"**On {machine}, no speculative configuration was measured.**"
+    lines.append(verdict)
+    lines += [f"Not measured: {note}" for note in notes]
+    values = {"machine": machine, "notes": notes}
+    for key, row in pick.items():
+        if row is not None:
+            values[f"{key}_method"], values[f"{key}_speedup"] = row.method, round(float(row.speedup), 3)
+    return Report(bullets(lines), values)
+
+
+def tax_text(fits: pd.DataFrame, summary: pd.DataFrame, bandwidth) -> Report:
+    """What the split says: per engine its t0, slope and 1→2 jump, and verifier-only tok/s as a share
+    of the memory floor; then framework vs machine from eager and llama.cpp on the same fp32 bytes."""
+    verifier_only = summary[summary["speculation"] == ""]
+    tok_s = {f"{r.engine} · {r.precision}": r.tok_s for r in verifier_only.itertuples()}
+    lines = [f"Measured bandwidth (matrix-vector product, {bandwidth.threads} threads): {bandwidth.matvec_gbs:.1f} "
+             f"GB/s; copy {bandwidth.copy_gbs:.1f} GB/s."]
+    values = {"bandwidth_gbs": round(bandwidth.matvec_gbs, 2)}
+    for r in fits.itertuples():
+        speed = tok_s.get(r.engine)
+        share = f"; verifier-only {speed:.1f} tok/s = {speed / r.floor_tok_s:.0%} of its floor" if speed else ""
+        lines.append(f"{r.engine}: t = {r.t0_ms:.1f} ms + {r.ms_per_token:.1f} ms·n (R² {r.r2:.2f}), t(2)/t(1) = "
+                     f"{r.t2_over_t1:.2f}; {r.step_mb:.0f} MB per step → floor {r.floor_tok_s:.0f} tok/s{share}.")
+        values[f"tax_{r.engine}"] = {"t0_ms": round(r.t0_ms, 2), "ms_per_token": round(r.ms_per_token, 2),
+                                     "t2_over_t1": round(r.t2_over_t1, 3), "floor_tok_s": round(r.floor_tok_s, 1),
+                                     "share_of_floor": round(speed / r.floor_tok_s, 3) if speed else None}
+    eager = fits[fits["engine"] == "PyTorch eager · fp32"]
+    native = fits[fits["engine"] == "llama.cpp · F32"]
+    if len(eager) and len(native):
+        e, n = eager.iloc[0], native.iloc[0]
+        lines.append(f"Same fp32 bytes, two engines: a 1-token forward costs {e.t1_ms:.1f} ms in PyTorch eager and "
+                     f"{n.t1_ms:.1f} ms in llama.cpp against a floor of {e.floor_ms:.1f} ms. Of eager's time, "
+                     f"{max(e.t1_ms - n.t1_ms, 0):.1f} ms ({max(e.t1_ms - n.t1_ms, 0) / e.t1_ms:.0%}) is framework and "
+                     f"kernel choice (llama.cpp does without it); {n.t1_ms - e.floor_ms:.1f} ms is what even llama.cpp "
+                     "spends above the floor.")
+        values["framework_share_of_eager_step"] = round(max(e.t1_ms - n.t1_ms, 0) / e.t1_ms, 3)
+    return Report(bullets(lines), values)
+
+
+def batching_text(table: pd.DataFrame) -> Report:
+    last = table.iloc[-1]
+    lines = [f"Batch {int(r.batch_size)}: {r.throughput_tok_s:.1f} tok/s in total ({r.throughput_x:.2f}x batch "
+             f"1), each prompt waits {r.latency_ms / 1e3:.1f} s ({r.latency_x:.2f}x)" for r in table.itertuples()]
+    text = bullets(lines, f"Batching multiplies throughput by {last.throughput_x:.2f} at batch "
+                          f"{int(last.batch_size)}, paid in latency: it serves many users, speculation serves one "
+                          "faster.")
+    return Report(text, {"batching": table.round(3).to_dict(orient="records")})
+
+
+def instead_line(measured: dict | None) -> str:
+    """One line for ``specnb predict`` and notebook 06: what speculation and its alternatives measured on
+    this machine, e.g. "speculation 1.07x; llama.cpp · F32 1.45x (same output); int8 2.1x (1/8 identical)"."""
+    if not measured:
+        return ("no alternatives measured on this machine yet: notebook 07 measures them (`specnb run "
+                "notebooks/07_alternatives.ipynb`)")
+    summary = pd.DataFrame(measured["rows"])
+    pick = choices(summary)
+    parts = []
+    if pick["speculation"] is not None:
+        parts.append(f"speculation ({pick['speculation'].speculation}) {pick['speculation'].speedup:.2f}x")
+    for key in ("lossless", "fastest"):
+        row = pick[key]
+        if row is not None and not any(row.method in p for p in parts):
+            parts.append(f"{row.method} {row.speedup:.2f}x ({fidelity_text(row)})")
+    return f"measured on this machine ({measured['created_utc'][:10]}): " + "; ".join(parts)

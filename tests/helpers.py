@@ -1,0 +1,183 @@
+"""What several test modules share: the one tiny-model factory, a word-level tokenizer, drafts that
+agree with their verifier often but not always, ragged prompts, synthetic run records, and checks
+(a trace replays the engine's steps; an HTML page fetches nothing from the network).
+
+Test modules import it as ``helpers`` (``tests/`` is on ``sys.path`` through its ``conftest.py``);
+fixtures live in ``conftest.py``.
+"""
+
+import re
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+WORDS = [f"w{i}" for i in range(60)]  # the word-level tokenizer's words (ids 3..62)
+
+
+# ---------------------------------------------------------------------------- tiny models
+
+
+def tiny_config(arch: str = "llama", vocab: int = 200, hidden: int = 64, layers: int = 2, **overrides):
+    """A transformers config of a tiny decoder: 4 heads over 2 KV heads, MLP twice the hidden size."""
+    config_cls = ARCHS[arch][0]
+    settings = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                    intermediate_size=2 * hidden, vocab_size=vocab, tie_word_embeddings=False)
+    return config_cls(**{**settings, **overrides})
+
+
+def tiny_model(arch: str = "llama", vocab: int = 200, hidden: int = 64, layers: int = 2, seed: int = 0,
+               peaked: float = 1.0, **overrides):
+    """A random-init tiny causal LM in eval mode; ``peaked`` scales its lm_head (peaked logits: no argmax
+    near-ties, which would make acceptance arbitrary)."""
+    torch.manual_seed(seed)
+    model = ARCHS[arch][1](tiny_config(arch, vocab, hidden, layers, **overrides)).eval()
+    if peaked != 1.0:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(peaked)
+    return model
+
+
+def word_model(seed: int, layers: int = 2):
+    """A tiny verifier over ``tiny_tokenizer``'s vocabulary, with peaked logits."""
+    return tiny_model(vocab=len(WORDS) + 3, layers=layers, seed=seed, peaked=8.0, max_position_embeddings=256,
+                      eos_token_id=2, pad_token_id=0)
+
+
+def word_pair(seed: int = 0):
+    """``word_model`` and ``tiny_tokenizer`` as ``load_pair`` returns a verifier without a draft."""
+    from specnb.models.load import Pair
+
+    return Pair(word_model(seed), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """Word-level: ``<pad>`` 0, ``<unk>`` 1, ``<eos>`` 2, then ``WORDS``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(["<pad>", "<unk>", "<eos>", *WORDS])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
+
+
+def perturbed_copy(model, scale: float, seed: int):
+    """A draft that agrees with the verifier often but not always: its weights plus noise of ``scale``
+    times each tensor's spread."""
+    torch.manual_seed(seed)
+    draft = type(model)(model.config).eval()
+    draft.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(scale * p.std() * torch.randn_like(p))
+    return draft
+
+
+def peaked_pair(arch, noise=0.004, scale=8.0, vocab=200):
+    """Verifier with peaked logits (no argmax near-ties) and a draft that is a perturbed copy of it."""
+    verifier = tiny_model(arch, vocab, peaked=scale)
+    draft = tiny_model(arch, vocab)
+    draft.load_state_dict(verifier.state_dict())
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * noise)
+    return verifier, draft
+
+
+def ragged_prompts(batch=4, width=12, vocab=200, seed=0):
+    """Left-padded random prompts of lengths width, width-3, width-6, ..."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (batch, width), generator=gen)
+    mask = torch.ones_like(ids)
+    for i in range(batch):
+        mask[i, : (3 * i) % (width - 2)] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+# ---------------------------------------------------------------------------- records and checks
+
+
+def record(candidate, prompt, tokens, wall, draft="", gamma=0, accepted_by_position=(), drafted_by_position=(),
+           steps=None, draft_ms=0.0, verify_ms=None, verifier_forwards=None, repeat=0, category="c"):
+    """One synthetic run record, as ``specnb.measure.runs.run_interleaved`` writes them."""
+    accepted, drafted = sum(accepted_by_position), sum(drafted_by_position)
+    steps = tokens if steps is None else steps
+    return {"repeat": repeat, "prompt_ids": prompt, "categories": category, "candidate": candidate, "draft": draft,
+            "gamma": gamma, "batch_size": 1, "new_tokens": tokens, "wall_ms": wall, "prefill_ms": 0.0,
+            "draft_ms": draft_ms, "verify_ms": wall - draft_ms if verify_ms is None else verify_ms, "accept_ms": 0.0,
+            "rollback_ms": 0.0, "other_ms": 0.0, "accepted": accepted, "drafted": drafted, "steps": steps,
+            "verifier_forwards": steps + 1 if verifier_forwards is None else verifier_forwards, "draft_forwards": 0,
+            "accept_lengths": [], "accepted_by_position": list(accepted_by_position),
+            "drafted_by_position": list(drafted_by_position)}
+
+
+def synthetic(candidate, tokens, walls, accepted=0, drafted=0, steps=1, gamma=0):
+    """Records of one candidate on prompts p0, p1, ...: ``tokens`` and ``walls`` per prompt."""
+    return [{"repeat": 0, "prompt_ids": f"p{i}", "categories": "c", "candidate": candidate, "draft": "", "gamma": gamma,
+             "batch_size": 1, "new_tokens": t, "wall_ms": w, "prefill_ms": 0.1 * w, "draft_ms": 0.0,
+             "verify_ms": 0.9 * w, "accept_ms": 0.0, "rollback_ms": 0.0, "other_ms": 0.0, "accepted": accepted,
+             "drafted": drafted, "steps": steps, "verifier_forwards": steps, "draft_forwards": 0,
+             "accept_lengths": [], "accepted_by_position": [], "drafted_by_position": []}
+            for i, (t, w) in enumerate(zip(tokens, walls))]
+
+
+def sweep_record(candidate, gamma, prompt="p0", *, tokens, forwards, draft_ms=0.0, verify_ms=0.0, overhead_ms=0.0,
+           accepted=0, drafted=0, steps=0, batch_size=1, ragged=0, idle=0, accept_lengths=(), repeat=0):
+    """One run_interleaved-style record; ``overhead_ms`` is split over accept and rollback; per-position
+    counts follow from ``accept_lengths`` with every step drafting γ."""
+    wall = draft_ms + verify_ms + overhead_ms + 5.0
+    return {"repeat": repeat, "prompt_ids": prompt, "categories": "c", "candidate": candidate,
+            "draft": "d" if gamma else "", "gamma": gamma, "batch_size": batch_size, "new_tokens": tokens,
+            "wall_ms": wall, "prefill_ms": 5.0, "draft_ms": draft_ms, "verify_ms": verify_ms,
+            "accept_ms": overhead_ms / 2, "rollback_ms": overhead_ms / 2, "other_ms": 0.0, "drafted": drafted,
+            "accepted": accepted, "steps": steps, "verifier_forwards": forwards, "draft_forwards": 0,
+            "accept_lengths": list(accept_lengths),
+            "accepted_by_position": [sum(n > i for n in accept_lengths) for i in range(gamma)],
+            "drafted_by_position": [len(accept_lengths)] * gamma, "ragged_slots": ragged, "idle_row_steps": idle}
+
+
+def gamma_sweep():
+    """Verifier-only decodes 10 tokens at 10 ms each. γ=2: 4 steps of 24 ms (10 draft, 12 verify,
+    2 bookkeeping) yield 2.5 tokens each: wins. γ=6: 5 steps of 44 ms yield 2 tokens each: loses."""
+    rows = []
+    for p, scale in (("p0", 1.0), ("p1", 1.02), ("p2", 0.98)):
+        rows += [sweep_record("verifier-only", 0, p, tokens=11, forwards=11, verify_ms=100 * scale),
+                 sweep_record("d γ=2", 2, p, tokens=11, forwards=5, draft_ms=40 * scale, verify_ms=48 * scale,
+                        overhead_ms=8 * scale, accepted=6, drafted=8, steps=4, accept_lengths=[2, 2, 1, 1]),
+                 sweep_record("d γ=6", 6, p, tokens=11, forwards=6, draft_ms=150 * scale, verify_ms=60 * scale,
+                        overhead_ms=10 * scale, accepted=5, drafted=30, steps=5, accept_lengths=[1, 1, 1, 1, 1])]
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
+    """Assert that each row's trace, replayed at ``gamma``, accepts what the engine accepts step by step;
+    returns the tokens each row's trace accepted (so a caller can check the draft did anything)."""
+    import numpy as np
+
+    from specnb.engine.generate import generate
+    from specnb.predict.drafts import draft_traits
+    from specnb.predict.traces import AcceptanceTrace, pack, replay, verifier_features
+
+    accepted = []
+    for row in range(len(ids)):
+        context = ids[row, mask[row].bool()].tolist()
+        generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
+        runs, proposed = draft_traits(draft).trace(context, generated, 16,
+                                                   verifier_features(verifier, context + generated[:-1]))
+        packed = pack([AcceptanceTrace("p", runs, proposed, 16, True)], len(generated))
+        got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
+        result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14)
+        live = got.active[:, 0, 0]
+        assert got.accepted[live, 0, 0].tolist() == result.accepted_per_step[0], row
+        accepted.append(sum(runs))
+    return accepted
+
+
+def assert_offline(html: str) -> None:
+    """No script, stylesheet or image is fetched from the network."""
+    remote = re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)=["'](https?:)?//""", html)
+    assert remote == []
+    assert "cdn" not in " ".join(re.findall(r"<script[^>]*>", html)).lower()

@@ -1,0 +1,120 @@
+"""Building the EAGLE / Medusa training corpus and training both heads, on a tiny random-init verifier.
+
+The verifier has SmolLM2's vocabulary (so the embedded tokenizer's chat template applies) but width 64
+and two layers, so the whole file runs in seconds.
+"""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from helpers import tiny_model
+from transformers import AutoTokenizer
+
+from specnb.app import cli
+from specnb.models.heads import head_kind, load_head
+from specnb.models.training import train_heads as T
+from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, plan_openers
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CORPUS = HeadCorpusConfig(n_chats=4, batch=2, instr_cap=6, steps=24)
+CONFIGS = {
+    "eagle": replace(T.HEADS["smollm2-eagle"], head_tokens=64, epochs=15, batch_positions=64, warmup=2),
+    "medusa": replace(T.HEADS["smollm2-medusa"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, lr=5e-3),
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from specnb.models.embedded import embedded_verifier_path
+
+    return AutoTokenizer.from_pretrained(embedded_verifier_path())
+
+
+@pytest.fixture(scope="module")
+def verifier(tokenizer):
+    return tiny_model(vocab=len(tokenizer), tie_word_embeddings=True, initializer_range=0.2).requires_grad_(False)
+
+
+@pytest.fixture(scope="module")
+def corpus(verifier, tokenizer, tmp_path_factory):
+    return build_head_corpus(verifier, tokenizer, CORPUS, tmp_path_factory.mktemp("corpus"), progress=False)
+
+
+def test_corpus_keeps_the_verifier_features_of_every_fed_token(verifier, tokenizer, corpus):
+    assert len(corpus) == CORPUS.n_chats
+    header = tokenizer("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    for seq in corpus:
+        assert seq.loss_from < seq.answer_from <= len(seq.ids)
+        assert seq.ids[seq.answer_from - len(header):seq.answer_from].tolist() == header  # the forced header
+        assert len(seq.ids) - 1 <= len(seq.feats) <= len(seq.ids)
+        with torch.no_grad():  # teacher-forced on the sequence alone: the same features as the batched loop
+            h = verifier.model(input_ids=seq.ids[None, :len(seq.feats)].long()).last_hidden_state[0]
+        torch.testing.assert_close(seq.feats.float(), h, atol=2e-2, rtol=1e-2)
+        # the answer is greedy: each answer token is the verifier's argmax at the position before it
+        targets = seq.ids[seq.answer_from:len(seq.feats)].long()
+        assert torch.equal(verifier.lm_head(h[seq.answer_from - 1:len(seq.feats) - 1]).argmax(-1), targets)
+
+
+def test_corpus_resumes_from_shards_and_is_deterministic(verifier, tokenizer, corpus, tmp_path):
+    fresh = build_head_corpus(verifier, tokenizer, CORPUS, None, progress=False)
+    first = build_head_corpus(verifier, tokenizer, CORPUS, tmp_path, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chat-0000.pt", "chat-0001.pt"]
+    (tmp_path / "chat-0001.pt").unlink()  # an interrupted build: the finished batch is kept, the other rebuilt
+    again = build_head_corpus(verifier, tokenizer, CORPUS, tmp_path, progress=False)
+    for a, b, c, d in zip(fresh, first, again, corpus):
+        assert torch.equal(a.ids, b.ids) and torch.equal(b.ids, c.ids) and torch.equal(c.ids, d.ids)
+        assert torch.equal(a.feats, c.feats)
+    other = build_head_corpus(verifier, tokenizer, replace(CORPUS, seed=1), None, progress=False)
+    assert [s.ids.tolist() for s in other] != [s.ids.tolist() for s in corpus]
+
+
+def test_plan_is_a_prefix_of_a_longer_plan():
+    assert plan_openers(replace(CORPUS, n_chats=64))[:4] == plan_openers(CORPUS)
+    assert replace(CORPUS, n_chats=64).key() == CORPUS.key() != replace(CORPUS, steps=25).key()
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_training_lowers_the_loss(verifier, corpus, kind):
+    cfg = CONFIGS[kind]
+    head_ids = T.head_token_ids(corpus, cfg.head_tokens, verifier.config.vocab_size)
+    assert len(head_ids) == 64 and {0, 1, 2} <= set(head_ids.tolist())
+    model = (T.new_eagle if kind == "eagle" else T.new_medusa)(verifier, head_ids, cfg)
+    report = T.train_head(model, corpus, cfg, progress=False)
+    assert report.steps == cfg.epochs * len(T.make_batches(corpus, cfg.batch_positions, cfg.seed, 0))
+    assert report.last["loss"] < 0.8 * report.first["loss"]
+
+
+def test_heads_are_saved_loadable_and_the_same_for_the_same_seed(verifier, corpus, tmp_path):
+    configs = {"e": replace(CONFIGS["eagle"], epochs=1), "m": replace(CONFIGS["medusa"], epochs=1)}
+    for out, seed in (("a", 0), ("b", 0), ("c", 1)):
+        seeded = {n: replace(c, seed=seed) for n, c in configs.items()}
+        T.train_heads(verifier, corpus, ["e", "m"], tmp_path / out, CORPUS, seeded, progress=False)
+    for name, kind in (("e", "eagle"), ("m", "medusa")):
+        read = {o: (tmp_path / o / name / "weights.safetensors").read_bytes() for o in "abc"}
+        assert read["a"] == read["b"] != read["c"]
+        folder = tmp_path / "a" / name
+        assert head_kind(folder) == kind and json.loads((folder / "config.json").read_text())["head_tokens"] == 64
+        head = load_head(folder, verifier)
+        assert head.head_weight.shape == (64, 64)
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["e", "m"]  # no temporary folders left
+
+
+def test_unknown_head_name_is_one_line_and_exit_2(capsys):
+    assert cli.main(["build-heads", "--only", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown head name" in err
+
+
+@pytest.mark.parametrize("name, kind", [("smollm2-eagle", "eagle"), ("smollm2-medusa", "medusa")])
+def test_the_committed_heads_resolve_by_name(name, kind):
+    from specnb.models.embedded import list_embedded
+    from specnb.models.load import locate
+    from specnb.models.registry import embedded_draft_names, resolve_draft
+
+    assert name in embedded_draft_names() and resolve_draft(name).kind == kind
+    assert not locate(name).has_tokenizer  # a head reads the verifier's features: no tokenizer of its own
+    row = next(r for r in list_embedded() if r["name"] == name)
+    assert row["kind"] == kind and row["params"] > 0 and row["flops_per_token"] > 0

@@ -1,0 +1,137 @@
+"""The shipped notebooks: stored clean with one parameters cell, and all of them smoke-run through the CLI.
+
+Notebooks are discovered from ``notebooks/`` at collection time, so a new numbered notebook is
+covered without editing this file. Each notebook's smoke run is its own test, through the same CLI
+as ``specnb run --smoke``, so the test runner's workers share them out: a smoke run checks that
+every cell runs and writes its outputs, not what it times.
+"""
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import papermill
+import pytest
+from helpers import assert_offline
+
+from specnb.app.runner import list_notebooks
+from specnb.core.paths import REPO_ROOT
+from specnb.engine import llama_cpp
+
+NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
+RUNNER_SET = {"smoke": False, "output_dir": "", "interactive": True}  # the runner sets these; defaults for JupyterLab
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def test_notebooks_are_found():
+    assert len(NOTEBOOKS) >= 3, NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_clean_with_one_parameters_cell_and_a_conclusion(path):
+    nb = nbformat.read(path, as_version=4)
+    assert [c.execution_count for c in code_cells(nb) if c.outputs or c.execution_count is not None] == []
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and tagged[0].cell_type == "code"
+    declared = papermill.inspect_notebook(str(path))
+    assert {name: ast.literal_eval(declared[name]["default"]) for name in RUNNER_SET if name in declared} == RUNNER_SET
+    assert nb.cells[0].cell_type == "markdown" and "?" in nb.cells[0].source  # the question it answers
+    conclusion = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "Conclusion" in c.source]
+    assert conclusion and any(c.cell_type == "code" for c in nb.cells[conclusion[-1]:])  # printed from the data
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_markdown_has_no_latex(path):
+    """The shared HTML is offline and carries no MathJax: a formula written as $...$ would reach the
+    reader as raw LaTeX, so formulas are written in Unicode."""
+    nb = nbformat.read(path, as_version=4)
+    assert [c.source[:80] for c in nb.cells if c.cell_type == "markdown" and "$" in c.source] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_smoke_run_writes_parseable_outputs(path, tmp_path):
+    # One thread per run: the test workers run two notebooks at once on as many cores, and two
+    # two-thread kernels on two cores took 4-8x as long as one alone.
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "specnb", "run", path.stem[:2], "--smoke", "--json", "--out",
+                           str(tmp_path)], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout)
+    assert [r["notebook"] for r in runs] == [path.stem] and all(r["ok"] for r in runs)
+    stem = path.stem
+    executed = nbformat.read(tmp_path / f"{stem}.ipynb", as_version=4)
+    outputs = [o for c in code_cells(executed) for o in c.outputs]
+    assert [o for o in outputs if o.output_type == "error"] == [], stem
+    assert [o for o in outputs if WIDGET_VIEW in o.get("data", {})] == [], f"{stem}: a widget is dead in HTML"
+    html = (tmp_path / f"{stem}.html").read_text(encoding="utf-8")
+    assert "<svg" in html, f"{stem}: no inline SVG chart"
+    assert "cdn.jsdelivr" not in html and '<script src="http' not in html, stem
+    assert_offline(html)
+    summary = json.loads((tmp_path / f"{stem}.summary.json").read_text())
+    assert summary["ok"] and summary["parameters"]["smoke"] is True, stem
+    assert summary["environment"]["packages"]["torch"] and summary["results"], stem
+    tables = [name for name in summary["files"] if name.endswith(".csv")]
+    assert tables, f"{stem} recorded no table"
+    for name in tables:
+        assert not pd.read_csv(tmp_path / name).empty, name
+
+
+def test_decision_notebook_defaults_give_enough_held_out_prompts():
+    """Notebook 06's default prompt counts must split: below the number of categories, validation
+    narrows both pools to its categories, so 20 calibration prompts need 4 validation prompts."""
+    from specnb.app.parameters import declared_defaults
+    from specnb.measure.prompts import split_prompts
+
+    path = next(p for p in NOTEBOOKS if p.stem.startswith("06"))
+    params = declared_defaults(path)
+    calibration, validation = split_prompts("all", params["n_calibration_prompts"], params["n_validation_prompts"])
+    assert (len(calibration), len(validation)) == (params["n_calibration_prompts"], params["n_validation_prompts"])
+    assert not set(calibration["prompt"]) & set(validation["prompt"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(llama_cpp.missing_note() is not None, reason="llama.cpp missing (make setup)")
+def test_a_crashing_engine_is_a_note_and_the_notebook_still_finishes(tmp_path):
+    """Every llama.cpp child of notebook 07 dies with SIGILL at its first call (the crash hook): the
+    kernel lives, the note names the signal, every other method, the charts and the conclusion run,
+    and no child is left behind."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {
+        "OMP_NUM_THREADS": "1", "SPECNB_CRASH_ENGINE": "SIGILL", "SPECNB_TEST_RUN": uuid.uuid4().hex}
+    done = subprocess.run([sys.executable, "-m", "specnb", "run", "07", "--smoke", "--json", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    executed = nbformat.read(tmp_path / "07_alternatives.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in code_cells(executed) for o in c.outputs)
+    assert re.search(r"note: verifier-only · llama.cpp · Q4_1: left out, llama.cpp \([^)]+\.gguf\) died with "
+                     r"SIGILL \(illegal instruction\)\n", text), text
+    summary = pd.read_csv(tmp_path / "07_alternatives.summary.csv")
+    assert "llama.cpp" not in set(summary["engine"]) and len(summary) >= 2  # the baseline and int8 still ran
+    assert "llama.cpp" not in set(pd.read_csv(tmp_path / "07_alternatives.tax_fits.csv")["engine"].str[:9])
+    assert "<svg" in (tmp_path / "07_alternatives.html").read_text(encoding="utf-8")
+    results = json.loads((tmp_path / "07_alternatives.summary.json").read_text())["results"]
+    assert any("died with SIGILL" in str(v) for v in results.values())  # the conclusion carries the note
+    assert processes_with(env["SPECNB_TEST_RUN"]) == []  # the kernel and its engine children are all gone
+
+
+def processes_with(tag: str) -> list[int]:
+    """Pids of live processes whose environment carries ``SPECNB_TEST_RUN=tag`` (a run's children)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"SPECNB_TEST_RUN={tag}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
