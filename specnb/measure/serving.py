@@ -1,0 +1,344 @@
+"""Load on an OpenAI-compatible serving engine: one record per request, counters per run, interleaved.
+
+The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server``
+started by ``specnb.engine.serving``, or a running vLLM or SGLang server (``-p endpoint``). Every
+speculation configuration is its own server (a *target*); the sweep runs each concurrency level on
+every target, on the same prompts, in an order rotated from level to level and round to round, so
+a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
+interleaves candidates).
+
+- **Load**: closed loop (``concurrency`` requests in flight, each worker sending its next prompt
+  when the last one finished) or open loop (Poisson arrivals at ``rate`` per second, seeded).
+  Streaming: TTFT, the gaps between streamed chunks (ITL) and E2E latency are timed per request;
+  TPOT = (E2E − TTFT) ÷ (output tokens − 1). Accepted draft tokens arrive as a burst, so the ITLs
+  are bimodal and TPOT, not mean ITL, is what speculation changes. Token counts come from the
+  server's ``usage``, so no tokenizer is needed.
+- **Records** use ``vllm bench serve``'s per-request names (``ttft``, ``itl``, ``latency``,
+  ``tpot``, ``output_tokens``, ``prompt_len``, ``success``, ``error``, ``start_time``; seconds, as
+  in its ``RequestFuncOutput``) so results compare directly.
+- **Counters**: the engine's Prometheus spec-decode counters (``llamacpp:`` or ``vllm:``, same
+  names) are scraped before and after each run and differenced; llama.cpp adds a slot's counts when
+  its request finishes, and every request of a run has finished when it is scraped.
+
+Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_summary``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from specnb.core.errors import SpecnbError
+
+
+class EndpointError(SpecnbError, RuntimeError):
+    """An endpoint is unreachable or does not speak the OpenAI API; the message says which and why."""
+
+
+@dataclass
+class Target:
+    """One configuration's server: ``name`` ("spec-off", "ngram k=4"), its base ``url``, the
+    ``engine`` family ("llama.cpp", "vllm", "sglang") and the ``model`` name requests carry."""
+
+    name: str
+    url: str
+    engine: str = "llama.cpp"
+    model: str = ""
+
+
+@dataclass
+class RequestRecord:
+    """One request, named as in vLLM's ``RequestFuncOutput`` (times in seconds)."""
+
+    success: bool = False
+    error: str = ""
+    prompt_len: int = 0
+    output_tokens: int = 0
+    ttft: float = float("nan")
+    itl: list[float] = field(default_factory=list)
+    latency: float = float("nan")
+    tpot: float = float("nan")
+    start_time: float = 0.0
+    generated_text: str = ""
+    draft_n: int = 0  # llama.cpp's per-request timings; 0 elsewhere
+    draft_n_accepted: int = 0
+
+
+@dataclass
+class Counters:
+    """Spec-decode counters of one scrape (or the difference of two)."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    accepted_per_pos: list[float] = field(default_factory=list)
+    n_decode: float = 0.0  # llama.cpp: llama_decode() calls of the verifier
+    tokens_predicted: float = 0.0
+
+    def minus(self, before: Counters) -> Counters:
+        n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        pad = lambda v: list(v) + [0.0] * (n - len(v))  # noqa: E731
+        return Counters(**{k: getattr(self, k) - getattr(before, k) for k in
+                           ("drafts", "draft_tokens", "accepted", "n_decode", "tokens_predicted")},
+                        accepted_per_pos=[a - b for a, b in zip(pad(self.accepted_per_pos),
+                                                                pad(before.accepted_per_pos))])
+
+
+COUNTER_NAMES = {"spec_decode_num_drafts_total": "drafts", "spec_decode_num_draft_tokens_total": "draft_tokens",
+                 "spec_decode_num_accepted_tokens_total": "accepted", "n_decode_total": "n_decode",
+                 "tokens_predicted_total": "tokens_predicted", "generation_tokens_total": "tokens_predicted"}
+METRIC_LINE = re.compile(r"^(?:llamacpp|vllm):(\w+?)(?:\{([^}]*)\})?\s+([-+0-9.eE]+|NaN)\s*$")
+
+
+def parse_counters(text: str) -> Counters:
+    """Counters from Prometheus text; series with several label sets (vLLM's per-model) are summed."""
+    found, per_pos = Counters(), {}
+    for line in text.splitlines():
+        match = METRIC_LINE.match(line.strip())
+        if not match:
+            continue
+        name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
+        if name == "spec_decode_num_accepted_tokens_per_pos_total":
+            position = int(re.search(r'position="(\d+)"', labels).group(1))
+            per_pos[position] = per_pos.get(position, 0.0) + value
+        elif name in COUNTER_NAMES:
+            setattr(found, COUNTER_NAMES[name], getattr(found, COUNTER_NAMES[name]) + value)
+    found.accepted_per_pos = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else []
+    return found
+
+
+def scrape(target: Target, timeout_s: float = 10.0) -> Counters:
+    """The target's spec-decode counters now (zeros when it exposes no ``/metrics``)."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{target.url}/metrics", timeout=timeout_s)
+    except httpx.HTTPError as err:
+        raise EndpointError(f"{target.name}: cannot read {target.url}/metrics: {err}") from err
+    return parse_counters(response.text) if response.status_code == 200 else Counters()
+
+
+def check_target(target: Target, timeout_s: float = 10.0) -> Target:
+    """Fail with one line unless ``target`` answers ``/v1/models`` like an OpenAI server; fills in
+    ``model`` with the first model it serves when none was given."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{target.url}/v1/models", timeout=timeout_s)
+        models = [m["id"] for m in response.json()["data"]]
+    except httpx.HTTPError as err:
+        raise EndpointError(f"{target.name}: {target.url} is unreachable ({err}); start the server or fix "
+                            "-p endpoint") from err
+    except (ValueError, KeyError, TypeError) as err:
+        raise EndpointError(f"{target.name}: {target.url}/v1/models is not an OpenAI-compatible answer "
+                            f"(HTTP {response.status_code})") from err
+    return Target(target.name, target.url, target.engine, target.model or (models[0] if models else ""))
+
+
+def request_body(target: Target, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
+    """Greedy chat completion, streamed with usage (and ``ignore_eos``: every request is ``max_tokens`` long,
+    as vLLM bench sends it)."""
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos}
+    return body | ({"model": target.model} if target.model else {})
+
+
+async def stream_one(client, target: Target, prompt: str, max_tokens: int, ignore_eos: bool, t0: float
+                     ) -> RequestRecord:
+    """Send one streamed request and time its chunks."""
+    record, text, last = RequestRecord(), [], None
+    start = time.perf_counter()
+    record.start_time = start - t0
+    try:
+        async with client.stream("POST", f"{target.url}/v1/chat/completions",
+                                 json=request_body(target, prompt, max_tokens, ignore_eos)) as response:
+            if response.status_code != 200:
+                record.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
+                return record
+            async for line in response.aiter_lines():
+                if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                now = time.perf_counter()
+                delta = "".join((c.get("delta") or {}).get("content") or "" for c in chunk.get("choices") or [])
+                if delta:
+                    if last is None:
+                        record.ttft = now - start
+                    else:
+                        record.itl.append(now - last)
+                    last = now
+                    text.append(delta)
+                read_usage(record, chunk)
+        record.latency = time.perf_counter() - start
+    except Exception as err:  # connection refused or reset (a dead server), a malformed stream
+        record.error = f"{type(err).__name__}: {err}"[:300]
+        return record
+    record.generated_text = "".join(text)
+    record.output_tokens = record.output_tokens or len(record.itl) + (last is not None)
+    if record.output_tokens > 1 and last is not None:
+        record.tpot = (record.latency - record.ttft) / (record.output_tokens - 1)
+    record.success = last is not None
+    record.error = "" if record.success else "no tokens streamed"
+    return record
+
+
+def read_usage(record: RequestRecord, chunk: dict) -> None:
+    usage, timings = chunk.get("usage") or {}, chunk.get("timings") or {}
+    record.prompt_len = usage.get("prompt_tokens", record.prompt_len)
+    record.output_tokens = usage.get("completion_tokens", record.output_tokens)
+    record.draft_n = timings.get("draft_n", record.draft_n)
+    record.draft_n_accepted = timings.get("draft_n_accepted", record.draft_n_accepted)
+
+
+async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_tokens: int,
+                      ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
+    """Every prompt once, ``concurrency`` in flight; (records in prompt order, duration in s)."""
+    import httpx
+
+    queue = list(enumerate(prompts))[::-1]
+    records: list[RequestRecord | None] = [None] * len(prompts)
+
+    async def worker(client, t0):
+        while queue:
+            index, prompt = queue.pop()
+            records[index] = await stream_one(client, target, prompt, max_tokens, ignore_eos, t0)
+
+    limits = httpx.Limits(max_connections=concurrency + 1)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0), limits=limits) as client:
+        t0 = time.perf_counter()  # after the client's setup (its SSL context alone takes ~0.1 s)
+        await asyncio.gather(*(worker(client, t0) for _ in range(concurrency)))
+    return records, time.perf_counter() - t0
+
+
+async def poisson_loop(target: Target, prompts: list[str], rate: float, max_tokens: int, seed: int = 0,
+                       ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
+    """Every prompt once, arriving as a Poisson process of ``rate`` requests/s (seeded); no cap in flight."""
+    import httpx
+
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(prompts))
+
+    async def one(client, t0, at, prompt):
+        await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+        return await stream_one(client, target, prompt, max_tokens, ignore_eos, t0)
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
+                                 limits=httpx.Limits(max_connections=None)) as client:
+        t0 = time.perf_counter()
+        records = await asyncio.gather(*(one(client, t0, at, p) for at, p in zip(np.cumsum(gaps), prompts)))
+    return list(records), time.perf_counter() - t0
+
+
+def run_async(coroutine):
+    """Run a coroutine to completion on its own loop in a thread: a Jupyter kernel already runs one."""
+    box = {}
+
+    def main():
+        try:
+            box["result"] = asyncio.run(coroutine)
+        except BaseException as err:  # handed to the caller
+            box["error"] = err
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)  # short joins: Ctrl-C reaches the caller at once
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+@dataclass
+class Sweep:
+    """A sweep's raw data: ``records`` (one row per request), ``runs`` (one row per target, level
+    and round, with differenced counters) and ``stopped``: one line when it ended early."""
+
+    records: pd.DataFrame
+    runs: pd.DataFrame
+    stopped: str = ""
+
+
+def level_order(names: list[str], level_index: int, round_index: int) -> list[str]:
+    """Targets in the order they run at one level and round: rotated by both."""
+    shift = (level_index + round_index) % max(len(names), 1)
+    return names[shift:] + names[:shift]
+
+
+def warm_up(targets: list[Target], prompts: list[str], max_tokens: int = 4) -> None:
+    """One short request to each target, so its first measured run pays no one-time cost."""
+    for target in targets:
+        run_async(closed_loop(target, prompts[:1], 1, max_tokens))
+
+
+def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *, max_tokens: int = 32,
+              rounds: int = 1, mode: str = "closed", seed: int = 0, ignore_eos: bool = True, warmup: bool = True,
+              alive: Callable[[str], bool] | None = None, on_run: Callable[[Sweep], None] | None = None,
+              progress: bool = False) -> Sweep:
+    """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson") on every target,
+    same prompts, targets rotated per level and round. ``alive(name)``: whether a target's server is
+    still up (a dead one ends the sweep: finished levels are kept, the level it died in is marked
+    ``partial``). ``on_run`` sees the sweep so far after every run (to save it as it grows)."""
+    texts = list(prompts["prompt"])
+    names = [t.name for t in targets]
+    by_name = {t.name: t for t in targets}
+    records, runs = [], []
+    if warmup:
+        warm_up(targets, texts)
+    sweep = Sweep(pd.DataFrame(), pd.DataFrame())
+    for li, level in enumerate(levels):
+        for r in range(rounds):
+            for name in level_order(names, li, r):
+                target = by_name[name]
+                before = scrape(target)
+                load = closed_loop(target, texts, int(level), max_tokens, ignore_eos) if mode == "closed" else \
+                    poisson_loop(target, texts, float(level), max_tokens, seed + r, ignore_eos)
+                done, duration = run_async(load)
+                failed = [d for d in done if not d.success]
+                down = bool(failed) and alive is not None and not alive(name)
+                counters = Counters() if down else scrape(target).minus(before)
+                records += [request_row(d, target, level, r, i, prompts) for i, d in enumerate(done)]
+                runs.append(run_row(target, level, r, duration, done, counters, partial=down))
+                sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs))
+                if progress:
+                    print(f"{name} at {level}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
+                if on_run:
+                    on_run(sweep)
+                if down:
+                    mark_partial(sweep, level)
+                    sweep.stopped = (f"{name}'s server died at level {level} ({failed[0].error}); levels before "
+                                     f"it are kept, level {level} is marked partial")
+                    return sweep
+    return sweep
+
+
+def mark_partial(sweep: Sweep, level) -> None:
+    sweep.runs.loc[sweep.runs["concurrency"] == level, "partial"] = True
+    sweep.records.loc[sweep.records["concurrency"] == level, "partial"] = True
+
+
+def request_row(record: RequestRecord, target: Target, level, round_index: int, index: int,
+                prompts: pd.DataFrame) -> dict:
+    row = asdict(record)
+    row["itl"] = json.dumps([round(x, 6) for x in record.itl])
+    meta = prompts.iloc[index]
+    return {"engine": target.engine, "config": target.name, "concurrency": level, "round": round_index,
+            "prompt_index": index, "category": meta.get("category", ""), "partial": False, **row}
+
+
+def run_row(target: Target, level, round_index: int, duration: float, done: list[RequestRecord],
+            counters: Counters, partial: bool) -> dict:
+    ok = [d for d in done if d.success]
+    return {"engine": target.engine, "config": target.name, "concurrency": level, "round": round_index,
+            "duration": duration, "completed": len(ok), "failed": len(done) - len(ok),
+            "total_output_tokens": sum(d.output_tokens for d in ok), "partial": partial,
+            "spec_decode_num_drafts": counters.drafts, "spec_decode_draft_tokens": counters.draft_tokens,
+            "spec_decode_accepted_tokens": counters.accepted,
+            "accepted_per_pos": json.dumps(counters.accepted_per_pos), "n_decode": counters.n_decode,
+            "tokens_predicted": counters.tokens_predicted}
