@@ -200,7 +200,10 @@ def read_usage(record: RequestRecord, chunk: dict) -> None:
 
 async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_tokens: int,
                       ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
-    """Every prompt once, ``concurrency`` in flight; (records in prompt order, duration in s)."""
+    """Every prompt once, ``concurrency`` in flight; (records in prompt order, duration in s).
+
+    A new connection per request: llama-server may close a kept-alive connection after a stream,
+    and a request sent on it then fails with "disconnected without sending a response"."""
     import httpx
 
     queue = list(enumerate(prompts))[::-1]
@@ -211,7 +214,7 @@ async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_
             index, prompt = queue.pop()
             records[index] = await stream_one(client, target, prompt, max_tokens, ignore_eos, t0)
 
-    limits = httpx.Limits(max_connections=concurrency + 1)
+    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0), limits=limits) as client:
         t0 = time.perf_counter()  # after the client's setup (its SSL context alone takes ~0.1 s)
         await asyncio.gather(*(worker(client, t0) for _ in range(concurrency)))
@@ -230,7 +233,7 @@ async def poisson_loop(target: Target, prompts: list[str], rate: float, max_toke
         return await stream_one(client, target, prompt, max_tokens, ignore_eos, t0)
 
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
-                                 limits=httpx.Limits(max_connections=None)) as client:
+                                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)) as client:
         t0 = time.perf_counter()
         records = await asyncio.gather(*(one(client, t0, at, p) for at, p in zip(np.cumsum(gaps), prompts)))
     return list(records), time.perf_counter() - t0

@@ -1,0 +1,71 @@
+"""The real llama-server on the embedded verifier's GGUF (skipped when no binary is built): n-gram
+speculation is lossless against spec-off, its counters move on a copy-heavy prompt, a bad GGUF is
+one line with the server's last log line, and no server outlives its context."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from specnb.engine.serving import Server, ServerConfig, ServerFailed, missing_note, server_args, servers
+from specnb.measure.serving import Target, run_sweep
+from specnb.measure.serving_summary import summarise_sweep
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built")]
+
+COPY = "Copy this sentence word for word: The committee will meet on Tuesday to discuss the budget for the new library."
+PROMPTS = pd.DataFrame({"prompt": [COPY, "Write one sentence about rivers."], "category": ["copy", "chat"]})
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = open(f"/proc/{pid}/status").read() if os.path.exists(f"/proc/{pid}/status") else ""
+    return "zombie" in status
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    from specnb.models.gguf import embedded_gguf
+
+    return str(embedded_gguf("smollm2-135m", "q4_1"))
+
+
+def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
+    configs = [ServerConfig("spec-off", verifier, slots=2, ctx_per_slot=512, threads=1),
+               ServerConfig("ngram k=4", verifier, spec_type="ngram-simple", n_max=4, slots=2, ctx_per_slot=512,
+                            threads=1)]
+    with servers(configs) as running:
+        pids = [s.pid for s in running.values()]
+        targets = [Target(name, s.url) for name, s in running.items()]
+        sweep = run_sweep(targets, PROMPTS, [1], max_tokens=24, ignore_eos=False, warmup=False)
+    assert all(gone(pid) for pid in pids)
+    records = sweep.records
+    assert records["success"].all()
+    texts = records.pivot(index="prompt_index", columns="config", values="generated_text")
+    assert (texts["spec-off"] == texts["ngram k=4"]).all(), texts  # greedy: the same tokens
+    runs = sweep.runs.set_index("config")
+    assert runs.loc["ngram k=4", "spec_decode_accepted_tokens"] > 0 and runs.loc["spec-off", "spec_decode_num_drafts"] == 0
+    row = summarise_sweep(records, sweep.runs, n_boot=50).set_index("config").loc["ngram k=4"]
+    assert 0 < row["alpha"] <= 1 and row["tau"] > 1 and row["identical_outputs"] == 2
+    per_position = json.loads(row["per_position"])
+    assert len(per_position) == 4 and per_position == sorted(per_position, reverse=True)  # reaching i needs i − 1
+
+
+def test_a_bad_gguf_is_one_line_with_the_last_log_line(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    server = Server(ServerConfig("broken", str(bad), threads=1))
+    with pytest.raises(ServerFailed, match="exited with code") as err:
+        server.start()
+    assert "\n" not in str(err.value) and gone(server.pid)
+
+
+def test_server_arguments_are_loopback_with_the_speculation_flags():
+    args = server_args(ServerConfig("d", "v.gguf", spec_type="draft-simple", draft="d.gguf", n_max=3, slots=4,
+                                    ctx_per_slot=256, threads=1), port=8123)
+    assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("-c") + 1] == "1024"
+    assert args[args.index("-md") + 1] == "d.gguf" and args[args.index("--spec-draft-n-max") + 1] == "3"
