@@ -345,3 +345,13 @@ def run_row(target: Target, level, round_index: int, duration: float, done: list
             "spec_decode_accepted_tokens": counters.accepted,
             "accepted_per_pos": json.dumps(counters.accepted_per_pos), "n_decode": counters.n_decode,
             "tokens_predicted": counters.tokens_predicted}
+
+
+def sweep_servers(configs, prompts: pd.DataFrame, levels: list[int], **settings) -> Sweep:
+    """Start one llama-server per ``ServerConfig``, run ``run_sweep`` on them (a server that dies ends
+    it, see there), and stop every server however the sweep ends (Ctrl-C included)."""
+    from specnb.engine.serving import servers
+
+    with servers(configs) as running:
+        targets = [Target(name, server.url, "llama.cpp") for name, server in running.items()]
+        return run_sweep(targets, prompts, levels, alive=lambda name: running[name].alive(), **settings)
