@@ -4,12 +4,16 @@ one line with the server's last log line, and no server outlives its context."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pandas as pd
 import pytest
 
 from specnb.engine.serving import Server, ServerConfig, ServerFailed, missing_note, server_args, servers
-from specnb.measure.serving import Target, run_sweep
+from specnb.measure.serving import Target, run_sweep, sweep_servers
 from specnb.measure.serving_summary import summarise_sweep
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built")]
@@ -70,3 +74,45 @@ def test_server_arguments_are_loopback_with_the_speculation_flags():
                                     ctx_per_slot=256, threads=1), port=8123)
     assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("-c") + 1] == "1024"
     assert args[args.index("-md") + 1] == "d.gguf" and args[args.index("--spec-draft-n-max") + 1] == "3"
+
+
+def server_children() -> list[int]:
+    """llama-server processes this test process started."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"llama-server" in cmdline:
+            found.append(int(pid))
+    return found
+
+
+def test_ctrl_c_stops_the_server_and_keeps_the_records(verifier):
+    seen = {}
+
+    def interrupt(sweep):
+        seen["pids"], seen["records"] = server_children(), len(sweep.records)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep_servers([ServerConfig("spec-off", verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS, [1],
+                      max_tokens=4, warmup=False, on_run=interrupt)
+    assert seen["pids"] and seen["records"] == 2 and all(gone(pid) for pid in seen["pids"])
+
+
+def test_the_server_dies_with_a_killed_kernel(verifier):
+    script = ("import sys, time\nfrom specnb.engine.serving import Server, ServerConfig\n"
+              f"s = Server(ServerConfig('k', {verifier!r}, slots=1, ctx_per_slot=256, threads=1)).start()\n"
+              "print(s.pid, flush=True)\ntime.sleep(60)\n")
+    kernel = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = int(kernel.stdout.readline())
+    assert not gone(pid)
+    kernel.send_signal(signal.SIGKILL)  # no atexit, no context manager: only the parent-death signal
+    kernel.wait()
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(pid)
