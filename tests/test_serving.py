@@ -168,6 +168,13 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
     assert {"mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "p90_e2el_ms"} <= set(summary.columns)
 
 
+def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
+    _, url = fake
+    sweep = run_sweep([Target("spec-off", url)], PROMPTS.head(2), [4], max_tokens=2, warmup=False)
+    assert list(sweep.records["prompt_index"]) == [0, 1, 2, 3] and list(sweep.records["category"]) == ["x"] * 4
+    assert sweep.records["success"].all()
+
+
 def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
     handler, url = fake
     handler.die_after = 1 + 4 + 2  # warm-up, all of level 1, half of level 2

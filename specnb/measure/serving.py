@@ -289,6 +289,7 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
     still up (a dead one ends the sweep: finished levels are kept, the level it died in is marked
     ``partial``). ``on_run`` sees the sweep so far after every run (to save it as it grows)."""
     texts = list(prompts["prompt"])
+    prompts = prompts.reset_index(drop=True)
     names = [t.name for t in targets]
     by_name = {t.name: t for t in targets}
     records, runs = [], []
@@ -300,8 +301,9 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
             for name in level_order(names, li, r):
                 target = by_name[name]
                 before = scrape(target)
-                load = closed_loop(target, texts, int(level), max_tokens, ignore_eos) if mode == "closed" else \
-                    poisson_loop(target, texts, float(level), max_tokens, seed + r, ignore_eos)
+                sent = requests_for(texts, level, mode)
+                load = closed_loop(target, sent, int(level), max_tokens, ignore_eos) if mode == "closed" else \
+                    poisson_loop(target, sent, float(level), max_tokens, seed + r, ignore_eos)
                 done, duration = run_async(load)
                 failed = [d for d in done if not d.success]
                 down = bool(failed) and alive is not None and not alive(name)
@@ -321,6 +323,13 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
     return sweep
 
 
+def requests_for(texts: list[str], level, mode: str) -> list[str]:
+    """The prompts a run sends: each once, cycled in closed loop until every one of ``level`` workers
+    has at least one (fewer prompts than the concurrency would never fill it)."""
+    n = max(len(texts), int(level)) if mode == "closed" else len(texts)
+    return [texts[i % len(texts)] for i in range(n)]
+
+
 def mark_partial(sweep: Sweep, level) -> None:
     sweep.runs.loc[sweep.runs["concurrency"] == level, "partial"] = True
     sweep.records.loc[sweep.records["concurrency"] == level, "partial"] = True
@@ -330,7 +339,7 @@ def request_row(record: RequestRecord, target: Target, level, round_index: int, 
                 prompts: pd.DataFrame) -> dict:
     row = asdict(record)
     row["itl"] = json.dumps([round(x, 6) for x in record.itl])
-    meta = prompts.iloc[index]
+    meta = prompts.iloc[index % len(prompts)]
     return {"engine": target.engine, "config": target.name, "concurrency": level, "round": round_index,
             "prompt_index": index, "category": meta.get("category", ""), "partial": False, **row}
 
