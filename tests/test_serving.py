@@ -190,6 +190,21 @@ def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
     assert sweep.records[sweep.records["concurrency"] == 1]["success"].all()
 
 
+def test_an_endpoint_that_stops_answering_ends_the_sweep(fake):
+    handler, url = fake
+    handler.die_after = 1 + 4  # warm-up and level 1; then every request is dropped
+    scrapes = []
+
+    def models_then_gone(self):  # answers the two scrapes around level 1, then nothing
+        scrapes.append(self.path)
+        self.connection.close() if len(scrapes) > 2 else FakeEngine.do_GET(self)
+
+    handler.do_GET = models_then_gone
+    sweep = run_sweep([Target("spec-off", url)], PROMPTS, [1, 2], max_tokens=3)
+    assert "stopped answering before level 2" in sweep.stopped and "\n" not in sweep.stopped
+    assert list(sweep.runs["concurrency"]) == [1] and sweep.records["success"].all()
+
+
 def test_unreachable_or_not_openai_endpoints_are_one_line(fake):
     _, url = fake
     assert check_target(Target("a", url)).model == "fake"

@@ -143,6 +143,16 @@ def check_target(target: Target, timeout_s: float = 10.0) -> Target:
     return Target(target.name, target.url, target.engine, target.model or (models[0] if models else ""))
 
 
+def reachable(target: Target, timeout_s: float = 5.0) -> bool:
+    """Whether the target still answers ``/v1/models`` (how a sweep on an endpoint tells a dead server)."""
+    import httpx
+
+    try:
+        return httpx.get(f"{target.url}/v1/models", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def request_body(target: Target, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
     """Greedy chat completion, streamed with usage (and ``ignore_eos``: every request is ``max_tokens`` long,
     as vLLM bench sends it)."""
@@ -286,8 +296,9 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
               progress: bool = False) -> Sweep:
     """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson") on every target,
     same prompts, targets rotated per level and round. ``alive(name)``: whether a target's server is
-    still up (a dead one ends the sweep: finished levels are kept, the level it died in is marked
-    ``partial``). ``on_run`` sees the sweep so far after every run (to save it as it grows)."""
+    still up (default: it answers ``/v1/models``), asked when a run had failed requests; a dead one
+    ends the sweep: finished levels are kept, the level it died in is marked ``partial``. ``on_run``
+    sees the sweep so far after every run (to save it as it grows)."""
     texts = list(prompts["prompt"])
     prompts = prompts.reset_index(drop=True)
     names = [t.name for t in targets]
@@ -300,14 +311,20 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
         for r in range(rounds):
             for name in level_order(names, li, r):
                 target = by_name[name]
-                before = scrape(target)
+                try:
+                    before = scrape(target)
+                except EndpointError as err:
+                    return stop(sweep, level, f"{name}'s server stopped answering before level {level} ({err})")
                 sent = requests_for(texts, level, mode)
                 load = closed_loop(target, sent, int(level), max_tokens, ignore_eos) if mode == "closed" else \
                     poisson_loop(target, sent, float(level), max_tokens, seed + r, ignore_eos)
                 done, duration = run_async(load)
                 failed = [d for d in done if not d.success]
-                down = bool(failed) and alive is not None and not alive(name)
-                counters = Counters() if down else scrape(target).minus(before)
+                down = bool(failed) and not (alive(name) if alive else reachable(target))
+                try:
+                    counters = Counters() if down else scrape(target).minus(before)
+                except EndpointError:
+                    counters, down = Counters(), True
                 records += [request_row(d, target, level, r, i, prompts) for i, d in enumerate(done)]
                 runs.append(run_row(target, level, r, duration, done, counters, partial=down))
                 sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs))
@@ -316,10 +333,16 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                 if on_run:
                     on_run(sweep)
                 if down:
-                    mark_partial(sweep, level)
-                    sweep.stopped = (f"{name}'s server died at level {level} ({failed[0].error}); levels before "
-                                     f"it are kept, level {level} is marked partial")
-                    return sweep
+                    why = failed[0].error if failed else "its counters could not be read"
+                    return stop(sweep, level, f"{name}'s server died at level {level} ({why})")
+    return sweep
+
+
+def stop(sweep: Sweep, level, why: str) -> Sweep:
+    """End a sweep early: the level it stopped in is marked partial, ``stopped`` says why in one line."""
+    if len(sweep.runs):
+        mark_partial(sweep, level)
+    sweep.stopped = f"{why}; levels before it are kept, level {level} is marked partial".replace("\n", " ")
     return sweep
 
 
