@@ -16,6 +16,7 @@ from specnb.predict.serving import (
     serving_policy,
     step_cost,
     step_ms,
+    validate_held_out,
     validate_serving,
     vllm_config,
 )
@@ -100,3 +101,19 @@ def test_speculation_entries_are_checked(monkeypatch):
     assert configs[2].spec_type == "draft-simple" and configs[2].draft == "/m/smollm2-draft-s.q4_1"
     with pytest.raises(ParameterError, match="TYPE:K"):
         server_configs("smollm2-135m", "q4_1", ["ngram-simple"], 8, 512)
+
+
+def test_held_out_validation_calibrates_on_even_prompts_and_scores_the_odd():
+    rows = []
+    for config, tpot, draft_n, accepted in (("spec-off", 0.010, 0, 0), ("ngram k=2", 0.008, 12, 4)):
+        for index in range(4):
+            rows.append({"config": config, "concurrency": 1, "round": 0, "prompt_index": index, "success": True,
+                         "output_tokens": 11, "ttft": 0.1, "latency": 0.1 + 10 * tpot, "tpot": tpot,
+                         "draft_n": draft_n, "draft_n_accepted": accepted, "generated_text": "same"})
+    validation = validate_held_out(pd.DataFrame(rows), {"ngram k=2": False}, n_boot=20)
+    row = validation.iloc[0]
+    # even prompts: 22 tokens, 8 accepted -> 14 steps, 24 drafted: d = 24/14, τ' = 22/14; one level so t is flat
+    assert row["draft_per_step"] == pytest.approx(24 / 14) and row["tokens_per_step"] == pytest.approx(22 / 14)
+    assert row["predicted_speedup_tpot"] == pytest.approx(22 / 14) and row["speedup_tpot"] == pytest.approx(1.25)
+    assert not row["calibration"] and row["prompts"] == "held out"
+    assert validate_held_out(pd.DataFrame(rows).assign(draft_n=0), {"ngram k=2": False}).empty

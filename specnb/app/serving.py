@@ -218,12 +218,15 @@ def prediction_text(validation: pd.DataFrame) -> Report:
     if math.isnan(error):
         return Report("Too few levels to validate the serving predictor (it needs two or more).", {})
     worst = validation[~validation["calibration"]].sort_values("error").iloc[-1]
+    held_out = (validation["prompts"] == "held out").all()
+    where = ("on held-out prompts at every level (calibrated on the even-numbered prompts, validated on the odd)"
+             if held_out else "over the levels it was not calibrated on, same prompts")
     return Report(bullets([
-        f"median error of the predicted TPOT speedup over the levels it was not calibrated on: **{error:.1%}** "
-        f"(target ≤ 15%); worst {worst['error']:.1%} ({worst['config']} at {worst['concurrency']})",
+        f"median error of the predicted TPOT speedup {where}: **{error:.1%}** (target ≤ 15%); worst "
+        f"{worst['error']:.1%} ({worst['config']} at {worst['concurrency']})",
         "calibrated on each configuration's lowest level (its acceptance, and for a draft model its drafting "
-        "cost), with the spec-off TPOT curve as the engine's step cost; the same prompts as the measurement"]),
-        {"serving_predictor_median_error": error})
+        "cost), with the spec-off TPOT curve as the engine's step cost"]),
+        {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
 def policy_text(policy: pd.DataFrame, configs: list[ServerConfig], engine: str = "llama.cpp") -> Report:
