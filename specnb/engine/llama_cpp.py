@@ -8,25 +8,42 @@ the difference is the framework's share. Its Q4_1 file is what a CPU user would 
 
 Every generation goes through ``Llama.generate`` at temperature 0 (llama.cpp's greedy sampler),
 where llama-cpp-python runs its ``draft_model`` speculation, so speculation and verifier-only are
-compared like with like. The binding is optional: ``missing_note`` says how to add it.
+compared like with like. The binding is optional: ``missing_note`` says how to add it, or why the
+build on this machine failed its self-test (``specnb.engine.llama_build``).
+
+Callers get an ``IsolatedLlamaCpp``: the model lives in a child process (``specnb.engine.isolation``),
+so native code that faults on this CPU ends one method with a note, not the notebook. ``LlamaCpp``
+is what runs inside that child.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-INSTALL_HINT = ("llama.cpp rows need llama-cpp-python: `pip install llama-cpp-python==0.3.36` (builds from "
-                "source with cmake and a C++ compiler, ~7 min on 2 cores) or `make setup`")
+from specnb.engine.isolation import Child
+
+INSTALL_HINT = ("llama.cpp rows need llama-cpp-python: `make setup` builds it for this CPU (cmake and a C++ "
+                "compiler, about 7 min on 2 cores), or `pip install llama-cpp-python==0.3.36`")
 
 
 def missing_note() -> str | None:
-    """None when llama-cpp-python imports, else one line saying how to install it."""
+    """None when llama.cpp can run here; else one line: how to install it, or how setup's self-test
+    of this machine's build failed (then it is left out rather than crashing later)."""
+    from specnb.engine.llama_build import read_status
+
+    status = read_status()
+    if status is not None and not status.get("ok"):
+        return f"llama.cpp left out: {status.get('error')} (at setup; see README, *llama.cpp on your CPU*)"
     try:
-        import llama_cpp  # noqa: F401
-    except Exception:  # ImportError, or a wheel built for another CPU failing to load its library
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            return INSTALL_HINT
+    except (ImportError, ValueError):
         return INSTALL_HINT
     return None
 
@@ -94,6 +111,14 @@ class LlamaCpp:
 
     def probe(self, n_tokens: int, context_len: int) -> LlamaCppProbe:
         return LlamaCppProbe(self, n_tokens, context_len)
+
+    def time_probe(self, n_tokens: int, context_len: int) -> float:
+        """One timed probe forward (the probes of one shape are alike, so they are kept per shape)."""
+        probes = self.__dict__.setdefault("_probes", {})
+        key = (n_tokens, context_len)
+        if key not in probes:
+            probes[key] = self.probe(n_tokens, context_len)
+        return probes[key].time_ms()
 
 
 class LlamaCppProbe:
@@ -171,3 +196,52 @@ def gguf_draft(path, gamma: int, threads: int, head_tokens=None, n_ctx: int = 10
             return np.array(out, dtype=np.intc)
 
     return GGUFDraft()
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """llama.cpp's own speculation, as data that can cross into the child: ``kind`` "lookup"
+    (prompt lookup) or "gguf" (a draft model file, with the trimmed head's ``head_tokens``)."""
+
+    kind: str
+    gamma: int
+    path: str = ""
+    head_tokens: tuple[int, ...] | None = None
+
+
+def open_model(path: str, threads: int, n_ctx: int, draft: DraftSpec | None) -> LlamaCpp:
+    """Build a ``LlamaCpp`` with its draft: the factory an ``IsolatedLlamaCpp`` runs in its child."""
+    if draft is None:
+        return LlamaCpp(path, threads, n_ctx)
+    if draft.kind == "lookup":
+        return LlamaCpp(path, threads, n_ctx, draft=lookup_draft(draft.gamma))
+    return LlamaCpp(path, threads, n_ctx, draft=gguf_draft(draft.path, draft.gamma, threads, draft.head_tokens, n_ctx))
+
+
+class IsolatedLlamaCpp:
+    """A ``LlamaCpp`` in a child process, with the same ``generate`` and ``probe``: a crash there
+    raises ``specnb.engine.isolation.EngineCrashed`` (one line naming the signal) in the caller."""
+
+    def __init__(self, path, threads: int, n_ctx: int = 1024, draft: DraftSpec | None = None):
+        self.path = str(path)
+        self.child = Child("specnb.engine.llama_cpp:open_model", self.path, threads, n_ctx, draft,
+                           what=f"llama.cpp ({Path(self.path).name})")
+
+    def generate(self, prompt: list[int], max_new_tokens: int, eos=()) -> Generated:
+        return self.child.call("generate", list(prompt), max_new_tokens, tuple(eos))
+
+    def probe(self, n_tokens: int, context_len: int) -> IsolatedProbe:
+        return IsolatedProbe(self, n_tokens, context_len)
+
+    def close(self) -> None:
+        self.child.close()
+
+
+class IsolatedProbe:
+    """``LlamaCppProbe`` run in the model's child; ``time_ms`` is timed there."""
+
+    def __init__(self, model: IsolatedLlamaCpp, n_tokens: int, context_len: int):
+        self.model, self.n_tokens, self.context_len, self.batch_size = model, n_tokens, context_len, 1
+
+    def time_ms(self) -> float:
+        return self.model.child.call("time_probe", self.n_tokens, self.context_len)

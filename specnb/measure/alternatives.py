@@ -36,6 +36,7 @@ import pandas as pd
 
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError
+from specnb.engine.isolation import EngineCrashed
 from specnb.engine.llama_cpp import Generated
 from specnb.measure.fidelity import fidelity
 from specnb.measure.forward import fit_line, measure_forward_grids
@@ -57,7 +58,8 @@ class Method:
     speculation: str  # "" (none), or what drafts: "prompt-lookup γ=4"
     lossless: bool
     run: Callable[[list[int], int], Generated]
-    model: object = None  # the verifier it runs (a torch model or a ``LlamaCpp``), for the tax split
+    model: object = None  # the verifier it runs (a torch model or an ``IsolatedLlamaCpp``), for the tax split
+    failure: str | None = None  # one line, set when its engine crashed: the method is then left out
 
 
 def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *, draft=None, draft_name: str = "",
@@ -78,7 +80,7 @@ def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *,
 
 def llama_cpp_method(name: str, model, precision: str, speculation: str = "", lossless: bool = False,
                      eos=()) -> Method:
-    """A method that runs a ``specnb.engine.llama_cpp.LlamaCpp`` model (with its draft, if it has one)."""
+    """A method that runs a ``specnb.engine.llama_cpp.IsolatedLlamaCpp`` (with its draft, if it has one)."""
     return Method(name, "llama.cpp", precision, speculation, lossless,
                   lambda prompt, max_new_tokens: model.generate(prompt, max_new_tokens, eos), model)
 
@@ -108,15 +110,15 @@ def add_compiled(methods: list[Method], pair) -> str:
 
 def tax_engines(methods: list[Method]) -> list[Engine]:
     """The verifiers of the verifier-only methods other than the baseline, as tax-split engines."""
-    from specnb.engine.llama_cpp import LlamaCpp
+    from specnb.engine.llama_cpp import IsolatedLlamaCpp
     from specnb.measure.bandwidth import step_bytes
     from specnb.models.gguf import gguf_bytes
 
     engines = []
     for m in methods:
-        if m.speculation or m.name == BASELINE_METHOD or m.model is None:
+        if m.speculation or m.name == BASELINE_METHOD or m.model is None or m.failure:
             continue
-        size = gguf_bytes(m.model.path) if isinstance(m.model, LlamaCpp) else step_bytes(m.model)
+        size = gguf_bytes(m.model.path) if isinstance(m.model, IsolatedLlamaCpp) else step_bytes(m.model)
         engines.append(Engine(f"{m.engine} · {m.precision}", m.model, size))
     return engines
 
@@ -188,8 +190,9 @@ def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisi
 
 
 def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_ctx: int, notes: list) -> list[Method]:
-    """llama.cpp rows on the embedded models' GGUF files (see ``build_methods``)."""
-    from specnb.engine.llama_cpp import LlamaCpp, gguf_draft, lookup_draft
+    """llama.cpp rows on the embedded models' GGUF files (see ``build_methods``), each model in its
+    own child process: one that cannot even load here (a crash at load) becomes a note."""
+    from specnb.engine.llama_cpp import DraftSpec, IsolatedLlamaCpp
     from specnb.models.gguf import embedded_gguf
     from specnb.models.registry import EMBEDDED_VERIFIER
     from specnb.models.trimmed_head import read_head_tokens
@@ -200,26 +203,45 @@ def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_
         return []
     eos = [pair.tokenizer.eos_token_id]
     methods = []
+
+    def add(name: str, path, label: str, speculation: str, lossless: bool, draft: DraftSpec | None = None):
+        try:
+            model = IsolatedLlamaCpp(path, threads, n_ctx, draft)
+        except (EngineCrashed, RuntimeError) as err:
+            notes.append(f"{name}: left out, {err}")
+            return
+        methods.append(llama_cpp_method(name, model, label, speculation, lossless, eos))
+
     for key in precisions:
         label = LLAMA_PRECISIONS[key]
         path = embedded_gguf(EMBEDDED_VERIFIER, key)
         lossless = key == "f32"  # same fp32 weights and math; Q4_1 also quantizes activations to 8 bits
-        methods.append(llama_cpp_method(f"verifier-only · llama.cpp · {label}", LlamaCpp(path, threads, n_ctx),
-                                        label, lossless=lossless, eos=eos))
+        add(f"verifier-only · llama.cpp · {label}", path, label, "", lossless)
         for g in lookup_gammas:
-            model = LlamaCpp(path, threads, n_ctx, draft=lookup_draft(g))
-            methods.append(llama_cpp_method(f"prompt-lookup γ={g} · llama.cpp · {label}", model, label,
-                                            f"prompt-lookup γ={g}", lossless, eos))
+            add(f"prompt-lookup γ={g} · llama.cpp · {label}", path, label, f"prompt-lookup γ={g}", lossless,
+                DraftSpec("lookup", g))
         if llama_draft and key == "q4_1":
             draft_path = embedded_gguf(llama_draft, "q4_1")
             from specnb.models.embedded import embedded_draft_path
 
             head = read_head_tokens(embedded_draft_path(llama_draft))
             g = lookup_gammas[0]
-            model = LlamaCpp(path, threads, n_ctx, draft=gguf_draft(draft_path, g, threads, head, n_ctx))
-            methods.append(llama_cpp_method(f"{llama_draft} γ={g} · llama.cpp · {label}", model, label,
-                                            f"{llama_draft} γ={g}", lossless, eos))
+            add(f"{llama_draft} γ={g} · llama.cpp · {label}", path, label, f"{llama_draft} γ={g}", lossless,
+                DraftSpec("gguf", g, str(draft_path), tuple(int(t) for t in head) if head is not None else None))
     return methods
+
+
+def failures(methods: list[Method]) -> list[str]:
+    """One note per method whose engine crashed during the run (it is left out of every table)."""
+    return [f"{m.name}: left out, {m.failure}" for m in methods if m.failure]
+
+
+def close_methods(methods: list[Method]) -> None:
+    """End the child processes of the methods that run in one (llama.cpp); safe to call twice."""
+    for m in methods:
+        close = getattr(m.model, "close", None)
+        if close is not None:
+            close()
 
 
 def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[list[int]], *, repeats: int = 1,
@@ -229,7 +251,8 @@ def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[l
     The methods run interleaved per prompt, their order rotated from prompt to prompt, so a slow
     spell of the machine lands on all of them alike. ``warmup`` first runs each on a few tokens so
     one-time costs (allocator growth, kernel selection, llama.cpp's first graph) land on no one.
-    The garbage collector is paused during each run, as ``timeit`` does.
+    The garbage collector is paused during each run, as ``timeit`` does. A method whose engine
+    crashes (``EngineCrashed``) is dropped with its records and its ``failure`` set; the others go on.
     """
     from tqdm.auto import tqdm
 
@@ -237,9 +260,16 @@ def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[l
         raise ParameterError(f"the first method must be the baseline {BASELINE_METHOD!r}")
     if len({m.name for m in methods}) != len(methods):
         raise ParameterError("method names must be unique")
+    def attempt(method: Method, ids: list[int], n: int) -> Generated | None:
+        try:
+            return method.run(ids, n)
+        except EngineCrashed as err:
+            method.failure = str(err)
+            return None
+
     if warmup:
         for method in methods:
-            method.run(prompt_ids[0], 4)
+            attempt(method, prompt_ids[0], 4)
     records = []
     with tqdm(total=repeats * len(prompt_ids) * len(methods), desc="alternatives", unit="run",
               disable=not progress) as bar:
@@ -247,19 +277,29 @@ def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[l
             for i, (row, ids) in enumerate(zip(prompts.itertuples(index=False), prompt_ids)):
                 shift = (repeat * len(prompt_ids) + i) % len(methods)
                 for method in methods[shift:] + methods[:shift]:
+                    if method.failure:
+                        bar.update()
+                        continue
                     collecting = gc.isenabled()
                     gc.disable()
                     try:
-                        out = method.run(ids, max_new_tokens)
+                        out = attempt(method, ids, max_new_tokens)
                     finally:
                         if collecting:
                             gc.enable()
+                    if out is None:
+                        bar.update()
+                        continue
                     records.append({"method": method.name, "repeat": repeat, "prompt_ids": str(row.id),
                                     "category": row.category, "prompt_tokens": len(ids),
                                     "new_tokens": len(out.tokens), "wall_ms": out.wall_ms,
                                     "verifier_forwards": out.verifier_forwards, "tokens": list(out.tokens)})
                     bar.update()
-    return pd.DataFrame.from_records(records)
+    records = pd.DataFrame.from_records(records)
+    crashed = [m.name for m in methods if m.failure]
+    if crashed and not records.empty:
+        records = records[~records["method"].isin(crashed)].reset_index(drop=True)
+    return records
 
 
 def summarise_methods(records: pd.DataFrame, methods: list[Method], n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -272,7 +312,7 @@ def summarise_methods(records: pd.DataFrame, methods: list[Method], n_boot: int 
     rows = []
     for method in methods:
         group = records[records["method"] == method.name]
-        if group.empty:
+        if group.empty or method.failure:
             continue
         paired = group.merge(base, on=keys, suffixes=("", "_base"))
         totals = paired[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum().to_numpy()
@@ -327,14 +367,25 @@ class Engine:
 
 
 def tax_split(engines: list[Engine], bandwidth, n_tokens=(1, 2, 4, 8), context_len: int = 128,
-              repeats: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+              repeats: int = 5, notes: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Forward time against tokens per forward for every engine, all logits kept (the verification
     shape), interleaved; and per engine the fit t = t0 + k·n, t(2)/t(1), the bytes a step streams
-    and the memory-bandwidth floor in tok/s. Returns (grid, fits)."""
+    and the memory-bandwidth floor in tok/s. Returns (grid, fits). An engine whose process crashes
+    is left out (one line in ``notes``) and the grid is timed again without it."""
     from specnb.measure.forward import GridShapes
 
-    grid = measure_forward_grids([GridShapes(e.name, e.model, tuple(n_tokens)) for e in engines],
-                                 context_len=context_len, repeats=repeats)
+    while True:
+        try:
+            grid = measure_forward_grids([GridShapes(e.name, e.model, tuple(n_tokens)) for e in engines],
+                                         context_len=context_len, repeats=repeats)
+            break
+        except EngineCrashed as err:
+            crashed = [e for e in engines if getattr(getattr(e.model, "child", None), "crash", None)]
+            if not crashed:
+                raise
+            engines = [e for e in engines if e not in crashed]
+            if notes is not None:
+                notes += [f"tax split, {e.name}: left out, {err}" for e in crashed]
     rows = []
     for engine in engines:
         points = grid[grid["model"] == engine.name].sort_values("n_tokens")
