@@ -8,11 +8,13 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                drafts, loading pairs (``load``), early exits, trimmed heads, prompt lookup;
                ``models/training`` distils the drafts and trains the EAGLE / Medusa heads
     engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
-               (``drafters``), KV caches, accept/reject (``sampling``), the stage timer (``timing``)
+               (``drafters``), KV caches, accept/reject (``sampling``), the stage timer (``timing``),
+               a serving engine's process (``serving``: llama-server, started and always stopped)
     measure/   prompts, interleaved runs into raw records (``runs``), per-position acceptance,
-               forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``)
+               forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``),
+               load on a serving engine and its summaries (``serving``, ``serving_summary``)
     predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
-               calibration and validation
+               calibration and validation, speculation under serving load (``serving``)
     app/       charts, sliders, notebook text, the papermill runner and the ``specnb`` command
     notebooks/ (beside the package) the narrative, calling into all of the above
 
