@@ -54,7 +54,8 @@ def render(run: Path) -> str:
     lines = [
         f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}; {env['time_utc'][:10]}; commit "
         f"{str(env['git_commit'])[:7]}; notebook 08 defaults{' (smoke)' if params.get('smoke') else ''}, run "
-        f"`{run.name}`, {res.get('minutes', '?')} min. {res.get('machine', '')}.",
+        f"`{run.name}`, {res.get('minutes', '?')} min. {res.get('machine', '')}; load average "
+        f"{res.get('load_average_start', '?')} at the start, {res.get('load_average_end', '?')} at the end.",
         f"Verifier `{used['verifier']}` ({used['precision']}), {used['prompts']} prompts × {used['rounds']} "
         f"round(s), {used['max_new_tokens']} new tokens, greedy; {used['mode']} loop at {used['levels']} "
         "(concurrent requests, or requests/s for Poisson arrivals), configurations rotated level by level; speedups "
