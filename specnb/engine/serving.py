@@ -120,14 +120,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def die_with_parent() -> None:
-    """In the child before exec: its own session, and SIGKILL when the parent dies (Linux)."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        import ctypes
+def load_libc():
+    """libc, loaded in the parent: the child between fork and exec must not import or load anything."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
 
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+LIBC = load_libc()
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the thread that started it exits (``PR_SET_PDEATHSIG``,
+    Linux), so start servers from the main thread."""
+    if LIBC is not None:
+        LIBC.prctl(1, signal.SIGKILL)
 
 
 class Server:
@@ -154,12 +166,12 @@ class Server:
         args = [str(self.binary), *server_args(self.config, self.port)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            preexec_fn=die_with_parent)
+                                            start_new_session=True, preexec_fn=die_with_parent)
         atexit.register(self.stop)
         try:
             self.wait_ready()
         except BaseException:
-            self.stop()
+            self.__exit__()
             raise
         return self
 
