@@ -237,3 +237,13 @@ def test_vllm_bench_results_read_into_the_same_tables():
     row = summary.iloc[0]
     assert row["output_throughput"] == 4.0 and row["alpha"] == pytest.approx(0.5) and row["tau"] == 2.5
     assert row["median_tpot_ms"] == pytest.approx(np.median([100 / 3, 100 / 3]))
+
+
+def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
+    from specnb.engine.serving import Server, ServerConfig, ServerFailed, missing_note
+
+    monkeypatch.setenv("SPECNB_LLAMA_SERVER", "/nonexistent/llama-server")
+    note = missing_note()
+    assert "make setup" in note and "-p endpoint" in note and "\n" not in note
+    with pytest.raises(ServerFailed, match="make setup"):
+        Server(ServerConfig("x", "m.gguf"))

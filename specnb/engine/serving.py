@@ -68,23 +68,30 @@ def default_threads(cores: int | None = None) -> int:
 
 def server_binary() -> Path | None:
     """``$SPECNB_LLAMA_SERVER``, else the project's llama.cpp build, else ``llama-server`` on PATH."""
+    from specnb.engine.llama_build import server_path
+
     if os.environ.get("SPECNB_LLAMA_SERVER"):
         path = Path(os.environ["SPECNB_LLAMA_SERVER"])
         return path if path.is_file() else None
-    try:
-        from specnb.engine.llama_build import server_path
-
-        if server_path().is_file():
-            return server_path()
-    except ImportError:
-        pass
+    if server_path().is_file():
+        return server_path()
     found = shutil.which("llama-server")
     return Path(found) if found else None
 
 
 def missing_note() -> str | None:
-    """None when a llama-server binary is found, else one line saying how to get one."""
-    return None if server_binary() else BUILD_HINT
+    """None when a llama-server binary is found (and setup's self-test of the project's build, if it
+    ran one, passed), else one line saying how to get one or why it was left out."""
+    from specnb.engine.llama_build import read_status, server_path
+
+    binary = server_binary()
+    if binary is None:
+        return BUILD_HINT
+    status = read_status()
+    if binary == server_path() and status is not None and not status.get("ok"):
+        return (f"llama-server left out: {status.get('error')} (at setup); pass a running server with "
+                "-p endpoint URL")
+    return None
 
 
 def spec_flags(config: ServerConfig) -> list[str]:
