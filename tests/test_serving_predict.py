@@ -9,6 +9,7 @@ import pytest
 from specnb.app.serving import endpoint_targets, server_configs
 from specnb.core.errors import ParameterError
 from specnb.predict.serving import (
+    folds,
     llama_server_flags,
     median_error,
     policy_ranges,
@@ -103,16 +104,19 @@ def test_speculation_entries_are_checked(monkeypatch):
         server_configs("smollm2-135m", "q4_1", ["ngram-simple"], 8, 512)
 
 
-def test_held_out_validation_calibrates_on_even_prompts_and_scores_the_odd():
+def test_held_out_validation_cross_fits_on_prompt_folds():
     rows = []
     for config, tpot, draft_n, accepted in (("spec-off", 0.010, 0, 0), ("ngram k=2", 0.008, 12, 4)):
         for index in range(4):
             rows.append({"config": config, "concurrency": 1, "round": 0, "prompt_index": index, "success": True,
+                         "prompt_id": f"p{index}", "category": "ab"[index // 2],
                          "output_tokens": 11, "ttft": 0.1, "latency": 0.1 + 10 * tpot, "tpot": tpot,
                          "draft_n": draft_n, "draft_n_accepted": accepted, "generated_text": "same"})
+    assert list(folds(pd.DataFrame(rows[:4]))) == [0, 1, 0, 1]  # alternating within categories a and b
     validation = validate_held_out(pd.DataFrame(rows), {"ngram k=2": False}, n_boot=20)
+    assert len(validation) == 2 and set(validation["fold"]) == {0, 1}
     row = validation.iloc[0]
-    # even prompts: 22 tokens, 8 accepted -> 14 steps, 24 drafted: d = 24/14, τ' = 22/14; one level so t is flat
+    # one fold: 22 tokens, 8 accepted -> 14 steps, 24 drafted: d = 24/14, τ' = 22/14; one level so t is flat
     assert row["draft_per_step"] == pytest.approx(24 / 14) and row["tokens_per_step"] == pytest.approx(22 / 14)
     assert row["predicted_speedup_tpot"] == pytest.approx(22 / 14) and row["speedup_tpot"] == pytest.approx(1.25)
     assert not row["calibration"] and row["prompts"] == "held out"

@@ -219,8 +219,8 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         return Report("Too few levels to validate the serving predictor (it needs two or more).", {})
     worst = validation[~validation["calibration"]].sort_values("error").iloc[-1]
     held_out = (validation["prompts"] == "held out").all()
-    where = ("on held-out prompts at every level (calibrated on the even-numbered prompts, validated on the odd)"
-             if held_out else "over the levels it was not calibrated on, same prompts")
+    where = ("on held-out prompts at every level (two folds of prompts with the same mix of categories, each "
+             "predicted from the other)" if held_out else "over the levels it was not calibrated on, same prompts")
     return Report(bullets([
         f"median error of the predicted TPOT speedup {where}: **{error:.1%}** (target ≤ 15%); worst "
         f"{worst['error']:.1%} ({worst['config']} at {worst['concurrency']})",

@@ -364,7 +364,8 @@ def request_row(record: RequestRecord, target: Target, level, round_index: int, 
     row["itl"] = json.dumps([round(x, 6) for x in record.itl])
     meta = prompts.iloc[index % len(prompts)]
     return {"engine": target.engine, "config": target.name, "concurrency": level, "round": round_index,
-            "prompt_index": index, "category": meta.get("category", ""), "partial": False, **row}
+            "prompt_index": index, "prompt_id": str(meta.get("id", index % len(prompts))),
+            "category": meta.get("category", ""), "partial": False, **row}
 
 
 def run_row(target: Target, level, round_index: int, duration: float, done: list[RequestRecord],

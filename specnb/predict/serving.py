@@ -12,8 +12,8 @@ The model (one engine step serves every running sequence at once):
   model calibrated at the first level and scaled like the verifier's step, δ(b) = δ(b₀)·t(b)/t(b₀).
 - Acceptance (d, τ') is taken at the calibration level only; the other levels are predictions, and
   ``validate_serving`` reports the median error there against the measured TPOT speedup.
-  ``validate_held_out`` calibrates on half the prompts (from llama.cpp's per-request draft counts)
-  and validates on the other half at every level: prompts the predictor never saw.
+  ``validate_held_out`` cross-fits on prompts (two folds with the same mix of categories, from
+  llama.cpp's per-request draft counts): every level, on prompts the predictor never saw.
 
 Why speedup falls with load: t grows with the tokens in the batch once the machine stops being
 memory-bound, and speculation multiplies those tokens by 1 + d while dividing steps only by τ'.
@@ -111,36 +111,49 @@ def request_summary(records: pd.DataFrame) -> pd.DataFrame:
                          "spec_decode_accepted_tokens": grouped["draft_n_accepted"].sum().astype(float)}).reset_index()
 
 
+def folds(records: pd.DataFrame) -> pd.Series:
+    """0 or 1 per request: prompts alternate between the two folds within each category, so both
+    folds hold the same mix (acceptance depends on the kind of prompt far more than on the load)."""
+    key = records["prompt_id"] if "prompt_id" in records else records["prompt_index"].astype(str)
+    firsts = records.assign(_key=key).drop_duplicates("_key")
+    rank = firsts.groupby("category", sort=False).cumcount() % 2
+    return key.map(dict(zip(firsts["_key"], rank)))
+
+
 def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
                       n_boot: int = 500, seed: int = 0) -> pd.DataFrame:
-    """Calibrate on the even-numbered prompts, validate on the odd ones at every level: predicted
-    TPOT speedup against the one measured on prompts the predictor never saw (``calibration`` is
-    False everywhere). Needs per-request draft counts (llama.cpp); empty without them."""
+    """Two-fold cross-fit on prompts: calibrate on one fold (``folds``), predict the TPOT speedup at
+    every level and compare with the one measured on the other fold, then the other way round —
+    every prediction is for prompts the predictor never saw (``calibration`` False everywhere).
+    Needs per-request draft counts (llama.cpp); empty without them."""
     from specnb.measure.serving_summary import paired_requests, speedup_ci
 
     if records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() == 0:
         return pd.DataFrame()
-    calibration = request_summary(records[records["prompt_index"] % 2 == 0])
-    held = records[records["prompt_index"] % 2 == 1]
-    held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
+    fold = folds(records)
     rng = np.random.default_rng(seed)
     frames = []
-    for config, draft_model in configs.items():
-        levels = sorted(held.loc[held["config"] == config, "concurrency"].unique())
-        pred = predict_serving(calibration, config, levels, baseline, draft_model)
-        measured = []
-        for level in levels:
-            paired = paired_requests(held, config, level, baseline)
-            point, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", rng, n_boot) if len(paired) else \
-                (math.nan,) * 3
-            measured.append({"concurrency": level, "speedup_tpot": point, "speedup_tpot_lo": lo,
-                             "speedup_tpot_hi": hi})
-        frame = pred.merge(pd.DataFrame(measured), on="concurrency")
-        frame["error"] = (frame["predicted_speedup_tpot"] - frame["speedup_tpot"]).abs() / frame["speedup_tpot"]
-        frame["calibration"] = False
-        frame["prompts"] = "held out"
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    for calibrate_on in (0, 1):
+        calibration = request_summary(records[fold == calibrate_on])
+        held = records[fold != calibrate_on]
+        held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
+        for config, draft_model in configs.items():
+            levels = sorted(held.loc[held["config"] == config, "concurrency"].unique())
+            pred = predict_serving(calibration, config, levels, baseline, draft_model)
+            measured = []
+            for level in levels:
+                paired = paired_requests(held, config, level, baseline)
+                point, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", rng, n_boot) if len(paired) else \
+                    (math.nan,) * 3
+                measured.append({"concurrency": level, "speedup_tpot": point, "speedup_tpot_lo": lo,
+                                 "speedup_tpot_hi": hi})
+            frame = pred.merge(pd.DataFrame(measured), on="concurrency")
+            frame["error"] = (frame["predicted_speedup_tpot"] - frame["speedup_tpot"]).abs() / frame["speedup_tpot"]
+            frame["calibration"] = False
+            frame["prompts"] = "held out"
+            frame["fold"] = 1 - calibrate_on
+            frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
 
 
 def median_error(validation: pd.DataFrame) -> float:
