@@ -51,6 +51,15 @@ def test_prediction_by_hand():
     assert pred.loc[1, "draft_ms"] == 0.0
 
 
+def test_a_forward_probe_prices_the_extra_tokens():
+    probe = pd.DataFrame({"tokens": [1, 2, 4, 8, 16], "forward_ms": [5.0, 6.0, 8.0, 12.0, 20.0]})
+    pred = predict_serving(summary_frame([1.0] * 4), "ngram k=2", LEVELS, probe=probe).set_index("concurrency")
+    tau = 100 / 60
+    # b = 4: spec-off's step 16 ms + f(12) − f(4) = 16 + (16 − 8) = 24 ms for 5/3 tokens
+    assert pred.loc[4, "predicted_tpot_ms"] == pytest.approx(24.0 / tau)
+    assert pred.loc[8, "predicted_tpot_ms"] == pytest.approx((24.0 + (20 + 8 * 1.0) - 12.0) / tau)  # f extended
+
+
 def test_a_draft_models_cost_is_calibrated_at_the_first_level():
     frame = summary_frame([1.0] * 4)
     pred = predict_serving(frame, "ngram k=2", LEVELS, draft_model=True).set_index("concurrency")

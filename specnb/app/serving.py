@@ -65,6 +65,11 @@ def endpoint_targets(endpoint: str, engine: str) -> list[Target]:
     return targets
 
 
+def probe_upto(levels, configs: list[ServerConfig]) -> int:
+    """The largest verification batch the sweep can reach: the top level × (1 + the longest draft)."""
+    return int(max(levels) * (1 + max([c.n_max for c in configs if c.spec_type != "none"] + [0])))
+
+
 def draft_lengths(configs: list[ServerConfig]) -> dict[str, int]:
     return {c.name: (c.n_max if c.spec_type != "none" else 0) for c in configs}
 
@@ -225,7 +230,8 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         f"median error of the predicted TPOT speedup {where}: **{error:.1%}** (target ≤ 15%); worst "
         f"{worst['error']:.1%} ({worst['config']} at {worst['concurrency']})",
         "calibrated on each configuration's lowest level (its acceptance, and for a draft model its drafting "
-        "cost), with the spec-off TPOT curve as the engine's step cost"]),
+        "cost), with the spec-off TPOT curve as the engine's step cost and, where the engine was probed, its "
+        "forward cost against tokens for the extra draft tokens"]),
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 

@@ -271,11 +271,42 @@ def run_async(coroutine):
 @dataclass
 class Sweep:
     """A sweep's raw data: ``records`` (one row per request), ``runs`` (one row per target, level
-    and round, with differenced counters) and ``stopped``: one line when it ended early."""
+    and round, with differenced counters), ``stopped``: one line when it ended early, and ``probe``:
+    the engine's forward cost against tokens in the batch (``probe_forward``), when measured."""
 
     records: pd.DataFrame
     runs: pd.DataFrame
     stopped: str = ""
+    probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def probe_tokens(max_tokens: int) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, ... up to the first size at or above ``max_tokens``."""
+    sizes, n = [1, 2, 3], 4
+    while sizes[-1] < max_tokens:
+        sizes += [n, n * 3 // 2]
+        n *= 2
+    return [x for i, x in enumerate(sizes) if i == 0 or sizes[i - 1] < max_tokens]
+
+
+def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int = 0) -> pd.DataFrame:
+    """The engine's cost of one forward with n tokens in the batch, for n in ``sizes``: llama.cpp's
+    own ``prompt_ms`` for a prompt of n token ids evaluated in one batch (no prompt cache), the same
+    matrix shapes as one decode step over n sequences. Sizes interleaved, ``repeats`` each; median ms."""
+    import httpx
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    with httpx.Client(timeout=120.0) as client:
+        for r in range(repeats):
+            for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
+                body = {"prompt": rng.integers(1000, 20000, size=n).tolist(), "n_predict": 1, "cache_prompt": False,
+                        "temperature": 0.0}
+                timings = client.post(f"{target.url}/completion", json=body).json().get("timings", {})
+                if "prompt_ms" in timings:
+                    rows.append({"tokens": timings["prompt_n"], "forward_ms": timings["prompt_ms"]})
+    frame = pd.DataFrame(rows, columns=["tokens", "forward_ms"])
+    return frame.groupby("tokens", as_index=False)["forward_ms"].median()
 
 
 def level_order(names: list[str], level_index: int, round_index: int) -> list[str]:
@@ -293,12 +324,13 @@ def warm_up(targets: list[Target], prompts: list[str], max_tokens: int = 4) -> N
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *, max_tokens: int = 32,
               rounds: int = 1, mode: str = "closed", seed: int = 0, ignore_eos: bool = True, warmup: bool = True,
               alive: Callable[[str], bool] | None = None, on_run: Callable[[Sweep], None] | None = None,
-              progress: bool = False) -> Sweep:
+              progress: bool = False, probe_upto: int = 0) -> Sweep:
     """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson") on every target,
     same prompts, targets rotated per level and round. ``alive(name)``: whether a target's server is
     still up (default: it answers ``/v1/models``), asked when a run had failed requests; a dead one
     ends the sweep: finished levels are kept, the level it died in is marked ``partial``. ``on_run``
-    sees the sweep so far after every run (to save it as it grows)."""
+    sees the sweep so far after every run (to save it as it grows). ``probe_upto``: first probe the
+    first llama.cpp target's forward cost up to that many tokens in the batch (``probe_forward``)."""
     texts = list(prompts["prompt"])
     prompts = prompts.reset_index(drop=True)
     names = [t.name for t in targets]
@@ -306,7 +338,9 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
     records, runs = [], []
     if warmup:
         warm_up(targets, texts)
-    sweep = Sweep(pd.DataFrame(), pd.DataFrame())
+    probed = [t for t in targets if t.engine == "llama.cpp"][:1] if probe_upto else []
+    probe = probe_forward(probed[0], probe_tokens(probe_upto), seed=seed) if probed else pd.DataFrame()
+    sweep = Sweep(pd.DataFrame(), pd.DataFrame(), probe=probe)
     for li, level in enumerate(levels):
         for r in range(rounds):
             for name in level_order(names, li, r):
@@ -327,7 +361,7 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                     counters, down = Counters(), True
                 records += [request_row(d, target, level, r, i, prompts) for i, d in enumerate(done)]
                 runs.append(run_row(target, level, r, duration, done, counters, partial=down))
-                sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs))
+                sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs), probe=probe)
                 if progress:
                     print(f"{name} at {level}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
                 if on_run:

@@ -8,8 +8,12 @@ The model (one engine step serves every running sequence at once):
 - A speculative configuration at concurrency b: each sequence's step verifies 1 + d tokens (d = draft
   tokens per step, from the counters) and yields τ' = generated tokens ÷ steps (steps = generated −
   accepted; τ' ≤ τ because steps without a draft count too). So
-  TPOT(b) = (t(b·(1 + d)) + δ(b)) ÷ τ', with δ the drafting cost per step: 0 for n-grams, for a draft
-  model calibrated at the first level and scaled like the verifier's step, δ(b) = δ(b₀)·t(b)/t(b₀).
+  TPOT(b) = (v(b) + δ(b)) ÷ τ', with δ the drafting cost per step: 0 for n-grams, for a draft model
+  calibrated at the first level and scaled like the verifier's step, δ(b) = δ(b₀)·t(b)/t(b₀).
+- The verification step v(b): with the engine's forward probe f(n) (llama.cpp: one forward of n
+  prompt tokens, timed by the engine, the same matrix shapes as a step over n sequences), spec-off's
+  measured step plus the extra tokens' cost, v(b) = t(b) + f(b·(1 + d)) − f(b); this reaches past the
+  levels measured. Without a probe (vLLM, SGLang), v(b) = t(b·(1 + d)) from the spec-off curve.
 - Acceptance (d, τ') is taken at the calibration level only; the other levels are predictions, and
   ``validate_serving`` reports the median error there against the measured TPOT speedup.
   ``validate_held_out`` cross-fits on prompts (two folds with the same mix of categories, from
@@ -61,9 +65,20 @@ def acceptance_of(row) -> tuple[float, float]:
     return row["spec_decode_draft_tokens"] / steps, row["tokens_predicted"] / steps
 
 
+def verify_ms(cost: pd.DataFrame, probe: pd.DataFrame | None, b: float, d: float) -> float:
+    """A speculative step's verification at b sequences with d draft tokens each: with a forward
+    probe, spec-off's measured step plus what the probe says the extra b·d tokens cost; without one,
+    the spec-off curve read at b·(1 + d) tokens."""
+    if probe is None or probe.empty:
+        return step_ms(cost, b * (1 + d))
+    forward = pd.DataFrame({"tokens": probe["tokens"], "step_ms": probe["forward_ms"]})
+    return step_ms(cost, b) + step_ms(forward, b * (1 + d)) - step_ms(forward, b)
+
+
 def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = BASELINE_CONFIG,
-                    draft_model: bool = False) -> pd.DataFrame:
-    """Predicted TPOT and TPOT speedup of ``config`` at each of ``levels``, calibrated at its lowest level."""
+                    draft_model: bool = False, probe: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Predicted TPOT and TPOT speedup of ``config`` at each of ``levels``, calibrated at its lowest
+    level; ``probe``: the engine's forward cost against tokens (``specnb.measure.serving.probe_forward``)."""
     cost = step_cost(summary, baseline)
     rows = summary[summary["config"] == config].sort_values("concurrency")
     if rows.empty:
@@ -71,25 +86,25 @@ def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = 
     calib = rows.iloc[0]
     d, tau = acceptance_of(calib)
     b0 = float(calib["concurrency"])
-    delta0 = max(0.0, calib["mean_tpot_ms"] * tau - step_ms(cost, b0 * (1 + d))) if draft_model else 0.0
+    delta0 = max(0.0, calib["mean_tpot_ms"] * tau - verify_ms(cost, probe, b0, d)) if draft_model else 0.0
     out = []
     for b in levels:
         delta = delta0 * step_ms(cost, b) / step_ms(cost, b0)
-        tpot = (step_ms(cost, b * (1 + d)) + delta) / tau
+        tpot = (verify_ms(cost, probe, b, d) + delta) / tau
         out.append({"config": config, "concurrency": b, "draft_per_step": d, "tokens_per_step": tau,
                     "draft_ms": delta, "predicted_tpot_ms": tpot,
                     "predicted_speedup_tpot": step_ms(cost, b) / tpot, "calibrated_at": b0})
     return pd.DataFrame(out)
 
 
-def validate_serving(summary: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG
-                     ) -> pd.DataFrame:
+def validate_serving(summary: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
+                     probe: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted against measured TPOT speedup at every measured level (``configs``: name → whether it
     drafts with a model); ``calibration`` marks the level each was calibrated on."""
     frames = []
     for config, draft_model in configs.items():
         levels = sorted(summary.loc[summary["config"] == config, "concurrency"])
-        pred = predict_serving(summary, config, levels, baseline, draft_model)
+        pred = predict_serving(summary, config, levels, baseline, draft_model, probe)
         measured = summary[summary["config"] == config][["concurrency", "speedup_tpot"]]
         frame = pred.merge(measured, on="concurrency")
         frame["error"] = (frame["predicted_speedup_tpot"] - frame["speedup_tpot"]).abs() / frame["speedup_tpot"]
@@ -121,7 +136,7 @@ def folds(records: pd.DataFrame) -> pd.Series:
 
 
 def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
-                      n_boot: int = 500, seed: int = 0) -> pd.DataFrame:
+                      n_boot: int = 500, seed: int = 0, probe: pd.DataFrame | None = None) -> pd.DataFrame:
     """Two-fold cross-fit on prompts: calibrate on one fold (``folds``), predict the TPOT speedup at
     every level and compare with the one measured on the other fold, then the other way round —
     every prediction is for prompts the predictor never saw (``calibration`` False everywhere).
@@ -139,7 +154,7 @@ def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline:
         held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
         for config, draft_model in configs.items():
             levels = sorted(held.loc[held["config"] == config, "concurrency"].unique())
-            pred = predict_serving(calibration, config, levels, baseline, draft_model)
+            pred = predict_serving(calibration, config, levels, baseline, draft_model, probe)
             measured = []
             for level in levels:
                 paired = paired_requests(held, config, level, baseline)
