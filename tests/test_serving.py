@@ -20,6 +20,7 @@ from specnb.measure.serving import (
     level_order,
     parse_counters,
     poisson_loop,
+    probe_tokens,
     run_async,
     run_sweep,
 )
@@ -247,3 +248,8 @@ def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
     assert "make setup" in note and "-p endpoint" in note and "\n" not in note
     with pytest.raises(ServerFailed, match="make setup"):
         Server(ServerConfig("x", "m.gguf"))
+
+
+def test_probe_sizes_reach_the_largest_verification_batch():
+    assert probe_tokens(1) == [1] and probe_tokens(5) == [1, 2, 3, 4, 6]
+    assert probe_tokens(40) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48]

@@ -45,8 +45,9 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
     with servers(configs) as running:
         pids = [s.pid for s in running.values()]
         targets = [Target(name, s.url) for name, s in running.items()]
-        sweep = run_sweep(targets, PROMPTS, [1], max_tokens=24, ignore_eos=False, warmup=False)
+        sweep = run_sweep(targets, PROMPTS, [1], max_tokens=24, ignore_eos=False, warmup=False, probe_upto=2)
     assert all(gone(pid) for pid in pids)
+    assert list(sweep.probe["tokens"]) == [1, 2] and (sweep.probe["forward_ms"] > 0).all()
     records = sweep.records
     assert records["success"].all()
     texts = records.pivot(index="prompt_index", columns="config", values="generated_text")
