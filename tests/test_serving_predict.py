@@ -130,3 +130,12 @@ def test_held_out_validation_cross_fits_on_prompt_folds():
     assert row["predicted_speedup_tpot"] == pytest.approx(22 / 14) and row["speedup_tpot"] == pytest.approx(1.25)
     assert not row["calibration"] and row["prompts"] == "held out"
     assert validate_held_out(pd.DataFrame(rows).assign(draft_n=0), {"ngram k=2": False}).empty
+
+
+def test_endpoint_configurations_are_read_from_their_names():
+    from specnb.app.serving import draft_kinds, draft_lengths, vllm_method
+
+    names = ["spec-off", "eagle3 k=3", "ngram k=4", "draft k=2", "mystery"]
+    assert draft_lengths(names, []) == {"eagle3 k=3": 3, "ngram k=4": 4, "draft k=2": 2}
+    assert draft_kinds(names, []) == {"eagle3 k=3": True, "ngram k=4": False, "draft k=2": True}
+    assert [vllm_method(n) for n in names[1:4]] == ["eagle3", "ngram", "draft_model"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import altair as alt
 import pandas as pd
@@ -70,8 +71,26 @@ def probe_upto(levels, configs: list[ServerConfig]) -> int:
     return int(max(levels) * (1 + max([c.n_max for c in configs if c.spec_type != "none"] + [0])))
 
 
-def draft_lengths(configs: list[ServerConfig]) -> dict[str, int]:
-    return {c.name: (c.n_max if c.spec_type != "none" else 0) for c in configs}
+def draft_lengths(names, configs: list[ServerConfig]) -> dict[str, int]:
+    """Draft length per speculative configuration: from the launches, or (endpoints) from a
+    ``k=N`` in the configuration's name, as the README's examples name them."""
+    if configs:
+        return {c.name: c.n_max for c in configs if c.spec_type != "none"}
+    found = {name: re.search(r"\bk=(\d+)", name) for name in names if name != BASELINE_CONFIG}
+    return {name: int(m.group(1)) for name, m in found.items() if m}
+
+
+def draft_kinds(names, configs: list[ServerConfig]) -> dict[str, bool]:
+    """Whether each speculative configuration drafts with a model (n-grams cost no forward); endpoints
+    named ``ngram…`` are n-grams, every other named with ``k=N`` a model (EAGLE, MTP, a draft)."""
+    if configs:
+        return {c.name: c.spec_type.startswith("draft") for c in configs if c.spec_type != "none"}
+    return {name: not name.startswith("ngram") for name in draft_lengths(names, configs)}
+
+
+def vllm_method(config: str) -> str:
+    name = config.lower()
+    return next((m for m in ("eagle3", "eagle", "mtp", "ngram", "suffix") if m in name), "draft_model")
 
 
 # ---------------------------------------------------------------- tables and charts
@@ -239,7 +258,8 @@ def policy_text(policy: pd.DataFrame, configs: list[ServerConfig], engine: str =
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
     spec_types = {c.name: c.spec_type for c in configs}
-    method = "ngram" if any(c.startswith("ngram") for c in policy["config"]) else "draft_model"
+    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG]
+    method = vllm_method(chosen[0] if chosen else policy["config"].iloc[0])
     vllm = vllm_config(policy, method)
     flags = llama_server_flags(policy, spec_types)
     body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
