@@ -12,7 +12,8 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                a serving engine's process (``serving``: llama-server, started and always stopped)
     measure/   prompts, interleaved runs into raw records (``runs``), per-position acceptance,
                forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``),
-               load on a serving engine and its summaries (``serving``, ``serving_summary``)
+               load on a serving engine, its sweep and summaries (``serving_load``, ``serving``,
+               ``serving_summary``)
     predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
                calibration and validation, speculation under serving load (``serving``)
     app/       charts, sliders, notebook text, the papermill runner and the ``specnb`` command

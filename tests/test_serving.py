@@ -16,14 +16,12 @@ from specnb.measure.serving import (
     EndpointError,
     Target,
     check_target,
-    closed_loop,
     level_order,
     parse_counters,
-    poisson_loop,
     probe_tokens,
-    run_async,
     run_sweep,
 )
+from specnb.measure.serving_load import closed_loop, poisson_loop, run_async
 from specnb.measure.serving_summary import crossover, from_vllm_bench, log_cross, summarise_sweep
 
 SCRAPE = """# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative decoding verification steps
