@@ -12,10 +12,17 @@ import pandas as pd
 
 from specnb.app.report import Report, bullets
 from specnb.core.errors import ParameterError
-from specnb.engine.serving import SPEC_TYPES, ServerConfig, default_threads
+from specnb.engine.serving import SPEC_TYPES, ServerConfig, default_threads, spec_flags
 from specnb.measure.serving import Target
 from specnb.measure.serving_summary import BASELINE_CONFIG
-from specnb.predict.serving import llama_server_flags, median_error, step_cost, step_ms, vllm_config
+from specnb.predict.serving import (
+    llama_server_flags,
+    median_error,
+    serving_policy,
+    step_cost,
+    step_ms,
+    vllm_config,
+)
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
 
@@ -254,20 +261,27 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
-def policy_text(policy: pd.DataFrame, configs: list[ServerConfig], engine: str = "llama.cpp") -> Report:
+def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int],
+                configs: list[ServerConfig]) -> Report:
+    """The policy per level, then as vLLM's ``--speculative-config`` (one method per server: the
+    schedule of the method chosen most often, re-chosen among its own configurations) and as
+    llama-server flags."""
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
-    spec_types = {c.name: c.spec_type for c in configs}
-    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG]
-    method = vllm_method(chosen[0] if chosen else policy["config"].iloc[0])
-    vllm = vllm_config(policy, method)
-    flags = llama_server_flags(policy, spec_types)
+    flags = {c.name: " ".join("<draft GGUF>" if c.draft and f == str(c.draft) else f for f in spec_flags(c))
+             for c in configs}
+    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
+    method = vllm_method(max(set(chosen), key=chosen.count))
+    family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
+    own = serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+    vllm = vllm_config(own, method)
+    lines = llama_server_flags(policy, flags)
     body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
                      for r in policy.to_dict("records")])
-            + f"\n\nvLLM (`--speculative-config`, the ranges as measured here):\n\n```\n{vllm}\n```\n\n"
+            + f"\n\nvLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```\n\n"
             + "llama-server (speculation is fixed per launch: pick by the load you expect):\n\n"
-            + bullets(flags))
-    return Report(body, {"policy_vllm": vllm, "policy_llama_server": flags})
+            + bullets(lines))
+    return Report(body, {"policy_vllm": vllm, "policy_llama_server": lines})
 
 
 def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,

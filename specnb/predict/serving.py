@@ -216,14 +216,14 @@ def vllm_config(policy: pd.DataFrame, method: str, model: str = "") -> str:
     return json.dumps(config | ({"model": model} if model else {}))
 
 
-def llama_server_flags(policy: pd.DataFrame, spec_types: dict[str, str]) -> list[str]:
-    """One llama-server command-line tail per range (llama-server fixes its speculation per launch)."""
+def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]:
+    """One llama-server command-line tail per range (llama-server fixes its speculation per launch);
+    ``flags``: each configuration's speculation flags as it was launched."""
     lines = []
     by_k = policy.drop_duplicates("k", keep="first").set_index("k")
-    for start, end, k in policy_ranges(policy):
-        if k == 0:
-            lines.append(f"{start}–{end} concurrent requests: no --spec-type (spec-off)")
-        else:
-            kind = spec_types.get(by_k.loc[k, "config"], "ngram-simple")
-            lines.append(f"{start}–{end} concurrent requests: --spec-type {kind} --spec-draft-n-max {k}")
+    ranges = policy_ranges(policy)
+    for i, (start, end, k) in enumerate(ranges):
+        span = f"{start} or more" if i == len(ranges) - 1 else f"{start}" if start == end else f"{start}–{end}"
+        what = "no --spec-type (spec-off)" if k == 0 else flags.get(by_k.loc[k, "config"], f"--spec-draft-n-max {k}")
+        lines.append(f"{span} concurrent requests: {what}")
     return lines
