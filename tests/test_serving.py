@@ -153,6 +153,7 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
     _, url = fake
     targets = [Target("spec-off", url), Target("ngram k=2", url)]
     sweep = run_sweep(targets, PROMPTS, [1, 2], max_tokens=5, rounds=2)
+    # each level in one piece of 4 requests: 2 levels × 2 rounds × 2 targets
     assert sweep.stopped == "" and len(sweep.runs) == 8 and len(sweep.records) == 32
     assert set(sweep.runs["spec_decode_num_drafts"]) == {4.0}  # per run, not cumulative
     assert level_order(["a", "b"], 0, 0) == ["a", "b"] and level_order(["a", "b"], 1, 0) == ["b", "a"]
@@ -251,3 +252,15 @@ def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
 def test_probe_sizes_reach_the_largest_verification_batch():
     assert probe_tokens(1) == [1] and probe_tokens(5) == [1, 2, 3, 4, 6]
     assert probe_tokens(40) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48]
+
+
+def test_low_concurrency_alternates_configurations_every_few_requests(fake):
+    from specnb.measure.serving import chunks
+
+    assert chunks(10, 1, "closed") == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert chunks(10, 4, "closed") == [list(range(10))] and chunks(10, 0.5, "poisson") == [list(range(10))]
+    _, url = fake
+    sweep = run_sweep([Target("spec-off", url), Target("b", url)], pd.concat([PROMPTS] * 2), [1], max_tokens=2,
+                      warmup=False)
+    assert list(sweep.runs["config"]) == ["spec-off", "b", "b", "spec-off"]  # rotated piece by piece
+    assert sorted(sweep.records.loc[sweep.records["config"] == "b", "prompt_index"]) == list(range(8))

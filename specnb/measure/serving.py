@@ -3,8 +3,8 @@
 The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server``
 started by ``specnb.engine.serving``, or a running vLLM or SGLang server (``-p endpoint``). Every
 speculation configuration is its own server (a *target*); the sweep runs each concurrency level on
-every target, on the same prompts, in an order rotated from level to level and round to round, so
-a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
+every target, on the same prompts, alternating every few requests in an order rotated piece by
+piece, so a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
 interleaves candidates).
 
 - **Load** (``specnb.measure.serving_load``): closed loop or Poisson arrivals, streamed, one record
@@ -173,7 +173,8 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
               alive: Callable[[str], bool] | None = None, on_run: Callable[[Sweep], None] | None = None,
               progress: bool = False, probe_upto: int = 0) -> Sweep:
     """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson") on every target,
-    same prompts, targets rotated per level and round. ``alive(name)``: whether a target's server is
+    same prompts, targets alternating piece by piece (``chunks``) in an order rotated per piece,
+    level and round. ``alive(name)``: whether a target's server is
     still up (default: it answers ``/v1/models``), asked when a run had failed requests; a dead one
     ends the sweep: finished levels are kept, the level it died in is marked ``partial``. ``on_run``
     sees the sweep so far after every run (to save it as it grows). ``probe_upto``: first probe the
@@ -189,34 +190,46 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
     probe = probe_forward(probed[0], probe_tokens(probe_upto), seed=seed) if probed else pd.DataFrame()
     sweep = Sweep(pd.DataFrame(), pd.DataFrame(), probe=probe)
     for li, level in enumerate(levels):
+        sent = requests_for(texts, level, mode)
         for r in range(rounds):
-            for name in level_order(names, li, r):
-                target = by_name[name]
-                try:
-                    before = scrape(target)
-                except EndpointError as err:
-                    return stop(sweep, level, f"{name}'s server stopped answering before level {level} ({err})")
-                sent = requests_for(texts, level, mode)
-                load = closed_loop(target, sent, int(level), max_tokens, ignore_eos) if mode == "closed" else \
-                    poisson_loop(target, sent, float(level), max_tokens, seed + r, ignore_eos)
-                done, duration = run_async(load)
-                failed = [d for d in done if not d.success]
-                down = bool(failed) and not (alive(name) if alive else reachable(target))
-                try:
-                    counters = Counters() if down else scrape(target).minus(before)
-                except EndpointError:
-                    counters, down = Counters(), True
-                records += [request_row(d, target, level, r, i, prompts) for i, d in enumerate(done)]
-                runs.append(run_row(target, level, r, duration, done, counters, partial=down))
-                sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs), probe=probe)
-                if progress:
-                    print(f"{name} at {level}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
-                if on_run:
-                    on_run(sweep)
-                if down:
-                    why = failed[0].error if failed else "its counters could not be read"
-                    return stop(sweep, level, f"{name}'s server died at level {level} ({why})")
+            for c, part in enumerate(chunks(len(sent), level, mode)):
+                for name in level_order(names, li, r + c):
+                    target = by_name[name]
+                    try:
+                        before = scrape(target)
+                    except EndpointError as err:
+                        return stop(sweep, level, f"{name}'s server stopped answering before level {level} ({err})")
+                    texts_now = [sent[i] for i in part]
+                    load = closed_loop(target, texts_now, int(level), max_tokens, ignore_eos) if mode == "closed" \
+                        else poisson_loop(target, texts_now, float(level), max_tokens, seed + r, ignore_eos)
+                    done, duration = run_async(load)
+                    failed = [d for d in done if not d.success]
+                    down = bool(failed) and not (alive(name) if alive else reachable(target))
+                    try:
+                        counters = Counters() if down else scrape(target).minus(before)
+                    except EndpointError:
+                        counters, down = Counters(), True
+                    records += [request_row(d, target, level, r, i, prompts) for i, d in zip(part, done)]
+                    runs.append(run_row(target, level, r, duration, done, counters, partial=down) | {"chunk": c})
+                    sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs), probe=probe)
+                    if progress:
+                        print(f"{name} at {level}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
+                    if on_run:
+                        on_run(sweep)
+                    if down:
+                        why = failed[0].error if failed else "its counters could not be read"
+                        return stop(sweep, level, f"{name}'s server died at level {level} ({why})")
     return sweep
+
+
+def chunks(n: int, level, mode: str, per_slot: int = 4) -> list[list[int]]:
+    """The request indices of a level, in the pieces each target runs in turn: a closed-loop level
+    of c runs ``per_slot``·c requests at a time on every target before the next piece, so the
+    configurations alternate every few seconds at low concurrency (a slow spell of a shared machine
+    then lands on all of them, not on the one whose whole level it overlapped); a Poisson level
+    is one piece (its arrival process spans the run)."""
+    size = n if mode != "closed" else max(1, per_slot * int(level))
+    return [list(range(start, min(start + size, n))) for start in range(0, n, size)]
 
 
 def stop(sweep: Sweep, level, why: str) -> Sweep:
