@@ -207,22 +207,23 @@ def crossover_line(row) -> str:
             "interpolated in log concurrency between the levels measured)")
 
 
-def step_arithmetic(summary: pd.DataFrame, config: str) -> str:
+def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | None = None) -> str:
     """Why a configuration does (not) pay at its lowest level, in the engine's own numbers."""
-    from specnb.predict.serving import acceptance_of
+    from specnb.predict.serving import acceptance_of, verify_ms
 
     row = summary[summary["config"] == config].sort_values("concurrency").iloc[0]
     cost = step_cost(summary)
     b = float(row["concurrency"])
     d, tau = acceptance_of(row)
-    t1, tv = step_ms(cost, b), step_ms(cost, b * (1 + d))
+    t1, tv = step_ms(cost, b), verify_ms(cost, probe, b, d)
+    source = "spec-off's step plus the forward probe" if probe is not None and len(probe) else "the spec-off curve"
     return (f"at {b:.0f} concurrent, a spec-off step costs {t1:.1f} ms for 1 token per request; {config} verifies "
-            f"1 + {d:.2f} tokens per request per step (≈ {tv:.1f} ms from the spec-off curve) and yields {tau:.2f} "
-            f"tokens: {tv / tau:.1f} ms per token before drafting, measured TPOT {row['mean_tpot_ms']:.1f} ms against "
-            f"{t1:.1f} ms")
+            f"1 + {d:.2f} tokens per request per step (≈ {tv:.1f} ms from {source}) and yields {tau:.2f} tokens "
+            f"per step (steps without a draft included): {tv / tau:.1f} ms per token before drafting, measured TPOT "
+            f"{row['mean_tpot_ms']:.1f} ms against {t1:.1f} ms")
 
 
-def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame) -> Report:
+def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFrame | None = None) -> Report:
     if "speedup_tpot" not in summary:
         return Report("No spec-off configuration to compare with: the tables show each configuration alone.", {})
     lines, values = [], {}
@@ -240,7 +241,7 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame) -> Report:
         lines.append(crossover_line(row))
         values[f"{row['config']} crossover"] = row["crossover"]
         if row["verdict"] == "never pays":
-            lines.append("step arithmetic: " + step_arithmetic(summary, row["config"]))
+            lines.append("step arithmetic: " + step_arithmetic(summary, row["config"], probe))
     return Report(bullets(lines), values)
 
 
