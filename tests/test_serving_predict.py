@@ -87,9 +87,9 @@ def test_policy_ranges_and_pasteable_forms():
     config = json.loads(vllm_config(policy, "ngram"))
     assert config["num_speculative_tokens"] == 4 and config["num_speculative_tokens_per_batch_size"][0] == [1, 3, 4]
     flags = llama_server_flags(policy, {"ngram-simple k=4": "--spec-type ngram-simple --spec-draft-n-max 4"})
-    assert flags[0] == "1–3 concurrent requests: --spec-type ngram-simple --spec-draft-n-max 4"
+    assert flags[0] == "1–3 concurrent: --spec-type ngram-simple --spec-draft-n-max 4"
     assert flags[1].endswith("--spec-draft-n-max 2")
-    assert flags[2] == "16 or more concurrent requests: no --spec-type (spec-off)"
+    assert flags[2] == "16 or more concurrent: no --spec-type (spec-off)"
 
 
 def test_endpoints_are_loopback_by_default_and_named(monkeypatch):

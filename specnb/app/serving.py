@@ -201,7 +201,7 @@ def crossover_line(row) -> str:
         return f"**{row['config']}** does not pay even at the lowest level"
     if row["verdict"] == "pays at every level measured":
         return f"**{row['config']}** still pays at {row['max_level']:.0f} concurrent requests (the most measured)"
-    lo = "below the first level" if pd.isna(row["crossover_lo"]) else f"{row['crossover_lo']:.1f}"
+    lo = f"≤ {row['min_level']:.0f}" if row["crossover_lo"] <= row["min_level"] else f"{row['crossover_lo']:.1f}"
     hi = f"beyond {row['max_level']:.0f}" if pd.isna(row["crossover_hi"]) else f"{row['crossover_hi']:.1f}"
     return (f"**{row['config']}** stops paying at about {row['crossover']:.1f} concurrent requests (95% CI {lo}–{hi}; "
             "interpolated in log concurrency between the levels measured)")

@@ -163,7 +163,8 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
         else:
             verdict = "stops paying"
         rows.append({"config": config, "metric": metric, "crossover": point, "crossover_lo": lo,
-                     "crossover_hi": hi, "verdict": verdict, "max_level": float(levels.max())})
+                     "crossover_hi": hi, "verdict": verdict, "min_level": float(levels.min()),
+                     "max_level": float(levels.max())})
     return pd.DataFrame(rows)
 
 

@@ -225,5 +225,5 @@ def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]
     for i, (start, end, k) in enumerate(ranges):
         span = f"{start} or more" if i == len(ranges) - 1 else f"{start}" if start == end else f"{start}–{end}"
         what = "no --spec-type (spec-off)" if k == 0 else flags.get(by_k.loc[k, "config"], f"--spec-draft-n-max {k}")
-        lines.append(f"{span} concurrent requests: {what}")
+        lines.append(f"{span} concurrent: {what}")
     return lines
