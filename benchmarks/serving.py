@@ -42,6 +42,14 @@ def sweep_table(summary: pd.DataFrame) -> str:
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
+def crossing(row) -> str:
+    if row.verdict != "stops paying":
+        return ""
+    lo = "≤ first level" if pd.isna(row.crossover_lo) or row.crossover_lo <= 1 else f"{row.crossover_lo:.1f}"
+    hi = "beyond the last level" if pd.isna(row.crossover_hi) else f"{row.crossover_hi:.1f}"
+    return f" at ≈ {row.crossover:.1f} concurrent (95% CI {lo} to {hi})"
+
+
 def render(run: Path) -> str:
     record = json.loads((run / f"{STEM}.summary.json").read_text())
     env, res = record["environment"], record["results"]
@@ -58,19 +66,19 @@ def render(run: Path) -> str:
         f"{res.get('load_average_start', '?')} at the start, {res.get('load_average_end', '?')} at the end.",
         f"Verifier `{used['verifier']}` ({used['precision']}), {used['prompts']} prompts × {used['rounds']} "
         f"round(s), {used['max_new_tokens']} new tokens, greedy; {used['mode']} loop at {used['levels']} "
-        "(concurrent requests, or requests/s for Poisson arrivals), configurations rotated level by level; speedups "
-        "over spec-off on the same prompts, CI from resampling prompts.",
+        "(concurrent requests, or requests/s for Poisson arrivals), configurations alternating every 4·c requests in "
+        "a rotated order; speedups over spec-off on the same prompts, CI from resampling prompts.",
         "",
         sweep_table(summary),
     ]
     crossover = run / f"{STEM}.crossover.csv"
     if crossover.is_file():
-        lines += [""] + [f"- {r.config}: {r.verdict}" + ("" if pd.isna(r.crossover) else
-                         f" at ≈ {r.crossover:.1f} concurrent (95% CI {r.crossover_lo:.1f}–{r.crossover_hi:.1f})")
-                         for r in pd.read_csv(crossover).itertuples()]
+        lines += [""] + [f"- {r.config}: {r.verdict}" + crossing(r) for r in pd.read_csv(crossover).itertuples()]
     if "serving_predictor_median_error" in res:
-        lines += ["", f"Serving predictor: median error {res['serving_predictor_median_error']:.1%} over the levels "
-                      "it was not calibrated on (target ≤ 15%)."]
+        where = ("on held-out prompts at every level (two-fold cross-fit)" if res.get("serving_predictor_prompts")
+                 == "held out" else "over the levels it was not calibrated on")
+        lines += ["", f"Serving predictor: median error {res['serving_predictor_median_error']:.1%} {where} "
+                      "(target ≤ 15%)."]
     if "policy_vllm" in res:
         lines += ["", f"Policy, as vLLM's `--speculative-config`: `{res['policy_vllm']}`"]
     return "\n".join(lines)
