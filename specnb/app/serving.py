@@ -296,8 +296,8 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
             lines.append(f"the serving predictor's median error: {error:.1%}")
         if len(policy):
             on = policy[policy["k"] > 0]["concurrency"].tolist()
-            lines.append("policy: speculate at " + (", ".join(map(str, on)) if on else "no level measured")
-                         + " concurrent requests, spec-off elsewhere")
+            lines.append("policy: " + (f"speculate at concurrency {', '.join(map(str, on))}, spec-off elsewhere" if on
+                                       else "spec-off at every level measured"))
     if note:
         lines.append(note)
     return Report(bullets(lines), {"machine": machine})
