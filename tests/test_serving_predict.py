@@ -132,6 +132,8 @@ def test_held_out_validation_cross_fits_on_prompt_folds():
     assert row["predicted_speedup_tpot"] == pytest.approx(22 / 14) and row["speedup_tpot"] == pytest.approx(1.25)
     assert not row["calibration"] and row["prompts"] == "held out"
     assert validate_held_out(pd.DataFrame(rows).assign(draft_n=0), {"ngram k=2": False}).empty
+    one_per_category = pd.DataFrame(rows).assign(category=lambda f: f["prompt_id"])  # no second fold
+    assert validate_held_out(one_per_category, {"ngram k=2": False}).empty
 
 
 def test_endpoint_configurations_are_read_from_their_names():

@@ -154,6 +154,8 @@ def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline:
         held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
         for config, draft_model in configs.items():
             levels = sorted(held.loc[held["config"] == config, "concurrency"].unique())
+            if not levels or config not in set(calibration["config"]):
+                continue  # a fold without this configuration's prompts (fewer prompts than two per category)
             pred = predict_serving(calibration, config, levels, baseline, draft_model, probe)
             measured = []
             for level in levels:
@@ -168,7 +170,7 @@ def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline:
             frame["prompts"] = "held out"
             frame["fold"] = 1 - calibrate_on
             frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def median_error(validation: pd.DataFrame) -> float:
