@@ -10,11 +10,15 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                counted on a meta-device forward (``flop_count``);
                ``models/training`` distils the drafts and trains the EAGLE / Medusa heads
     engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
-               (``drafters``), KV caches, accept/reject (``accept``), the stage timer (``timing``)
+               (``drafters``), KV caches, accept/reject (``accept``), the stage timer (``timing``),
+               llama.cpp built for this CPU and run in a child process (``llama_build``,
+               ``isolation``, ``llama_cpp``), a serving engine's process (``serving``)
     measure/   prompts, interleaved runs into raw records (``runs``), per-position acceptance,
-               forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``)
+               forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``),
+               load on a serving engine, its sweep and summaries (``serving_load``, ``serving``,
+               ``serving_summary``)
     predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
-               calibration and validation
+               calibration and validation, speculation under serving load (``serving``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
                papermill runner and the ``specnb`` command
     notebooks/ (beside the package) the narrative, calling into all of the above

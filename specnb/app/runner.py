@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,7 +31,7 @@ from specnb.app.execution import Stopping, execute, export_html, stop_kernels
 from specnb.app.parameters import check_parameters, parameters_for
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError, SpecnbError
-from specnb.core.paths import REPO_ROOT
+from specnb.core.paths import REPO_ROOT, git_commit
 
 
 class NotebookFailed(SpecnbError, RuntimeError):
@@ -259,14 +258,6 @@ def describe_environment() -> dict[str, Any]:
             versions[pkg] = None
     return {"python": platform.python_version(), **describe_machine(), "packages": versions,
             "git_commit": git_commit(), "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
 
 
 def write_summary(run_dir: Path, run: NotebookRun) -> Path:

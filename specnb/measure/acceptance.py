@@ -12,6 +12,11 @@ position. Two acceptance rates follow from the counts:
 ``AcceptanceProfile`` keeps the counts per position, pooled and per prompt, as vLLM's spec-decode
 metrics and Chen et al. 2023 report them. Run records (``specnb.measure.runs``) carry
 ``accepted_by_position`` and ``drafted_by_position``; everything here derives from those.
+
+A serving engine reports only counters (vLLM's ``spec_decode_num_drafts``, ``…num_draft_tokens``,
+``…num_accepted_tokens``, ``…num_accepted_tokens_per_pos``; llama.cpp's under the same names):
+``counter_rates`` turns them into α, τ and the per-position rate, as vLLM's
+``v1/spec_decode/metrics.py`` does, here and nowhere else.
 """
 
 from __future__ import annotations
@@ -49,6 +54,26 @@ class AcceptanceProfile:
         return pd.DataFrame({"position": np.arange(1, self.gamma + 1), "reached": self.reached,
                              "accepted": self.accepted, "conditional_rate": cond,
                              "rate": np.cumprod(cond)})
+
+
+@dataclass
+class CounterRates:
+    """Acceptance from a serving engine's counters: α = accepted ÷ draft tokens; τ = 1 + accepted ÷
+    drafts (mean tokens per verification step, bonus token included: vLLM's mean acceptance length);
+    ``per_position[i]`` = steps that accepted position i + 1 ÷ drafts (vLLM's per-position rate,
+    unconditional: it falls with i even at a flat per-token α)."""
+
+    alpha: float
+    tau: float
+    per_position: list[float]
+
+
+def counter_rates(drafts: float, draft_tokens: float, accepted: float, accepted_per_pos=()) -> CounterRates:
+    """α, τ and the per-position rate from (differenced) spec-decode counters; NaN where nothing was drafted."""
+    nan = float("nan")
+    return CounterRates(alpha=accepted / draft_tokens if draft_tokens else nan,
+                        tau=1 + accepted / drafts if drafts else nan,
+                        per_position=[a / drafts if drafts else nan for a in accepted_per_pos])
 
 
 def rates(accepted: np.ndarray, reached: np.ndarray) -> np.ndarray:

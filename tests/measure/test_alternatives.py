@@ -14,7 +14,7 @@ from helpers import peaked_pair, tiny_model
 from specnb.core.errors import ParameterError
 from specnb.engine import llama_cpp
 from specnb.engine.isolation import EngineCrashed
-from specnb.measure import alternatives
+from specnb.measure import alternatives, tax_split
 from specnb.measure.bandwidth import Bandwidth, step_bytes
 from specnb.measure.fidelity import compare, fidelity
 from specnb.models.lookup import PromptLookup
@@ -198,7 +198,7 @@ def test_a_method_whose_engine_crashes_is_left_out_with_a_note_and_the_others_ru
 def test_tax_split_fits_each_engine_and_prices_its_floor():
     model = tiny_model("llama")
     bw = Bandwidth(matvec_gbs=10.0, copy_gbs=10.0, threads=1, buffer_mib=1, matvec_samples=[10.0])
-    grid, fits = alternatives.tax_split([alternatives.Engine("tiny", model, 2_000_000)], bw, (1, 2, 4), 16, 2)
+    grid, fits = tax_split.tax_split([tax_split.Engine("tiny", model, 2_000_000)], bw, (1, 2, 4), 16, 2)
     assert set(grid["n_tokens"]) == {1, 2, 4} and len(fits) == 1
     row = fits.iloc[0]
     assert row.floor_tok_s == pytest.approx(5000.0) and row.floor_ms == pytest.approx(0.2)  # 2 MB at 10 GB/s
@@ -216,10 +216,10 @@ def test_tax_split_leaves_out_an_engine_that_crashes_and_times_the_rest():
             return probe
 
     bw = Bandwidth(matvec_gbs=10.0, copy_gbs=10.0, threads=1, buffer_mib=1, matvec_samples=[10.0])
-    engines = [alternatives.Engine("tiny", tiny_model("llama"), 2_000_000), alternatives.Engine("llama.cpp · Q4_1",
+    engines = [tax_split.Engine("tiny", tiny_model("llama"), 2_000_000), tax_split.Engine("llama.cpp · Q4_1",
                                                                                         Crashing(), 1)]
     notes = []
-    grid, fits = alternatives.tax_split(engines, bw, (1, 2), 16, 2, notes=notes)
+    grid, fits = tax_split.tax_split(engines, bw, (1, 2), 16, 2, notes=notes)
     assert list(fits["engine"]) == ["tiny"] and set(grid["model"]) == {"tiny"}
     assert notes == ["tax split, llama.cpp · Q4_1: left out, llama.cpp (model.gguf) died with SIGILL "
                      "(illegal instruction)"]

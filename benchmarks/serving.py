@@ -1,0 +1,92 @@
+"""Speculation under serving load: notebook 08's recorded figures, copied into benchmarks/README.md.
+
+    python benchmarks/serving.py [RUN_DIR]
+
+RUN_DIR is a finished ``specnb run`` folder holding ``08_serving.*`` (default: the newest
+``outputs/*`` that has one). The notebook measures everything (llama-server per configuration, the
+concurrency sweep, counters, speedups with CIs, the crossover, the serving predictor, the policy);
+this script only copies its figures, with the run's machine, date and commit, between the
+``serving`` markers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+from predictor import publish  # benchmarks/predictor.py
+
+from specnb.app.parameters import declared_defaults
+
+STEM = "08_serving"
+
+
+def ci(row, metric: str) -> str:
+    if pd.isna(row.get(metric)) or row["config"] == "spec-off":
+        return "—"
+    return f"{row[metric]:.2f}x [{row[f'{metric}_lo']:.2f}–{row[f'{metric}_hi']:.2f}]"
+
+
+def sweep_table(summary: pd.DataFrame) -> str:
+    rows = [{"config": r["config"], "concurrency": r["concurrency"], "output tok/s": f"{r['output_throughput']:.1f}",
+             "median TPOT (ms)": f"{r['median_tpot_ms']:.1f}", "p90 TPOT (ms)": f"{r['p90_tpot_ms']:.1f}",
+             "median ITL (ms)": f"{r['median_itl_ms']:.1f}", "median TTFT (ms)": f"{r['median_ttft_ms']:.0f}",
+             "α": "—" if pd.isna(r["alpha"]) else f"{r['alpha']:.2f}",
+             "τ": "—" if pd.isna(r["tau"]) else f"{r['tau']:.2f}",
+             "TPOT speedup [95% CI]": ci(r, "speedup_tpot"),
+             "throughput speedup [95% CI]": ci(r, "speedup_output_throughput"),
+             "partial": "yes" if r["partial"] else ""}
+            for r in summary.sort_values(["config", "concurrency"]).to_dict("records")]
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
+def crossing(row) -> str:
+    if row.verdict != "stops paying":
+        return ""
+    lo = "≤ first level" if pd.isna(row.crossover_lo) or row.crossover_lo <= 1 else f"{row.crossover_lo:.1f}"
+    hi = "beyond the last level" if pd.isna(row.crossover_hi) else f"{row.crossover_hi:.1f}"
+    return f" at ≈ {row.crossover:.1f} concurrent (95% CI {lo} to {hi})"
+
+
+def render(run: Path) -> str:
+    record = json.loads((run / f"{STEM}.summary.json").read_text())
+    env, res = record["environment"], record["results"]
+    params = declared_defaults(run / f"{STEM}.ipynb") | record["parameters"]
+    used = res.get("settings") or {  # what the notebook ran with (smoke settings included)
+        "verifier": params["verifier"], "precision": params["precision"], "prompts": params["n_prompts"],
+        "rounds": params["rounds"], "max_new_tokens": params["max_new_tokens"], "mode": "closed",
+        "levels": params["concurrency"]}
+    summary = pd.read_csv(run / f"{STEM}.summary.csv")
+    lines = [
+        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}; {env['time_utc'][:10]}; commit "
+        f"{str(env['git_commit'])[:7]}; notebook 08 defaults{' (smoke)' if params.get('smoke') else ''}, run "
+        f"`{run.name}`, {res.get('minutes', '?')} min. {res.get('machine', '')}; load average "
+        f"{res.get('load_average_start', '?')} at the start, {res.get('load_average_end', '?')} at the end.",
+        f"Verifier `{used['verifier']}` ({used['precision']}), {used['prompts']} prompts × {used['rounds']} "
+        f"round(s), {used['max_new_tokens']} new tokens, greedy; {used['mode']} loop at {used['levels']} "
+        "(concurrent requests, or requests/s for Poisson arrivals), configurations alternating every 4·c requests in "
+        "a rotated order; speedups over spec-off on the same prompts, CI from resampling prompts.",
+        "",
+        sweep_table(summary),
+    ]
+    crossover = run / f"{STEM}.crossover.csv"
+    if crossover.is_file():
+        lines += [""] + [f"- {r.config}: {r.verdict}" + crossing(r) for r in pd.read_csv(crossover).itertuples()]
+    if "serving_predictor_median_error" in res:
+        where = ("on held-out prompts at every level (two-fold cross-fit)" if res.get("serving_predictor_prompts")
+                 == "held out" else "over the levels it was not calibrated on")
+        lines += ["", f"Serving predictor: median error {res['serving_predictor_median_error']:.1%} {where} "
+                      "(target ≤ 15%)."]
+    if "policy_vllm" in res:
+        lines += ["", f"Policy, as vLLM's `--speculative-config`: `{res['policy_vllm']}`"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    return publish(render, "serving", STEM, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Charts of speculation under serving load (notebook 08): speedup against concurrency with the
+1.0 line, latency against throughput, per-position acceptance, predicted against measured."""
+
+from __future__ import annotations
+
+import json
+
+import altair as alt
+import pandas as pd
+
+from specnb.measure.serving_summary import BASELINE_CONFIG
+
+
+def display_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The sweep as a reader wants it: per configuration and level, throughput, TPOT, α/τ, speedups."""
+    def ci(row, name):
+        if name not in row or pd.isna(row.get(name)) or row["config"] == BASELINE_CONFIG:
+            return ""
+        lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
+        return f"{row[name]:.2f}x" + (f" [{lo:.2f}–{hi:.2f}]" if not pd.isna(lo) else "")
+
+    order = {name: i for i, name in enumerate(dict.fromkeys([BASELINE_CONFIG, *summary["config"]]))}
+    rows = summary.assign(_order=summary["config"].map(order)).sort_values(["_order", "concurrency"]).to_dict("records")
+    return pd.DataFrame({
+        "config": [r["config"] for r in rows], "concurrency": [r["concurrency"] for r in rows],
+        "output tok/s": [round(r["output_throughput"], 1) for r in rows],
+        "median TPOT ms": [round(r["median_tpot_ms"], 1) for r in rows],
+        "median ITL ms": [round(r["median_itl_ms"], 1) for r in rows],
+        "α": [round(r["alpha"], 3) for r in rows], "τ": [round(r["tau"], 2) for r in rows],
+        "TPOT speedup": [ci(r, "speedup_tpot") for r in rows],
+        "throughput speedup": [ci(r, "speedup_output_throughput") for r in rows],
+        "partial": [r["partial"] for r in rows]})
+
+
+def speedup_chart(summary: pd.DataFrame, metric: str = "speedup_tpot") -> alt.Chart:
+    """Speedup over spec-off against concurrency (log scale) per configuration, 95% CI bars, 1.0 line."""
+    frame = summary[summary["config"] != BASELINE_CONFIG].dropna(subset=[metric])
+    x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests")
+    line = alt.Chart(frame).mark_line(point=True).encode(
+        x=x, y=alt.Y(f"{metric}:Q", title=f"{metric.replace('speedup_', '')} speedup over spec-off (x)"),
+        color=alt.Color("config:N", title=None),
+        tooltip=["config", "concurrency", alt.Tooltip(f"{metric}:Q", format=".2f"),
+                 alt.Tooltip(f"{metric}_lo:Q", format=".2f"), alt.Tooltip(f"{metric}_hi:Q", format=".2f")])
+    bars = alt.Chart(frame).mark_rule().encode(x=x, y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q", color="config:N")
+    unit = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 3]).encode(y="y:Q")
+    return (line + bars + unit).properties(title="Speedup over spec-off as load grows (95% CI)", width=420,
+                                           height=260)
+
+
+def latency_throughput_chart(summary: pd.DataFrame) -> alt.Chart:
+    """Output throughput against p50 and p90 TPOT, one curve per configuration through its levels."""
+    frame = summary.melt(id_vars=["config", "concurrency", "output_throughput"],
+                         value_vars=["median_tpot_ms", "p90_tpot_ms"], var_name="percentile", value_name="tpot_ms")
+    frame["percentile"] = frame["percentile"].map({"median_tpot_ms": "p50", "p90_tpot_ms": "p90"})
+    return alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("tpot_ms:Q", title="TPOT per request (ms)"),
+        y=alt.Y("output_throughput:Q", title="output throughput (tok/s)"),
+        color=alt.Color("config:N", title=None), strokeDash=alt.StrokeDash("percentile:N", title=None),
+        order="concurrency:Q",
+        tooltip=["config", "concurrency", "percentile", alt.Tooltip("tpot_ms:Q", format=".1f"),
+                 alt.Tooltip("output_throughput:Q", format=".1f")],
+    ).properties(title="Latency against throughput (each point a concurrency level)", width=420, height=260)
+
+
+def pooled_positions(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and draft position: the per-position rate pooled over levels (weighted by drafts)."""
+    rows = []
+    for config, group in summary[summary["spec_decode_num_drafts"] > 0].groupby("config", sort=False):
+        drafts = group["spec_decode_num_drafts"].sum()
+        rates = [json.loads(p) for p in group["per_position"]]
+        width = max(len(r) for r in rates)
+        for i in range(width):
+            acc = sum(r[i] * d for r, d in zip(rates, group["spec_decode_num_drafts"]) if i < len(r))
+            rows.append({"config": config, "position": i + 1, "rate": acc / drafts})
+    return pd.DataFrame(rows, columns=["config", "position", "rate"])
+
+
+def position_chart(summary: pd.DataFrame) -> alt.Chart:
+    frame = pooled_positions(summary)
+    return alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("position:O", title="draft position"),
+        y=alt.Y("rate:Q", title="accepted at this position ÷ drafts", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("config:N", title=None), tooltip=["config", "position", alt.Tooltip("rate:Q", format=".3f")],
+    ).properties(title="Per-position acceptance from the engine's counters (all levels)", width=420, height=220)
+
+
+def prediction_chart(validation: pd.DataFrame) -> alt.Chart:
+    frame = validation.melt(id_vars=["config", "concurrency"], value_vars=["speedup_tpot", "predicted_speedup_tpot"],
+                            var_name="kind", value_name="speedup")
+    frame["kind"] = frame["kind"].map({"speedup_tpot": "measured", "predicted_speedup_tpot": "predicted"})
+    return alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests"),
+        y=alt.Y("speedup:Q", title="TPOT speedup over spec-off (x)"), color=alt.Color("config:N", title=None),
+        strokeDash=alt.StrokeDash("kind:N", title=None),
+        tooltip=["config", "concurrency", "kind", alt.Tooltip("speedup:Q", format=".2f")],
+    ).properties(title="Serving predictor: predicted against measured", width=420, height=240)
+
+

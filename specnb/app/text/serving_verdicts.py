@@ -1,0 +1,133 @@
+"""What notebook 08 says: the sweep, the crossover and its CI, the step arithmetic, the serving
+predictor's error, the policy (vLLM's and llama-server's forms) and the conclusion."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from specnb.app.serving_setup import vllm_method
+from specnb.app.text.conclusions import Report, bullets
+from specnb.engine.llama_server import ServerConfig, spec_flags
+from specnb.measure.serving_summary import BASELINE_CONFIG
+from specnb.predict.serving_predictor import (
+    llama_server_flags,
+    median_error,
+    serving_policy,
+    step_cost,
+    step_ms,
+    vllm_config,
+)
+
+
+def fmt_ci(row, metric: str) -> str:
+    lo, hi = row[f"{metric}_lo"], row[f"{metric}_hi"]
+    return f"{row[metric]:.2f}x" + ("" if pd.isna(lo) else f" [{lo:.2f}–{hi:.2f}]")
+
+
+def crossover_line(row) -> str:
+    if row["verdict"] == "never pays":
+        return f"**{row['config']}** does not pay even at the lowest level"
+    if row["verdict"] == "pays at every level measured":
+        return f"**{row['config']}** still pays at {row['max_level']:.0f} concurrent requests (the most measured)"
+    lo = f"≤ {row['min_level']:.0f}" if row["crossover_lo"] <= row["min_level"] else f"{row['crossover_lo']:.1f}"
+    hi = f"beyond {row['max_level']:.0f}" if pd.isna(row["crossover_hi"]) else f"{row['crossover_hi']:.1f}"
+    return (f"**{row['config']}** stops paying at about {row['crossover']:.1f} concurrent requests (95% CI {lo}–{hi}; "
+            "interpolated in log concurrency between the levels measured)")
+
+
+def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | None = None) -> str:
+    """Why a configuration does (not) pay at its lowest level, in the engine's own numbers."""
+    from specnb.predict.serving_predictor import acceptance_of, verify_ms
+
+    row = summary[summary["config"] == config].sort_values("concurrency").iloc[0]
+    cost = step_cost(summary)
+    b = float(row["concurrency"])
+    d, tau = acceptance_of(row)
+    t1, tv = step_ms(cost, b), verify_ms(cost, probe, b, d)
+    source = "spec-off's step plus the forward probe" if probe is not None and len(probe) else "the spec-off curve"
+    return (f"at {b:.0f} concurrent, a spec-off step costs {t1:.1f} ms for 1 token per request; {config} verifies "
+            f"1 + {d:.2f} tokens per request per step (≈ {tv:.1f} ms from {source}) and yields {tau:.2f} tokens "
+            f"per step (steps without a draft included): {tv / tau:.1f} ms per token before drafting, measured TPOT "
+            f"{row['mean_tpot_ms']:.1f} ms against {t1:.1f} ms")
+
+
+def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFrame | None = None) -> Report:
+    if "speedup_tpot" not in summary:
+        return Report("No spec-off configuration to compare with: the tables show each configuration alone.", {})
+    lines, values = [], {}
+    for config, group in summary[summary["config"] != BASELINE_CONFIG].groupby("config", sort=False):
+        group = group.sort_values("concurrency")
+        first, last = group.iloc[0], group.iloc[-1]
+        lines.append(f"**{config}**: α {first['alpha']:.2f}, τ {first['tau']:.2f}; TPOT speedup "
+                     f"{fmt_ci(first, 'speedup_tpot')} at {first['concurrency']} concurrent, "
+                     f"{fmt_ci(last, 'speedup_tpot')} at {last['concurrency']}; output throughput "
+                     f"{fmt_ci(first, 'speedup_output_throughput')} → {fmt_ci(last, 'speedup_output_throughput')}; "
+                     f"{int(first['identical_outputs'])}/{int(first['paired_requests'])} outputs identical to spec-off")
+        values[f"{config} speedup_tpot first"] = float(first["speedup_tpot"])
+        values[f"{config} speedup_tpot last"] = float(last["speedup_tpot"])
+    for row in crossings.to_dict("records"):
+        lines.append(crossover_line(row))
+        values[f"{row['config']} crossover"] = row["crossover"]
+        if row["verdict"] == "never pays":
+            lines.append("step arithmetic: " + step_arithmetic(summary, row["config"], probe))
+    return Report(bullets(lines), values)
+
+
+def prediction_text(validation: pd.DataFrame) -> Report:
+    error = median_error(validation)
+    if math.isnan(error):
+        return Report("Too few levels to validate the serving predictor (it needs two or more).", {})
+    worst = validation[~validation["calibration"]].sort_values("error").iloc[-1]
+    held_out = (validation["prompts"] == "held out").all()
+    where = ("on held-out prompts at every level (two folds of prompts with the same mix of categories, each "
+             "predicted from the other)" if held_out else "over the levels it was not calibrated on, same prompts")
+    return Report(bullets([
+        f"median error of the predicted TPOT speedup {where}: **{error:.1%}** (target ≤ 15%); worst "
+        f"{worst['error']:.1%} ({worst['config']} at {worst['concurrency']})",
+        "calibrated on each configuration's lowest level (its acceptance, and for a draft model its drafting "
+        "cost), with the spec-off TPOT curve as the engine's step cost and, where the engine was probed, its "
+        "forward cost against tokens for the extra draft tokens"]),
+        {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
+
+
+def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int],
+                configs: list[ServerConfig]) -> Report:
+    """The policy per level, then as vLLM's ``--speculative-config`` (one method per server: the
+    schedule of the method chosen most often, re-chosen among its own configurations) and as
+    llama-server flags."""
+    if policy.empty:
+        return Report("No speculative configuration to choose from.", {})
+    flags = {c.name: " ".join("<draft GGUF>" if c.draft and f == str(c.draft) else f for f in spec_flags(c))
+             for c in configs}
+    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
+    method = vllm_method(max(set(chosen), key=chosen.count))
+    family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
+    own = serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+    vllm = vllm_config(own, method)
+    lines = llama_server_flags(policy, flags)
+    body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
+                     for r in policy.to_dict("records")])
+            + f"\n\nvLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```\n\n"
+            + "llama-server (speculation is fixed per launch: pick by the load you expect):\n\n"
+            + bullets(lines))
+    return Report(body, {"policy_vllm": vllm, "policy_llama_server": lines})
+
+
+def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,
+                       policy: pd.DataFrame, machine: str, note: str = "") -> Report:
+    lines = [f"machine: {machine}"]
+    if "speedup_tpot" in summary:
+        for row in crossings.to_dict("records"):
+            lines.append(crossover_line(row))
+        error = median_error(validation) if len(validation) else math.nan
+        if not math.isnan(error):
+            lines.append(f"the serving predictor's median error: {error:.1%}")
+        if len(policy):
+            on = policy[policy["k"] > 0]["concurrency"].tolist()
+            lines.append("policy: " + (f"speculate at concurrency {', '.join(map(str, on))}, spec-off elsewhere" if on
+                                       else "spec-off at every level measured"))
+    if note:
+        lines.append(note)
+    return Report(bullets(lines), {"machine": machine})

@@ -1,0 +1,169 @@
+"""The load itself: streamed requests to an OpenAI-compatible server, timed one by one.
+
+- **Closed loop** (``closed_loop``): ``concurrency`` requests in flight, each worker sending its next
+  prompt when its last one finished. **Open loop** (``poisson_loop``): Poisson arrivals at ``rate``
+  per second, seeded, none capped.
+- **Per request**, streaming: TTFT, the gaps between streamed chunks (ITL) and E2E latency; TPOT =
+  (E2E − TTFT) ÷ (output tokens − 1). Accepted draft tokens arrive as a burst, so the ITLs are
+  bimodal and TPOT, not mean ITL, is what speculation changes. Token counts come from the server's
+  ``usage`` (no tokenizer needed); llama.cpp adds ``timings.draft_n`` / ``draft_n_accepted``.
+- **Records** use ``vllm bench serve``'s per-request names (``ttft``, ``itl``, ``latency``, ``tpot``,
+  ``output_tokens``, ``prompt_len``, ``success``, ``error``, ``start_time``; seconds, as in its
+  ``RequestFuncOutput``) so results compare directly.
+
+The sweep over levels and configurations, and the engine's counters, are in ``specnb.measure.serving_sweep``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Target:
+    """One configuration's server: ``name`` ("spec-off", "ngram k=4"), its base ``url``, the
+    ``engine`` family ("llama.cpp", "vllm", "sglang") and the ``model`` name requests carry."""
+
+    name: str
+    url: str
+    engine: str = "llama.cpp"
+    model: str = ""
+
+
+@dataclass
+class RequestRecord:
+    """One request, named as in vLLM's ``RequestFuncOutput`` (times in seconds)."""
+
+    success: bool = False
+    error: str = ""
+    prompt_len: int = 0
+    output_tokens: int = 0
+    ttft: float = float("nan")
+    itl: list[float] = field(default_factory=list)
+    latency: float = float("nan")
+    tpot: float = float("nan")
+    start_time: float = 0.0
+    generated_text: str = ""
+    draft_n: int = 0  # llama.cpp's per-request timings; 0 elsewhere
+    draft_n_accepted: int = 0
+
+
+def request_body(target: Target, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
+    """Greedy chat completion, streamed with usage (and ``ignore_eos``: every request is ``max_tokens`` long,
+    as vLLM bench sends it)."""
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos}
+    return body | ({"model": target.model} if target.model else {})
+
+
+async def stream_one(client, target: Target, prompt: str, max_tokens: int, ignore_eos: bool, t0: float
+                     ) -> RequestRecord:
+    """Send one streamed request and time its chunks."""
+    record, text, last = RequestRecord(), [], None
+    start = time.perf_counter()
+    record.start_time = start - t0
+    try:
+        async with client.stream("POST", f"{target.url}/v1/chat/completions",
+                                 json=request_body(target, prompt, max_tokens, ignore_eos)) as response:
+            if response.status_code != 200:
+                record.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
+                return record
+            async for line in response.aiter_lines():
+                if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                now = time.perf_counter()
+                delta = "".join((c.get("delta") or {}).get("content") or "" for c in chunk.get("choices") or [])
+                if delta:
+                    if last is None:
+                        record.ttft = now - start
+                    else:
+                        record.itl.append(now - last)
+                    last = now
+                    text.append(delta)
+                read_usage(record, chunk)
+        record.latency = time.perf_counter() - start
+    except Exception as err:  # connection refused or reset (a dead server), a malformed stream
+        record.error = f"{type(err).__name__}: {err}"[:300]
+        return record
+    record.generated_text = "".join(text)
+    record.output_tokens = record.output_tokens or len(record.itl) + (last is not None)
+    if record.output_tokens > 1 and last is not None:
+        record.tpot = (record.latency - record.ttft) / (record.output_tokens - 1)
+    record.success = last is not None
+    record.error = "" if record.success else "no tokens streamed"
+    return record
+
+
+def read_usage(record: RequestRecord, chunk: dict) -> None:
+    usage, timings = chunk.get("usage") or {}, chunk.get("timings") or {}
+    record.prompt_len = usage.get("prompt_tokens", record.prompt_len)
+    record.output_tokens = usage.get("completion_tokens", record.output_tokens)
+    record.draft_n = timings.get("draft_n", record.draft_n)
+    record.draft_n_accepted = timings.get("draft_n_accepted", record.draft_n_accepted)
+
+
+async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_tokens: int,
+                      ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
+    """Every prompt once, ``concurrency`` in flight; (records in prompt order, duration in s).
+
+    A new connection per request: llama-server may close a kept-alive connection after a stream,
+    and a request sent on it then fails with "disconnected without sending a response"."""
+    import httpx
+
+    queue = list(enumerate(prompts))[::-1]
+    records: list[RequestRecord | None] = [None] * len(prompts)
+
+    async def worker(client, t0):
+        while queue:
+            index, prompt = queue.pop()
+            records[index] = await stream_one(client, target, prompt, max_tokens, ignore_eos, t0)
+
+    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0), limits=limits) as client:
+        t0 = time.perf_counter()  # after the client's setup (its SSL context alone takes ~0.1 s)
+        await asyncio.gather(*(worker(client, t0) for _ in range(concurrency)))
+    return records, time.perf_counter() - t0
+
+
+async def poisson_loop(target: Target, prompts: list[str], rate: float, max_tokens: int, seed: int = 0,
+                       ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
+    """Every prompt once, arriving as a Poisson process of ``rate`` requests/s (seeded); no cap in flight."""
+    import httpx
+
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(prompts))
+
+    async def one(client, t0, at, prompt):
+        await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+        return await stream_one(client, target, prompt, max_tokens, ignore_eos, t0)
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
+                                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)) as client:
+        t0 = time.perf_counter()
+        records = await asyncio.gather(*(one(client, t0, at, p) for at, p in zip(np.cumsum(gaps), prompts)))
+    return list(records), time.perf_counter() - t0
+
+
+def run_async(coroutine):
+    """Run a coroutine to completion on its own loop in a thread: a Jupyter kernel already runs one."""
+    box = {}
+
+    def main():
+        try:
+            box["result"] = asyncio.run(coroutine)
+        except BaseException as err:  # handed to the caller
+            box["error"] = err
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.1)  # short joins: Ctrl-C reaches the caller at once
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

@@ -1,0 +1,198 @@
+"""A serving sweep's summaries: vLLM bench's statistics per configuration and level, acceptance from
+the engine's counters, speedups over spec-off with CIs, and where each configuration stops paying.
+
+Names follow ``vllm bench serve``'s result JSON (``completed``, ``request_throughput``,
+``output_throughput``, ``mean_/median_/p90_/p99_`` of ``ttft_ms``, ``tpot_ms``, ``itl_ms``,
+``e2el_ms``, ``request_goodput``, ``spec_decode_acceptance_length``), so a table here and a vLLM
+result file line up; ``from_vllm_bench`` reads such a file into the same shape.
+
+Speedups pair each request with spec-off's on the same prompt, round and level (greedy and lossless:
+the same tokens). TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup
+the same with whole latencies; the 95% CIs resample prompts (``specnb.measure.runs.bootstrap_speedup``).
+Output throughput speedup is the ratio of the two runs' tokens per second; at a fixed concurrency
+throughput is concurrency × tokens ÷ latency (Little's law), so its CI is the E2E one, scaled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from specnb.core.errors import ParameterError
+from specnb.measure.acceptance import counter_rates
+from specnb.measure.runs import bootstrap_speedup, paired_speedup
+
+BASELINE_CONFIG = "spec-off"
+TIMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "latency"}
+
+
+def latency_stats(records: pd.DataFrame) -> dict:
+    """mean, median, p90 and p99 of TTFT, TPOT, ITL (every gap) and E2E latency, in ms."""
+    out = {}
+    for name, column in TIMES.items():
+        if name == "itl":
+            values = np.array([x for s in records["itl"] for x in (json.loads(s) if isinstance(s, str) else s)])
+        else:
+            values = records[column].dropna().to_numpy(float)
+        values = values * 1e3
+        for stat, fn in (("mean", np.mean), ("median", np.median), ("p90", lambda v: np.percentile(v, 90)),
+                         ("p99", lambda v: np.percentile(v, 99))):
+            out[f"{stat}_{name}_ms"] = float(fn(values)) if len(values) else math.nan
+    return out
+
+
+def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = BASELINE_CONFIG,
+                    slo_tpot_ms: float = 0.0, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
+    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs."""
+    if records.empty:  # no engine, or one that died before its first request: nothing to summarise
+        return pd.DataFrame(columns=["engine", "config", "concurrency", "completed", "failed", "partial"])
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (config, level), group in records.groupby(["config", "concurrency"], sort=False):
+        run = runs[(runs["config"] == config) & (runs["concurrency"] == level)]
+        ok = group[group["success"]]
+        duration = float(run["duration"].sum())
+        per_pos = summed_lists([json.loads(p) for p in run["accepted_per_pos"]])
+        drafts, draft_tokens, accepted = (float(run[c].sum()) for c in (
+            "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"))
+        rates = counter_rates(drafts, draft_tokens, accepted, per_pos)
+        row = {"engine": group["engine"].iloc[0], "config": config, "concurrency": level,
+               "completed": len(ok), "failed": len(group) - len(ok), "partial": bool(group["partial"].any()),
+               "duration": duration, "total_output_tokens": int(ok["output_tokens"].sum()),
+               "request_throughput": len(ok) / duration if duration else math.nan,
+               "output_throughput": ok["output_tokens"].sum() / duration if duration else math.nan,
+               **latency_stats(ok),
+               "request_goodput": goodput(ok, slo_tpot_ms, duration),
+               "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
+               "spec_decode_accepted_tokens": accepted, "alpha": rates.alpha, "tau": rates.tau,
+               "spec_decode_acceptance_length": rates.tau, "per_position": json.dumps(rates.per_position),
+               "n_decode": float(run["n_decode"].sum()), "tokens_predicted": float(run["tokens_predicted"].sum())}
+        rows.append(row)
+    summary = pd.DataFrame(rows)
+    if baseline in set(summary.get("config", [])):
+        summary = add_speedups(summary, records, baseline, rng, n_boot)
+    return summary
+
+
+def summed_lists(lists: list[list[float]]) -> list[float]:
+    """Element-wise sum of lists of different lengths (missing entries count as 0)."""
+    width = max((len(x) for x in lists), default=0)
+    return np.sum([list(x) + [0.0] * (width - len(x)) for x in lists], axis=0).tolist() if width else []
+
+
+def goodput(ok: pd.DataFrame, slo_tpot_ms: float, duration: float) -> float:
+    """Requests per second that met the TPOT SLO (all completed requests when there is none)."""
+    if not duration:
+        return math.nan
+    met = ok if not slo_tpot_ms else ok[ok["tpot"].fillna(0) * 1e3 <= slo_tpot_ms]
+    return len(met) / duration
+
+
+def paired_requests(records: pd.DataFrame, config: str, level, baseline: str) -> pd.DataFrame:
+    """A configuration's successful requests at one level joined to the baseline's on (round, prompt)."""
+    keys = ["round", "prompt_index"]
+    pick = lambda name: records[(records["config"] == name) & (records["concurrency"] == level)  # noqa: E731
+                                & records["success"]]
+    return pick(config).merge(pick(baseline), on=keys, suffixes=("", "_base"))
+
+
+def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -> tuple[float, float, float]:
+    """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling prompts."""
+    frame = pd.DataFrame({"prompt_ids": paired["prompt_index"],
+                          "new_tokens": paired[tokens], "wall_ms": paired[time],
+                          "new_tokens_base": paired[f"{tokens}_base"], "wall_ms_base": paired[f"{time}_base"]})
+    point = float(paired_speedup(frame[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum()
+                                 .to_numpy()))
+    lo, hi = bootstrap_speedup(frame, frame["prompt_ids"].unique(), rng, n_boot)
+    return point, lo, hi
+
+
+def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, rng, n_boot: int) -> pd.DataFrame:
+    records = records.assign(decode_tokens=records["output_tokens"] - 1, decode_s=records["latency"] - records["ttft"])
+    rows = []
+    for row in summary.to_dict("records"):
+        paired = paired_requests(records, row["config"], row["concurrency"], baseline)
+        base = summary[(summary["config"] == baseline) & (summary["concurrency"] == row["concurrency"])]
+        if paired.empty or base.empty:
+            rows.append(row)
+            continue
+        row["speedup_tpot"], row["speedup_tpot_lo"], row["speedup_tpot_hi"] = speedup_ci(
+            paired, "decode_tokens", "decode_s", rng, n_boot)
+        e2e, lo, hi = speedup_ci(paired, "output_tokens", "latency", rng, n_boot)
+        row["speedup_e2el"], row["speedup_e2el_lo"], row["speedup_e2el_hi"] = e2e, lo, hi
+        tp = row["output_throughput"] / float(base["output_throughput"].iloc[0])
+        row["speedup_output_throughput"] = tp
+        row["speedup_output_throughput_lo"], row["speedup_output_throughput_hi"] = lo * tp / e2e, hi * tp / e2e
+        row["identical_outputs"] = int((paired["generated_text"] == paired["generated_text_base"]).sum())
+        row["paired_requests"] = len(paired)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def log_cross(levels: np.ndarray, values: np.ndarray) -> float:
+    """The first level where ``values`` falls below 1, interpolated in log2 of the level; NaN if never,
+    the first level if it starts below."""
+    for i, value in enumerate(values):
+        if value < 1.0:
+            if i == 0:
+                return float(levels[0])
+            a, b = np.log2(levels[i - 1]), np.log2(levels[i])
+            frac = (values[i - 1] - 1.0) / (values[i - 1] - value)
+            return float(2 ** (a + frac * (b - a)))
+    return math.nan
+
+
+def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
+              baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+    """Per configuration: the concurrency where ``metric`` falls below 1.0 (log-interpolated), with
+    a CI from where its lower and upper 95% bounds fall below 1.0; ``verdict`` says which case it is."""
+    if metric not in summary:
+        raise ParameterError(f"no {metric} in the summary: the sweep needs a {baseline!r} configuration")
+    rows = []
+    for config, group in summary[summary["config"] != baseline].groupby("config", sort=False):
+        group = group.sort_values("concurrency")
+        levels = group["concurrency"].to_numpy(float)
+        point, lo, hi = (log_cross(levels, group[c].to_numpy(float)) for c in (metric, f"{metric}_lo",
+                                                                                  f"{metric}_hi"))
+        if group[metric].iloc[0] < 1.0:
+            verdict = "never pays"
+        elif math.isnan(point):
+            verdict = "pays at every level measured"
+        else:
+            verdict = "stops paying"
+        rows.append({"config": config, "metric": metric, "crossover": point, "crossover_lo": lo,
+                     "crossover_hi": hi, "verdict": verdict, "min_level": float(levels.min()),
+                     "max_level": float(levels.max())})
+    return pd.DataFrame(rows)
+
+
+VLLM_LISTS = ("ttfts", "itls", "latencies", "output_lens", "input_lens")
+
+
+def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(records, runs) from the JSON ``vllm bench serve --save-result --save-detailed`` writes: its
+    per-request lists become rows, its spec-decode figures the run's counters."""
+    n = len(result["latencies"])
+    level = result.get("max_concurrency") or result.get("request_rate") or 0
+    records = pd.DataFrame({
+        "engine": engine, "config": config, "concurrency": level, "round": 0, "prompt_index": range(n),
+        "category": "", "partial": False, "success": [bool(x) for x in result["output_lens"]],
+        "error": [str(e) for e in result.get("errors", [""] * n)], "prompt_len": result.get("input_lens", [0] * n),
+        "output_tokens": result["output_lens"], "ttft": result["ttfts"], "itl": result["itls"],
+        "latency": result["latencies"], "generated_text": result.get("generated_texts", [""] * n)})
+    records["tpot"] = (records["latency"] - records["ttft"]) / (records["output_tokens"] - 1).where(
+        records["output_tokens"] > 1)
+    drafts = float(result.get("spec_decode_num_drafts", 0) or 0)
+    accepted = float(result.get("spec_decode_accepted_tokens", 0) or 0)
+    runs = pd.DataFrame([{"engine": engine, "config": config, "concurrency": level, "round": 0,
+                          "duration": result["duration"], "completed": result["completed"],
+                          "failed": n - result["completed"], "total_output_tokens": result["total_output_tokens"],
+                          "partial": False, "spec_decode_num_drafts": drafts,
+                          "spec_decode_draft_tokens": float(result.get("spec_decode_draft_tokens", 0) or 0),
+                          "spec_decode_accepted_tokens": accepted, "accepted_per_pos": "[]", "n_decode": 0.0,
+                          "tokens_predicted": float(result["total_output_tokens"])}])
+    return records, runs

@@ -1,0 +1,284 @@
+"""Load on an OpenAI-compatible serving engine: one record per request, counters per run, interleaved.
+
+The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server``
+started by ``specnb.engine.llama_server``, or a running vLLM or SGLang server (``-p endpoint``). Every
+speculation configuration is its own server (a *target*); the sweep runs each concurrency level on
+every target, on the same prompts, alternating every few requests in an order rotated piece by
+piece, so a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
+interleaves candidates).
+
+- **Load** (``specnb.measure.serving_load``): closed loop or Poisson arrivals, streamed, one record
+  per request with ``vllm bench serve``'s names.
+- **Counters**: the engine's Prometheus spec-decode counters (``llamacpp:`` or ``vllm:``, same
+  names) are scraped before and after each run and differenced; llama.cpp adds a slot's counts when
+  its request finishes, and every request of a run has finished when it is scraped.
+
+Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_summary``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from specnb.core.errors import SpecnbError
+from specnb.measure.serving_load import RequestRecord, Target, closed_loop, poisson_loop, run_async
+
+
+class EndpointError(SpecnbError, RuntimeError):
+    """An endpoint is unreachable or does not speak the OpenAI API; the message says which and why."""
+
+
+@dataclass
+class Counters:
+    """Spec-decode counters of one scrape (or the difference of two)."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    accepted_per_pos: list[float] = field(default_factory=list)
+    n_decode: float = 0.0  # llama.cpp: llama_decode() calls of the verifier
+    tokens_predicted: float = 0.0
+
+    def minus(self, before: Counters) -> Counters:
+        n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        pad = lambda v: list(v) + [0.0] * (n - len(v))  # noqa: E731
+        return Counters(**{k: getattr(self, k) - getattr(before, k) for k in
+                           ("drafts", "draft_tokens", "accepted", "n_decode", "tokens_predicted")},
+                        accepted_per_pos=[a - b for a, b in zip(pad(self.accepted_per_pos),
+                                                                pad(before.accepted_per_pos))])
+
+
+COUNTER_NAMES = {"spec_decode_num_drafts_total": "drafts", "spec_decode_num_draft_tokens_total": "draft_tokens",
+                 "spec_decode_num_accepted_tokens_total": "accepted", "n_decode_total": "n_decode",
+                 "tokens_predicted_total": "tokens_predicted", "generation_tokens_total": "tokens_predicted"}
+METRIC_LINE = re.compile(r"^(?:llamacpp|vllm):(\w+?)(?:\{([^}]*)\})?\s+([-+0-9.eE]+|NaN)\s*$")
+
+
+def parse_counters(text: str) -> Counters:
+    """Counters from Prometheus text; series with several label sets (vLLM's per-model) are summed."""
+    found, per_pos = Counters(), {}
+    for line in text.splitlines():
+        match = METRIC_LINE.match(line.strip())
+        if not match:
+            continue
+        name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
+        if name == "spec_decode_num_accepted_tokens_per_pos_total":
+            position = int(re.search(r'position="(\d+)"', labels).group(1))
+            per_pos[position] = per_pos.get(position, 0.0) + value
+        elif name in COUNTER_NAMES:
+            setattr(found, COUNTER_NAMES[name], getattr(found, COUNTER_NAMES[name]) + value)
+    found.accepted_per_pos = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else []
+    return found
+
+
+def scrape(target: Target, timeout_s: float = 10.0) -> Counters:
+    """The target's spec-decode counters now (zeros when it exposes no ``/metrics``)."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{target.url}/metrics", timeout=timeout_s)
+    except httpx.HTTPError as err:
+        raise EndpointError(f"{target.name}: cannot read {target.url}/metrics: {err}") from err
+    return parse_counters(response.text) if response.status_code == 200 else Counters()
+
+
+def check_target(target: Target, timeout_s: float = 10.0) -> Target:
+    """Fail with one line unless ``target`` answers ``/v1/models`` like an OpenAI server; fills in
+    ``model`` with the first model it serves when none was given."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{target.url}/v1/models", timeout=timeout_s)
+        models = [m["id"] for m in response.json()["data"]]
+    except httpx.HTTPError as err:
+        raise EndpointError(f"{target.name}: {target.url} is unreachable ({err}); start the server or fix "
+                            "-p endpoint") from err
+    except (ValueError, KeyError, TypeError) as err:
+        raise EndpointError(f"{target.name}: {target.url}/v1/models is not an OpenAI-compatible answer "
+                            f"(HTTP {response.status_code})") from err
+    return Target(target.name, target.url, target.engine, target.model or (models[0] if models else ""))
+
+
+def reachable(target: Target, timeout_s: float = 5.0) -> bool:
+    """Whether the target still answers ``/v1/models`` (how a sweep on an endpoint tells a dead server)."""
+    import httpx
+
+    try:
+        return httpx.get(f"{target.url}/v1/models", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass
+class Sweep:
+    """A sweep's raw data: ``records`` (one row per request), ``runs`` (one row per target, level
+    and round, with differenced counters), ``stopped``: one line when it ended early, and ``probe``:
+    the engine's forward cost against tokens in the batch (``probe_forward``), when measured."""
+
+    records: pd.DataFrame
+    runs: pd.DataFrame
+    stopped: str = ""
+    probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def probe_tokens(max_tokens: int) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, ... up to the first size at or above ``max_tokens``."""
+    sizes, n = [1, 2, 3], 4
+    while sizes[-1] < max_tokens:
+        sizes += [n, n * 3 // 2]
+        n *= 2
+    return [x for i, x in enumerate(sizes) if i == 0 or sizes[i - 1] < max_tokens]
+
+
+def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int = 0) -> pd.DataFrame:
+    """The engine's cost of one forward with n tokens in the batch, for n in ``sizes``: llama.cpp's
+    own ``prompt_ms`` for a prompt of n token ids evaluated in one batch (no prompt cache), the same
+    matrix shapes as one decode step over n sequences. Sizes interleaved, ``repeats`` each; median ms."""
+    import httpx
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    with httpx.Client(timeout=120.0) as client:
+        for r in range(repeats):
+            for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
+                body = {"prompt": rng.integers(1000, 20000, size=n).tolist(), "n_predict": 1, "cache_prompt": False,
+                        "temperature": 0.0}
+                timings = client.post(f"{target.url}/completion", json=body).json().get("timings", {})
+                if "prompt_ms" in timings:
+                    rows.append({"tokens": timings["prompt_n"], "forward_ms": timings["prompt_ms"]})
+    frame = pd.DataFrame(rows, columns=["tokens", "forward_ms"])
+    return frame.groupby("tokens", as_index=False)["forward_ms"].median()
+
+
+def level_order(names: list[str], level_index: int, round_index: int) -> list[str]:
+    """Targets in the order they run at one level and round: rotated by both."""
+    shift = (level_index + round_index) % max(len(names), 1)
+    return names[shift:] + names[:shift]
+
+
+def warm_up(targets: list[Target], prompts: list[str], max_tokens: int = 4) -> None:
+    """One short request to each target, so its first measured run pays no one-time cost."""
+    for target in targets:
+        run_async(closed_loop(target, prompts[:1], 1, max_tokens))
+
+
+def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *, max_tokens: int = 32,
+              rounds: int = 1, mode: str = "closed", seed: int = 0, ignore_eos: bool = True, warmup: bool = True,
+              alive: Callable[[str], bool] | None = None, on_run: Callable[[Sweep], None] | None = None,
+              progress: bool = False, probe_upto: int = 0) -> Sweep:
+    """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson") on every target,
+    same prompts, targets alternating piece by piece (``chunks``) in an order rotated per piece,
+    level and round. ``alive(name)``: whether a target's server is
+    still up (default: it answers ``/v1/models``), asked when a run had failed requests; a dead one
+    ends the sweep: finished levels are kept, the level it died in is marked ``partial``. ``on_run``
+    sees the sweep so far after every run (to save it as it grows). ``probe_upto``: first probe the
+    first llama.cpp target's forward cost up to that many tokens in the batch (``probe_forward``)."""
+    texts = list(prompts["prompt"])
+    prompts = prompts.reset_index(drop=True)
+    names = [t.name for t in targets]
+    by_name = {t.name: t for t in targets}
+    records, runs = [], []
+    if warmup:
+        warm_up(targets, texts)
+    probed = [t for t in targets if t.engine == "llama.cpp"][:1] if probe_upto else []
+    probe = probe_forward(probed[0], probe_tokens(probe_upto), seed=seed) if probed else pd.DataFrame()
+    sweep = Sweep(pd.DataFrame(), pd.DataFrame(), probe=probe)
+    for li, level in enumerate(levels):
+        sent = requests_for(texts, level, mode)
+        for r in range(rounds):
+            for c, part in enumerate(chunks(len(sent), level, mode)):
+                for name in level_order(names, li, r + c):
+                    target = by_name[name]
+                    try:
+                        before = scrape(target)
+                    except EndpointError as err:
+                        return stop(sweep, level, f"{name}'s server stopped answering before level {level} ({err})")
+                    texts_now = [sent[i] for i in part]
+                    load = closed_loop(target, texts_now, int(level), max_tokens, ignore_eos) if mode == "closed" \
+                        else poisson_loop(target, texts_now, float(level), max_tokens, seed + r, ignore_eos)
+                    done, duration = run_async(load)
+                    failed = [d for d in done if not d.success]
+                    down = bool(failed) and not (alive(name) if alive else reachable(target))
+                    try:
+                        counters = Counters() if down else scrape(target).minus(before)
+                    except EndpointError:
+                        counters, down = Counters(), True
+                    records += [request_row(d, target, level, r, i, prompts) for i, d in zip(part, done)]
+                    runs.append(run_row(target, level, r, duration, done, counters, partial=down) | {"chunk": c})
+                    sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs), probe=probe)
+                    if progress:
+                        print(f"{name} at {level}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
+                    if on_run:
+                        on_run(sweep)
+                    if down:
+                        why = failed[0].error if failed else "its counters could not be read"
+                        return stop(sweep, level, f"{name}'s server died at level {level} ({why})")
+    return sweep
+
+
+def chunks(n: int, level, mode: str, per_slot: int = 4) -> list[list[int]]:
+    """The request indices of a level, in the pieces each target runs in turn: a closed-loop level
+    of c runs ``per_slot``·c requests at a time on every target before the next piece, so the
+    configurations alternate every few seconds at low concurrency (a slow spell of a shared machine
+    then lands on all of them, not on the one whose whole level it overlapped); a Poisson level
+    is one piece (its arrival process spans the run)."""
+    size = n if mode != "closed" else max(1, per_slot * int(level))
+    return [list(range(start, min(start + size, n))) for start in range(0, n, size)]
+
+
+def stop(sweep: Sweep, level, why: str) -> Sweep:
+    """End a sweep early: the level it stopped in is marked partial, ``stopped`` says why in one line."""
+    if len(sweep.runs):
+        mark_partial(sweep, level)
+    sweep.stopped = f"{why}; levels before it are kept, level {level} is marked partial".replace("\n", " ")
+    return sweep
+
+
+def requests_for(texts: list[str], level, mode: str) -> list[str]:
+    """The prompts a run sends: each once, cycled in closed loop until every one of ``level`` workers
+    has at least one (fewer prompts than the concurrency would never fill it)."""
+    n = max(len(texts), int(level)) if mode == "closed" else len(texts)
+    return [texts[i % len(texts)] for i in range(n)]
+
+
+def mark_partial(sweep: Sweep, level) -> None:
+    sweep.runs.loc[sweep.runs["concurrency"] == level, "partial"] = True
+    sweep.records.loc[sweep.records["concurrency"] == level, "partial"] = True
+
+
+def request_row(record: RequestRecord, target: Target, level, round_index: int, index: int,
+                prompts: pd.DataFrame) -> dict:
+    row = asdict(record)
+    row["itl"] = json.dumps([round(x, 6) for x in record.itl])
+    meta = prompts.iloc[index % len(prompts)]
+    return {"engine": target.engine, "config": target.name, "concurrency": level, "round": round_index,
+            "prompt_index": index, "prompt_id": str(meta.get("id", index % len(prompts))),
+            "category": meta.get("category", ""), "partial": False, **row}
+
+
+def run_row(target: Target, level, round_index: int, duration: float, done: list[RequestRecord],
+            counters: Counters, partial: bool) -> dict:
+    ok = [d for d in done if d.success]
+    return {"engine": target.engine, "config": target.name, "concurrency": level, "round": round_index,
+            "duration": duration, "completed": len(ok), "failed": len(done) - len(ok),
+            "total_output_tokens": sum(d.output_tokens for d in ok), "partial": partial,
+            "spec_decode_num_drafts": counters.drafts, "spec_decode_draft_tokens": counters.draft_tokens,
+            "spec_decode_accepted_tokens": counters.accepted,
+            "accepted_per_pos": json.dumps(counters.accepted_per_pos), "n_decode": counters.n_decode,
+            "tokens_predicted": counters.tokens_predicted}
+
+
+def sweep_servers(configs, prompts: pd.DataFrame, levels: list[int], **settings) -> Sweep:
+    """Start one llama-server per ``ServerConfig``, run ``run_sweep`` on them (a server that dies ends
+    it, see there), and stop every server however the sweep ends (Ctrl-C included)."""
+    from specnb.engine.llama_server import servers
+
+    with servers(configs) as running:
+        targets = [Target(name, server.url, "llama.cpp") for name, server in running.items()]
+        return run_sweep(targets, prompts, levels, alive=lambda name: running[name].alive(), **settings)

@@ -1,0 +1,231 @@
+"""Speculation under serving load, predicted from the engine's own step cost, and the policy that follows.
+
+The model (one engine step serves every running sequence at once):
+
+- Spec-off at concurrency b: each step runs one forward over b tokens, so its TPOT *is* the engine's
+  cost of a forward with b tokens in the batch, t(b). The spec-off sweep measures t at every level;
+  between levels t is interpolated linearly in tokens, beyond them extended along the last segment.
+- A speculative configuration at concurrency b: each sequence's step verifies 1 + d tokens (d = draft
+  tokens per step, from the counters) and yields τ' = generated tokens ÷ steps (steps = generated −
+  accepted; τ' ≤ τ because steps without a draft count too). So
+  TPOT(b) = (v(b) + δ(b)) ÷ τ', with δ the drafting cost per step: 0 for n-grams, for a draft model
+  calibrated at the first level and scaled like the verifier's step, δ(b) = δ(b₀)·t(b)/t(b₀).
+- The verification step v(b): with the engine's forward probe f(n) (llama.cpp: one forward of n
+  prompt tokens, timed by the engine, the same matrix shapes as a step over n sequences), spec-off's
+  measured step plus the extra tokens' cost, v(b) = t(b) + f(b·(1 + d)) − f(b); this reaches past the
+  levels measured. Without a probe (vLLM, SGLang), v(b) = t(b·(1 + d)) from the spec-off curve.
+- Acceptance (d, τ') is taken at the calibration level only; the other levels are predictions, and
+  ``validate_serving`` reports the median error there against the measured TPOT speedup.
+  ``validate_held_out`` cross-fits on prompts (two folds with the same mix of categories, from
+  llama.cpp's per-request draft counts): every level, on prompts the predictor never saw.
+
+Why speedup falls with load: t grows with the tokens in the batch once the machine stops being
+memory-bound, and speculation multiplies those tokens by 1 + d while dividing steps only by τ'.
+
+The policy (``serving_policy``): per concurrency level the draft length (of the configurations
+measured) whose TPOT speedup's lower 95% bound is above 1, the best such, else none — as vLLM's
+``num_speculative_tokens_per_batch_size`` and as llama-server flags.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from specnb.core.errors import ParameterError
+
+BASELINE_CONFIG = "spec-off"
+
+
+def step_cost(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+    """The engine's step time t(b) in ms against tokens in the batch b, from spec-off's mean TPOT."""
+    base = summary[summary["config"] == baseline].sort_values("concurrency")
+    if base.empty:
+        raise ParameterError(f"no {baseline!r} rows to price a step from")
+    return pd.DataFrame({"tokens": base["concurrency"].astype(float), "step_ms": base["mean_tpot_ms"]})
+
+
+def step_ms(cost: pd.DataFrame, tokens: float) -> float:
+    """t(tokens): linear between measured points, the last segment extended beyond them."""
+    x, y = cost["tokens"].to_numpy(float), cost["step_ms"].to_numpy(float)
+    if len(x) == 1 or tokens <= x[-1]:
+        return float(np.interp(tokens, x, y))
+    slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
+    return float(y[-1] + slope * (tokens - x[-1]))
+
+
+def acceptance_of(row) -> tuple[float, float]:
+    """(draft tokens per step d, generated tokens per step τ') from a summary row's counters."""
+    steps = row["tokens_predicted"] - row["spec_decode_accepted_tokens"]
+    if steps <= 0:
+        return 0.0, 1.0
+    return row["spec_decode_draft_tokens"] / steps, row["tokens_predicted"] / steps
+
+
+def verify_ms(cost: pd.DataFrame, probe: pd.DataFrame | None, b: float, d: float) -> float:
+    """A speculative step's verification at b sequences with d draft tokens each: with a forward
+    probe, spec-off's measured step plus what the probe says the extra b·d tokens cost; without one,
+    the spec-off curve read at b·(1 + d) tokens."""
+    if probe is None or probe.empty:
+        return step_ms(cost, b * (1 + d))
+    forward = pd.DataFrame({"tokens": probe["tokens"], "step_ms": probe["forward_ms"]})
+    return step_ms(cost, b) + step_ms(forward, b * (1 + d)) - step_ms(forward, b)
+
+
+def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = BASELINE_CONFIG,
+                    draft_model: bool = False, probe: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Predicted TPOT and TPOT speedup of ``config`` at each of ``levels``, calibrated at its lowest
+    level; ``probe``: the engine's forward cost against tokens (``specnb.measure.serving_sweep.probe_forward``)."""
+    cost = step_cost(summary, baseline)
+    rows = summary[summary["config"] == config].sort_values("concurrency")
+    if rows.empty:
+        raise ParameterError(f"no rows for configuration {config!r}")
+    calib = rows.iloc[0]
+    d, tau = acceptance_of(calib)
+    b0 = float(calib["concurrency"])
+    delta0 = max(0.0, calib["mean_tpot_ms"] * tau - verify_ms(cost, probe, b0, d)) if draft_model else 0.0
+    out = []
+    for b in levels:
+        delta = delta0 * step_ms(cost, b) / step_ms(cost, b0)
+        tpot = (verify_ms(cost, probe, b, d) + delta) / tau
+        out.append({"config": config, "concurrency": b, "draft_per_step": d, "tokens_per_step": tau,
+                    "draft_ms": delta, "predicted_tpot_ms": tpot,
+                    "predicted_speedup_tpot": step_ms(cost, b) / tpot, "calibrated_at": b0})
+    return pd.DataFrame(out)
+
+
+def validate_serving(summary: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
+                     probe: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Predicted against measured TPOT speedup at every measured level (``configs``: name → whether it
+    drafts with a model); ``calibration`` marks the level each was calibrated on."""
+    frames = []
+    for config, draft_model in configs.items():
+        levels = sorted(summary.loc[summary["config"] == config, "concurrency"])
+        pred = predict_serving(summary, config, levels, baseline, draft_model, probe)
+        measured = summary[summary["config"] == config][["concurrency", "speedup_tpot"]]
+        frame = pred.merge(measured, on="concurrency")
+        frame["error"] = (frame["predicted_speedup_tpot"] - frame["speedup_tpot"]).abs() / frame["speedup_tpot"]
+        frame["calibration"] = frame["concurrency"] == frame["calibrated_at"]
+        frame["prompts"] = "same"
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def request_summary(records: pd.DataFrame) -> pd.DataFrame:
+    """Per (configuration, level), the predictor's inputs from per-request fields alone: mean TPOT and
+    llama.cpp's per-request draft counts (``draft_n``, ``draft_n_accepted``) in the counters' names,
+    so any subset of prompts can calibrate."""
+    ok = records[records["success"]]
+    grouped = ok.groupby(["config", "concurrency"], sort=False)
+    return pd.DataFrame({"mean_tpot_ms": grouped["tpot"].mean() * 1e3,
+                         "tokens_predicted": grouped["output_tokens"].sum().astype(float),
+                         "spec_decode_draft_tokens": grouped["draft_n"].sum().astype(float),
+                         "spec_decode_accepted_tokens": grouped["draft_n_accepted"].sum().astype(float)}).reset_index()
+
+
+def folds(records: pd.DataFrame) -> pd.Series:
+    """0 or 1 per request: prompts alternate between the two folds within each category, so both
+    folds hold the same mix (acceptance depends on the kind of prompt far more than on the load)."""
+    key = records["prompt_id"] if "prompt_id" in records else records["prompt_index"].astype(str)
+    firsts = records.assign(_key=key).drop_duplicates("_key")
+    rank = firsts.groupby("category", sort=False).cumcount() % 2
+    return key.map(dict(zip(firsts["_key"], rank)))
+
+
+def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
+                      n_boot: int = 500, seed: int = 0, probe: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Two-fold cross-fit on prompts: calibrate on one fold (``folds``), predict the TPOT speedup at
+    every level and compare with the one measured on the other fold, then the other way round —
+    every prediction is for prompts the predictor never saw (``calibration`` False everywhere).
+    Needs per-request draft counts (llama.cpp); empty without them."""
+    from specnb.measure.serving_summary import paired_requests, speedup_ci
+
+    if records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() == 0:
+        return pd.DataFrame()
+    fold = folds(records)
+    rng = np.random.default_rng(seed)
+    frames = []
+    for calibrate_on in (0, 1):
+        calibration = request_summary(records[fold == calibrate_on])
+        held = records[fold != calibrate_on]
+        held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
+        for config, draft_model in configs.items():
+            levels = sorted(held.loc[held["config"] == config, "concurrency"].unique())
+            if not levels or config not in set(calibration["config"]):
+                continue  # a fold without this configuration's prompts (fewer prompts than two per category)
+            pred = predict_serving(calibration, config, levels, baseline, draft_model, probe)
+            measured = []
+            for level in levels:
+                paired = paired_requests(held, config, level, baseline)
+                point, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", rng, n_boot) if len(paired) else \
+                    (math.nan,) * 3
+                measured.append({"concurrency": level, "speedup_tpot": point, "speedup_tpot_lo": lo,
+                                 "speedup_tpot_hi": hi})
+            frame = pred.merge(pd.DataFrame(measured), on="concurrency")
+            frame["error"] = (frame["predicted_speedup_tpot"] - frame["speedup_tpot"]).abs() / frame["speedup_tpot"]
+            frame["calibration"] = False
+            frame["prompts"] = "held out"
+            frame["fold"] = 1 - calibrate_on
+            frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def median_error(validation: pd.DataFrame) -> float:
+    """Median relative error of the predicted TPOT speedup over the levels not calibrated on."""
+    held = validation[~validation["calibration"]] if len(validation) else validation
+    return float(held["error"].median()) if len(held) else math.nan
+
+
+def serving_policy(summary: pd.DataFrame, draft_lengths: dict[str, int], baseline: str = BASELINE_CONFIG
+                   ) -> pd.DataFrame:
+    """Per measured level: the configuration to run (the best TPOT speedup whose lower CI bound is
+    above 1, else spec-off), its draft length k (0 for spec-off) and the speedup it stands on."""
+    rows = []
+    for level, group in summary[summary["config"] != baseline].groupby("concurrency"):
+        paying = group[group["speedup_tpot_lo"] > 1.0]
+        if paying.empty:
+            rows.append({"concurrency": level, "config": baseline, "k": 0, "speedup_tpot": 1.0})
+            continue
+        best = paying.sort_values("speedup_tpot").iloc[-1]
+        rows.append({"concurrency": level, "config": best["config"], "k": draft_lengths.get(best["config"], 0),
+                     "speedup_tpot": float(best["speedup_tpot"])})
+    return pd.DataFrame(rows)
+
+
+def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]]:
+    """[[first, last, k], ...] over batch sizes: each measured level's k holds up to the next level − 1,
+    the last level's to ``max_batch`` (vLLM's ``num_speculative_tokens_per_batch_size`` shape)."""
+    levels = policy.sort_values("concurrency")
+    ranges = []
+    starts = [int(x) for x in levels["concurrency"]]
+    for i, (start, k) in enumerate(zip(starts, levels["k"])):
+        end = starts[i + 1] - 1 if i + 1 < len(starts) else max_batch
+        if ranges and ranges[-1][2] == int(k):
+            ranges[-1][1] = end
+        else:
+            ranges.append([start, end, int(k)])
+    return ranges
+
+
+def vllm_config(policy: pd.DataFrame, method: str, model: str = "") -> str:
+    """The ``--speculative-config`` JSON for vLLM with the policy as ``num_speculative_tokens_per_batch_size``."""
+    ranges = policy_ranges(policy)
+    config = {"method": method, "num_speculative_tokens": max([r[2] for r in ranges] + [1]),
+              "num_speculative_tokens_per_batch_size": ranges}
+    return json.dumps(config | ({"model": model} if model else {}))
+
+
+def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]:
+    """One llama-server command-line tail per range (llama-server fixes its speculation per launch);
+    ``flags``: each configuration's speculation flags as it was launched."""
+    lines = []
+    by_k = policy.drop_duplicates("k", keep="first").set_index("k")
+    ranges = policy_ranges(policy)
+    for i, (start, end, k) in enumerate(ranges):
+        span = f"{start} or more" if i == len(ranges) - 1 else f"{start}" if start == end else f"{start}–{end}"
+        what = "no --spec-type (spec-off)" if k == 0 else flags.get(by_k.loc[k, "config"], f"--spec-draft-n-max {k}")
+        lines.append(f"{span} concurrent: {what}")
+    return lines

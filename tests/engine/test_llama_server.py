@@ -1,0 +1,119 @@
+"""The real llama-server on the embedded verifier's GGUF (skipped when no binary is built): n-gram
+speculation is lossless against spec-off, its counters move on a copy-heavy prompt, a bad GGUF is
+one line with the server's last log line, and no server outlives its context."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from specnb.engine.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args, servers
+from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_sweep import Target, run_sweep, sweep_servers
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built")]
+
+COPY = "Copy this sentence word for word: The committee will meet on Tuesday to discuss the budget for the new library."
+PROMPTS = pd.DataFrame({"prompt": [COPY, "Write one sentence about rivers."], "category": ["copy", "chat"]})
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = open(f"/proc/{pid}/status").read() if os.path.exists(f"/proc/{pid}/status") else ""
+    return "zombie" in status
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    from specnb.models.gguf import embedded_gguf
+
+    return str(embedded_gguf("smollm2-135m", "q4_1"))
+
+
+def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
+    configs = [ServerConfig("spec-off", verifier, slots=2, ctx_per_slot=512, threads=1),
+               ServerConfig("ngram k=4", verifier, spec_type="ngram-simple", n_max=4, slots=2, ctx_per_slot=512,
+                            threads=1)]
+    with servers(configs) as running:
+        pids = [s.pid for s in running.values()]
+        targets = [Target(name, s.url) for name, s in running.items()]
+        sweep = run_sweep(targets, PROMPTS, [1], max_tokens=24, ignore_eos=False, warmup=False, probe_upto=2)
+    assert all(gone(pid) for pid in pids)
+    assert list(sweep.probe["tokens"]) == [1, 2] and (sweep.probe["forward_ms"] > 0).all()
+    records = sweep.records
+    assert records["success"].all()
+    texts = records.pivot(index="prompt_index", columns="config", values="generated_text")
+    assert (texts["spec-off"] == texts["ngram k=4"]).all(), texts  # greedy: the same tokens
+    runs = sweep.runs.set_index("config")
+    assert runs.loc["ngram k=4", "spec_decode_accepted_tokens"] > 0
+    assert runs.loc["spec-off", "spec_decode_num_drafts"] == 0
+    row = summarise_sweep(records, sweep.runs, n_boot=50).set_index("config").loc["ngram k=4"]
+    assert 0 < row["alpha"] <= 1 and row["tau"] > 1 and row["identical_outputs"] == 2
+    per_position = json.loads(row["per_position"])
+    assert len(per_position) == 4 and per_position == sorted(per_position, reverse=True)  # reaching i needs i − 1
+
+
+def test_a_bad_gguf_is_one_line_with_the_last_log_line(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    server = Server(ServerConfig("broken", str(bad), threads=1))
+    with pytest.raises(ServerFailed, match="exited with code") as err:
+        server.start()
+    assert "\n" not in str(err.value) and gone(server.pid)
+
+
+def test_server_arguments_are_loopback_with_the_speculation_flags():
+    args = server_args(ServerConfig("d", "v.gguf", spec_type="draft-simple", draft="d.gguf", n_max=3, slots=4,
+                                    ctx_per_slot=256, threads=1), port=8123)
+    assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("-c") + 1] == "1024"
+    assert args[args.index("-md") + 1] == "d.gguf" and args[args.index("--spec-draft-n-max") + 1] == "3"
+
+
+def server_children() -> list[int]:
+    """llama-server processes this test process started."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"llama-server" in cmdline:
+            found.append(int(pid))
+    return found
+
+
+def test_ctrl_c_stops_the_server_and_keeps_the_records(verifier):
+    seen = {}
+
+    def interrupt(sweep):
+        seen["pids"], seen["records"] = server_children(), len(sweep.records)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep_servers([ServerConfig("spec-off", verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS, [1],
+                      max_tokens=4, warmup=False, on_run=interrupt)
+    assert seen["pids"] and seen["records"] == 2 and all(gone(pid) for pid in seen["pids"])
+
+
+def test_the_server_dies_with_a_killed_kernel(verifier):
+    script = ("import sys, time\nfrom specnb.engine.llama_server import Server, ServerConfig\n"
+              f"s = Server(ServerConfig('k', {verifier!r}, slots=1, ctx_per_slot=256, threads=1)).start()\n"
+              "print(s.pid, flush=True)\ntime.sleep(60)\n")
+    kernel = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = int(kernel.stdout.readline())
+    assert not gone(pid)
+    kernel.send_signal(signal.SIGKILL)  # no atexit, no context manager: only the parent-death signal
+    kernel.wait()
+    deadline = time.monotonic() + 10
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(pid)

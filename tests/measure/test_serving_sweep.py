@@ -1,0 +1,266 @@
+"""The serving load generator, counters and summaries against a tiny fake OpenAI streaming server
+in-process on loopback (no engine needed), and the counter arithmetic on a hand-worked scrape."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specnb.measure.acceptance import counter_rates
+from specnb.measure.serving_load import closed_loop, poisson_loop, run_async
+from specnb.measure.serving_summary import crossover, from_vllm_bench, log_cross, summarise_sweep
+from specnb.measure.serving_sweep import (
+    Counters,
+    EndpointError,
+    Target,
+    check_target,
+    level_order,
+    parse_counters,
+    probe_tokens,
+    run_sweep,
+)
+
+SCRAPE = """# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative decoding verification steps
+# TYPE llamacpp:spec_decode_num_drafts_total counter
+llamacpp:tokens_predicted_total 60
+llamacpp:n_decode_total 31
+llamacpp:spec_decode_num_draft_tokens_total 40
+llamacpp:spec_decode_num_accepted_tokens_total 18
+llamacpp:spec_decode_num_drafts_total 10
+llamacpp:requests_processing 0
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 8
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 5
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 3
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="3"} 2
+"""
+
+
+def test_counter_arithmetic_on_a_hand_worked_scrape():
+    # 10 verification steps drafting 4 tokens each: 8 accepted the first, 5 the second, 3 the third,
+    # 2 all four; accepted = 8 + 5 + 3 + 2 = 18 of 40 drafted.
+    counters = parse_counters(SCRAPE)
+    assert (counters.drafts, counters.draft_tokens, counters.accepted) == (10, 40, 18)
+    assert counters.accepted_per_pos == [8, 5, 3, 2] and counters.n_decode == 31
+    rates = counter_rates(counters.drafts, counters.draft_tokens, counters.accepted, counters.accepted_per_pos)
+    assert rates.alpha == pytest.approx(0.45) and rates.tau == pytest.approx(2.8)
+    assert rates.per_position == pytest.approx([0.8, 0.5, 0.3, 0.2])
+    assert np.isnan(counter_rates(0, 0, 0).alpha) and np.isnan(counter_rates(0, 0, 0).tau)
+
+
+def test_counters_difference_and_vllm_names_summed_over_labels():
+    text = ('vllm:spec_decode_num_drafts_total{model_name="a",engine="0"} 3\n'
+            'vllm:spec_decode_num_drafts_total{model_name="a",engine="1"} 4\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="a",position="1"} 2\n')
+    counters = parse_counters(text)
+    assert counters.drafts == 7 and counters.accepted_per_pos == [0, 2]
+    diff = parse_counters(SCRAPE).minus(Counters(drafts=4, draft_tokens=16, accepted=6, accepted_per_pos=[3, 2]))
+    assert (diff.drafts, diff.draft_tokens, diff.accepted, diff.accepted_per_pos) == (6, 24, 12, [5, 3, 3, 2])
+
+
+class FakeEngine(BaseHTTPRequestHandler):
+    """Streams ``max_tokens`` one-word chunks, 2 ms apart, then usage; counts like a speculative
+    engine (one draft of 2 tokens per request, 1 accepted) once a request finishes."""
+
+    drafts = 0
+    die_after = None  # requests served before every later one is refused (a dying server)
+    served = 0
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body: bytes, kind="application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self.reply(200, json.dumps({"data": [{"id": "fake"}]}).encode())
+        elif self.path == "/metrics":
+            n = type(self).drafts
+            text = (f"llamacpp:spec_decode_num_drafts_total {n}\nllamacpp:spec_decode_num_draft_tokens_total {2 * n}\n"
+                    f"llamacpp:spec_decode_num_accepted_tokens_total {n}\n"
+                    f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="0"}} {n}\n')
+            self.reply(200, text.encode(), "text/plain")
+        else:
+            self.reply(200, b"<html>not an API</html>", "text/html")
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        if cls.die_after is not None and cls.served >= cls.die_after:
+            self.connection.close()  # the client sees the connection drop
+            return
+        cls.served += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        n = body["max_tokens"]
+        for i in range(n):
+            chunk = {"choices": [{"index": 0, "delta": {"content": f"w{i} "}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+            time.sleep(0.002)
+        usage = {"choices": [], "usage": {"prompt_tokens": len(body["messages"][0]["content"]), "completion_tokens": n},
+                 "timings": {"draft_n": 2, "draft_n_accepted": 1}}
+        cls.drafts += 1
+        self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.flush()
+        self.close_connection = True
+
+
+@pytest.fixture
+def fake():
+    handler = type("Engine", (FakeEngine,), {"drafts": 0, "served": 0, "die_after": None})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+PROMPTS = pd.DataFrame({"prompt": ["say a", "say bb", "say ccc", "say dddd"], "category": ["x", "x", "y", "y"]})
+
+
+def test_closed_loop_records_use_vllm_names_and_tpot(fake):
+    _, url = fake
+    records, duration = run_async(closed_loop(Target("a", url), list(PROMPTS["prompt"]), 2, 6))
+    assert len(records) == 4 and all(r.success for r in records) and duration > 0
+    first = records[0]
+    assert first.output_tokens == 6 and first.prompt_len == len("say a") and len(first.itl) == 5
+    assert first.ttft > 0 and first.latency >= first.ttft
+    assert first.tpot == pytest.approx((first.latency - first.ttft) / 5)
+    assert (first.draft_n, first.draft_n_accepted) == (2, 1) and first.generated_text.startswith("w0 w1")
+
+
+def test_poisson_arrivals_are_seeded(fake):
+    _, url = fake
+    records, _ = run_async(poisson_loop(Target("a", url), ["p"] * 5, 50.0, 3, seed=1))
+    starts = [r.start_time for r in records]
+    assert all(r.success for r in records) and starts == sorted(starts)
+    gaps = np.diff(np.cumsum(np.random.default_rng(1).exponential(1 / 50.0, size=5)))
+    assert np.diff(starts) == pytest.approx(gaps, abs=0.03)
+
+
+def test_sweep_interleaves_differences_counters_and_summarises(fake):
+    _, url = fake
+    targets = [Target("spec-off", url), Target("ngram k=2", url)]
+    sweep = run_sweep(targets, PROMPTS, [1, 2], max_tokens=5, rounds=2)
+    # each level in one piece of 4 requests: 2 levels × 2 rounds × 2 targets
+    assert sweep.stopped == "" and len(sweep.runs) == 8 and len(sweep.records) == 32
+    assert set(sweep.runs["spec_decode_num_drafts"]) == {4.0}  # per run, not cumulative
+    assert level_order(["a", "b"], 0, 0) == ["a", "b"] and level_order(["a", "b"], 1, 0) == ["b", "a"]
+    summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, n_boot=200)
+    row = summary[(summary["config"] == "ngram k=2") & (summary["concurrency"] == 2)].iloc[0]
+    assert row["alpha"] == pytest.approx(0.5) and row["tau"] == pytest.approx(2.0)
+    assert json.loads(row["per_position"]) == pytest.approx([1.0])
+    assert row["completed"] == 8 and row["request_goodput"] == pytest.approx(row["request_throughput"])
+    assert row["identical_outputs"] == row["paired_requests"] == 8
+    for metric in ("speedup_tpot", "speedup_e2el", "speedup_output_throughput"):
+        assert row[f"{metric}_lo"] <= row[metric] <= row[f"{metric}_hi"]
+    assert {"mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "p90_e2el_ms"} <= set(summary.columns)
+
+
+def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
+    _, url = fake
+    sweep = run_sweep([Target("spec-off", url)], PROMPTS.head(2), [4], max_tokens=2, warmup=False)
+    assert list(sweep.records["prompt_index"]) == [0, 1, 2, 3] and list(sweep.records["category"]) == ["x"] * 4
+    assert sweep.records["success"].all()
+
+
+def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
+    handler, url = fake
+    handler.die_after = 1 + 4 + 2  # warm-up, all of level 1, half of level 2
+    state = {"up": True}
+
+    def alive(name):
+        state["up"] = handler.served < handler.die_after
+        return state["up"]
+
+    sweep = run_sweep([Target("spec-off", url)], PROMPTS, [1, 2, 4], max_tokens=3, alive=alive)
+    assert "died at level 2" in sweep.stopped and "\n" not in sweep.stopped
+    assert list(sweep.runs["partial"]) == [False, True]
+    assert sweep.records[sweep.records["concurrency"] == 1]["success"].all()
+
+
+def test_an_endpoint_that_stops_answering_ends_the_sweep(fake):
+    handler, url = fake
+    handler.die_after = 1 + 4  # warm-up and level 1; then every request is dropped
+    scrapes = []
+
+    def models_then_gone(self):  # answers the two scrapes around level 1, then nothing
+        scrapes.append(self.path)
+        self.connection.close() if len(scrapes) > 2 else FakeEngine.do_GET(self)
+
+    handler.do_GET = models_then_gone
+    sweep = run_sweep([Target("spec-off", url)], PROMPTS, [1, 2], max_tokens=3)
+    assert "stopped answering before level 2" in sweep.stopped and "\n" not in sweep.stopped
+    assert list(sweep.runs["concurrency"]) == [1] and sweep.records["success"].all()
+
+
+def test_unreachable_or_not_openai_endpoints_are_one_line(fake):
+    _, url = fake
+    assert check_target(Target("a", url)).model == "fake"
+    with pytest.raises(EndpointError, match="unreachable"):
+        check_target(Target("a", "http://127.0.0.1:9"), timeout_s=2)
+    handler_html = Target("b", url + "/html")
+    with pytest.raises(EndpointError, match="not an OpenAI-compatible"):
+        check_target(handler_html)
+
+
+def test_crossover_interpolates_in_log_concurrency_with_a_ci():
+    assert log_cross(np.array([1, 2, 4, 8]), np.array([1.5, 1.2, 0.9, 0.8])) == pytest.approx(2 ** (1 + 2 / 3))
+    assert log_cross(np.array([1, 2]), np.array([0.9, 0.8])) == 1.0
+    assert np.isnan(log_cross(np.array([1, 2]), np.array([1.2, 1.1])))
+    summary = pd.DataFrame({"config": ["k"] * 3, "concurrency": [1, 2, 4], "speedup_output_throughput": [1.4, 1.1, 0.7],
+                            "speedup_output_throughput_lo": [1.2, 0.95, 0.6],
+                            "speedup_output_throughput_hi": [1.6, 1.3, 1.05]})
+    row = crossover(summary).iloc[0]
+    assert row["verdict"] == "stops paying" and row["crossover_lo"] < row["crossover"]
+    assert np.isnan(row["crossover_hi"])  # the upper bound never falls below 1 in the range measured
+
+
+def test_vllm_bench_results_read_into_the_same_tables():
+    result = {"duration": 2.0, "completed": 2, "total_output_tokens": 8, "max_concurrency": 2,
+              "ttfts": [0.1, 0.2], "itls": [[0.01] * 3, [0.02] * 3], "latencies": [0.2, 0.3], "output_lens": [4, 4],
+              "input_lens": [10, 12], "spec_decode_num_drafts": 2, "spec_decode_draft_tokens": 6,
+              "spec_decode_accepted_tokens": 3}
+    records, runs = from_vllm_bench(result, "eagle3 k=3")
+    summary = summarise_sweep(records, runs)
+    row = summary.iloc[0]
+    assert row["output_throughput"] == 4.0 and row["alpha"] == pytest.approx(0.5) and row["tau"] == 2.5
+    assert row["median_tpot_ms"] == pytest.approx(np.median([100 / 3, 100 / 3]))
+
+
+def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
+    from specnb.engine.llama_server import Server, ServerConfig, ServerFailed, missing_note
+
+    monkeypatch.setenv("SPECNB_LLAMA_SERVER", "/nonexistent/llama-server")
+    note = missing_note()
+    assert "make setup" in note and "-p endpoint" in note and "\n" not in note
+    with pytest.raises(ServerFailed, match="make setup"):
+        Server(ServerConfig("x", "m.gguf"))
+
+
+def test_probe_sizes_reach_the_largest_verification_batch():
+    assert probe_tokens(1) == [1] and probe_tokens(5) == [1, 2, 3, 4, 6]
+    assert probe_tokens(40) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48]
+
+
+def test_low_concurrency_alternates_configurations_every_few_requests(fake):
+    from specnb.measure.serving_sweep import chunks
+
+    assert chunks(10, 1, "closed") == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert chunks(10, 4, "closed") == [list(range(10))] and chunks(10, 0.5, "poisson") == [list(range(10))]
+    _, url = fake
+    sweep = run_sweep([Target("spec-off", url), Target("b", url)], pd.concat([PROMPTS] * 2), [1], max_tokens=2,
+                      warmup=False)
+    assert list(sweep.runs["config"]) == ["spec-off", "b", "b", "spec-off"]  # rotated piece by piece
+    assert sorted(sweep.records.loc[sweep.records["config"] == "b", "prompt_index"]) == list(range(8))
