@@ -3,8 +3,8 @@
 The folders follow the data flow, and imports only go downwards (a test checks it):
 
     core/      model math and plumbing, no weights: FLOPs per token (``flops``), Leviathan's formulas
-               (``theory``), sampling and padding, the reference run's figures, devices, configs,
-               typed errors
+               (``theory``), sampling and padding, token sequences (``sequences``), the reference
+               run's figures, devices, configs, typed errors
     models/    getting models into memory: draft names (``registry``), the embedded verifier and
                drafts, loading pairs (``load``), early exits, trimmed heads, prompt lookup, FLOPs
                counted on a meta-device forward (``flop_count``);

@@ -16,12 +16,6 @@ from specnb.core.sampling import logits_to_probs, sample
 from specnb.engine.trees import TreeShape
 
 
-def first_mismatch(a, b) -> int:
-    """Where two token sequences first differ: the length of their common prefix (the accepted
-    prefix of a greedy step, when ``a`` is the draft and ``b`` what the verifier generates)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
 def accept_reject(drafts, q, p_logits, n_drafted, sampling, generator=None):
     """Accepted count per row and the token that follows the accepted prefix.
 

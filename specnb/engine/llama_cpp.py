@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specnb.core.sequences import first_mismatch
 from specnb.engine.isolation import Child
 
 INSTALL_HINT = ("llama.cpp rows need llama-cpp-python: `make setup` builds it for this CPU (cmake and a C++ "
@@ -186,7 +187,7 @@ def gguf_draft(path, gamma: int, threads: int, head_tokens=None, n_ctx: int = 10
             self.calls += 1
             ids = np.asarray(input_ids).tolist()
             have = self.model.llm.input_ids[: self.model.length].tolist()
-            common = next((i for i, (a, b) in enumerate(zip(have, ids)) if a != b), min(len(have), len(ids)))
+            common = first_mismatch(have, ids)
             self.model.truncate(min(common, len(ids) - 1))  # always re-evaluate the last token
             token = self.pick(self.model.forward(ids[self.model.length:]))
             out = [token]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specnb.engine.accept import first_mismatch
+from specnb.core.sequences import first_mismatch
 from specnb.models.lookup import MatchIndex, all_matches
 
 FORWARDS, PER_STEP, PER_TOKEN = "forwards", "per_step", "per_token"  # how a draft's cost is priced
