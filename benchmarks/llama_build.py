@@ -24,6 +24,7 @@ import pandas as pd
 
 from specnb.engine.isolation import Child, EngineCrashed
 from specnb.measure.prompts import select_prompts
+from specnb.measure.runs import bootstrap_speedup, paired_speedup
 
 
 def amx_instructions(build: Path) -> int:
@@ -79,8 +80,8 @@ def main() -> None:
             shift = (repeat * len(ids) + i) % len(order)
             for name in order[shift:] + order[:shift]:
                 out = engines[name].call("generate", prompt, args.tokens, (tokenizer.eos_token_id,))
-                records.append({"build": name[0], "precision": name[1], "prompt": i, "repeat": repeat,
-                                "tokens": len(out.tokens), "wall_ms": out.wall_ms, "ids": tuple(out.tokens)})
+                records.append({"build": name[0], "precision": name[1], "prompt_ids": i, "repeat": repeat,
+                                "new_tokens": len(out.tokens), "wall_ms": out.wall_ms, "ids": tuple(out.tokens)})
     for child in engines.values():
         child.close()
     frame = pd.DataFrame(records)
@@ -88,23 +89,17 @@ def main() -> None:
     base = args.build[0].resolve().as_posix()
     for (build, precision), group in frame.groupby(["build", "precision"], sort=False):
         ref = frame[(frame["build"] == base) & (frame["precision"] == precision)]
-        tok_s = group["tokens"].sum() / group["wall_ms"].sum() * 1e3
-        ratio, lo, hi = float("nan"), float("nan"), float("nan")
-        if not ref.empty:
-            ref_tok_s = ref["tokens"].sum() / ref["wall_ms"].sum() * 1e3
-            ratio = ref_tok_s / tok_s  # portable ÷ this build
-            boots = []
-            for _ in range(1000):
-                pick = rng.integers(0, len(ids), len(ids))
-                g = pd.concat([group[group["prompt"] == p] for p in pick])
-                r = pd.concat([ref[ref["prompt"] == p] for p in pick])
-                boots.append((r["tokens"].sum() / r["wall_ms"].sum()) / (g["tokens"].sum() / g["wall_ms"].sum()))
-            lo, hi = np.percentile(boots, [2.5, 97.5])
-            same = (group.sort_values(["repeat", "prompt"])["ids"].to_numpy()
-                    == ref.sort_values(["repeat", "prompt"])["ids"].to_numpy()).mean()
+        tok_s = group["new_tokens"].sum() / group["wall_ms"].sum() * 1e3
+        ratio, lo, hi, same = float("nan"), float("nan"), float("nan"), None
+        if not ref.empty:  # portable ÷ this build: the portable build in the speedup's numerator
+            paired = ref.merge(group, on=["repeat", "prompt_ids"], suffixes=("", "_base"))
+            totals = paired[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum().to_numpy()
+            ratio = float(paired_speedup(totals))
+            lo, hi = bootstrap_speedup(paired, paired["prompt_ids"].unique(), rng, 1000)
+            same = (paired["ids"] == paired["ids_base"]).mean()
         rows.append({"build": build, "precision": precision, "tok_s": round(tok_s, 1),
                      "portable_over_this": f"{ratio:.3f} [{lo:.3f}–{hi:.3f}]",
-                     "same_tokens_as_portable": f"{same:.0%}" if not ref.empty else "—"})
+                     "same_tokens_as_portable": f"{same:.0%}" if same is not None else "—"})
     table = pd.DataFrame(rows)
     table.insert(1, "flags", [arch_flags(Path(b)) for b in table["build"]])
     table.insert(2, "amx_instructions", [amx_instructions(Path(b)) for b in table["build"]])

@@ -18,6 +18,7 @@ is what runs inside that child.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,14 +40,11 @@ def missing_note() -> str | None:
     status = read_status()
     if status is not None and not status.get("ok"):
         return f"llama.cpp left out: {status.get('error')} (at setup; see README, *llama.cpp on your CPU*)"
-    try:
-        import importlib.util
-
-        if importlib.util.find_spec("llama_cpp") is None:
-            return INSTALL_HINT
-    except (ImportError, ValueError):
-        return INSTALL_HINT
-    return None
+    try:  # found, not imported: importing loads llama.cpp's native code into this process
+        found = importlib.util.find_spec("llama_cpp")
+    except ValueError:  # a module object without a spec
+        found = None
+    return None if found is not None else INSTALL_HINT
 
 
 @dataclass
@@ -76,6 +74,7 @@ class LlamaCpp:
                                    n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True, draft_model=draft, verbose=False)
         self.draft = draft
         self.vocab_size = self.llm.n_vocab()
+        self.probes: dict[tuple[int, int], LlamaCppProbe] = {}  # time_probe's, one per shape
 
     @property
     def length(self) -> int:
@@ -115,11 +114,10 @@ class LlamaCpp:
 
     def time_probe(self, n_tokens: int, context_len: int) -> float:
         """One timed probe forward (the probes of one shape are alike, so they are kept per shape)."""
-        probes = self.__dict__.setdefault("_probes", {})
         key = (n_tokens, context_len)
-        if key not in probes:
-            probes[key] = self.probe(n_tokens, context_len)
-        return probes[key].time_ms()
+        if key not in self.probes:
+            self.probes[key] = self.probe(n_tokens, context_len)
+        return self.probes[key].time_ms()
 
 
 class LlamaCppProbe:
@@ -233,6 +231,11 @@ class IsolatedLlamaCpp:
 
     def probe(self, n_tokens: int, context_len: int) -> IsolatedProbe:
         return IsolatedProbe(self, n_tokens, context_len)
+
+    @property
+    def crash(self) -> str | None:
+        """How its process died (one line), or None while it runs."""
+        return self.child.crash
 
     def close(self) -> None:
         self.child.close()

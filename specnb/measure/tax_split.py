@@ -15,7 +15,7 @@ import pandas as pd
 
 from specnb.engine.isolation import EngineCrashed
 from specnb.measure.alternatives import BASELINE_METHOD, Method
-from specnb.measure.forward import fit_line, measure_forward_grids
+from specnb.measure.forward import GridShapes, fit_line, measure_forward_grids
 
 
 @dataclass
@@ -34,15 +34,13 @@ def tax_split(engines: list[Engine], bandwidth, n_tokens=(1, 2, 4, 8), context_l
     shape), interleaved; and per engine the fit t = t0 + k·n, t(2)/t(1), the bytes a step streams
     and the memory-bandwidth floor in tok/s. Returns (grid, fits). An engine whose process crashes
     is left out (one line in ``notes``) and the grid is timed again without it."""
-    from specnb.measure.forward import GridShapes
-
     while True:
         try:
             grid = measure_forward_grids([GridShapes(e.name, e.model, tuple(n_tokens)) for e in engines],
                                          context_len=context_len, repeats=repeats)
             break
         except EngineCrashed as err:
-            crashed = [e for e in engines if getattr(getattr(e.model, "child", None), "crash", None)]
+            crashed = [e for e in engines if getattr(e.model, "crash", None)]  # an IsolatedLlamaCpp's
             if not crashed:
                 raise
             engines = [e for e in engines if e not in crashed]

@@ -207,12 +207,12 @@ def test_tax_split_fits_each_engine_and_prices_its_floor():
 
 
 def test_tax_split_leaves_out_an_engine_that_crashes_and_times_the_rest():
-    class Crashing:  # an isolated engine whose child died: its probe raises, its child remembers why
-        child = type("Child", (), {"crash": "llama.cpp (model.gguf) died with SIGILL (illegal instruction)"})()
+    class Crashing:  # an isolated engine whose child died: its probe raises, it remembers why
+        crash = "llama.cpp (model.gguf) died with SIGILL (illegal instruction)"
 
         def probe(self, n_tokens, context_len):
             probe = type("Probe", (), {"n_tokens": n_tokens, "batch_size": 1, "context_len": context_len})()
-            probe.time_ms = lambda: (_ for _ in ()).throw(EngineCrashed(self.child.crash))
+            probe.time_ms = lambda: (_ for _ in ()).throw(EngineCrashed(self.crash))
             return probe
 
     bw = Bandwidth(matvec_gbs=10.0, copy_gbs=10.0, threads=1, buffer_mib=1, matvec_samples=[10.0])
