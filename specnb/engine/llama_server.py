@@ -11,6 +11,12 @@ its process runs in its own session (a Ctrl-C to the notebook does not reach it 
 ends its whole group) and gets SIGKILL from Linux when the process that started it dies
 (``PR_SET_PDEATHSIG``), so a killed Jupyter kernel takes it down too.
 
+Ports: the project picks a free loopback port and llama-server binds it a moment later; another
+process can take it in between (a race), so a start that fails to bind a port the project picked is
+retried on a new one (``BIND_RETRIES``). A port the caller names is used as given. Readiness is
+``/health`` answering *and* the listening socket being the child's own: another llama-server already
+on that port answers ``/health`` too.
+
 Threads: llama.cpp's OpenMP threads spin; on a loaded 2-core machine ``-t 2`` fell to 0.3 tok/s
 where ``-t 1`` gave 8, so the default is cores − 1, at least 1 (``default_threads``).
 """
@@ -35,6 +41,7 @@ from specnb.core.errors import SpecnbError
 
 BUILD_HINT = ("llama-server not found: build it with `make setup` (or `python -m specnb.engine.llama_build`), set "
               "SPECNB_LLAMA_SERVER to a llama-server binary, or pass a running server with -p endpoint URL")
+BIND_RETRIES = 3  # fresh ports tried when the one the project picked was taken before the server bound it
 SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache", "draft-eagle3")
 
 
@@ -127,6 +134,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def owns_port(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the loopback socket listening on ``port`` (Linux's /proc: the
+    listening socket's inode among the process's file descriptors); None where /proc cannot say."""
+    try:
+        table = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+        fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return None
+    listening = [row.split() for row in table]
+    inodes = {cols[9] for cols in listening if cols[1].endswith(f":{port:04X}") and cols[3] == "0A"}  # 0A: LISTEN
+    return any(f"socket:[{inode}]" in fds for inode in inodes)
+
+
 def load_libc():
     """libc, loaded in the parent: the child between fork and exec must not import or load anything."""
     if not sys.platform.startswith("linux"):
@@ -155,44 +175,62 @@ class Server:
     ``with Server(config) as server:`` starts it and waits for ``/health`` (``ServerFailed`` with
     the last log line if it exits or does not answer within ``timeout_s``)."""
 
-    def __init__(self, config: ServerConfig, binary: Path | None = None, timeout_s: float = 120.0):
+    def __init__(self, config: ServerConfig, binary: Path | None = None, timeout_s: float = 120.0, port: int = 0):
         self.config, self.timeout_s = config, timeout_s
         self.binary = binary or server_binary()
         if self.binary is None:
             raise ServerFailed(BUILD_HINT)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.picked = not port  # the project chose the port: a bind lost to a race is retried on another
+        self.port = port or free_port()
         self.log_path = Path(tempfile.mkstemp(prefix=f"specnb-server-{self.port}-", suffix=".log")[1])
         self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
     def start(self) -> Server:
+        try:
+            for attempt in range(BIND_RETRIES + 1):
+                self.launch()
+                try:
+                    self.wait_ready()
+                    return self
+                except ServerFailed:
+                    if not (self.picked and self.lost_port() and attempt < BIND_RETRIES):
+                        raise
+                self.port = free_port()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def launch(self) -> None:
         args = [str(self.binary), *server_args(self.config, self.port)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True, preexec_fn=die_with_parent)
         atexit.register(self.stop)
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServerFailed(f"{self.config.name}: llama-server exited with code {self.process.returncode} "
-                                   f"at start: {self.log_tail()}")
-            if self.healthy():
+                                   f"at start on port {self.port}: {self.log_summary()}")
+            if self.healthy() and owns_port(self.process.pid, self.port) is not False:
                 return
             time.sleep(0.2)
         raise ServerFailed(f"{self.config.name}: llama-server did not answer /health within {self.timeout_s:.0f} s: "
-                           f"{self.log_tail()}")
+                           f"{self.log_summary()}")
+
+    def lost_port(self) -> bool:
+        """Whether the server exited because its port was taken (llama.cpp logs "couldn't bind")."""
+        return self.process is not None and self.process.poll() is not None and "bind" in self.log_text().lower()
 
     def healthy(self) -> bool:
         try:
@@ -204,13 +242,31 @@ class Server:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
     def log_tail(self) -> str:
         """The last non-empty line of the server's log."""
-        try:
-            lines = [line.strip() for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
-        except OSError:
-            return "(no log)"
+        lines = [line.strip() for line in self.log_text().splitlines() if line.strip()]
         return lines[-1] if lines else "(empty log)"
+
+    def log_summary(self) -> str:
+        """The log's last line, and its first error line where that says more (llama.cpp's last line
+        is often only "exiting due to ... error"; the first ``E`` line names the cause)."""
+        errors = [line.strip() for line in self.log_text().splitlines() if " E " in line]
+        last = self.log_tail()
+        return last if not errors or errors[0] == last else f"{last} (first error: {errors[0]})"
+
+    def exit_note(self) -> str:
+        """"" while it runs; else how it ended (a signal or exit code) and its last log line."""
+        if self.alive() or self.process is None:
+            return ""
+        code = self.process.returncode
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        return f"llama-server {how}: {self.log_tail()}"
 
     def stop(self) -> None:
         """SIGTERM to the server's process group, SIGKILL after 5 s; the log file is removed."""

@@ -68,6 +68,34 @@ def test_a_bad_gguf_is_one_line_with_the_last_log_line(tmp_path):
     with pytest.raises(ServerFailed, match="exited with code") as err:
         server.start()
     assert "\n" not in str(err.value) and gone(server.pid)
+    assert "model loading error" in str(err.value) and "GGUF" in str(err.value)  # last line, and the cause
+
+
+def tiny(name: str, model: str) -> ServerConfig:
+    return ServerConfig(name, model, slots=1, ctx_per_slot=256, threads=1)
+
+
+def test_a_port_the_caller_names_that_is_taken_is_one_line_with_the_last_log_line(verifier):
+    with Server(tiny("first", verifier)) as first:
+        second = Server(tiny("second", verifier), port=first.port)
+        with pytest.raises(ServerFailed, match=f"couldn't bind HTTP server socket.*port: {first.port}") as err:
+            second.start()
+        assert "\n" not in str(err.value) and gone(second.pid) and first.healthy()
+
+
+def test_a_port_taken_between_picking_and_binding_is_retried_on_another(verifier, monkeypatch):
+    """The race, forced: the port the project picks is already held by another llama-server, which
+    answers /health too. The new server must not take that one for its own, but retry elsewhere."""
+    from specnb.engine import llama_server
+
+    with Server(tiny("first", verifier)) as first:
+        picks = iter([first.port])
+        real = llama_server.free_port
+        monkeypatch.setattr(llama_server, "free_port", lambda: next(picks, None) or real())
+        with Server(tiny("second", verifier)) as second:
+            assert second.port != first.port and second.healthy()
+            assert llama_server.owns_port(second.pid, second.port) and not llama_server.owns_port(second.pid,
+                                                                                                   first.port)
 
 
 def test_server_arguments_are_loopback_with_the_speculation_flags():
