@@ -19,6 +19,7 @@ import pandas as pd
 from predictor import publish  # benchmarks/predictor.py
 
 from specnb.app.parameters import declared_defaults
+from specnb.measure.serving_load import LEVEL_UNITS, level_column
 
 STEM = "08_serving"
 
@@ -30,7 +31,8 @@ def ci(row, metric: str) -> str:
 
 
 def sweep_table(summary: pd.DataFrame) -> str:
-    rows = [{"config": r["config"], "concurrency": r["concurrency"], "output tok/s": f"{r['output_throughput']:.1f}",
+    column = level_column(summary)
+    rows = [{"config": r["config"], LEVEL_UNITS[column]: r[column], "output tok/s": f"{r['output_throughput']:.1f}",
              "median TPOT (ms)": f"{r['median_tpot_ms']:.1f}", "p90 TPOT (ms)": f"{r['p90_tpot_ms']:.1f}",
              "median ITL (ms)": f"{r['median_itl_ms']:.1f}", "median TTFT (ms)": f"{r['median_ttft_ms']:.0f}",
              "α": "—" if pd.isna(r["alpha"]) else f"{r['alpha']:.2f}",
@@ -38,7 +40,7 @@ def sweep_table(summary: pd.DataFrame) -> str:
              "TPOT speedup [95% CI]": ci(r, "speedup_tpot"),
              "throughput speedup [95% CI]": ci(r, "speedup_output_throughput"),
              "partial": "yes" if r["partial"] else ""}
-            for r in summary.sort_values(["config", "concurrency"]).to_dict("records")]
+            for r in summary.sort_values(["config", column]).to_dict("records")]
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
@@ -47,7 +49,7 @@ def crossing(row) -> str:
         return ""
     lo = "≤ first level" if pd.isna(row.crossover_lo) or row.crossover_lo <= 1 else f"{row.crossover_lo:.1f}"
     hi = "beyond the last level" if pd.isna(row.crossover_hi) else f"{row.crossover_hi:.1f}"
-    return f" at ≈ {row.crossover:.1f} concurrent (95% CI {lo} to {hi})"
+    return f" at ≈ {row.crossover:.1f} {LEVEL_UNITS[getattr(row, 'level', 'concurrency')]} (95% CI {lo} to {hi})"
 
 
 def render(run: Path) -> str:

@@ -16,11 +16,17 @@ metrics and Chen et al. 2023 report them. Run records (``specnb.measure.runs``) 
 A serving engine reports only counters (vLLM's ``spec_decode_num_drafts``, ``…num_draft_tokens``,
 ``…num_accepted_tokens``, ``…num_accepted_tokens_per_pos``; llama.cpp's under the same names):
 ``counter_rates`` turns them into α, τ and the per-position rate, as vLLM's
-``v1/spec_decode/metrics.py`` does, here and nowhere else.
+``v1/spec_decode/metrics.py`` does, here and nowhere else. SGLang has no such counters: per request
+it may return ``meta_info.spec_verify_ct`` (verification steps), and its Prometheus endpoint has two
+*gauges*, ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``, each the average over its
+scheduler's last logging window. A gauge cannot be differenced around a run, so it is read as is
+after the run and used only where nothing countable was returned (``CounterRates.source`` says
+which source each figure came from).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,19 +67,34 @@ class CounterRates:
     """Acceptance from a serving engine's counters: α = accepted ÷ draft tokens; τ = 1 + accepted ÷
     drafts (mean tokens per verification step, bonus token included: vLLM's mean acceptance length);
     ``per_position[i]`` = steps that accepted position i + 1 ÷ drafts (vLLM's per-position rate,
-    unconditional: it falls with i even at a flat per-token α)."""
+    unconditional: it falls with i even at a flat per-token α). ``source``: "counters", "verify
+    counts" (τ from per-request verification steps), "gauges" (SGLang's windowed averages) or ""."""
 
     alpha: float
     tau: float
     per_position: list[float]
+    source: str = ""
 
 
-def counter_rates(drafts: float, draft_tokens: float, accepted: float, accepted_per_pos=()) -> CounterRates:
-    """α, τ and the per-position rate from (differenced) spec-decode counters; NaN where nothing was drafted."""
-    nan = float("nan")
-    return CounterRates(alpha=accepted / draft_tokens if draft_tokens else nan,
-                        tau=1 + accepted / drafts if drafts else nan,
-                        per_position=[a / drafts if drafts else nan for a in accepted_per_pos])
+def counter_rates(drafts: float, draft_tokens: float, accepted: float, accepted_per_pos=(), *,
+                  verify_steps: float = 0.0, verified_tokens: float = 0.0,
+                  gauges: tuple[float, float] = (math.nan, math.nan)) -> CounterRates:
+    """α, τ and the per-position rate from (differenced) spec-decode counters; NaN where nothing was drafted.
+
+    Without a drafts counter (SGLang), τ = ``verified_tokens`` ÷ ``verify_steps``: output tokens over
+    verification steps of the requests that reported them (SGLang's accept length, bonus token
+    included), and α only where draft and accepted token counts came back. Where neither came back,
+    ``gauges`` = (accept rate, accept length) as the engine reported them, never derived."""
+    nan = math.nan
+    if drafts:
+        return CounterRates(accepted / draft_tokens if draft_tokens else nan, 1 + accepted / drafts,
+                            [a / drafts for a in accepted_per_pos], "counters")
+    alpha = accepted / draft_tokens if draft_tokens else nan
+    if verify_steps:
+        return CounterRates(alpha, verified_tokens / verify_steps, [], "verify counts")
+    if not all(math.isnan(g) for g in gauges):
+        return CounterRates(gauges[0] if math.isnan(alpha) else alpha, gauges[1], [], "gauges")
+    return CounterRates(alpha, nan, [nan for _ in accepted_per_pos], "counters" if draft_tokens else "")
 
 
 def rates(accepted: np.ndarray, reached: np.ndarray) -> np.ndarray:

@@ -2,11 +2,17 @@
 
 - **Closed loop** (``closed_loop``): ``concurrency`` requests in flight, each worker sending its next
   prompt when its last one finished. **Open loop** (``poisson_loop``): Poisson arrivals at ``rate``
-  per second, seeded, none capped.
+  per second, seeded, none capped. A sweep's tables name their level by the mode (``LEVELS``):
+  ``concurrency`` (requests in flight) or ``request_rate`` (requests/s), as vLLM bench's
+  ``max_concurrency`` and ``request_rate`` are two knobs, never one column read two ways.
 - **Per request**, streaming: TTFT, the gaps between streamed chunks (ITL) and E2E latency; TPOT =
   (E2E − TTFT) ÷ (output tokens − 1). Accepted draft tokens arrive as a burst, so the ITLs are
   bimodal and TPOT, not mean ITL, is what speculation changes. Token counts come from the server's
-  ``usage`` (no tokenizer needed); llama.cpp adds ``timings.draft_n`` / ``draft_n_accepted``.
+  ``usage`` (no tokenizer needed); llama.cpp adds ``timings.draft_n`` / ``draft_n_accepted``; SGLang,
+  where it returns ``meta_info`` (its native ``/generate`` stream, or a non-streamed OpenAI response
+  asked for ``return_meta_info``; a streamed OpenAI one refuses it), ``spec_verify_ct`` and, in
+  versions that report them, ``spec_draft_token_num`` / ``spec_accept_token_num``, read into the
+  same two fields (``read_usage``).
 - **Records** use ``vllm bench serve``'s per-request names (``ttft``, ``itl``, ``latency``, ``tpot``,
   ``output_tokens``, ``prompt_len``, ``success``, ``error``, ``start_time``; seconds, as in its
   ``RequestFuncOutput``) so results compare directly.
@@ -23,6 +29,20 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+LEVELS = {"closed": "concurrency", "poisson": "request_rate"}  # load mode → the level's column
+LEVEL_UNITS = {"concurrency": "concurrent requests", "request_rate": "requests/s"}
+
+
+def level_column(frame) -> str:
+    """The column a sweep's table keys its levels by: ``request_rate`` (Poisson arrivals, requests/s)
+    where the table has one, else ``concurrency`` (closed loop)."""
+    return "request_rate" if "request_rate" in getattr(frame, "columns", frame) else "concurrency"
+
+
+def level_text(column: str, value) -> str:
+    """A level as text: "4 concurrent" or "2 req/s"."""
+    return f"{value:g} req/s" if column == "request_rate" else f"{value:g} concurrent"
 
 
 @dataclass
@@ -50,8 +70,9 @@ class RequestRecord:
     tpot: float = float("nan")
     start_time: float = 0.0
     generated_text: str = ""
-    draft_n: int = 0  # llama.cpp's per-request timings; 0 elsewhere
+    draft_n: int = 0  # draft tokens: llama.cpp's per-request timings, SGLang's meta_info; 0 elsewhere
     draft_n_accepted: int = 0
+    spec_verify_ct: int = 0  # SGLang's verification steps (meta_info); 0 elsewhere
 
 
 def request_body(target: Target, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
@@ -101,12 +122,25 @@ async def stream_one(client, target: Target, prompt: str, max_tokens: int, ignor
     return record
 
 
+# SGLang's meta_info names → RequestRecord fields (values are cumulative per request: the last one seen wins)
+SGLANG_META = {"spec_verify_ct": "spec_verify_ct", "spec_draft_token_num": "draft_n",
+               "spec_accept_token_num": "draft_n_accepted", "completion_tokens": "output_tokens",
+               "prompt_tokens": "prompt_len"}
+
+
 def read_usage(record: RequestRecord, chunk: dict) -> None:
+    """Token counts from one chunk: OpenAI's ``usage``, llama.cpp's ``timings``, SGLang's ``meta_info``
+    (at the top of a native ``/generate`` chunk, or per choice in an OpenAI response)."""
     usage, timings = chunk.get("usage") or {}, chunk.get("timings") or {}
     record.prompt_len = usage.get("prompt_tokens", record.prompt_len)
     record.output_tokens = usage.get("completion_tokens", record.output_tokens)
     record.draft_n = timings.get("draft_n", record.draft_n)
     record.draft_n_accepted = timings.get("draft_n_accepted", record.draft_n_accepted)
+    metas = [chunk.get("meta_info")] + [c.get("meta_info") for c in chunk.get("choices") or []]
+    for meta in filter(None, metas):
+        for name, attr in SGLANG_META.items():
+            if meta.get(name) is not None:
+                setattr(record, attr, int(meta[name]))
 
 
 async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_tokens: int,

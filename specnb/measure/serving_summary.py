@@ -24,6 +24,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import counter_rates
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
+from specnb.measure.serving_load import level_column
 
 BASELINE_CONFIG = "spec-off"
 TIMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "latency"}
@@ -47,20 +48,22 @@ def latency_stats(records: pd.DataFrame) -> dict:
 def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = BASELINE_CONFIG,
                     slo_tpot_ms: float = 0.0, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
-    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs."""
+    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs. The level
+    column is the records' own: ``concurrency`` or ``request_rate`` (``serving_load.level_column``)."""
+    column = level_column(records)
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
-        return pd.DataFrame(columns=["engine", "config", "concurrency", "completed", "failed", "partial"])
+        return pd.DataFrame(columns=["engine", "config", column, "completed", "failed", "partial"])
     rng = np.random.default_rng(seed)
     rows = []
-    for (config, level), group in records.groupby(["config", "concurrency"], sort=False):
-        run = runs[(runs["config"] == config) & (runs["concurrency"] == level)]
+    for (config, level), group in records.groupby(["config", column], sort=False):
+        run = runs[(runs["config"] == config) & (runs[column] == level)]
         ok = group[group["success"]]
         duration = float(run["duration"].sum())
         per_pos = summed_lists([json.loads(p) for p in run["accepted_per_pos"]])
         drafts, draft_tokens, accepted = (float(run[c].sum()) for c in (
             "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"))
-        rates = counter_rates(drafts, draft_tokens, accepted, per_pos)
-        row = {"engine": group["engine"].iloc[0], "config": config, "concurrency": level,
+        rates = counter_rates(drafts, draft_tokens, accepted, per_pos, **level_acceptance(run))
+        row = {"engine": group["engine"].iloc[0], "config": config, column: level,
                "completed": len(ok), "failed": len(group) - len(ok), "partial": bool(group["partial"].any()),
                "duration": duration, "total_output_tokens": int(ok["output_tokens"].sum()),
                "request_throughput": len(ok) / duration if duration else math.nan,
@@ -69,6 +72,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
                "request_goodput": goodput(ok, slo_tpot_ms, duration),
                "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
                "spec_decode_accepted_tokens": accepted, "alpha": rates.alpha, "tau": rates.tau,
+               "acceptance_source": rates.source,
                "spec_decode_acceptance_length": rates.tau, "per_position": json.dumps(rates.per_position),
                "n_decode": float(run["n_decode"].sum()), "tokens_predicted": float(run["tokens_predicted"].sum())}
         rows.append(row)
@@ -76,6 +80,16 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     if baseline in set(summary.get("config", [])):
         summary = add_speedups(summary, records, baseline, rng, n_boot)
     return summary
+
+
+def level_acceptance(run: pd.DataFrame) -> dict:
+    """``counter_rates``' other inputs over a level's runs: summed verification steps and their output
+    tokens; the gauges (one reading per run, each that run's tail) averaged. Absent columns (records
+    from before these fields, a vLLM bench file) read as nothing reported."""
+    total = lambda name: float(run[name].sum()) if name in run else 0.0  # noqa: E731
+    mean = lambda name: float(run[name].mean()) if name in run and run[name].notna().any() else math.nan  # noqa: E731
+    return {"verify_steps": total("spec_verify_ct"), "verified_tokens": total("verified_output_tokens"),
+            "gauges": (mean("spec_accept_rate_gauge"), mean("spec_accept_length_gauge"))}
 
 
 def summed_lists(lists: list[list[float]]) -> list[float]:
@@ -94,8 +108,8 @@ def goodput(ok: pd.DataFrame, slo_tpot_ms: float, duration: float) -> float:
 
 def paired_requests(records: pd.DataFrame, config: str, level, baseline: str) -> pd.DataFrame:
     """A configuration's successful requests at one level joined to the baseline's on (round, prompt)."""
-    keys = ["round", "prompt_index"]
-    pick = lambda name: records[(records["config"] == name) & (records["concurrency"] == level)  # noqa: E731
+    keys, column = ["round", "prompt_index"], level_column(records)
+    pick = lambda name: records[(records["config"] == name) & (records[column] == level)  # noqa: E731
                                 & records["success"]]
     return pick(config).merge(pick(baseline), on=keys, suffixes=("", "_base"))
 
@@ -113,10 +127,10 @@ def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -
 
 def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, rng, n_boot: int) -> pd.DataFrame:
     records = records.assign(decode_tokens=records["output_tokens"] - 1, decode_s=records["latency"] - records["ttft"])
-    rows = []
+    rows, column = [], level_column(summary)
     for row in summary.to_dict("records"):
-        paired = paired_requests(records, row["config"], row["concurrency"], baseline)
-        base = summary[(summary["config"] == baseline) & (summary["concurrency"] == row["concurrency"])]
+        paired = paired_requests(records, row["config"], row[column], baseline)
+        base = summary[(summary["config"] == baseline) & (summary[column] == row[column])]
         if paired.empty or base.empty:
             rows.append(row)
             continue
@@ -148,14 +162,15 @@ def log_cross(levels: np.ndarray, values: np.ndarray) -> float:
 
 def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
               baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
-    """Per configuration: the concurrency where ``metric`` falls below 1.0 (log-interpolated), with
-    a CI from where its lower and upper 95% bounds fall below 1.0; ``verdict`` says which case it is."""
+    """Per configuration: the level (a concurrency, or a request rate for Poisson arrivals: ``level``
+    names which) where ``metric`` falls below 1.0 (log-interpolated), with a CI from where its lower
+    and upper 95% bounds fall below 1.0; ``verdict`` says which case it is."""
     if metric not in summary:
         raise ParameterError(f"no {metric} in the summary: the sweep needs a {baseline!r} configuration")
-    rows = []
+    rows, column = [], level_column(summary)
     for config, group in summary[summary["config"] != baseline].groupby("config", sort=False):
-        group = group.sort_values("concurrency")
-        levels = group["concurrency"].to_numpy(float)
+        group = group.sort_values(column)
+        levels = group[column].to_numpy(float)
         point, lo, hi = (log_cross(levels, group[c].to_numpy(float)) for c in (metric, f"{metric}_lo",
                                                                                   f"{metric}_hi"))
         if group[metric].iloc[0] < 1.0:
@@ -166,33 +181,59 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
             verdict = "stops paying"
         rows.append({"config": config, "metric": metric, "crossover": point, "crossover_lo": lo,
                      "crossover_hi": hi, "verdict": verdict, "min_level": float(levels.min()),
-                     "max_level": float(levels.max())})
+                     "max_level": float(levels.max()), "level": column})
     return pd.DataFrame(rows)
 
 
-VLLM_LISTS = ("ttfts", "itls", "latencies", "output_lens", "input_lens")
+# The fields ``vllm bench serve --save-result --save-detailed`` writes, as in vLLM's
+# vllm/benchmarks/serve.py: ``benchmark()``'s result dict (duration, completed, failed, totals; the
+# per-request lists input_lens, output_lens, ttfts, itls, latencies, start_times, generated_texts,
+# errors; spec_decode_num_drafts, _draft_tokens, _accepted_tokens and
+# _per_position_acceptance_rates, the counters differenced around the run) merged into
+# ``main_async``'s result_json (request_rate, a number or "inf"; burstiness; max_concurrency, a number
+# or null). Without --save-detailed the lists but latencies are deleted before saving.
+VLLM_LISTS = ("ttfts", "itls", "latencies", "output_lens", "input_lens", "errors")
+
+
+def vllm_level(result: dict) -> tuple[str, float]:
+    """(level column, level) of a vLLM bench run: a finite ``request_rate`` is Poisson arrivals at that
+    rate (capped or not by ``max_concurrency``); otherwise the concurrency cap, or every request at
+    once when there is none."""
+    rate = result.get("request_rate", "inf")
+    if rate not in (None, "inf") and math.isfinite(float(rate)):
+        return "request_rate", float(rate)
+    return "concurrency", float(result.get("max_concurrency") or len(result["latencies"]))
 
 
 def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(records, runs) from the JSON ``vllm bench serve --save-result --save-detailed`` writes: its
-    per-request lists become rows, its spec-decode figures the run's counters."""
+    per-request lists become rows, its spec-decode figures the run's counters (per position: its
+    rates × drafts). A file saved without --save-detailed has no per-request lists: ParameterError."""
+    missing = [name for name in VLLM_LISTS if name not in result]
+    if missing:
+        raise ParameterError(f"the vLLM bench result has no {', '.join(missing)}: save it with "
+                             "`vllm bench serve --save-result --save-detailed`")
     n = len(result["latencies"])
-    level = result.get("max_concurrency") or result.get("request_rate") or 0
+    column, level = vllm_level(result)
+    errors = [str(e or "") for e in result["errors"]]
     records = pd.DataFrame({
-        "engine": engine, "config": config, "concurrency": level, "round": 0, "prompt_index": range(n),
-        "category": "", "partial": False, "success": [bool(x) for x in result["output_lens"]],
-        "error": [str(e) for e in result.get("errors", [""] * n)], "prompt_len": result.get("input_lens", [0] * n),
-        "output_tokens": result["output_lens"], "ttft": result["ttfts"], "itl": result["itls"],
-        "latency": result["latencies"], "generated_text": result.get("generated_texts", [""] * n)})
+        "engine": engine, "config": config, column: level, "round": 0, "prompt_index": range(n),
+        "category": "", "partial": False,
+        "success": [not e and bool(k) for e, k in zip(errors, result["output_lens"])],
+        "error": errors, "prompt_len": result["input_lens"], "output_tokens": result["output_lens"],
+        "ttft": result["ttfts"], "itl": result["itls"], "latency": result["latencies"],
+        "start_time": result.get("start_times", [0.0] * n), "generated_text": result.get("generated_texts", [""] * n)})
     records["tpot"] = (records["latency"] - records["ttft"]) / (records["output_tokens"] - 1).where(
         records["output_tokens"] > 1)
     drafts = float(result.get("spec_decode_num_drafts", 0) or 0)
-    accepted = float(result.get("spec_decode_accepted_tokens", 0) or 0)
-    runs = pd.DataFrame([{"engine": engine, "config": config, "concurrency": level, "round": 0,
+    per_pos = [rate * drafts for rate in result.get("spec_decode_per_position_acceptance_rates") or []]
+    runs = pd.DataFrame([{"engine": engine, "config": config, column: level, "round": 0,
                           "duration": result["duration"], "completed": result["completed"],
-                          "failed": n - result["completed"], "total_output_tokens": result["total_output_tokens"],
-                          "partial": False, "spec_decode_num_drafts": drafts,
+                          "failed": result.get("failed", n - result["completed"]),
+                          "total_output_tokens": result["total_output_tokens"], "partial": False,
+                          "spec_decode_num_drafts": drafts,
                           "spec_decode_draft_tokens": float(result.get("spec_decode_draft_tokens", 0) or 0),
-                          "spec_decode_accepted_tokens": accepted, "accepted_per_pos": "[]", "n_decode": 0.0,
+                          "spec_decode_accepted_tokens": float(result.get("spec_decode_accepted_tokens", 0) or 0),
+                          "accepted_per_pos": json.dumps(per_pos), "n_decode": 0.0,
                           "tokens_predicted": float(result["total_output_tokens"])}])
     return records, runs

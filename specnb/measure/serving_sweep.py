@@ -11,7 +11,13 @@ interleaves candidates).
   per request with ``vllm bench serve``'s names.
 - **Counters**: the engine's Prometheus spec-decode counters (``llamacpp:`` or ``vllm:``, same
   names) are scraped before and after each run and differenced; llama.cpp adds a slot's counts when
-  its request finishes, and every request of a run has finished when it is scraped.
+  its request finishes, and every request of a run has finished when it is scraped. SGLang has no
+  such counters, only two gauges (``sglang:spec_accept_length``, ``sglang:spec_accept_rate``: the
+  averages over its scheduler's last logging window, every ``--decode-log-interval`` decode steps,
+  40 by default). A gauge cannot be differenced: it is read after each run and kept as the run's
+  ``spec_accept_*_gauge``, the tail of that run (a run shorter than one window still shows the
+  window before it); the summary falls back on it only where no request returned countable
+  acceptance (``specnb.measure.acceptance.counter_rates``).
 
 Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_summary``.
 """
@@ -26,8 +32,17 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from specnb.core.errors import SpecnbError
-from specnb.measure.serving_load import RequestRecord, Target, closed_loop, poisson_loop, run_async
+from specnb.core.errors import ParameterError, SpecnbError
+from specnb.measure.serving_load import (
+    LEVELS,
+    RequestRecord,
+    Target,
+    closed_loop,
+    level_column,
+    level_text,
+    poisson_loop,
+    run_async,
+)
 
 
 class EndpointError(SpecnbError, RuntimeError):
@@ -44,25 +59,31 @@ class Counters:
     accepted_per_pos: list[float] = field(default_factory=list)
     n_decode: float = 0.0  # llama.cpp: llama_decode() calls of the verifier
     tokens_predicted: float = 0.0
+    accept_rate_gauge: float = float("nan")  # SGLang's gauges: read as they are, never differenced
+    accept_length_gauge: float = float("nan")
 
     def minus(self, before: Counters) -> Counters:
+        """The counters' difference since ``before``; the gauges as they are now."""
         n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
         pad = lambda v: list(v) + [0.0] * (n - len(v))  # noqa: E731
         return Counters(**{k: getattr(self, k) - getattr(before, k) for k in
                            ("drafts", "draft_tokens", "accepted", "n_decode", "tokens_predicted")},
                         accepted_per_pos=[a - b for a, b in zip(pad(self.accepted_per_pos),
-                                                                pad(before.accepted_per_pos))])
+                                                                pad(before.accepted_per_pos))],
+                        accept_rate_gauge=self.accept_rate_gauge, accept_length_gauge=self.accept_length_gauge)
 
 
 COUNTER_NAMES = {"spec_decode_num_drafts_total": "drafts", "spec_decode_num_draft_tokens_total": "draft_tokens",
                  "spec_decode_num_accepted_tokens_total": "accepted", "n_decode_total": "n_decode",
                  "tokens_predicted_total": "tokens_predicted", "generation_tokens_total": "tokens_predicted"}
-METRIC_LINE = re.compile(r"^(?:llamacpp|vllm):(\w+?)(?:\{([^}]*)\})?\s+([-+0-9.eE]+|NaN)\s*$")
+GAUGE_NAMES = {"spec_accept_rate": "accept_rate_gauge", "spec_accept_length": "accept_length_gauge"}  # sglang:
+METRIC_LINE = re.compile(r"^(?:llamacpp|vllm|sglang):(\w+?)(?:\{([^}]*)\})?\s+([-+0-9.eE]+|NaN)\s*$")
 
 
 def parse_counters(text: str) -> Counters:
-    """Counters from Prometheus text; series with several label sets (vLLM's per-model) are summed."""
-    found, per_pos = Counters(), {}
+    """Counters from Prometheus text; series with several label sets (vLLM's per-model) are summed,
+    gauges averaged. SGLang's gauges read 0 on a server that never speculated: taken as absent."""
+    found, per_pos, gauges = Counters(), {}, {}
     for line in text.splitlines():
         match = METRIC_LINE.match(line.strip())
         if not match:
@@ -73,7 +94,12 @@ def parse_counters(text: str) -> Counters:
             per_pos[position] = per_pos.get(position, 0.0) + value
         elif name in COUNTER_NAMES:
             setattr(found, COUNTER_NAMES[name], getattr(found, COUNTER_NAMES[name]) + value)
+        elif name in GAUGE_NAMES:
+            gauges.setdefault(GAUGE_NAMES[name], []).append(value)
     found.accepted_per_pos = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else []
+    if np.mean(gauges.get("accept_length_gauge", [0.0])) > 0:  # speculating: τ ≥ 1
+        for attr, values in gauges.items():
+            setattr(found, attr, float(np.mean(values)))
     return found
 
 
@@ -170,25 +196,31 @@ def warm_up(targets: list[Target], prompts: list[str], max_tokens: int = 4) -> N
 
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *, max_tokens: int = 32,
               rounds: int = 1, mode: str = "closed", seed: int = 0, ignore_eos: bool = True, warmup: bool = True,
-              alive: Callable[[str], bool] | None = None, on_run: Callable[[Sweep], None] | None = None,
+              down: Callable[[str], str] | None = None, on_run: Callable[[Sweep], None] | None = None,
               progress: bool = False, probe_upto: int = 0) -> Sweep:
-    """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson") on every target,
-    same prompts, targets alternating piece by piece (``chunks``) in an order rotated per piece,
-    level and round. ``alive(name)``: whether a target's server is
-    still up (default: it answers ``/v1/models``), asked when a run had failed requests; a dead one
-    ends the sweep: finished levels are kept, the level it died in is marked ``partial``. ``on_run``
-    sees the sweep so far after every run (to save it as it grows). ``probe_upto``: first probe the
-    first llama.cpp target's forward cost up to that many tokens in the batch (``probe_forward``)."""
+    """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson"; the tables name
+    the column accordingly, ``LEVELS``) on every target, same prompts, targets alternating piece by
+    piece (``chunks``) in an order rotated per piece, level and round. ``down(name)``: "" while a
+    target's server is up, else how it went down (default: "" while it answers ``/v1/models``),
+    asked when a run had failed requests or its counters could not be read; a server that is down
+    ends the sweep: finished levels are kept, the level it died in is marked ``partial`` and
+    ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it as
+    it grows). ``probe_upto``: first probe the first llama.cpp target's forward cost up to that many
+    tokens in the batch (``probe_forward``)."""
+    if mode not in LEVELS:
+        raise ParameterError(f"mode must be one of {', '.join(LEVELS)}, got {mode!r}")
     texts = list(prompts["prompt"])
     prompts = prompts.reset_index(drop=True)
     names = [t.name for t in targets]
     by_name = {t.name: t for t in targets}
+    down = down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
     records, runs = [], []
     if warmup:
         warm_up(targets, texts)
     probed = [t for t in targets if t.engine == "llama.cpp"][:1] if probe_upto else []
     probe = probe_forward(probed[0], probe_tokens(probe_upto), seed=seed) if probed else pd.DataFrame()
     sweep = Sweep(pd.DataFrame(), pd.DataFrame(), probe=probe)
+    where = lambda level: level_text(LEVELS[mode], level)  # noqa: E731
     for li, level in enumerate(levels):
         sent = requests_for(texts, level, mode)
         for r in range(rounds):
@@ -198,27 +230,29 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                     try:
                         before = scrape(target)
                     except EndpointError as err:
-                        return stop(sweep, level, f"{name}'s server stopped answering before level {level} ({err})")
+                        return stop(sweep, level, mode, f"{name}'s server went down at {where(level)} "
+                                                        f"({down(name) or err})")
                     texts_now = [sent[i] for i in part]
                     load = closed_loop(target, texts_now, int(level), max_tokens, ignore_eos) if mode == "closed" \
                         else poisson_loop(target, texts_now, float(level), max_tokens, seed + r, ignore_eos)
                     done, duration = run_async(load)
                     failed = [d for d in done if not d.success]
-                    down = bool(failed) and not (alive(name) if alive else reachable(target))
+                    why = down(name) if failed else ""
                     try:
-                        counters = Counters() if down else scrape(target).minus(before)
-                    except EndpointError:
-                        counters, down = Counters(), True
-                    records += [request_row(d, target, level, r, i, prompts) for i, d in zip(part, done)]
-                    runs.append(run_row(target, level, r, duration, done, counters, partial=down) | {"chunk": c})
+                        counters = Counters() if why else scrape(target).minus(before)
+                    except EndpointError as err:
+                        counters, why = Counters(), down(name) or str(err)
+                    records += [request_row(d, target, mode, level, r, i, prompts) for i, d in zip(part, done)]
+                    runs.append(run_row(target, mode, level, r, duration, done, counters, partial=bool(why))
+                                | {"chunk": c})
                     sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs), probe=probe)
                     if progress:
-                        print(f"{name} at {level}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
+                        print(f"{name} at {where(level)}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
                     if on_run:
                         on_run(sweep)
-                    if down:
-                        why = failed[0].error if failed else "its counters could not be read"
-                        return stop(sweep, level, f"{name}'s server died at level {level} ({why})")
+                    if why:
+                        first = f"; first failed request: {failed[0].error}" if failed else ""
+                        return stop(sweep, level, mode, f"{name}'s server went down at {where(level)} ({why}{first})")
     return sweep
 
 
@@ -232,11 +266,12 @@ def chunks(n: int, level, mode: str, per_slot: int = 4) -> list[list[int]]:
     return [list(range(start, min(start + size, n))) for start in range(0, n, size)]
 
 
-def stop(sweep: Sweep, level, why: str) -> Sweep:
+def stop(sweep: Sweep, level, mode: str, why: str) -> Sweep:
     """End a sweep early: the level it stopped in is marked partial, ``stopped`` says why in one line."""
     if len(sweep.runs):
         mark_partial(sweep, level)
-    sweep.stopped = f"{why}; levels before it are kept, level {level} is marked partial".replace("\n", " ")
+    sweep.stopped = " ".join(f"{why}; levels before it are kept, {level_text(LEVELS[mode], level)} is marked "
+                             "partial".split())
     return sweep
 
 
@@ -248,37 +283,49 @@ def requests_for(texts: list[str], level, mode: str) -> list[str]:
 
 
 def mark_partial(sweep: Sweep, level) -> None:
-    sweep.runs.loc[sweep.runs["concurrency"] == level, "partial"] = True
-    sweep.records.loc[sweep.records["concurrency"] == level, "partial"] = True
+    column = level_column(sweep.runs)
+    sweep.runs.loc[sweep.runs[column] == level, "partial"] = True
+    sweep.records.loc[sweep.records[column] == level, "partial"] = True
 
 
-def request_row(record: RequestRecord, target: Target, level, round_index: int, index: int,
+def request_row(record: RequestRecord, target: Target, mode: str, level, round_index: int, index: int,
                 prompts: pd.DataFrame) -> dict:
     row = asdict(record)
     row["itl"] = json.dumps([round(x, 6) for x in record.itl])
     meta = prompts.iloc[index % len(prompts)]
-    return {"engine": target.engine, "config": target.name, "concurrency": level, "round": round_index,
+    return {"engine": target.engine, "config": target.name, LEVELS[mode]: level, "round": round_index,
             "prompt_index": index, "prompt_id": str(meta.get("id", index % len(prompts))),
             "category": meta.get("category", ""), "partial": False, **row}
 
 
-def run_row(target: Target, level, round_index: int, duration: float, done: list[RequestRecord],
+def run_row(target: Target, mode: str, level, round_index: int, duration: float, done: list[RequestRecord],
             counters: Counters, partial: bool) -> dict:
+    """One run: its counters, or (SGLang, no counters) the draft and accepted tokens its requests
+    returned; the verification steps requests returned and their output tokens; the gauges."""
     ok = [d for d in done if d.success]
-    return {"engine": target.engine, "config": target.name, "concurrency": level, "round": round_index,
+    verified = [d for d in ok if d.spec_verify_ct]
+    per_request = not counters.draft_tokens and not counters.drafts  # the engine counted nothing itself
+    return {"engine": target.engine, "config": target.name, LEVELS[mode]: level, "round": round_index,
             "duration": duration, "completed": len(ok), "failed": len(done) - len(ok),
             "total_output_tokens": sum(d.output_tokens for d in ok), "partial": partial,
-            "spec_decode_num_drafts": counters.drafts, "spec_decode_draft_tokens": counters.draft_tokens,
-            "spec_decode_accepted_tokens": counters.accepted,
+            "spec_decode_num_drafts": counters.drafts,
+            "spec_decode_draft_tokens": float(sum(d.draft_n for d in ok)) if per_request else counters.draft_tokens,
+            "spec_decode_accepted_tokens": float(sum(d.draft_n_accepted for d in ok)) if per_request
+            else counters.accepted,
             "accepted_per_pos": json.dumps(counters.accepted_per_pos), "n_decode": counters.n_decode,
-            "tokens_predicted": counters.tokens_predicted}
+            "tokens_predicted": counters.tokens_predicted,
+            "spec_verify_ct": float(sum(d.spec_verify_ct for d in verified)),
+            "verified_output_tokens": float(sum(d.output_tokens for d in verified)),
+            "spec_accept_rate_gauge": counters.accept_rate_gauge,
+            "spec_accept_length_gauge": counters.accept_length_gauge}
 
 
 def sweep_servers(configs, prompts: pd.DataFrame, levels: list[int], **settings) -> Sweep:
     """Start one llama-server per ``ServerConfig``, run ``run_sweep`` on them (a server that dies ends
-    it, see there), and stop every server however the sweep ends (Ctrl-C included)."""
+    it, saying how it died and its last log line, see there), and stop every server however the sweep
+    ends (Ctrl-C included)."""
     from specnb.engine.llama_server import servers
 
     with servers(configs) as running:
         targets = [Target(name, server.url, "llama.cpp") for name, server in running.items()]
-        return run_sweep(targets, prompts, levels, alive=lambda name: running[name].alive(), **settings)
+        return run_sweep(targets, prompts, levels, down=lambda name: running[name].exit_note(), **settings)

@@ -40,8 +40,17 @@ from specnb.core.errors import ParameterError
 BASELINE_CONFIG = "spec-off"
 
 
+def closed_loop_levels(frame: pd.DataFrame) -> None:
+    """Refuse a table keyed by request rate: b here is sequences in a step, which a rate is not."""
+    if "concurrency" not in frame.columns:
+        raise ParameterError("the serving predictor and policy price a step by the requests in it, so they need "
+                             "closed-loop concurrency levels; this sweep ran Poisson arrivals (requests/s): "
+                             "rerun with rates = [] for them")
+
+
 def step_cost(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """The engine's step time t(b) in ms against tokens in the batch b, from spec-off's mean TPOT."""
+    closed_loop_levels(summary)
     base = summary[summary["config"] == baseline].sort_values("concurrency")
     if base.empty:
         raise ParameterError(f"no {baseline!r} rows to price a step from")
@@ -183,6 +192,7 @@ def serving_policy(summary: pd.DataFrame, draft_lengths: dict[str, int], baselin
                    ) -> pd.DataFrame:
     """Per measured level: the configuration to run (the best TPOT speedup whose lower CI bound is
     above 1, else spec-off), its draft length k (0 for spec-off) and the speedup it stands on."""
+    closed_loop_levels(summary)
     rows = []
     for level, group in summary[summary["config"] != baseline].groupby("concurrency"):
         paying = group[group["speedup_tpot_lo"] > 1.0]

@@ -1,5 +1,6 @@
 """The serving load generator, counters and summaries against a tiny fake OpenAI streaming server
-in-process on loopback (no engine needed), and the counter arithmetic on a hand-worked scrape."""
+in-process on loopback (no engine needed), the counter arithmetic on a hand-worked scrape, SGLang's
+acceptance on hand-written samples, and a vLLM bench result file's shape."""
 
 import json
 import threading
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import counter_rates
 from specnb.measure.serving_load import closed_loop, poisson_loop, run_async
 from specnb.measure.serving_summary import crossover, from_vllm_bench, log_cross, summarise_sweep
@@ -178,14 +180,13 @@ def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
 def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
     handler, url = fake
     handler.die_after = 1 + 4 + 2  # warm-up, all of level 1, half of level 2
-    state = {"up": True}
 
-    def alive(name):
-        state["up"] = handler.served < handler.die_after
-        return state["up"]
+    def down(name):
+        return "" if handler.served < handler.die_after else "killed by SIGKILL: last log line"
 
-    sweep = run_sweep([Target("spec-off", url)], PROMPTS, [1, 2, 4], max_tokens=3, alive=alive)
-    assert "died at level 2" in sweep.stopped and "\n" not in sweep.stopped
+    sweep = run_sweep([Target("spec-off", url)], PROMPTS, [1, 2, 4], max_tokens=3, down=down)
+    assert sweep.stopped.startswith("spec-off's server went down at 2 concurrent (killed by SIGKILL: last log line")
+    assert "2 concurrent is marked partial" in sweep.stopped and "\n" not in sweep.stopped
     assert list(sweep.runs["partial"]) == [False, True]
     assert sweep.records[sweep.records["concurrency"] == 1]["success"].all()
 
@@ -201,7 +202,7 @@ def test_an_endpoint_that_stops_answering_ends_the_sweep(fake):
 
     handler.do_GET = models_then_gone
     sweep = run_sweep([Target("spec-off", url)], PROMPTS, [1, 2], max_tokens=3)
-    assert "stopped answering before level 2" in sweep.stopped and "\n" not in sweep.stopped
+    assert "went down at 2 concurrent (it stopped answering /v1/models)" in sweep.stopped and "\n" not in sweep.stopped
     assert list(sweep.runs["concurrency"]) == [1] and sweep.records["success"].all()
 
 
@@ -227,16 +228,163 @@ def test_crossover_interpolates_in_log_concurrency_with_a_ci():
     assert np.isnan(row["crossover_hi"])  # the upper bound never falls below 1 in the range measured
 
 
+# The shape of a `vllm bench serve --save-result --save-detailed` file, field for field as vLLM's
+# vllm/benchmarks/serve.py writes it (benchmark()'s result dict merged into main_async's result_json;
+# values hand-made): a failed request has output_len 0, ttft 0.0, an empty itl list and its error.
+VLLM_RESULT = {
+    "date": "20260101-120000", "endpoint_type": "openai-chat", "backend": "openai-chat", "label": None,
+    "model_id": "m", "tokenizer_id": "m", "num_prompts": 3, "request_rate": "inf", "burstiness": 1.0,
+    "max_concurrency": 2, "duration": 2.0, "completed": 2, "failed": 1, "total_input_tokens": 33,
+    "total_output_tokens": 8, "request_throughput": 1.0, "request_goodput": None, "output_throughput": 4.0,
+    "total_token_throughput": 20.5, "input_lens": [10, 12, 11], "output_lens": [4, 4, 0],
+    "ttfts": [0.1, 0.2, 0.0], "itls": [[0.01] * 3, [0.02] * 3, []], "latencies": [0.2, 0.3, 0.0],
+    "start_times": [0.0, 0.0, 0.2], "queue_times": [0.0, 0.0, 0.2], "generated_texts": ["a b c d", "e f g h", ""],
+    "errors": ["", "", "Traceback ...: ClientConnectorError"], "max_output_tokens_per_s": 8.0,
+    "max_concurrent_requests": 2, "rtfx": 0.0, "spec_decode_acceptance_rate": 50.0,
+    "spec_decode_acceptance_length": 2.5, "spec_decode_num_drafts": 2, "spec_decode_draft_tokens": 6,
+    "spec_decode_accepted_tokens": 3, "spec_decode_per_position_acceptance_rates": [1.0, 0.5, 0.0],
+    "mean_ttft_ms": 150.0, "median_ttft_ms": 150.0, "std_ttft_ms": 50.0, "p99_ttft_ms": 199.0,
+}
+
+
 def test_vllm_bench_results_read_into_the_same_tables():
-    result = {"duration": 2.0, "completed": 2, "total_output_tokens": 8, "max_concurrency": 2,
-              "ttfts": [0.1, 0.2], "itls": [[0.01] * 3, [0.02] * 3], "latencies": [0.2, 0.3], "output_lens": [4, 4],
-              "input_lens": [10, 12], "spec_decode_num_drafts": 2, "spec_decode_draft_tokens": 6,
-              "spec_decode_accepted_tokens": 3}
-    records, runs = from_vllm_bench(result, "eagle3 k=3")
-    summary = summarise_sweep(records, runs)
-    row = summary.iloc[0]
+    records, runs = from_vllm_bench(VLLM_RESULT, "eagle3 k=3")
+    assert list(records["success"]) == [True, True, False] and "ClientConnectorError" in records["error"].iloc[2]
+    assert runs["failed"].iloc[0] == 1 and json.loads(runs["accepted_per_pos"].iloc[0]) == [2.0, 1.0, 0.0]
+    row = summarise_sweep(records, runs).iloc[0]
+    assert row["concurrency"] == 2 and row["completed"] == 2 and row["failed"] == 1
     assert row["output_throughput"] == 4.0 and row["alpha"] == pytest.approx(0.5) and row["tau"] == 2.5
+    assert row["alpha"] * 100 == pytest.approx(VLLM_RESULT["spec_decode_acceptance_rate"])  # vLLM's own, in %
+    assert row["tau"] == VLLM_RESULT["spec_decode_acceptance_length"]
+    assert json.loads(row["per_position"]) == VLLM_RESULT["spec_decode_per_position_acceptance_rates"]
     assert row["median_tpot_ms"] == pytest.approx(np.median([100 / 3, 100 / 3]))
+    assert row["mean_ttft_ms"] == pytest.approx(VLLM_RESULT["mean_ttft_ms"])
+
+
+def test_a_vllm_bench_poisson_run_is_keyed_by_request_rate_and_a_summary_file_is_refused():
+    records, runs = from_vllm_bench(VLLM_RESULT | {"request_rate": 4.0, "max_concurrency": None}, "eagle3 k=3")
+    assert "concurrency" not in records and set(records["request_rate"]) == {4.0}
+    assert summarise_sweep(records, runs).iloc[0]["request_rate"] == 4.0
+    undetailed = {k: v for k, v in VLLM_RESULT.items() if k not in ("input_lens", "output_lens", "start_times",
+                                                                     "ttfts", "itls", "generated_texts", "errors")}
+    with pytest.raises(ParameterError, match="--save-detailed"):
+        from_vllm_bench(undetailed, "x")
+
+
+def test_poisson_levels_are_request_rates_in_records_runs_and_summary(fake):
+    _, url = fake
+    sweep = run_sweep([Target("spec-off", url), Target("ngram k=2", url)], PROMPTS, [20.0, 40.0], max_tokens=3,
+                      mode="poisson", warmup=False)
+    for table in (sweep.records, sweep.runs):
+        assert "concurrency" not in table and set(table["request_rate"]) == {20.0, 40.0}
+    summary = summarise_sweep(sweep.records, sweep.runs, n_boot=50)
+    assert "concurrency" not in summary and sorted(summary["request_rate"].unique()) == [20.0, 40.0]
+    assert "speedup_tpot" in summary and crossover(summary).iloc[0]["level"] == "request_rate"
+    with pytest.raises(ParameterError, match="mode must be one of closed, poisson"):
+        run_sweep([Target("spec-off", url)], PROMPTS, [1], mode="open")
+
+
+# SGLang samples below are hand-written in the shapes its source gives (not captured from a server):
+# python/sglang/srt/metrics/collector.py registers sglang:spec_accept_length and
+# sglang:spec_accept_rate as Gauges (multiprocess_mode "mostrecent"); its native /generate returns
+# meta_info with completion_tokens and spec_verify_ct per request, and versions that count drafts add
+# spec_accept_token_num / spec_draft_token_num; its OpenAI chat endpoint returns meta_info only when
+# asked (return_meta_info) and refuses that for a streamed request.
+SGLANG_SCRAPE = """# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{model_name="m"} 2.8
+# TYPE sglang:spec_accept_rate gauge
+sglang:spec_accept_rate{model_name="m"} 0.6
+sglang:generation_tokens_total{model_name="m"} 120
+"""
+
+
+def test_sglang_gauges_are_read_as_they_are_never_differenced():
+    after = parse_counters(SGLANG_SCRAPE)
+    assert (after.accept_length_gauge, after.accept_rate_gauge, after.tokens_predicted) == (2.8, 0.6, 120)
+    before = Counters(tokens_predicted=100, accept_rate_gauge=0.9, accept_length_gauge=3.5)
+    run = after.minus(before)
+    assert run.tokens_predicted == 20 and (run.accept_length_gauge, run.accept_rate_gauge) == (2.8, 0.6)
+    never = parse_counters(SGLANG_SCRAPE.replace("} 2.8", "} 0").replace("} 0.6", "} 0"))  # spec-off reads 0
+    assert np.isnan(never.accept_length_gauge) and np.isnan(never.accept_rate_gauge)
+
+
+def test_sglang_meta_info_lands_in_the_request_record():
+    from specnb.measure.serving_load import RequestRecord, read_usage
+
+    native = {"text": "w0 w1 w2 w3 w4 w5", "meta_info": {"id": "a", "prompt_tokens": 9, "completion_tokens": 6,
+                                                          "spec_verify_ct": 2, "spec_accept_token_num": 4,
+                                                          "spec_draft_token_num": 6}}
+    record = RequestRecord()
+    read_usage(record, native)
+    assert (record.prompt_len, record.output_tokens, record.spec_verify_ct) == (9, 6, 2)
+    assert (record.draft_n, record.draft_n_accepted) == (6, 4)
+    openai = {"choices": [{"index": 0, "message": {"content": "x"}, "meta_info": {"completion_tokens": 5,
+                                                                                   "spec_verify_ct": 4}}],
+              "usage": {"prompt_tokens": 3, "completion_tokens": 5}}
+    record = RequestRecord()
+    read_usage(record, openai)
+    assert (record.output_tokens, record.spec_verify_ct, record.draft_n) == (5, 4, 0)
+
+
+def test_acceptance_from_verify_counts_then_gauges_never_invented():
+    # τ from verification steps: 12 tokens out of 5 steps; no draft counts, so no α
+    rates = counter_rates(0, 0, 0, verify_steps=5, verified_tokens=12)
+    assert rates.tau == pytest.approx(2.4) and np.isnan(rates.alpha) and rates.source == "verify counts"
+    rates = counter_rates(0, 6, 4, verify_steps=2, verified_tokens=6)  # SGLang versions that count drafts
+    assert rates.alpha == pytest.approx(4 / 6) and rates.tau == 3.0
+    rates = counter_rates(0, 0, 0, gauges=(0.6, 2.8))
+    assert (rates.alpha, rates.tau, rates.source) == (0.6, 2.8, "gauges")
+    rates = counter_rates(10, 40, 18, [8, 5], verify_steps=99, verified_tokens=1, gauges=(0.1, 1.1))
+    assert rates.tau == pytest.approx(2.8) and rates.source == "counters"  # counters win
+    assert counter_rates(0, 0, 0).source == "" and np.isnan(counter_rates(0, 0, 0).tau)
+
+
+class SGLangEngine(FakeEngine):
+    """A fake SGLang: no spec-decode counters, its two gauges, and with ``meta`` a native-style
+    meta_info on the last chunk of every stream (2 verification steps per request); without it, an
+    OpenAI stream as SGLang sends it, which carries none."""
+
+    meta = True
+
+    def do_GET(self):
+        if self.path == "/metrics":
+            self.reply(200, SGLANG_SCRAPE.encode(), "text/plain")
+        else:
+            FakeEngine.do_GET(self)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        n = body["max_tokens"]
+        for i in range(n):
+            chunk = {"choices": [{"index": 0, "delta": {"content": f"w{i} "}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        last = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}}
+        last |= {"meta_info": {"completion_tokens": n, "spec_verify_ct": 2}} if self.meta else {}
+        self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.flush()
+        self.close_connection = True
+
+
+@pytest.mark.parametrize("meta", [True, False], ids=["verify counts", "gauges only"])
+def test_an_sglang_sweep_lands_in_the_same_alpha_and_tau(meta):
+    handler = type("Engine", (SGLangEngine,), {"meta": meta})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        sweep = run_sweep([Target("eagle k=3", url, "sglang")], PROMPTS, [2], max_tokens=6, warmup=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    row = summarise_sweep(sweep.records, sweep.runs, n_boot=50).iloc[0]
+    if meta:  # 4 requests × 6 tokens over 4 × 2 verification steps
+        assert row["tau"] == pytest.approx(3.0) and np.isnan(row["alpha"])
+        assert row["acceptance_source"] == "verify counts"
+    else:
+        assert (row["alpha"], row["tau"], row["acceptance_source"]) == (0.6, 2.8, "gauges")
 
 
 def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):

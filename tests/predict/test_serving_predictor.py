@@ -143,3 +143,10 @@ def test_endpoint_configurations_are_read_from_their_names():
     assert draft_lengths(names, []) == {"eagle3 k=3": 3, "ngram k=4": 4, "draft k=2": 2}
     assert draft_kinds(names, []) == {"eagle3 k=3": True, "ngram k=4": False, "draft k=2": True}
     assert [vllm_method(n) for n in names[1:4]] == ["eagle3", "ngram", "draft_model"]
+
+
+def test_a_poisson_sweep_is_refused_by_the_predictor_and_the_policy():
+    rates = summary_frame([1.0] * 4).rename(columns={"concurrency": "request_rate"})
+    for call in (lambda: step_cost(rates), lambda: serving_policy(rates.assign(speedup_tpot_lo=1.1), {"ngram k=2": 2})):
+        with pytest.raises(ParameterError, match="closed-loop concurrency levels.*Poisson"):
+            call()

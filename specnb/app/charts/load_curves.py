@@ -1,5 +1,6 @@
-"""Charts of speculation under serving load (notebook 08): speedup against concurrency with the
-1.0 line, latency against throughput, per-position acceptance, predicted against measured."""
+"""Charts of speculation under serving load (notebook 08): speedup against the load (concurrency, or
+request rate for Poisson arrivals: each chart reads which from the table's level column) with the 1.0
+line, latency against throughput, per-position acceptance, predicted against measured."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import json
 import altair as alt
 import pandas as pd
 
+from specnb.measure.serving_load import LEVEL_UNITS, level_column
 from specnb.measure.serving_summary import BASELINE_CONFIG
+
+
+def level_axis(column: str) -> alt.X:
+    """The load on a log2 axis, titled with its unit."""
+    return alt.X(f"{column}:Q", scale=alt.Scale(type="log", base=2), title=LEVEL_UNITS[column])
 
 
 def display_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -20,9 +27,10 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
         return f"{row[name]:.2f}x" + (f" [{lo:.2f}–{hi:.2f}]" if not pd.isna(lo) else "")
 
     order = {name: i for i, name in enumerate(dict.fromkeys([BASELINE_CONFIG, *summary["config"]]))}
-    rows = summary.assign(_order=summary["config"].map(order)).sort_values(["_order", "concurrency"]).to_dict("records")
+    column = level_column(summary)
+    rows = summary.assign(_order=summary["config"].map(order)).sort_values(["_order", column]).to_dict("records")
     return pd.DataFrame({
-        "config": [r["config"] for r in rows], "concurrency": [r["concurrency"] for r in rows],
+        "config": [r["config"] for r in rows], LEVEL_UNITS[column]: [r[column] for r in rows],
         "output tok/s": [round(r["output_throughput"], 1) for r in rows],
         "median TPOT ms": [round(r["median_tpot_ms"], 1) for r in rows],
         "median ITL ms": [round(r["median_itl_ms"], 1) for r in rows],
@@ -33,13 +41,14 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_chart(summary: pd.DataFrame, metric: str = "speedup_tpot") -> alt.Chart:
-    """Speedup over spec-off against concurrency (log scale) per configuration, 95% CI bars, 1.0 line."""
+    """Speedup over spec-off against the load (log scale) per configuration, 95% CI bars, 1.0 line."""
     frame = summary[summary["config"] != BASELINE_CONFIG].dropna(subset=[metric])
-    x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests")
+    column = level_column(summary)
+    x = level_axis(column)
     line = alt.Chart(frame).mark_line(point=True).encode(
         x=x, y=alt.Y(f"{metric}:Q", title=f"{metric.replace('speedup_', '')} speedup over spec-off (x)"),
         color=alt.Color("config:N", title=None),
-        tooltip=["config", "concurrency", alt.Tooltip(f"{metric}:Q", format=".2f"),
+        tooltip=["config", column, alt.Tooltip(f"{metric}:Q", format=".2f"),
                  alt.Tooltip(f"{metric}_lo:Q", format=".2f"), alt.Tooltip(f"{metric}_hi:Q", format=".2f")])
     bars = alt.Chart(frame).mark_rule().encode(x=x, y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q", color="config:N")
     unit = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 3]).encode(y="y:Q")
@@ -49,17 +58,19 @@ def speedup_chart(summary: pd.DataFrame, metric: str = "speedup_tpot") -> alt.Ch
 
 def latency_throughput_chart(summary: pd.DataFrame) -> alt.Chart:
     """Output throughput against p50 and p90 TPOT, one curve per configuration through its levels."""
-    frame = summary.melt(id_vars=["config", "concurrency", "output_throughput"],
+    column = level_column(summary)
+    frame = summary.melt(id_vars=["config", column, "output_throughput"],
                          value_vars=["median_tpot_ms", "p90_tpot_ms"], var_name="percentile", value_name="tpot_ms")
     frame["percentile"] = frame["percentile"].map({"median_tpot_ms": "p50", "p90_tpot_ms": "p90"})
     return alt.Chart(frame).mark_line(point=True).encode(
         x=alt.X("tpot_ms:Q", title="TPOT per request (ms)"),
         y=alt.Y("output_throughput:Q", title="output throughput (tok/s)"),
         color=alt.Color("config:N", title=None), strokeDash=alt.StrokeDash("percentile:N", title=None),
-        order="concurrency:Q",
-        tooltip=["config", "concurrency", "percentile", alt.Tooltip("tpot_ms:Q", format=".1f"),
+        order=f"{column}:Q",
+        tooltip=["config", column, "percentile", alt.Tooltip("tpot_ms:Q", format=".1f"),
                  alt.Tooltip("output_throughput:Q", format=".1f")],
-    ).properties(title="Latency against throughput (each point a concurrency level)", width=420, height=260)
+    ).properties(title=f"Latency against throughput (each point a level: {LEVEL_UNITS[column]})", width=420,
+                 height=260)
 
 
 def pooled_positions(summary: pd.DataFrame) -> pd.DataFrame:
@@ -85,14 +96,15 @@ def position_chart(summary: pd.DataFrame) -> alt.Chart:
 
 
 def prediction_chart(validation: pd.DataFrame) -> alt.Chart:
-    frame = validation.melt(id_vars=["config", "concurrency"], value_vars=["speedup_tpot", "predicted_speedup_tpot"],
+    column = level_column(validation)
+    frame = validation.melt(id_vars=["config", column], value_vars=["speedup_tpot", "predicted_speedup_tpot"],
                             var_name="kind", value_name="speedup")
     frame["kind"] = frame["kind"].map({"speedup_tpot": "measured", "predicted_speedup_tpot": "predicted"})
     return alt.Chart(frame).mark_line(point=True).encode(
-        x=alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests"),
+        x=level_axis(column),
         y=alt.Y("speedup:Q", title="TPOT speedup over spec-off (x)"), color=alt.Color("config:N", title=None),
         strokeDash=alt.StrokeDash("kind:N", title=None),
-        tooltip=["config", "concurrency", "kind", alt.Tooltip("speedup:Q", format=".2f")],
+        tooltip=["config", column, "kind", alt.Tooltip("speedup:Q", format=".2f")],
     ).properties(title="Serving predictor: predicted against measured", width=420, height=240)
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 from specnb.app.serving_setup import vllm_method
 from specnb.app.text.conclusions import Report, bullets
 from specnb.engine.llama_server import ServerConfig, spec_flags
+from specnb.measure.serving_load import LEVEL_UNITS, level_column, level_text
 from specnb.measure.serving_summary import BASELINE_CONFIG
 from specnb.predict.serving_predictor import (
     llama_server_flags,
@@ -27,14 +28,17 @@ def fmt_ci(row, metric: str) -> str:
 
 
 def crossover_line(row) -> str:
+    """One configuration's crossover, in the unit of the sweep's levels (``row["level"]``)."""
+    column = row.get("level", "concurrency")
+    unit, load = LEVEL_UNITS[column], "request rate" if column == "request_rate" else "concurrency"
     if row["verdict"] == "never pays":
         return f"**{row['config']}** does not pay even at the lowest level"
     if row["verdict"] == "pays at every level measured":
-        return f"**{row['config']}** still pays at {row['max_level']:.0f} concurrent requests (the most measured)"
-    lo = f"≤ {row['min_level']:.0f}" if row["crossover_lo"] <= row["min_level"] else f"{row['crossover_lo']:.1f}"
-    hi = f"beyond {row['max_level']:.0f}" if pd.isna(row["crossover_hi"]) else f"{row['crossover_hi']:.1f}"
-    return (f"**{row['config']}** stops paying at about {row['crossover']:.1f} concurrent requests (95% CI {lo}–{hi}; "
-            "interpolated in log concurrency between the levels measured)")
+        return f"**{row['config']}** still pays at {row['max_level']:g} {unit} (the most measured)"
+    lo = f"≤ {row['min_level']:g}" if row["crossover_lo"] <= row["min_level"] else f"{row['crossover_lo']:.1f}"
+    hi = f"beyond {row['max_level']:g}" if pd.isna(row["crossover_hi"]) else f"{row['crossover_hi']:.1f}"
+    return (f"**{row['config']}** stops paying at about {row['crossover']:.1f} {unit} (95% CI {lo}–{hi}; "
+            f"interpolated in log {load} between the levels measured)")
 
 
 def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | None = None) -> str:
@@ -56,13 +60,13 @@ def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | No
 def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFrame | None = None) -> Report:
     if "speedup_tpot" not in summary:
         return Report("No spec-off configuration to compare with: the tables show each configuration alone.", {})
-    lines, values = [], {}
+    lines, values, column = [], {}, level_column(summary)
     for config, group in summary[summary["config"] != BASELINE_CONFIG].groupby("config", sort=False):
-        group = group.sort_values("concurrency")
+        group = group.sort_values(column)
         first, last = group.iloc[0], group.iloc[-1]
         lines.append(f"**{config}**: α {first['alpha']:.2f}, τ {first['tau']:.2f}; TPOT speedup "
-                     f"{fmt_ci(first, 'speedup_tpot')} at {first['concurrency']} concurrent, "
-                     f"{fmt_ci(last, 'speedup_tpot')} at {last['concurrency']}; output throughput "
+                     f"{fmt_ci(first, 'speedup_tpot')} at {level_text(column, first[column])}, "
+                     f"{fmt_ci(last, 'speedup_tpot')} at {level_text(column, last[column])}; output throughput "
                      f"{fmt_ci(first, 'speedup_output_throughput')} → {fmt_ci(last, 'speedup_output_throughput')}; "
                      f"{int(first['identical_outputs'])}/{int(first['paired_requests'])} outputs identical to spec-off")
         values[f"{config} speedup_tpot first"] = float(first["speedup_tpot"])
@@ -70,9 +74,16 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
     for row in crossings.to_dict("records"):
         lines.append(crossover_line(row))
         values[f"{row['config']} crossover"] = row["crossover"]
-        if row["verdict"] == "never pays":
+        if row["verdict"] == "never pays" and column == "concurrency":  # a step's sequences: closed loop only
             lines.append("step arithmetic: " + step_arithmetic(summary, row["config"], probe))
     return Report(bullets(lines), values)
+
+
+def closed_loop_only() -> Report:
+    """Why a Poisson sweep has no prediction and policy (``serving_predictor.closed_loop_levels``)."""
+    return Report("The serving predictor and the policy price an engine step by the requests in it, so they need "
+                  "closed-loop concurrency levels; this sweep ran Poisson arrivals (requests/s), so they are left "
+                  "out: run with `rates = []` for them.", {})
 
 
 def prediction_text(validation: pd.DataFrame) -> Report:

@@ -1,0 +1,51 @@
+"""Notebook 08's text and charts name the load by its kind: concurrent requests for a closed loop,
+requests/s for Poisson arrivals (a rate read as a concurrency would misstate every level)."""
+
+import json
+
+import pandas as pd
+
+from specnb.app.charts import load_curves
+from specnb.app.text.serving_verdicts import crossover_line, sweep_text
+from specnb.measure.serving_summary import crossover
+
+
+def summary(column: str) -> pd.DataFrame:
+    """spec-off and one configuration at three levels, speedups falling through 1.0 between the last two."""
+    levels = [0.5, 1.0, 2.0] if column == "request_rate" else [1, 2, 4]
+    rows = []
+    for config, speedups in (("spec-off", [1.0, 1.0, 1.0]), ("ngram k=3", [1.4, 1.2, 0.8])):
+        for level, x in zip(levels, speedups):
+            rows.append({"config": config, column: level, "alpha": 0.5, "tau": 2.0, "output_throughput": 10.0 * x,
+                         "median_tpot_ms": 20 / x, "p90_tpot_ms": 25 / x, "median_itl_ms": 10.0, "partial": False,
+                         "spec_decode_num_drafts": 10.0, "per_position": json.dumps([0.5]),
+                         "identical_outputs": 4, "paired_requests": 4,
+                         **{f"{m}{s}": x * f for m in ("speedup_tpot", "speedup_output_throughput")
+                            for s, f in (("", 1.0), ("_lo", 0.9), ("_hi", 1.1))}})
+    return pd.DataFrame(rows)
+
+
+def chart_text(chart) -> str:
+    return json.dumps(chart.to_dict())
+
+
+def test_poisson_levels_read_as_requests_per_second():
+    rates = summary("request_rate")
+    crossings = crossover(rates, "speedup_tpot")
+    line = crossover_line(crossings.iloc[0].to_dict())
+    assert "requests/s" in line and "log request rate" in line and "concurren" not in line
+    text = sweep_text(rates, crossings).markdown
+    assert "at 0.5 req/s" in text and "at 2 req/s" in text and "concurren" not in text
+    assert "requests/s" in load_curves.display_table(rates).columns
+    for chart in (load_curves.speedup_chart(rates), load_curves.latency_throughput_chart(rates)):
+        assert '"request_rate"' in chart_text(chart) and "concurren" not in chart_text(chart)
+    assert "requests/s" in chart_text(load_curves.speedup_chart(rates))
+
+
+def test_closed_loop_levels_read_as_concurrent_requests():
+    levels = summary("concurrency")
+    crossings = crossover(levels, "speedup_tpot")
+    assert "concurrent requests" in crossover_line(crossings.iloc[0].to_dict())
+    assert "at 1 concurrent" in sweep_text(levels, crossings).markdown
+    assert "concurrent requests" in chart_text(load_curves.speedup_chart(levels))
+    assert "req/s" not in sweep_text(levels, crossings).markdown
