@@ -43,8 +43,12 @@ class Recorder:
         return self.dir / f"{self.notebook}.{suffix}"
 
     def table(self, name: str, frame) -> Path:
+        """Write ``frame`` as ``<stem>.<name>.csv`` whole or not at all: a table rewritten as a run
+        grows (notebook 08's requests) must survive a kernel killed mid-write (Ctrl-C) as it last was."""
         path = self.path(f"{name}.csv")
-        frame.to_csv(path, index=False)
+        partial = path.with_name(path.name + ".part")
+        frame.to_csv(partial, index=False)
+        partial.replace(path)
         return path
 
     def value(self, key: str, value: Any) -> Any:

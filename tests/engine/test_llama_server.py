@@ -4,11 +4,14 @@ one line with the server's last log line, and no server outlives its context."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import httpx
 import pandas as pd
 import pytest
 
@@ -130,6 +133,58 @@ def test_ctrl_c_stops_the_server_and_keeps_the_records(verifier):
         sweep_servers([ServerConfig("spec-off", verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS, [1],
                       max_tokens=4, warmup=False, on_run=interrupt)
     assert seen["pids"] and seen["records"] == 2 and all(gone(pid) for pid in seen["pids"])
+
+
+def kill_when_busy(server: Server) -> threading.Thread:
+    """SIGKILL the server as soon as its metrics show a request in progress (mid-request, every time)."""
+    def watch():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and server.alive():
+            metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
+            if re.search(r"^llamacpp:requests_processing [1-9]", metrics, re.M):
+                os.kill(server.pid, signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_one(verifier):
+    """Level 1 runs whole; during level 2 the server is SIGKILLed with a request in flight: level 1's
+    rows are kept as they were, level 2's marked partial, and one line says how the server died."""
+    seen = {}
+
+    def after_run(sweep):
+        if set(sweep.runs["concurrency"]) == {1} and len(sweep.runs) == 2 and "watch" not in seen:
+            seen["watch"] = kill_when_busy(seen["server"])
+
+    from specnb.engine import llama_server
+
+    real = llama_server.Server.start
+
+    def remember(self):  # the sweep starts its own server: keep a handle to kill it
+        seen["server"] = self
+        return real(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(llama_server.Server, "start", remember)
+        sweep = sweep_servers([ServerConfig("spec-off", verifier, slots=2, ctx_per_slot=256, threads=1)],
+                              pd.concat([PROMPTS] * 4, ignore_index=True), [1, 2], max_tokens=16, warmup=False,
+                              on_run=after_run)
+    seen["watch"].join()
+    assert "\n" not in sweep.stopped and sweep.stopped.startswith(
+        "spec-off's server went down at 2 concurrent (llama-server killed by SIGKILL: "), sweep.stopped
+    assert sweep.stopped.endswith("levels before it are kept, 2 concurrent is marked partial")
+    runs, records = sweep.runs, sweep.records
+    assert list(runs.loc[runs["concurrency"] == 1, "partial"]) == [False, False]
+    assert runs.loc[runs["concurrency"] == 2, "partial"].all() and (runs["concurrency"] == 2).any()
+    level_1 = records[records["concurrency"] == 1]
+    assert len(level_1) == 8 and level_1["success"].all() and not level_1["partial"].any()
+    assert records.loc[records["concurrency"] == 2, "partial"].all()
+    assert not records.loc[records["concurrency"] == 2, "success"].all()  # killed with requests in flight
+    assert gone(seen["server"].pid)
 
 
 def test_the_server_dies_with_a_killed_kernel(verifier):

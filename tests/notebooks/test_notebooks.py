@@ -10,8 +10,10 @@ import ast
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from helpers import assert_offline
 
 from specnb.app.runner import list_notebooks
 from specnb.core.paths import REPO_ROOT
-from specnb.engine import llama_cpp
+from specnb.engine import llama_cpp, llama_server
 
 NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
 RUNNER_SET = {"smoke": False, "output_dir": "", "interactive": True}  # the runner sets these; defaults for JupyterLab
@@ -151,3 +153,65 @@ def test_the_serving_notebook_without_an_engine_is_a_note_not_a_failure(tmp_path
     assert "note: llama-server not found: build it with `make setup`" in text
     conclusion = code_cells(executed)[-1].outputs
     assert any("llama-server not found" in str(o.get("data", {})) for o in conclusion)  # the conclusion says why
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(llama_server.missing_note() is not None, reason="no llama-server built")
+def test_ctrl_c_during_the_serving_sweep_stops_its_servers_and_keeps_the_records(tmp_path):
+    """`specnb run 08` on a tiny sweep that would run for minutes, interrupted as a terminal's Ctrl-C
+    does (SIGINT to the run's process group) once its first runs are on disk: exit 130 with one line,
+    the per-request CSV kept with at least the rows written before the interrupt, whole, and no
+    llama-server of the run left."""
+    tag = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1",
+                                                                               "SPECNB_TEST_RUN": tag}
+    tiny = ["-p", "speculation", "['ngram-simple:2']", "-p", "n_prompts", "2", "-p", "max_new_tokens", "8",
+            "-p", "concurrency", "[1]", "-p", "rounds", "200", "-p", "threads", "1"]
+    proc = subprocess.Popen([sys.executable, "-m", "specnb", "run", "08", *tiny, "--json", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT,
+                            start_new_session=True)
+    requests = tmp_path / "08_serving.requests.csv"
+    try:
+        deadline = time.monotonic() + 300
+        while not (requests.exists() and len(pd.read_csv(requests)) >= 2):  # whole (written by replace)
+            assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended or stalled before its runs"
+            time.sleep(0.2)
+        servers = [pid for pid in processes_with(tag) if b"llama-server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        written = len(pd.read_csv(requests))
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, err
+    ours = [line for line in err.splitlines() if line.startswith("specnb")]
+    assert len(ours) == 1 and "interrupted during 08_serving" in ours[0], err
+    kept = pd.read_csv(requests)
+    assert len(kept) >= written and kept["success"].all() and set(kept["config"]) <= {"spec-off", "ngram-simple k=2"}
+    assert servers, "no llama-server of the run was seen"
+    deadline = time.monotonic() + 10  # a server goes with its kernel (parent-death signal): give it a moment
+    while processes_with(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with(tag) == []
+
+
+@pytest.mark.slow
+def test_a_server_that_fails_to_start_is_one_line_with_its_log_and_exit_2(tmp_path):
+    """A llama-server that exits at start (here a stand-in binary that logs as llama.cpp does when a
+    buffer cannot be allocated, and exits 1): `specnb run 08` prints one line carrying the server's
+    last log line and its first error, and exits 2."""
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho '0.00.001 I srv  llama_server: initializing'\n"
+                    "echo '0.00.002 E ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 1'\n"
+                    "echo '0.00.003 E srv  llama_server: exiting due to model loading error'\nexit 1\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {
+        "OMP_NUM_THREADS": "1", "SPECNB_LLAMA_SERVER": str(fake)}
+    done = subprocess.run([sys.executable, "-m", "specnb", "run", "08", "--smoke", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("specnb")]
+    assert len(ours) == 1, done.stderr[-3000:]
+    assert "ServerFailed: spec-off: llama-server exited with code 1 at start" in ours[0]
+    assert "exiting due to model loading error (first error: " in ours[0] and "failed to allocate" in ours[0]
