@@ -191,7 +191,8 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
 # errors; spec_decode_num_drafts, _draft_tokens, _accepted_tokens and
 # _per_position_acceptance_rates, the counters differenced around the run) merged into
 # ``main_async``'s result_json (request_rate, a number or "inf"; burstiness; max_concurrency, a number
-# or null). Without --save-detailed the lists but latencies are deleted before saving.
+# or null). Without --save-detailed, input_lens, output_lens, start_times, ttfts, itls, generated_texts
+# and errors are deleted before saving.
 VLLM_LISTS = ("ttfts", "itls", "latencies", "output_lens", "input_lens", "errors")
 
 

@@ -152,6 +152,7 @@ def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline:
     Needs per-request draft counts (llama.cpp); empty without them."""
     from specnb.measure.serving_summary import paired_requests, speedup_ci
 
+    closed_loop_levels(records)
     if records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() == 0:
         return pd.DataFrame()
     fold = folds(records)

@@ -147,6 +147,8 @@ def test_endpoint_configurations_are_read_from_their_names():
 
 def test_a_poisson_sweep_is_refused_by_the_predictor_and_the_policy():
     rates = summary_frame([1.0] * 4).rename(columns={"concurrency": "request_rate"})
-    for call in (lambda: step_cost(rates), lambda: serving_policy(rates.assign(speedup_tpot_lo=1.1), {"ngram k=2": 2})):
+    calls = (lambda: step_cost(rates), lambda: serving_policy(rates.assign(speedup_tpot_lo=1.1), {"ngram k=2": 2}),
+             lambda: validate_held_out(rates.assign(draft_n=1), {"ngram k=2": False}))
+    for call in calls:
         with pytest.raises(ParameterError, match="closed-loop concurrency levels.*Poisson"):
             call()
