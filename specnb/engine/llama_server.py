@@ -173,7 +173,8 @@ class Server:
     """A running llama-server: ``url``, ``pid``, ``log_tail()``; ``stop()`` (idempotent) ends it.
 
     ``with Server(config) as server:`` starts it and waits for ``/health`` (``ServerFailed`` with
-    the last log line if it exits or does not answer within ``timeout_s``)."""
+    the log's last and first error lines if it exits or does not answer within ``timeout_s``).
+    ``port``: 0 to let the project pick one (and pick again if it was lost to a race), else that port."""
 
     def __init__(self, config: ServerConfig, binary: Path | None = None, timeout_s: float = 120.0, port: int = 0):
         self.config, self.timeout_s = config, timeout_s
@@ -194,6 +195,8 @@ class Server:
         return self.process.pid if self.process else None
 
     def start(self) -> Server:
+        """Launch and wait until ready; a port the project picked and lost before the server bound it
+        is picked again, up to ``BIND_RETRIES`` times. On any failure the process is stopped."""
         try:
             for attempt in range(BIND_RETRIES + 1):
                 self.launch()
@@ -207,7 +210,7 @@ class Server:
         except BaseException:
             self.__exit__()
             raise
-        return self
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def launch(self) -> None:
         args = [str(self.binary), *server_args(self.config, self.port)]
