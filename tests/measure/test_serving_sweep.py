@@ -284,12 +284,13 @@ def test_poisson_levels_are_request_rates_in_records_runs_and_summary(fake):
         run_sweep([Target("spec-off", url)], PROMPTS, [1], mode="open")
 
 
-# SGLang samples below are hand-written in the shapes its source gives (not captured from a server):
-# python/sglang/srt/metrics/collector.py registers sglang:spec_accept_length and
-# sglang:spec_accept_rate as Gauges (multiprocess_mode "mostrecent"); its native /generate returns
-# meta_info with completion_tokens and spec_verify_ct per request, and versions that count drafts add
-# spec_accept_token_num / spec_draft_token_num; its OpenAI chat endpoint returns meta_info only when
-# asked (return_meta_info) and refuses that for a streamed request.
+# SGLang samples below are hand-written in the shapes its source gives, not captured from a server:
+# its metrics collector registers sglang:spec_accept_length and sglang:spec_accept_rate as Gauges
+# (multiprocess_mode "mostrecent"), set at each decode log; its native /generate returns meta_info
+# with completion_tokens and spec_verify_ct per request (its own tests read them there);
+# spec_accept_token_num / spec_draft_token_num are the names code that reads newer SGLang uses; its
+# OpenAI chat endpoint returns meta_info only when asked (return_meta_info) and refuses that for a
+# streamed request (entrypoints/openai/serving_chat.py).
 SGLANG_SCRAPE = """# TYPE sglang:spec_accept_length gauge
 sglang:spec_accept_length{model_name="m"} 2.8
 # TYPE sglang:spec_accept_rate gauge
