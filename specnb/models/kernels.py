@@ -1,30 +1,99 @@
 """Which kernel a model's linear layers run on the CPU: PyTorch's default, or oneDNN with weights
-prepacked once.
+prepacked once — chosen by measurement (``kernels="auto"``) unless named.
 
 Why: decoding a small model on a CPU is memory-bound, so a forward of 2–9 tokens should cost about
 what one token costs (the weights are read once either way). PyTorch's default fp32 linear goes to
 MKL: for one row a matrix-vector kernel at streaming bandwidth, for two rows or more its GEMM
-path, which on this kind of CPU packs the weight into its panel layout on every call and runs
-small M far below both bandwidth and arithmetic peak, so verifying 2 tokens costs about twice one.
-That jump is a kernel's tax, not physics. oneDNN's brgemm on a weight reordered once
-(``torch.ops.mkldnn._reorder_linear_weight``) streams each weight block once for all rows: flat
-from 1 to 2 rows and about 1.5x at 8 (measured in notebook 07). It is fp32 throughout, so decoding
-stays exact up to float rounding.
+path, which on some CPUs packs the weight into its panel layout on every call and runs small M far
+below both bandwidth and arithmetic peak, so verifying 2 tokens costs about twice one. That jump is
+a kernel's tax, not physics. oneDNN's brgemm on a weight reordered once
+(``torch.ops.mkldnn._reorder_linear_weight``) streams each weight block once for all rows: on an
+AMD EPYC flat from 1 to 2 rows and about 1.5x at 8 (benchmarks/README.md, "Kernel paths for one
+linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
+
+Which path wins depends on the CPU, the thread count and the model's shapes (on the AMD EPYC
+oneDNN halves the verifier's cost of verifying 3 tokens; on an Intel Xeon MKL's GEMM is already as
+fast at 2–3 rows), so ``kernels="auto"`` measures it per model (``choose_kernels``): every bias-free
+linear layer of the model, in order, at the row counts speculation adds to the loop
+(``AUTO_WIDTHS``; one row runs the same MKL matrix-vector kernel on both paths, so it is not timed),
+both paths interleaved and rotated, ``AUTO_REPEATS`` rounds or more within ``AUTO_BUDGET_S``. The
+rule: oneDNN only when its median time summed over the widths is at most ``AUTO_MARGIN`` of the
+default's (clearly faster); otherwise, on a tie or in noise, the default. Off the CPU and for dtypes
+other than float32, auto is the default without timing. The decision is cached per machine
+(``$SPECNB_CACHE/kernels.json``, keyed by the layers' shapes, dtype, widths, torch version, CPU
+model and thread count) so a notebook does not re-time each load; every ``KernelChoice`` records
+what was asked, the path, why, and the timings behind it.
 
 ``use_kernels(model, "onednn")`` swaps every bias-free ``nn.Linear`` (the LM head included) for a
 ``PackedLinear``: one row still goes to MKL's matrix-vector kernel (already at bandwidth), 2 to
 ``max_rows`` rows to oneDNN, and more (a prefill) back to MKL's GEMM, which is efficient there.
-The packed copy doubles the linear weights' memory.
+The packed copy doubles the linear weights' memory (while auto times, too).
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from specnb.core.errors import ParameterError
 
-KERNELS = ("default", "onednn")
+KERNELS = ("auto", "default", "onednn")  # what a caller may ask for
+PATHS = ("default", "onednn")  # what a model can run on
+AUTO_WIDTHS = (2, 4)  # rows per forward timed: a draft's catch-up / a short verify, and verifying γ = 3
+AUTO_REPEATS = 3  # rounds at least, whatever the budget
+AUTO_MAX_REPEATS = 25
+AUTO_MARGIN = 0.9  # oneDNN must take at most 90% of the default's time to be chosen
+AUTO_BUDGET_S = 1.0  # timing budget per model beyond the minimum rounds (packing the weights comes on top)
+RULE = f"onednn if its median summed over widths <= {AUTO_MARGIN} x default's, else default"
+CACHE_FILE = "kernels.json"
+_CACHE_VERSION = 1  # bump when the rule or what is timed changes: old decisions are then ignored
+
+
+@dataclass
+class KernelChoice:
+    """What ``kernels=`` decided for one model. ``reason``: "timed", "cached" (a timed decision read
+    back), "asked" (named by the caller), "not fp32 on the CPU", "no linear layers", "shared with the
+    verifier" (an early exit). ``ms``: path -> median ms of all the model's linear layers at each of
+    ``widths`` rows (empty unless timed)."""
+
+    model: str
+    path: str
+    asked: str
+    reason: str
+    widths: tuple[int, ...] = ()
+    ms: dict[str, list[float]] = field(default_factory=dict)
+    repeats: int = 0
+    decide_s: float = 0.0  # seconds spent timing (0 when not timed now)
+    threads: int = 0
+    rule: str = ""
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "widths": list(self.widths)}
+
+    def onednn_ratio(self) -> float | None:
+        """oneDNN's time ÷ the default's, summed over the timed widths (None: not timed)."""
+        if not self.ms:
+            return None
+        return sum(self.ms["onednn"]) / sum(self.ms["default"])
+
+    def text(self) -> str:
+        """One line: "smollm2-135m: default (auto, timed: oneDNN 0.98x MKL's time at 2, 4 rows; 1.2 s)"."""
+        ratio = self.onednn_ratio()
+        detail = self.reason
+        if ratio is not None:
+            widths = ", ".join(map(str, self.widths))
+            spent = f"; {self.decide_s:.1f} s" if self.reason == "timed" else ""
+            detail += f": oneDNN {ratio:.2f}x MKL's time at {widths} rows, {self.threads} thread(s){spent}"
+        return f"{self.model}: {self.path} ({self.asked}, {detail})"
 
 
 class PackedLinear(torch.nn.Module):
@@ -53,11 +122,14 @@ def check_kernels(kernels: str) -> str:
 
 def use_kernels(model, kernels: str = "default", max_rows: int = 64):
     """``model`` with its linear layers on ``kernels`` (in place; returns it). "onednn" needs fp32 on
-    the CPU; anything else is left as it is with "default"."""
-    if check_kernels(kernels) == "default":
+    the CPU; "auto" decides by ``choose_kernels``; "default" leaves the model as it is."""
+    if check_kernels(kernels) == "auto":
+        choose_kernels(model)
+        return model
+    if kernels == "default":
         return model
     weight = next(model.parameters())
-    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+    if not on_cpu_fp32(model):
         raise ParameterError(f"kernels='onednn' is for fp32 models on the CPU, got {weight.dtype} on {weight.device}")
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
@@ -65,3 +137,146 @@ def use_kernels(model, kernels: str = "default", max_rows: int = 64):
                 setattr(module, name, PackedLinear(child.weight, max_rows))
     model.kernels = kernels
     return model
+
+
+def unpack(model):
+    """Undo ``use_kernels(model, "onednn")``: plain ``nn.Linear``s on the same weights (ties kept)."""
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, PackedLinear):
+                with torch.device("meta"):
+                    linear = torch.nn.Linear(child.weight.shape[1], child.weight.shape[0], bias=False)
+                linear.weight = child.weight
+                setattr(module, name, linear)
+    model.kernels = "default"
+    return model
+
+
+def on_cpu_fp32(model) -> bool:
+    weight = next(model.parameters(), None)
+    return weight is not None and weight.device.type == "cpu" and weight.dtype == torch.float32
+
+
+def apply_kernels(model, kernels: str = "auto", name: str = "model") -> KernelChoice:
+    """Put ``model``'s linear layers on ``kernels`` ("auto": ``choose_kernels``) in place; sets
+    ``model.kernels`` (the path) and ``model.kernel_choice`` and returns the choice."""
+    if check_kernels(kernels) == "auto":
+        return choose_kernels(model, name)
+    use_kernels(model, kernels)
+    return _remember(model, KernelChoice(name, kernels, kernels, "asked"))
+
+
+def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, repeats: int = AUTO_REPEATS,
+                   cache: bool = True) -> KernelChoice:
+    """Time the model's linear layers on both paths and keep the faster by the module docstring's
+    rule (a cached decision for the same shapes on this machine is reused); returns the choice."""
+    if not on_cpu_fp32(model):
+        return _remember(model, KernelChoice(name, "default", "auto", "not fp32 on the CPU"))
+    layers = [m for m in model.modules() if type(m) is torch.nn.Linear and m.bias is None]
+    if not layers:
+        return _remember(model, KernelChoice(name, "default", "auto", "no linear layers"))
+    key = _cache_key(layers, tuple(widths))
+    known = _read_cache().get(key) if cache else None
+    if known is not None:
+        choice = KernelChoice(**{**known, "model": name, "widths": tuple(known["widths"]), "reason": "cached"})
+        use_kernels(model, choice.path)
+        return _remember(model, choice)
+    use_kernels(model, "onednn")  # timed in place: the packed weights are kept if oneDNN wins
+    started = time.perf_counter()
+    ms, done = time_paths([m for m in model.modules() if isinstance(m, PackedLinear)], tuple(widths), repeats)
+    path = decide(ms)
+    choice = KernelChoice(name, path, "auto", "timed", tuple(widths), ms, done, time.perf_counter() - started,
+                          torch.get_num_threads(), RULE)
+    if path == "default":
+        unpack(model)
+    if cache:
+        _write_cache(key, choice)
+    return _remember(model, choice)
+
+
+def decide(ms: dict[str, list[float]]) -> str:
+    """The rule: "onednn" when its summed median time is at most ``AUTO_MARGIN`` of the default's."""
+    return "onednn" if sum(ms["onednn"]) <= AUTO_MARGIN * sum(ms["default"]) else "default"
+
+
+def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], repeats: int = AUTO_REPEATS,
+               budget_s: float = AUTO_BUDGET_S) -> tuple[dict[str, list[float]], int]:
+    """Median ms of running every layer once, in order (each weight streamed as in a forward), per
+    path and width, interleaved with the order rotated each round: at least ``repeats`` rounds, more
+    (up to ``AUTO_MAX_REPEATS``) while the first round says they fit in ``budget_s`` — a small model's
+    round takes a millisecond, where one preempted sample would decide. Returns ({path: [ms per
+    width]}, rounds done)."""
+    inputs = {n: {k: torch.randn(n, k) for k in {m.weight.shape[1] for m in layers}} for n in widths}
+
+    def sweep(path: str, n: int, some=layers) -> float:
+        xs = inputs[n]
+        start = time.perf_counter()
+        for m in some:
+            m(xs[m.weight.shape[1]]) if path == "onednn" else F.linear(xs[m.weight.shape[1]], m.weight)
+        return (time.perf_counter() - start) * 1e3
+
+    runs = [(path, n) for n in widths for path in PATHS]
+    samples: dict[tuple[str, int], list[float]] = {run: [] for run in runs}
+    one_per_shape = list({tuple(m.weight.shape): m for m in layers}.values())
+    with torch.inference_mode():
+        for path, n in runs:  # oneDNN builds a primitive per shape and row count on first use
+            sweep(path, n, one_per_shape)
+        rounds, r = repeats, 0
+        while r < rounds:
+            for path, n in runs[r % len(runs):] + runs[: r % len(runs)]:
+                samples[path, n].append(sweep(path, n))
+            if r == 0:
+                first_s = sum(v[0] for v in samples.values()) / 1e3
+                rounds = max(repeats, min(AUTO_MAX_REPEATS, int(budget_s / max(first_s, 1e-9))))
+            r += 1
+    return {path: [round(statistics.median(samples[path, n]), 4) for n in widths] for path in PATHS}, rounds
+
+
+def describe_kernels(choices: dict[str, dict]) -> str:
+    """One line per model of what ``load_drafts`` recorded (``Pair.kernels``), for a notebook to show."""
+    return "\n".join("linear kernels: " + KernelChoice(**{**c, "widths": tuple(c["widths"])}).text()
+                     for c in choices.values())
+
+
+def _remember(model, choice: KernelChoice) -> KernelChoice:
+    model.kernels = choice.path
+    model.kernel_choice = choice
+    return choice
+
+
+# ---------------------------------------------------------------- the per-machine cache
+
+def _cache_path() -> Path:
+    from specnb.models.cache import cache_dir
+
+    return cache_dir() / CACHE_FILE
+
+
+def _cache_key(layers, widths: tuple[int, ...]) -> str:
+    from specnb.core.devices import cpu_name
+
+    shapes = sorted(Counter(tuple(m.weight.shape) for m in layers).items())
+    digest = hashlib.sha256(repr(shapes).encode()).hexdigest()[:16]
+    return (f"v{_CACHE_VERSION}|{digest}|{layers[0].weight.dtype}|{widths}|torch {torch.__version__}|{cpu_name()}|"
+            f"{torch.get_num_threads()} threads")
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(key: str, choice: KernelChoice) -> None:
+    """Add one decision (written atomically; an unwritable cache only costs a re-timing next load)."""
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {**_read_cache(), key: choice.as_dict()}
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass

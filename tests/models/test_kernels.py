@@ -1,14 +1,16 @@
 """oneDNN-prepacked linears compute what PyTorch's default linears compute (to float rounding), for
-one row, a few rows and a prefill, and keep speculative decoding lossless."""
+one row, a few rows and a prefill, and keep speculative decoding lossless; ``kernels="auto"`` times
+the two paths, follows its rule, caches and records the decision, and changes no token."""
 
 import copy
 
 import pytest
 import torch
-from helpers import peaked_pair, ragged_prompts
+from helpers import peaked_pair, ragged_prompts, tiny_model
 
 from specnb.core.errors import ParameterError
 from specnb.engine.generate import generate
+from specnb.models import kernels
 from specnb.models.kernels import PackedLinear, use_kernels
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -43,3 +45,79 @@ def test_unknown_kernels_or_a_half_precision_model_are_one_line_errors():
         use_kernels(verifier, "mkl")
     with pytest.raises(ParameterError, match="fp32 models on the CPU"):
         use_kernels(copy.deepcopy(verifier).to(torch.bfloat16), "onednn")
+
+
+# ---------------------------------------------------------------- kernels="auto"
+
+@pytest.fixture
+def decisions(tmp_path, monkeypatch):
+    """A fresh per-machine decision cache (``$SPECNB_CACHE``) for each test."""
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    return tmp_path / kernels.CACHE_FILE
+
+
+def faster(path: str):
+    """A stand-in for ``time_paths`` under which ``path`` is clearly faster (2x) at every width."""
+
+    def timed(layers, widths, repeats=3, budget_s=1.0):
+        assert layers and all(isinstance(m, PackedLinear) for m in layers)
+        slow, quick = [2.0] * len(widths), [1.0] * len(widths)
+        return {"default": quick if path == "default" else slow, "onednn": quick if path == "onednn" else slow}, 3
+
+    return timed
+
+
+@pytest.mark.parametrize("forced", [None, "onednn", "default"])
+def test_auto_decodes_exactly_what_the_default_decodes(decisions, monkeypatch, forced):
+    """Whatever auto picks (timed for real on a tiny model, or forced either way), greedy tokens with and
+    without a draft are the default kernels' tokens."""
+    if forced:
+        monkeypatch.setattr(kernels, "time_paths", faster(forced))
+    verifier, draft = peaked_pair("llama")
+    ids, mask = ragged_prompts()
+    expected = generate(verifier, ids, mask, max_new_tokens=12).tokens
+    v_choice = kernels.apply_kernels(verifier, "auto", "verifier")
+    d_choice = kernels.apply_kernels(draft, "auto", "draft")
+    if forced:
+        assert v_choice.path == d_choice.path == forced
+    packed = sum(isinstance(m, PackedLinear) for m in verifier.modules())
+    assert packed == (15 if v_choice.path == "onednn" else 0) and verifier.kernels == v_choice.path
+    assert generate(verifier, ids, mask, max_new_tokens=12).tokens == expected
+    assert generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=12).tokens == expected
+
+
+def test_the_rule_prefers_the_default_unless_onednn_is_clearly_faster():
+    assert kernels.decide({"default": [10.0, 20.0], "onednn": [9.5, 19.0]}) == "default"  # 5% faster: noise
+    assert kernels.decide({"default": [10.0, 20.0], "onednn": [8.0, 18.0]}) == "onednn"  # 13% faster
+    assert kernels.decide({"default": [10.0, 20.0], "onednn": [12.0, 30.0]}) == "default"
+
+
+def test_a_timed_decision_is_cached_per_machine_and_reused(decisions, monkeypatch):
+    monkeypatch.setattr(kernels, "time_paths", faster("onednn"))
+    first = kernels.apply_kernels(tiny_model(), "auto", "a")
+    assert first.reason == "timed" and first.ms["onednn"] == [1.0, 1.0] and first.rule
+    assert decisions.is_file()
+    monkeypatch.setattr(kernels, "time_paths", lambda *a, **k: pytest.fail("a cached decision is not re-timed"))
+    again = kernels.apply_kernels(tiny_model(seed=1), "auto", "b")  # same shapes, other weights
+    assert (again.path, again.reason, again.model, again.ms) == ("onednn", "cached", "b", first.ms)
+    other = tiny_model(hidden=32)
+    monkeypatch.setattr(kernels, "time_paths", faster("default"))
+    assert kernels.apply_kernels(other, "auto").reason == "timed"  # other shapes: timed afresh
+
+
+def test_auto_is_the_default_off_fp32_and_an_explicit_path_is_kept(decisions, monkeypatch):
+    monkeypatch.setattr(kernels, "time_paths", lambda *a, **k: pytest.fail("nothing to time"))
+    half = tiny_model().to(torch.bfloat16)
+    choice = kernels.apply_kernels(half, "auto")
+    assert (choice.path, choice.reason, half.kernels) == ("default", "not fp32 on the CPU", "default")
+    asked = kernels.apply_kernels(tiny_model(), "onednn", "v")
+    assert (asked.path, asked.asked, asked.reason) == ("onednn", "onednn", "asked")
+    assert kernels.apply_kernels(tiny_model(), "default").path == "default"
+
+
+def test_timing_a_real_tiny_model_records_its_evidence(decisions):
+    choice = kernels.apply_kernels(tiny_model(), "auto", "tiny")
+    assert choice.path in kernels.PATHS and choice.reason == "timed" and choice.repeats >= kernels.AUTO_REPEATS
+    assert set(choice.ms) == set(kernels.PATHS) and all(len(v) == len(kernels.AUTO_WIDTHS) for v in choice.ms.values())
+    assert 0 < choice.decide_s < 5 and choice.threads == torch.get_num_threads()
+    assert "tiny: " in choice.text() and "MKL's time at 2, 4 rows" in choice.text()
