@@ -11,18 +11,20 @@ a kernel's tax, not physics. oneDNN's brgemm on a weight reordered once
 AMD EPYC flat from 1 to 2 rows and about 1.5x at 8 (benchmarks/README.md, "Kernel paths for one
 linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
 
-Which path wins depends on the CPU, the thread count and the model's shapes (on the AMD EPYC
-oneDNN halves the verifier's cost of verifying 3 tokens; on an Intel Xeon MKL's GEMM is already as
-fast at 2–3 rows), so ``kernels="auto"`` measures it per model (``choose_kernels``): every bias-free
-linear layer of the model, in order, at the row counts speculation adds to the loop
-(``AUTO_WIDTHS``; one row runs the same MKL matrix-vector kernel on both paths, so it is not timed),
-both paths interleaved and rotated, ``AUTO_REPEATS`` rounds or more within ``AUTO_BUDGET_S``. The
-rule: oneDNN only when its median time summed over the widths is at most ``AUTO_MARGIN`` of the
-default's (clearly faster); otherwise, on a tie or in noise, the default. Off the CPU and for dtypes
-other than float32, auto is the default without timing. The decision is cached per machine
-(``$SPECNB_CACHE/kernels.json``, keyed by the layers' shapes, dtype, widths, torch version, CPU
-model and thread count) so a notebook does not re-time each load; every ``KernelChoice`` records
-what was asked, the path, why, and the timings behind it.
+Which path wins depends on the CPU, the thread count, the model's shapes and the row count (on
+the AMD EPYC oneDNN halves the verifier's cost of verifying 3 tokens; on an Intel Xeon MKL's GEMM is
+faster at 2–3 rows and oneDNN from 4), so ``kernels="auto"`` measures it per model
+(``choose_kernels``): every bias-free linear layer of the model, in order, at the row counts
+speculation adds to the loop (``AUTO_WIDTHS``: a draft's catch-up or a short verify, and a verify
+of γ ≥ 3; one row runs the same MKL matrix-vector kernel on both paths, so it is not timed), both
+paths interleaved and rotated, ``AUTO_REPEATS`` rounds or more within ``AUTO_BUDGET_S``. The rule
+(``decide``): oneDNN counts as clearly faster at a width when its median is at most ``AUTO_MARGIN``
+of the default's; clearly faster at every width: "onednn"; only from some width on: "mixed" (MKL
+below that row count, oneDNN from it, ``PackedLinear.min_rows``); otherwise, on a tie or in noise,
+"default". Off the CPU and for dtypes other than float32, auto is the default without timing.
+The decision is cached per machine (``$SPECNB_CACHE/kernels.json``, keyed by the layers' shapes,
+dtype, widths, torch version, CPU model and thread count) so a notebook does not re-time each load;
+every ``KernelChoice`` records what was asked, the path, why, and the timings behind it.
 
 ``use_kernels(model, "onednn")`` swaps every bias-free ``nn.Linear`` (the LM head included) for a
 ``PackedLinear``: one row still goes to MKL's matrix-vector kernel (already at bandwidth), 2 to
@@ -47,28 +49,32 @@ import torch.nn.functional as F
 from specnb.core.errors import ParameterError
 
 KERNELS = ("auto", "default", "onednn")  # what a caller may ask for
-PATHS = ("default", "onednn")  # what a model can run on
+PATHS = ("default", "onednn", "mixed")  # what a model can run on ("mixed": only auto chooses it)
+TIMED = ("default", "onednn")  # the two kernels timed against each other
 AUTO_WIDTHS = (2, 4)  # rows per forward timed: a draft's catch-up / a short verify, and verifying γ = 3
 AUTO_REPEATS = 3  # rounds at least, whatever the budget
 AUTO_MAX_REPEATS = 25
 AUTO_MARGIN = 0.9  # oneDNN must take at most 90% of the default's time to be chosen
 AUTO_BUDGET_S = 1.0  # timing budget per model beyond the minimum rounds (packing the weights comes on top)
-RULE = f"onednn if its median summed over widths <= {AUTO_MARGIN} x default's, else default"
+RULE = (f"per width, oneDNN wins if its median <= {AUTO_MARGIN} x MKL's; wins at every width: onednn; "
+        "from some width on: mixed (oneDNN from that many rows); else default")
 CACHE_FILE = "kernels.json"
-_CACHE_VERSION = 1  # bump when the rule or what is timed changes: old decisions are then ignored
+_CACHE_VERSION = 2  # bump when the rule or what is timed changes: old decisions are then ignored
 
 
 @dataclass
 class KernelChoice:
     """What ``kernels=`` decided for one model. ``reason``: "timed", "cached" (a timed decision read
     back), "asked" (named by the caller), "not fp32 on the CPU", "no linear layers", "shared with the
-    verifier" (an early exit). ``ms``: path -> median ms of all the model's linear layers at each of
-    ``widths`` rows (empty unless timed)."""
+    verifier" (an early exit). ``min_rows``: the fewest rows a forward sends to oneDNN (0: none).
+    ``ms``: kernel -> median ms of all the model's linear layers at each of ``widths`` rows (empty
+    unless timed)."""
 
     model: str
     path: str
     asked: str
     reason: str
+    min_rows: int = 0
     widths: tuple[int, ...] = ()
     ms: dict[str, list[float]] = field(default_factory=dict)
     repeats: int = 0
@@ -79,36 +85,37 @@ class KernelChoice:
     def as_dict(self) -> dict:
         return {**asdict(self), "widths": list(self.widths)}
 
-    def onednn_ratio(self) -> float | None:
-        """oneDNN's time ÷ the default's, summed over the timed widths (None: not timed)."""
-        if not self.ms:
-            return None
-        return sum(self.ms["onednn"]) / sum(self.ms["default"])
+    def onednn_ratios(self) -> list[float]:
+        """oneDNN's time ÷ MKL's at each timed width (empty: not timed)."""
+        return [o / d for o, d in zip(self.ms.get("onednn", []), self.ms.get("default", []))]
 
     def text(self) -> str:
-        """One line: "smollm2-135m: default (auto, timed: oneDNN 0.98x MKL's time at 2, 4 rows; 1.2 s)"."""
-        ratio = self.onednn_ratio()
+        """One line: "smollm2-135m: mixed (oneDNN from 4 rows) (auto, timed: oneDNN ÷ MKL 1.24x at 2 rows,
+        0.78x at 4 rows, 1 thread(s); 1.2 s)"."""
         detail = self.reason
-        if ratio is not None:
-            widths = ", ".join(map(str, self.widths))
+        if self.ms:
+            ratios = ", ".join(f"{r:.2f}x at {n} rows" for r, n in zip(self.onednn_ratios(), self.widths))
             spent = f"; {self.decide_s:.1f} s" if self.reason == "timed" else ""
-            detail += f": oneDNN {ratio:.2f}x MKL's time at {widths} rows, {self.threads} thread(s){spent}"
-        return f"{self.model}: {self.path} ({self.asked}, {detail})"
+            detail += f": oneDNN ÷ MKL {ratios}, {self.threads} thread(s){spent}"
+        path = f"mixed (oneDNN from {self.min_rows} rows)" if self.path == "mixed" else self.path
+        return f"{self.model}: {path} ({self.asked}, {detail})"
 
 
 class PackedLinear(torch.nn.Module):
-    """A bias-free fp32 linear with a oneDNN-prepacked copy of its weight. x [*, K] -> [*, N]"""
+    """A bias-free fp32 linear with a oneDNN-prepacked copy of its weight, used for ``min_rows`` to
+    ``max_rows`` rows (MKL's kernels for fewer or more). x [*, K] -> [*, N]"""
 
-    def __init__(self, weight: torch.Tensor, max_rows: int = 64):
+    def __init__(self, weight: torch.Tensor, max_rows: int = 64, min_rows: int = 2):
         super().__init__()
         self.weight = weight  # [N, K], shared with the module it replaces (a tied embedding stays tied)
         self.max_rows = max_rows
+        self.min_rows = min_rows
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), 16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows == 1 or rows > self.max_rows:
+        if rows < self.min_rows or rows > self.max_rows:
             return F.linear(x, self.weight)
         y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed, None, "none", [], "")
         return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -120,9 +127,10 @@ def check_kernels(kernels: str) -> str:
     return kernels
 
 
-def use_kernels(model, kernels: str = "default", max_rows: int = 64):
+def use_kernels(model, kernels: str = "default", max_rows: int = 64, min_rows: int = 2):
     """``model`` with its linear layers on ``kernels`` (in place; returns it). "onednn" needs fp32 on
-    the CPU; "auto" decides by ``choose_kernels``; "default" leaves the model as it is."""
+    the CPU (``min_rows``: the fewest rows it takes, 2 unless auto chose "mixed"); "auto" decides by
+    ``choose_kernels``; "default" leaves the model as it is."""
     if check_kernels(kernels) == "auto":
         choose_kernels(model)
         return model
@@ -134,7 +142,7 @@ def use_kernels(model, kernels: str = "default", max_rows: int = 64):
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear and child.bias is None:
-                setattr(module, name, PackedLinear(child.weight, max_rows))
+                setattr(module, name, PackedLinear(child.weight, max_rows, min_rows))
     model.kernels = kernels
     return model
 
@@ -163,7 +171,7 @@ def apply_kernels(model, kernels: str = "auto", name: str = "model") -> KernelCh
     if check_kernels(kernels) == "auto":
         return choose_kernels(model, name)
     use_kernels(model, kernels)
-    return _remember(model, KernelChoice(name, kernels, kernels, "asked"))
+    return _remember(model, KernelChoice(name, kernels, kernels, "asked", 2 if kernels == "onednn" else 0))
 
 
 def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, repeats: int = AUTO_REPEATS,
@@ -179,24 +187,35 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, repeats: int 
     known = _read_cache().get(key) if cache else None
     if known is not None:
         choice = KernelChoice(**{**known, "model": name, "widths": tuple(known["widths"]), "reason": "cached"})
-        use_kernels(model, choice.path)
+        if choice.min_rows:
+            use_kernels(model, "onednn", min_rows=choice.min_rows)
         return _remember(model, choice)
-    use_kernels(model, "onednn")  # timed in place: the packed weights are kept if oneDNN wins
+    use_kernels(model, "onednn")  # timed in place: the packed weights are kept if oneDNN wins anywhere
     started = time.perf_counter()
-    ms, done = time_paths([m for m in model.modules() if isinstance(m, PackedLinear)], tuple(widths), repeats)
-    path = decide(ms)
-    choice = KernelChoice(name, path, "auto", "timed", tuple(widths), ms, done, time.perf_counter() - started,
-                          torch.get_num_threads(), RULE)
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    ms, done = time_paths(packed, tuple(widths), repeats)
+    path, min_rows = decide(ms, tuple(widths))
+    choice = KernelChoice(name, path, "auto", "timed", min_rows, tuple(widths), ms, done,
+                          time.perf_counter() - started, torch.get_num_threads(), RULE)
     if path == "default":
         unpack(model)
+    elif path == "mixed":
+        for m in packed:
+            m.min_rows = min_rows
     if cache:
         _write_cache(key, choice)
     return _remember(model, choice)
 
 
-def decide(ms: dict[str, list[float]]) -> str:
-    """The rule: "onednn" when its summed median time is at most ``AUTO_MARGIN`` of the default's."""
-    return "onednn" if sum(ms["onednn"]) <= AUTO_MARGIN * sum(ms["default"]) else "default"
+def decide(ms: dict[str, list[float]], widths: tuple[int, ...] = AUTO_WIDTHS) -> tuple[str, int]:
+    """The rule (``RULE``): (path, the fewest rows sent to oneDNN, 0 for none). oneDNN is used from the
+    smallest timed width from which it is clearly faster at every larger timed width too; row counts
+    between two timed widths go with the larger one's verdict only from it on (MKL until then)."""
+    wins = [o <= AUTO_MARGIN * d for o, d in zip(ms["onednn"], ms["default"])]
+    start = next((i for i in range(len(widths)) if all(wins[i:])), None)
+    if start is None:
+        return "default", 0
+    return ("onednn", 2) if start == 0 else ("mixed", widths[start])
 
 
 def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], repeats: int = AUTO_REPEATS,
@@ -215,7 +234,7 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], repeats: int
             m(xs[m.weight.shape[1]]) if path == "onednn" else F.linear(xs[m.weight.shape[1]], m.weight)
         return (time.perf_counter() - start) * 1e3
 
-    runs = [(path, n) for n in widths for path in PATHS]
+    runs = [(path, n) for n in widths for path in TIMED]
     samples: dict[tuple[str, int], list[float]] = {run: [] for run in runs}
     one_per_shape = list({tuple(m.weight.shape): m for m in layers}.values())
     with torch.inference_mode():
@@ -229,7 +248,7 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], repeats: int
                 first_s = sum(v[0] for v in samples.values()) / 1e3
                 rounds = max(repeats, min(AUTO_MAX_REPEATS, int(budget_s / max(first_s, 1e-9))))
             r += 1
-    return {path: [round(statistics.median(samples[path, n]), 4) for n in widths] for path in PATHS}, rounds
+    return {path: [round(statistics.median(samples[path, n]), 4) for n in widths] for path in TIMED}, rounds
 
 
 def describe_kernels(choices: dict[str, dict]) -> str:

@@ -81,15 +81,39 @@ def test_auto_decodes_exactly_what_the_default_decodes(decisions, monkeypatch, f
     if forced:
         assert v_choice.path == d_choice.path == forced
     packed = sum(isinstance(m, PackedLinear) for m in verifier.modules())
-    assert packed == (15 if v_choice.path == "onednn" else 0) and verifier.kernels == v_choice.path
+    assert packed == (0 if v_choice.path == "default" else 15) and verifier.kernels == v_choice.path
     assert generate(verifier, ids, mask, max_new_tokens=12).tokens == expected
     assert generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=12).tokens == expected
 
 
 def test_the_rule_prefers_the_default_unless_onednn_is_clearly_faster():
-    assert kernels.decide({"default": [10.0, 20.0], "onednn": [9.5, 19.0]}) == "default"  # 5% faster: noise
-    assert kernels.decide({"default": [10.0, 20.0], "onednn": [8.0, 18.0]}) == "onednn"  # 13% faster
-    assert kernels.decide({"default": [10.0, 20.0], "onednn": [12.0, 30.0]}) == "default"
+    def decide(default, onednn, widths=(2, 4)):
+        return kernels.decide({"default": default, "onednn": onednn}, widths)
+
+    assert decide([10.0, 20.0], [9.5, 19.0]) == ("default", 0)  # 5% faster: noise
+    assert decide([10.0, 20.0], [8.0, 17.0]) == ("onednn", 2)  # clearly faster at both widths
+    assert decide([10.0, 20.0], [14.0, 16.0]) == ("mixed", 4)  # MKL at 2 rows, oneDNN from 4 (the Xeon here)
+    assert decide([10.0, 20.0], [8.0, 21.0]) == ("default", 0)  # faster at 2 rows only: not from 2 rows on
+    assert decide([10.0, 20.0, 30.0], [11.0, 17.0, 20.0], (2, 4, 8)) == ("mixed", 4)
+    assert decide([10.0, 20.0, 30.0], [11.0, 17.0, 29.0], (2, 4, 8)) == ("default", 0)
+
+
+def test_mixed_sends_only_the_wider_forwards_to_onednn(decisions, monkeypatch):
+    def mixed(layers, widths, repeats=3, budget_s=1.0):
+        return {"default": [1.0, 2.0], "onednn": [1.5, 1.0]}, 3
+
+    monkeypatch.setattr(kernels, "time_paths", mixed)
+    verifier, draft = peaked_pair("llama")
+    ids, mask = ragged_prompts()
+    expected = generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=12).tokens
+    choice = kernels.apply_kernels(verifier, "auto", "verifier")
+    assert (choice.path, choice.min_rows, verifier.kernels) == ("mixed", 4, "mixed")
+    assert {m.min_rows for m in verifier.modules() if isinstance(m, PackedLinear)} == {4}
+    assert "mixed (oneDNN from 4 rows)" in choice.text()
+    assert generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=12).tokens == expected
+    again = tiny_model(peaked=8.0)  # same shapes: the cached decision, min_rows included
+    assert kernels.apply_kernels(again, "auto").reason == "cached"
+    assert {m.min_rows for m in again.modules() if isinstance(m, PackedLinear)} == {4}
 
 
 def test_a_timed_decision_is_cached_per_machine_and_reused(decisions, monkeypatch):
@@ -118,6 +142,6 @@ def test_auto_is_the_default_off_fp32_and_an_explicit_path_is_kept(decisions, mo
 def test_timing_a_real_tiny_model_records_its_evidence(decisions):
     choice = kernels.apply_kernels(tiny_model(), "auto", "tiny")
     assert choice.path in kernels.PATHS and choice.reason == "timed" and choice.repeats >= kernels.AUTO_REPEATS
-    assert set(choice.ms) == set(kernels.PATHS) and all(len(v) == len(kernels.AUTO_WIDTHS) for v in choice.ms.values())
+    assert set(choice.ms) == set(kernels.TIMED) and all(len(v) == len(kernels.AUTO_WIDTHS) for v in choice.ms.values())
     assert 0 < choice.decide_s < 5 and choice.threads == torch.get_num_threads()
-    assert "tiny: " in choice.text() and "MKL's time at 2, 4 rows" in choice.text()
+    assert choice.text().startswith("tiny: ") and "x at 2 rows, " in choice.text() and "x at 4 rows" in choice.text()
