@@ -17,7 +17,7 @@ faster at 2–3 rows and oneDNN from 4), so ``kernels="auto"`` measures it per m
 (``choose_kernels``): every bias-free linear layer of the model, in order, at the row counts
 speculation adds to the loop (``AUTO_WIDTHS``: a draft's catch-up or a short verify, and a verify
 of γ ≥ 3; one row runs the same MKL matrix-vector kernel on both paths, so it is not timed), both
-paths interleaved and rotated, ``AUTO_REPEATS`` rounds or more within ``AUTO_BUDGET_S``. The rule
+paths interleaved and rotated, as many rounds as fit in ``AUTO_BUDGET_S`` (1 to 25). The rule
 (``decide``): oneDNN counts as clearly faster at a width when its median is at most ``AUTO_MARGIN``
 of the default's; clearly faster at every width: "onednn"; only from some width on: "mixed" (MKL
 below that row count, oneDNN from it, ``PackedLinear.min_rows``); otherwise, on a tie or in noise,
@@ -52,10 +52,10 @@ KERNELS = ("auto", "default", "onednn")  # what a caller may ask for
 PATHS = ("default", "onednn", "mixed")  # what a model can run on ("mixed": only auto chooses it)
 TIMED = ("default", "onednn")  # the two kernels timed against each other
 AUTO_WIDTHS = (2, 4)  # rows per forward timed: a draft's catch-up / a short verify, and verifying γ = 3
-AUTO_REPEATS = 3  # rounds at least, whatever the budget
+AUTO_REPEATS = 3  # rounds a decision needs to be cached (fewer: a busy machine, re-timed next load)
 AUTO_MAX_REPEATS = 25
 AUTO_MARGIN = 0.9  # oneDNN must take at most 90% of the default's time to be chosen
-AUTO_BUDGET_S = 1.0  # timing budget per model beyond the minimum rounds (packing the weights comes on top)
+AUTO_BUDGET_S = 1.0  # timing budget per model, at least one round (packing the weights comes on top)
 RULE = (f"per width, oneDNN wins if its median <= {AUTO_MARGIN} x MKL's; wins at every width: onednn; "
         "from some width on: mixed (oneDNN from that many rows); else default")
 CACHE_FILE = "kernels.json"
@@ -174,10 +174,11 @@ def apply_kernels(model, kernels: str = "auto", name: str = "model") -> KernelCh
     return _remember(model, KernelChoice(name, kernels, kernels, "asked", 2 if kernels == "onednn" else 0))
 
 
-def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, repeats: int = AUTO_REPEATS,
+def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: float = AUTO_BUDGET_S,
                    cache: bool = True) -> KernelChoice:
     """Time the model's linear layers on both paths and keep the faster by the module docstring's
-    rule (a cached decision for the same shapes on this machine is reused); returns the choice."""
+    rule (a cached decision for the same shapes on this machine is reused; one timed in fewer than
+    ``AUTO_REPEATS`` rounds, on a busy machine, is used but not cached); returns the choice."""
     if not on_cpu_fp32(model):
         return _remember(model, KernelChoice(name, "default", "auto", "not fp32 on the CPU"))
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear and m.bias is None]
@@ -193,7 +194,7 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, repeats: int 
     use_kernels(model, "onednn")  # timed in place: the packed weights are kept if oneDNN wins anywhere
     started = time.perf_counter()
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
-    ms, done = time_paths(packed, tuple(widths), repeats)
+    ms, done = time_paths(packed, tuple(widths), budget_s)
     path, min_rows = decide(ms, tuple(widths))
     choice = KernelChoice(name, path, "auto", "timed", min_rows, tuple(widths), ms, done,
                           time.perf_counter() - started, torch.get_num_threads(), RULE)
@@ -202,7 +203,7 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, repeats: int 
     elif path == "mixed":
         for m in packed:
             m.min_rows = min_rows
-    if cache:
+    if cache and done >= AUTO_REPEATS:  # a decision squeezed into fewer rounds is not trusted for later loads
         _write_cache(key, choice)
     return _remember(model, choice)
 
@@ -218,13 +219,13 @@ def decide(ms: dict[str, list[float]], widths: tuple[int, ...] = AUTO_WIDTHS) ->
     return ("onednn", 2) if start == 0 else ("mixed", widths[start])
 
 
-def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], repeats: int = AUTO_REPEATS,
+def time_paths(layers: list[PackedLinear], widths: tuple[int, ...],
                budget_s: float = AUTO_BUDGET_S) -> tuple[dict[str, list[float]], int]:
     """Median ms of running every layer once, in order (each weight streamed as in a forward), per
-    path and width, interleaved with the order rotated each round: at least ``repeats`` rounds, more
-    (up to ``AUTO_MAX_REPEATS``) while the first round says they fit in ``budget_s`` — a small model's
-    round takes a millisecond, where one preempted sample would decide. Returns ({path: [ms per
-    width]}, rounds done)."""
+    path and width, interleaved with the order rotated each round: as many rounds as the first one
+    says fit in ``budget_s`` (at least one, at most ``AUTO_MAX_REPEATS``: a small model's round takes
+    a millisecond, where one preempted sample would decide). Returns ({path: [ms per width]}, rounds
+    done)."""
     inputs = {n: {k: torch.randn(n, k) for k in {m.weight.shape[1] for m in layers}} for n in widths}
 
     def sweep(path: str, n: int, some=layers) -> float:
@@ -240,13 +241,13 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], repeats: int
     with torch.inference_mode():
         for path, n in runs:  # oneDNN builds a primitive per shape and row count on first use
             sweep(path, n, one_per_shape)
-        rounds, r = repeats, 0
+        rounds, r = 1, 0
         while r < rounds:
             for path, n in runs[r % len(runs):] + runs[: r % len(runs)]:
                 samples[path, n].append(sweep(path, n))
             if r == 0:
                 first_s = sum(v[0] for v in samples.values()) / 1e3
-                rounds = max(repeats, min(AUTO_MAX_REPEATS, int(budget_s / max(first_s, 1e-9))))
+                rounds = max(1, min(AUTO_MAX_REPEATS, round(budget_s / max(first_s, 1e-9))))
             r += 1
     return {path: [round(statistics.median(samples[path, n]), 4) for n in widths] for path in TIMED}, rounds
 

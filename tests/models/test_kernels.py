@@ -59,7 +59,7 @@ def decisions(tmp_path, monkeypatch):
 def faster(path: str):
     """A stand-in for ``time_paths`` under which ``path`` is clearly faster (2x) at every width."""
 
-    def timed(layers, widths, repeats=3, budget_s=1.0):
+    def timed(layers, widths, budget_s=1.0):
         assert layers and all(isinstance(m, PackedLinear) for m in layers)
         slow, quick = [2.0] * len(widths), [1.0] * len(widths)
         return {"default": quick if path == "default" else slow, "onednn": quick if path == "onednn" else slow}, 3
@@ -99,7 +99,7 @@ def test_the_rule_prefers_the_default_unless_onednn_is_clearly_faster():
 
 
 def test_mixed_sends_only_the_wider_forwards_to_onednn(decisions, monkeypatch):
-    def mixed(layers, widths, repeats=3, budget_s=1.0):
+    def mixed(layers, widths, budget_s=1.0):
         return {"default": [1.0, 2.0], "onednn": [1.5, 1.0]}, 3
 
     monkeypatch.setattr(kernels, "time_paths", mixed)
@@ -127,6 +127,15 @@ def test_a_timed_decision_is_cached_per_machine_and_reused(decisions, monkeypatc
     other = tiny_model(hidden=32)
     monkeypatch.setattr(kernels, "time_paths", faster("default"))
     assert kernels.apply_kernels(other, "auto").reason == "timed"  # other shapes: timed afresh
+
+
+def test_a_decision_from_too_few_rounds_is_not_cached(decisions, monkeypatch):
+    def one_round(layers, widths, budget_s=1.0):
+        return faster("onednn")(layers, widths)[0], 1
+
+    monkeypatch.setattr(kernels, "time_paths", one_round)
+    assert kernels.apply_kernels(tiny_model(), "auto").path == "onednn"
+    assert kernels.apply_kernels(tiny_model(), "auto").reason == "timed" and not decisions.exists()
 
 
 def test_auto_is_the_default_off_fp32_and_an_explicit_path_is_kept(decisions, monkeypatch):

@@ -391,7 +391,7 @@ def test_load_drafts_records_each_models_kernel_choice(tmp_path, tokenizer_dir, 
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
     timed = []
 
-    def onednn_for_the_verifier(layers, widths, repeats=3, budget_s=1.0):
+    def onednn_for_the_verifier(layers, widths, budget_s=1.0):
         timed.append(len(layers))
         verifier = len(timed) == 1  # the verifier is decided first
         quick, slow = [1.0] * len(widths), [2.0] * len(widths)
