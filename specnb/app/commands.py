@@ -361,17 +361,14 @@ def _args_calibrate(p: argparse.ArgumentParser) -> None:
          _args_calibrate)
 def run_calibrate(args: argparse.Namespace) -> dict:
     from specnb.core.theory import validate_gamma
-    from specnb.models.load import load_drafts
     from specnb.predict.calibrate import calibrate
     from specnb.predict.costs import save_profile
 
     validate_gamma(args.gamma)
     prompts = _selected_prompts(args, CALIBRATE_PROMPTS)
-    loaded = load_drafts(args.verifier, args.draft, device=args.device, kernels=args.kernels)
     profile, _ = calibrate(args.verifier, args.draft, device=args.device, prompts=prompts, gamma=args.gamma,
                            max_new_tokens=args.max_new_tokens, batch_sizes=args.batch, repeats=args.repeats,
-                           loaded=loaded, progress=not args.json)
-    profile.machine["kernels"] = loaded[0].kernels  # the costs were timed on these paths
+                           progress=not args.json, kernels=args.kernels)
     path = save_profile(profile, args.out)
     table = [{"model": profile.verifier, "t0_ms": profile.verifier_decode.t0_ms,
               "ms_per_token": profile.verifier_decode.ms_per_token, "r2": profile.verifier_decode.r2}]
@@ -381,7 +378,7 @@ def run_calibrate(args: argparse.Namespace) -> dict:
                       "ms_per_token": decode.ms_per_token if decode else 0.0, "r2": decode.r2 if decode else None,
                       "alpha": profile.acceptance[name].alpha_iid()})
     return {"profile": str(path), "device": profile.device, "verifier": profile.verifier,
-            "kernels": profile.machine["kernels"], "table": table}
+            "kernels": profile.machine.get("kernels"), "table": table}
 
 
 def _args_predict(p: argparse.ArgumentParser) -> None:

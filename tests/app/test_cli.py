@@ -60,6 +60,22 @@ def test_the_loading_commands_take_kernels():
     assert calibrate.kernels == "default"
 
 
+def test_calibrate_passes_kernels_to_the_library(monkeypatch, capsys, tmp_path):
+    from specnb.core.errors import ParameterError
+    from specnb.predict import calibrate
+
+    seen = {}
+
+    def stop(*args, **kwargs):
+        seen.update(kwargs)
+        raise ParameterError("stopped before measuring")
+
+    monkeypatch.setattr(calibrate, "calibrate", stop)
+    out = str(tmp_path / "p.json")
+    assert main(["calibrate", "--draft", "prompt-lookup", "--out", out, "--kernels", "onednn"]) == 2
+    assert seen["kernels"] == "onednn" and "stopped before measuring" in capsys.readouterr().err
+
+
 def test_theory_json(capsys):
     data = run_json(capsys, "theory", "--alpha", "0.392", "--gamma", "4", "--c", "0.1601")
     assert f"{data['speedup']:.2f}" == "0.99" and data["speedup_text"] == "0.99x"
