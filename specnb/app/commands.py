@@ -388,6 +388,7 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="hardware profile from `specnb calibrate` (default: calibrate now, briefly)")
     p.add_argument("--max-gamma", type=int, default=8, help="predict gamma = 1..this (default 8)")
     p.add_argument("--gamma", type=int, help="also report this gamma's prediction")
+    _kernels_argument(p)
 
 
 @command("predict", "recommended gamma (or don't speculate), predicted speedup with band, break-even alpha",
@@ -409,7 +410,7 @@ def run_predict(args: argparse.Namespace) -> dict:
     profile = load_profile(args.profile) if args.profile else None
     profile = ensure_calibrated(args.verifier, args.draft, profile, device=args.device, prompts=prompts,
                                 gamma=max(args.max_gamma, args.gamma or 1), max_new_tokens=args.max_new_tokens,
-                                progress=not args.json)
+                                progress=not args.json, kernels=args.kernels)
     gammas = range(1, max(args.max_gamma, args.gamma or 1) + 1)
     prediction = predict(profile, args.draft, gammas, args.batch, args.max_new_tokens)
     result = {**prediction.as_dict(), "verdict": prediction_verdict(prediction)}

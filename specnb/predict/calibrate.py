@@ -231,8 +231,10 @@ def ensure_calibrated(
     gamma: int = 8,
     max_new_tokens: int = 48,
     progress: bool = False,
+    kernels: str = "auto",
 ) -> HardwareProfile:
-    """A profile that covers ``draft``: measured now when ``profile`` is None (a short calibration),
+    """A profile that covers ``draft``: measured now when ``profile`` is None (a short calibration, its
+    models on ``kernels``),
     else completed by measuring only what it lacks: the draft's costs if it was never calibrated,
     its acceptance if it has none or if ``prompts`` (acceptance depends on them) are given."""
     if profile is None:
@@ -245,6 +247,7 @@ def ensure_calibrated(
             max_new_tokens=max_new_tokens,
             repeats=7,
             progress=progress,
+            kernels=kernels,
         )[0]
     if profile.verifier != verifier:
         raise ParameterError(

@@ -60,7 +60,7 @@ def test_the_loading_commands_take_kernels():
     assert calibrate.kernels == "default"
 
 
-def test_calibrate_passes_kernels_to_the_library(monkeypatch, capsys, tmp_path):
+def test_calibrate_and_predict_pass_kernels_to_the_library(monkeypatch, capsys, tmp_path):
     from specnb.core.errors import ParameterError
     from specnb.predict import calibrate
 
@@ -74,6 +74,9 @@ def test_calibrate_passes_kernels_to_the_library(monkeypatch, capsys, tmp_path):
     out = str(tmp_path / "p.json")
     assert main(["calibrate", "--draft", "prompt-lookup", "--out", out, "--kernels", "onednn"]) == 2
     assert seen["kernels"] == "onednn" and "stopped before measuring" in capsys.readouterr().err
+    seen.clear()
+    monkeypatch.setattr(calibrate, "ensure_calibrated", stop)  # `predict` calibrates when given no profile
+    assert main(["predict", "--draft", "prompt-lookup", "--kernels", "default"]) == 2 and seen["kernels"] == "default"
 
 
 def test_theory_json(capsys):
