@@ -254,8 +254,8 @@ def run_generate(args: argparse.Namespace) -> dict:
 def _kernels_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernels", default="auto", metavar="{auto,default,onednn}",
                    help="linear-layer kernels on the CPU: auto times PyTorch's default against oneDNN with prepacked "
-                        "weights per model and keeps the faster (cached per machine); default or onednn names one "
-                        "(default auto)")
+                        "weights per model and keeps the faster, per row count if need be (cached per machine); "
+                        "default or onednn names one (default auto)")
 
 
 def _gamma(text: str):

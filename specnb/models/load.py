@@ -179,8 +179,9 @@ def load_drafts(verifier: str, drafts: list[str], device="auto", dtype="auto",
     """The verifier (loaded once, as a ``Pair`` without draft) and each named draft for it, in order,
     duplicates dropped. Every name is resolved and every tokenizer checked before weights load.
     ``kernels`` (``specnb.models.kernels``): "auto" times PyTorch's default linear kernels against
-    oneDNN with prepacked weights for the verifier and each draft separately and keeps the faster
-    (fp32 on the CPU; the default elsewhere); "default" or "onednn" names the path for all of them.
+    oneDNN with prepacked weights for the verifier and each draft separately and keeps the faster,
+    per row count ("mixed") if need be (fp32 on the CPU; the default elsewhere); "default" or
+    "onednn" names the path for all of them.
     What was chosen, and why, is in ``Pair.kernels``."""
     device = resolve_device(device) if isinstance(device, str) else device
     dtype = resolve_dtype(dtype, device)
