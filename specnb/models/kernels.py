@@ -66,9 +66,9 @@ _CACHE_VERSION = 2  # bump when the rule or what is timed changes: old decisions
 class KernelChoice:
     """What ``kernels=`` decided for one model. ``reason``: "timed", "cached" (a timed decision read
     back), "asked" (named by the caller), "not fp32 on the CPU", "no linear layers", "shared with the
-    verifier" (an early exit). ``min_rows``: the fewest rows a forward sends to oneDNN (0: none).
-    ``ms``: kernel -> median ms of all the model's linear layers at each of ``widths`` rows (empty
-    unless timed)."""
+    verifier" (an early exit), "too busy to time" (the default). ``min_rows``: the fewest rows a
+    forward sends to oneDNN (0: none). ``ms``: kernel -> median ms of all the model's linear layers
+    at each of ``widths`` rows (empty unless timed)."""
 
     model: str
     path: str
@@ -195,9 +195,9 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: flo
     started = time.perf_counter()
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     ms, done = time_paths(packed, tuple(widths), budget_s)
-    path, min_rows = decide(ms, tuple(widths))
-    choice = KernelChoice(name, path, "auto", "timed", min_rows, tuple(widths), ms, done,
-                          time.perf_counter() - started, torch.get_num_threads(), RULE)
+    path, min_rows = decide(ms, tuple(widths)) if done else ("default", 0)
+    choice = KernelChoice(name, path, "auto", "timed" if done else "too busy to time", min_rows, tuple(widths), ms,
+                          done, time.perf_counter() - started, torch.get_num_threads(), RULE)
     if path == "default":
         unpack(model)
     elif path == "mixed":
@@ -225,7 +225,8 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...],
     path and width, interleaved with the order rotated each round: as many rounds as the first one
     says fit in ``budget_s`` (at least one, at most ``AUTO_MAX_REPEATS``: a small model's round takes
     a millisecond, where one preempted sample would decide). Returns ({path: [ms per width]}, rounds
-    done)."""
+    done), or ({}, 0) when the first round alone overruns twice the budget (two threads on two busy
+    cores made one sweep of the verifier take 3.4 s instead of 0.06): too busy to tell."""
     inputs = {n: {k: torch.randn(n, k) for k in {m.weight.shape[1] for m in layers}} for n in widths}
 
     def sweep(path: str, n: int, some=layers) -> float:
@@ -241,10 +242,12 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...],
     with torch.inference_mode():
         for path, n in runs:  # oneDNN builds a primitive per shape and row count on first use
             sweep(path, n, one_per_shape)
-        rounds, r = 1, 0
+        started, rounds, r = time.perf_counter(), 1, 0
         while r < rounds:
             for path, n in runs[r % len(runs):] + runs[: r % len(runs)]:
                 samples[path, n].append(sweep(path, n))
+                if time.perf_counter() - started > 2 * budget_s and r == 0:  # OpenMP threads fighting for cores
+                    return {}, 0
             if r == 0:
                 first_s = sum(v[0] for v in samples.values()) / 1e3
                 rounds = max(1, min(AUTO_MAX_REPEATS, round(budget_s / max(first_s, 1e-9))))

@@ -129,6 +129,16 @@ def test_a_timed_decision_is_cached_per_machine_and_reused(decisions, monkeypatc
     assert kernels.apply_kernels(other, "auto").reason == "timed"  # other shapes: timed afresh
 
 
+def test_a_machine_too_busy_to_time_keeps_the_default(decisions, monkeypatch):
+    clock = iter(range(0, 1000, 5))  # every reading 5 s after the last: the first sweep overruns the budget
+    monkeypatch.setattr(kernels.time, "perf_counter", lambda: next(clock))
+    model = tiny_model()
+    choice = kernels.apply_kernels(model, "auto", "busy")
+    assert (choice.path, choice.reason, choice.repeats, choice.ms) == ("default", "too busy to time", 0, {})
+    assert not any(isinstance(m, PackedLinear) for m in model.modules()) and not decisions.exists()
+    assert "busy: default (auto, too busy to time)" == choice.text()
+
+
 def test_a_decision_from_too_few_rounds_is_not_cached(decisions, monkeypatch):
     def one_round(layers, widths, budget_s=1.0):
         return faster("onednn")(layers, widths)[0], 1
