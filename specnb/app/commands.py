@@ -9,11 +9,10 @@ plain data (dict or list of dicts) that ``cli.emit`` prints as JSON or a table. 
 from __future__ import annotations
 
 import argparse
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from specnb.core.errors import ParameterError, SpecnbError
+from specnb.app.arguments import branching, gamma_auto_unsupported, gamma_value, kernels_argument
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], Any]]] = {}
 
@@ -201,8 +200,8 @@ def _args_generate(p: argparse.ArgumentParser) -> None:
                                                     "the verifier the draft was made for, else smollm2-135m)")
     p.add_argument("--draft", default=None, help="draft (same forms, an EAGLE or Medusa head folder too), exit:K or "
                                                  "prompt-lookup; omit for verifier-only")
-    p.add_argument("--gamma", type=_gamma, default=4, help="draft tokens per verifier step, or auto (default 4)")
-    p.add_argument("--tree", type=_branching, default=None, metavar="B1,B2,...",
+    p.add_argument("--gamma", type=gamma_value, default=4, help="draft tokens per verifier step, or auto (default 4)")
+    p.add_argument("--tree", type=branching, default=None, metavar="B1,B2,...",
                    help="a static tree for a head draft (eagle, medusa): candidates per depth, e.g. 3,2,1; "
                         "replaces --gamma (greedy only)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
@@ -214,7 +213,7 @@ def _args_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="random seed (with --sample)")
     p.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (default)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
-    _kernels_argument(p)
+    kernels_argument(p)
     p.add_argument("--no-chat-template", action="store_true", help="feed prompts as raw text, not as a user turn")
 
 
@@ -235,7 +234,7 @@ def run_generate(args: argparse.Namespace) -> dict:
 
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
     gamma = TreeShape(args.tree).depth if args.tree else args.gamma  # a bad tree fails before loading weights
-    with _gamma_auto_unsupported(gamma):
+    with gamma_auto_unsupported(gamma):
         check_settings(gamma, args.max_new_tokens, sampling)
     check_kernels(args.kernels)
     prompts = args.prompt or [_DEFAULT_PROMPT]
@@ -243,50 +242,12 @@ def run_generate(args: argparse.Namespace) -> dict:
                      kernels=args.kernels)
     input_ids, mask = encode_prompts(pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device)
     eos = pair.verifier.generation_config.eos_token_id
-    with _gamma_auto_unsupported(args.gamma):
+    with gamma_auto_unsupported(args.gamma):
         result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=args.gamma,
                           max_new_tokens=args.max_new_tokens, sampling=sampling,
                           eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
                           timer=StageTimer(pair.device), vocab_size=pair.vocab_size, tree=args.tree)
     return _generate_report(args, pair, prompts, result)
-
-
-def _kernels_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernels", default="auto", metavar="{auto,default,onednn}",
-                   help="linear-layer kernels on the CPU: auto times PyTorch's default against oneDNN with prepacked "
-                        "weights per model and keeps the faster, per row count if need be (cached per machine); "
-                        "default or onednn names one (default auto)")
-
-
-def _gamma(text: str):
-    """``--gamma 4`` -> 4; ``--gamma auto`` -> "auto", passed through for the library to choose."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
-
-
-@contextlib.contextmanager
-def _gamma_auto_unsupported(gamma):
-    """An engine that does not take gamma="auto" yet fails on the string somewhere inside: say so in
-    one line instead of a traceback (a real bug with an integer gamma still surfaces)."""
-    try:
-        yield
-    except (TypeError, ValueError) as err:
-        if gamma != "auto" or isinstance(err, SpecnbError):
-            raise
-        raise ParameterError("--gamma auto is not supported by this engine version; pass a whole number, "
-                             "e.g. --gamma 4") from None
-
-
-def _branching(text: str) -> tuple[int, ...]:
-    """``--tree 3,2,1`` -> (3, 2, 1)."""
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected candidates per depth like 3,2,1, got {text!r}") from None
 
 
 def _rate(numerator: float, denominator: float):
@@ -354,7 +315,7 @@ def _args_calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=15, help="timed forwards per size, interleaved across sizes "
                                                            "(default 15)")
     p.add_argument("--out", required=True, help="where to write the hardware profile (JSON)")
-    _kernels_argument(p)
+    kernels_argument(p)
 
 
 @command("calibrate", "measure this machine's forward costs and the drafts' acceptance into a profile (JSON)",
@@ -388,7 +349,7 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="hardware profile from `specnb calibrate` (default: calibrate now, briefly)")
     p.add_argument("--max-gamma", type=int, default=8, help="predict gamma = 1..this (default 8)")
     p.add_argument("--gamma", type=int, help="also report this gamma's prediction")
-    _kernels_argument(p)
+    kernels_argument(p)
 
 
 @command("predict", "recommended gamma (or don't speculate), predicted speedup with band, break-even alpha",
