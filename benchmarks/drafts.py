@@ -82,6 +82,7 @@ def measure(args) -> dict:
         "table": analysis.draft_table(records, flops, summary),
         "device": str(pair.device),
         "dtype": str(pair.dtype),
+        "kernels": pair.kernels,
         "categories": sorted(set(prompts["category"])),
     }
 
@@ -148,7 +149,7 @@ def write_results(result: dict, markdown: str, quick: bool) -> Path:
     folder = HERE / "results" / ("quick" if quick else "")
     folder.mkdir(parents=True, exist_ok=True)
     result["records"].to_csv(folder / "drafts_records.csv", index=False)
-    keep = {k: result[k] for k in ("config", "environment", "device", "dtype", "categories", "seconds")}
+    keep = {k: result[k] for k in ("config", "environment", "device", "dtype", "kernels", "categories", "seconds")}
     keep.update(
         table=result["table"].to_dict(orient="records"),
         summary=result["summary"].to_dict(orient="records"),

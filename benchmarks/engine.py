@@ -178,6 +178,7 @@ def main(argv=None) -> int:
         "efficiency": loop_efficiency(pair, draft, ids, args),
         "timers": timer_overhead(pair, draft, ids, args),
         "environment": describe_environment(),
+        "kernels": pair.kernels,
         "seconds": time.time() - started,
     }
     markdown = render_markdown(result)

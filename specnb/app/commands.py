@@ -12,6 +12,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from specnb.app.arguments import branching, gamma_auto_unsupported, gamma_value, kernels_argument
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], Any]]] = {}
 
 
@@ -121,23 +123,25 @@ def run_flops(args: argparse.Namespace) -> dict:
 
 
 def _args_ratio(p: argparse.ArgumentParser) -> None:
-    p.add_argument("draft", help="draft model: id, name or folder")
+    p.add_argument("draft", help="draft: id, name or folder (an EAGLE or Medusa head too), exit:K or prompt-lookup")
     p.add_argument("verifier", help="verifier model: id, name or folder")
     p.add_argument("--context", type=int, default=0, help="positions attended, for both models (default 0)")
 
 
 @command("ratio", "cost ratio c = draft FLOPs / verifier FLOPs per token", _args_ratio)
 def run_ratio(args: argparse.Namespace) -> dict:
-    from specnb.core.flops import analytic_flops
+    from specnb.models.registry import flops_table
 
-    draft, verifier = analytic_flops(args.draft, args.context), analytic_flops(args.verifier, args.context)
+    # draft names mean what they mean everywhere (an EAGLE or Medusa head priced as the draft table prices it)
+    table = flops_table(args.verifier, [args.draft], args.context).set_index("role")
+    draft, verifier = table.loc["draft"], table.loc["verifier"]
     return {
         "draft": args.draft,
         "verifier": args.verifier,
         "context": args.context,
-        "c": draft.flops_per_token_at_context / verifier.flops_per_token_at_context,
-        "draft_flops_per_token": draft.flops_per_token_at_context,
-        "verifier_flops_per_token": verifier.flops_per_token_at_context,
+        "c": float(draft["c_flops_at_context"]),
+        "draft_flops_per_token": int(draft["flops_at_context"]),
+        "verifier_flops_per_token": int(verifier["flops_at_context"]),
     }
 
 
@@ -192,11 +196,12 @@ def run_models(args: argparse.Namespace) -> list[dict]:
 
 
 def _args_generate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--verifier", required=True, help="HF id, local folder (with a tokenizer) or embedded name")
+    p.add_argument("--verifier", default=None, help="HF id, local folder (with a tokenizer) or embedded name (default: "
+                                                    "the verifier the draft was made for, else smollm2-135m)")
     p.add_argument("--draft", default=None, help="draft (same forms, an EAGLE or Medusa head folder too), exit:K or "
                                                  "prompt-lookup; omit for verifier-only")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per verifier step (default 4)")
-    p.add_argument("--tree", type=_branching, default=None, metavar="B1,B2,...",
+    p.add_argument("--gamma", type=gamma_value, default=4, help="draft tokens per verifier step, or auto (default 4)")
+    p.add_argument("--tree", type=branching, default=None, metavar="B1,B2,...",
                    help="a static tree for a head draft (eagle, medusa): candidates per depth, e.g. 3,2,1; "
                         "replaces --gamma (greedy only)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
@@ -208,6 +213,7 @@ def _args_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="random seed (with --sample)")
     p.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (default)")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    kernels_argument(p)
     p.add_argument("--no-chat-template", action="store_true", help="feed prompts as raw text, not as a user turn")
 
 
@@ -222,28 +228,26 @@ def run_generate(args: argparse.Namespace) -> dict:
     from specnb.engine.inputs import encode_prompts
     from specnb.engine.timing import StageTimer
     from specnb.engine.trees import TreeShape
+    from specnb.models.kernels import check_kernels
     from specnb.models.load import load_pair
+    from specnb.models.registry import pick_verifier
 
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
     gamma = TreeShape(args.tree).depth if args.tree else args.gamma  # a bad tree fails before loading weights
-    check_settings(gamma, args.max_new_tokens, sampling)
+    with gamma_auto_unsupported(gamma):
+        check_settings(gamma, args.max_new_tokens, sampling)
+    check_kernels(args.kernels)
     prompts = args.prompt or [_DEFAULT_PROMPT]
-    pair = load_pair(args.verifier, args.draft, device=args.device, dtype=args.dtype)
+    pair = load_pair(pick_verifier(args.draft, args.verifier), args.draft, device=args.device, dtype=args.dtype,
+                     kernels=args.kernels)
     input_ids, mask = encode_prompts(pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device)
     eos = pair.verifier.generation_config.eos_token_id
-    result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=args.gamma,
-                      max_new_tokens=args.max_new_tokens, sampling=sampling,
-                      eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
-                      timer=StageTimer(pair.device), vocab_size=pair.vocab_size, tree=args.tree)
+    with gamma_auto_unsupported(args.gamma):
+        result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=args.gamma,
+                          max_new_tokens=args.max_new_tokens, sampling=sampling,
+                          eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
+                          timer=StageTimer(pair.device), vocab_size=pair.vocab_size, tree=args.tree)
     return _generate_report(args, pair, prompts, result)
-
-
-def _branching(text: str) -> tuple[int, ...]:
-    """``--tree 3,2,1`` -> (3, 2, 1)."""
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected candidates per depth like 3,2,1, got {text!r}") from None
 
 
 def _rate(numerator: float, denominator: float):
@@ -265,7 +269,8 @@ def _generate_report(args: argparse.Namespace, pair, prompts: list[str], result)
     report = {
         "verifier": pair.verifier_name, "draft": pair.draft_name, "gamma": result.gamma or None,
         "tree": list(args.tree) if args.tree else None,
-        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "batch_size": len(prompts),
+        "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "kernels": pair.kernels,
+        "batch_size": len(prompts),
         "new_tokens": result.new_tokens, "wall_ms": result.wall_ms, "prefill_ms": result.prefill_ms,
         "tokens_per_s": result.tokens_per_s,
         "acceptance_rate": _rate(sum(map(sum, result.accepted_per_step)), drafted),
@@ -310,6 +315,7 @@ def _args_calibrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=15, help="timed forwards per size, interleaved across sizes "
                                                            "(default 15)")
     p.add_argument("--out", required=True, help="where to write the hardware profile (JSON)")
+    kernels_argument(p)
 
 
 @command("calibrate", "measure this machine's forward costs and the drafts' acceptance into a profile (JSON)",
@@ -323,7 +329,7 @@ def run_calibrate(args: argparse.Namespace) -> dict:
     prompts = _selected_prompts(args, CALIBRATE_PROMPTS)
     profile, _ = calibrate(args.verifier, args.draft, device=args.device, prompts=prompts, gamma=args.gamma,
                            max_new_tokens=args.max_new_tokens, batch_sizes=args.batch, repeats=args.repeats,
-                           progress=not args.json)
+                           progress=not args.json, kernels=args.kernels)
     path = save_profile(profile, args.out)
     table = [{"model": profile.verifier, "t0_ms": profile.verifier_decode.t0_ms,
               "ms_per_token": profile.verifier_decode.ms_per_token, "r2": profile.verifier_decode.r2}]
@@ -332,7 +338,8 @@ def run_calibrate(args: argparse.Namespace) -> dict:
         table.append({"model": name, "t0_ms": decode.t0_ms if decode else cost.step_ms,
                       "ms_per_token": decode.ms_per_token if decode else 0.0, "r2": decode.r2 if decode else None,
                       "alpha": profile.acceptance[name].alpha_iid()})
-    return {"profile": str(path), "device": profile.device, "verifier": profile.verifier, "table": table}
+    return {"profile": str(path), "device": profile.device, "verifier": profile.verifier,
+            "kernels": profile.machine.get("kernels"), "table": table}
 
 
 def _args_predict(p: argparse.ArgumentParser) -> None:
@@ -342,6 +349,7 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="hardware profile from `specnb calibrate` (default: calibrate now, briefly)")
     p.add_argument("--max-gamma", type=int, default=8, help="predict gamma = 1..this (default 8)")
     p.add_argument("--gamma", type=int, help="also report this gamma's prediction")
+    kernels_argument(p)
 
 
 @command("predict", "recommended gamma (or don't speculate), predicted speedup with band, break-even alpha",
@@ -363,7 +371,7 @@ def run_predict(args: argparse.Namespace) -> dict:
     profile = load_profile(args.profile) if args.profile else None
     profile = ensure_calibrated(args.verifier, args.draft, profile, device=args.device, prompts=prompts,
                                 gamma=max(args.max_gamma, args.gamma or 1), max_new_tokens=args.max_new_tokens,
-                                progress=not args.json)
+                                progress=not args.json, kernels=args.kernels)
     gammas = range(1, max(args.max_gamma, args.gamma or 1) + 1)
     prediction = predict(profile, args.draft, gammas, args.batch, args.max_new_tokens)
     result = {**prediction.as_dict(), "verdict": prediction_verdict(prediction)}

@@ -142,6 +142,9 @@ def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisi
     from specnb.models.kernels import use_kernels
     from specnb.models.precision import with_precision
 
+    if getattr(pair.verifier, "kernels", "default") != "default":  # it would not be the eager baseline it is named
+        raise ParameterError(f"the alternatives are measured against PyTorch's default kernels, but the verifier runs "
+                             f"on {pair.verifier.kernels!r}; load the pair with kernels='default'")
     eos = pair.tokenizer.eos_token_id
     notes: list[str] = []
 

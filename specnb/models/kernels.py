@@ -1,45 +1,121 @@
 """Which kernel a model's linear layers run on the CPU: PyTorch's default, or oneDNN with weights
-prepacked once.
+prepacked once — chosen by measurement (``kernels="auto"``) unless named.
 
 Why: decoding a small model on a CPU is memory-bound, so a forward of 2–9 tokens should cost about
 what one token costs (the weights are read once either way). PyTorch's default fp32 linear goes to
 MKL: for one row a matrix-vector kernel at streaming bandwidth, for two rows or more its GEMM
-path, which on this kind of CPU packs the weight into its panel layout on every call and runs
-small M far below both bandwidth and arithmetic peak, so verifying 2 tokens costs about twice one.
-That jump is a kernel's tax, not physics. oneDNN's brgemm on a weight reordered once
-(``torch.ops.mkldnn._reorder_linear_weight``) streams each weight block once for all rows: flat
-from 1 to 2 rows and about 1.5x at 8 (measured in notebook 07). It is fp32 throughout, so decoding
-stays exact up to float rounding.
+path, which on some CPUs packs the weight into its panel layout on every call and runs small M far
+below both bandwidth and arithmetic peak, so verifying 2 tokens costs about twice one. That jump is
+a kernel's tax, not physics. oneDNN's brgemm on a weight reordered once
+(``torch.ops.mkldnn._reorder_linear_weight``) streams each weight block once for all rows: on an
+AMD EPYC flat from 1 to 2 rows and about 1.5x at 8 (benchmarks/README.md, "Kernel paths for one
+linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
+
+Which path wins depends on the CPU, the thread count, the model's shapes and the row count (on
+the AMD EPYC oneDNN halves the verifier's cost of verifying 3 tokens; on an Intel Xeon MKL's GEMM is
+faster at 2–3 rows and oneDNN from 4), so ``kernels="auto"`` measures it per model
+(``choose_kernels``): every bias-free linear layer of the model, in order, at the row counts
+speculation adds to the loop (``AUTO_WIDTHS``: a draft's catch-up or a short verify, and a verify
+of γ ≥ 3; one row runs the same MKL matrix-vector kernel on both paths, so it is not timed), both
+paths interleaved and rotated, as many rounds as fit in ``AUTO_BUDGET_S`` (1 to 25). The rule
+(``decide``): oneDNN counts as clearly faster at a width when its median is at most ``AUTO_MARGIN``
+of the default's; clearly faster at every width: "onednn"; only from some width on: "mixed" (MKL
+below that row count, oneDNN from it, ``PackedLinear.min_rows``); otherwise, on a tie or in noise,
+"default". Off the CPU and for dtypes other than float32, auto is the default without timing.
+The decision is cached per machine (``$SPECNB_CACHE/kernels.json``, keyed by the layers' shapes,
+dtype, widths, torch version, CPU model and thread count) so a notebook does not re-time each load;
+every ``KernelChoice`` records what was asked, the path, why, and the timings behind it.
 
 ``use_kernels(model, "onednn")`` swaps every bias-free ``nn.Linear`` (the LM head included) for a
 ``PackedLinear``: one row still goes to MKL's matrix-vector kernel (already at bandwidth), 2 to
 ``max_rows`` rows to oneDNN, and more (a prefill) back to MKL's GEMM, which is efficient there.
-The packed copy doubles the linear weights' memory.
+The packed copy doubles the linear weights' memory (while auto times, too).
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from specnb.core.errors import ParameterError
 
-KERNELS = ("default", "onednn")
+KERNELS = ("auto", "default", "onednn")  # what a caller may ask for
+PATHS = ("default", "onednn", "mixed")  # what a model can run on ("mixed": only auto chooses it)
+TIMED = ("default", "onednn")  # the two kernels timed against each other
+AUTO_WIDTHS = (2, 4)  # rows per forward timed: a draft's catch-up / a short verify, and verifying γ = 3
+AUTO_REPEATS = 3  # rounds a decision needs to be cached (fewer: a busy machine, re-timed next load)
+AUTO_MAX_REPEATS = 25
+AUTO_MARGIN = 0.9  # oneDNN must take at most 90% of the default's time to be chosen
+AUTO_BUDGET_S = 1.0  # timing budget per model, at least one round (packing the weights comes on top)
+RULE = (f"per width, oneDNN wins if its median <= {AUTO_MARGIN} x MKL's; wins at every width: onednn; "
+        "from some width on: mixed (oneDNN from that many rows); else default")
+CACHE_FILE = "kernels.json"
+_CACHE_VERSION = 2  # bump when the rule or what is timed changes: old decisions are then ignored
+
+
+@dataclass
+class KernelChoice:
+    """What ``kernels=`` decided for one model. ``reason``: "timed", "cached" (a timed decision read
+    back), "asked" (named by the caller), "not fp32 on the CPU", "no linear layers", "shared with the
+    verifier" (an early exit), "too busy to time" (the default). ``min_rows``: the fewest rows a
+    forward sends to oneDNN (0: none). ``ms``: kernel -> median ms of all the model's linear layers
+    at each of ``widths`` rows (empty unless timed)."""
+
+    model: str
+    path: str
+    asked: str
+    reason: str
+    min_rows: int = 0
+    widths: tuple[int, ...] = ()
+    ms: dict[str, list[float]] = field(default_factory=dict)
+    repeats: int = 0
+    decide_s: float = 0.0  # seconds spent timing (0 when not timed now)
+    threads: int = 0
+    rule: str = ""
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "widths": list(self.widths)}
+
+    def onednn_ratios(self) -> list[float]:
+        """oneDNN's time ÷ MKL's at each timed width (empty: not timed)."""
+        return [o / d for o, d in zip(self.ms.get("onednn", []), self.ms.get("default", []))]
+
+    def text(self) -> str:
+        """One line: "smollm2-135m: mixed (oneDNN from 4 rows) (auto, timed: oneDNN ÷ MKL 1.24x at 2 rows,
+        0.78x at 4 rows, 1 thread(s); 1.2 s)"."""
+        detail = self.reason
+        if self.ms:
+            ratios = ", ".join(f"{r:.2f}x at {n} rows" for r, n in zip(self.onednn_ratios(), self.widths))
+            spent = f"; {self.decide_s:.1f} s" if self.reason == "timed" else ""
+            detail += f": oneDNN ÷ MKL {ratios}, {self.threads} thread(s){spent}"
+        path = f"mixed (oneDNN from {self.min_rows} rows)" if self.path == "mixed" else self.path
+        return f"{self.model}: {path} ({self.asked}, {detail})"
 
 
 class PackedLinear(torch.nn.Module):
-    """A bias-free fp32 linear with a oneDNN-prepacked copy of its weight. x [*, K] -> [*, N]"""
+    """A bias-free fp32 linear with a oneDNN-prepacked copy of its weight, used for ``min_rows`` to
+    ``max_rows`` rows (MKL's kernels for fewer or more). x [*, K] -> [*, N]"""
 
-    def __init__(self, weight: torch.Tensor, max_rows: int = 64):
+    def __init__(self, weight: torch.Tensor, max_rows: int = 64, min_rows: int = 2):
         super().__init__()
         self.weight = weight  # [N, K], shared with the module it replaces (a tied embedding stays tied)
         self.max_rows = max_rows
+        self.min_rows = min_rows
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), 16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows == 1 or rows > self.max_rows:
+        if rows < self.min_rows or rows > self.max_rows:
             return F.linear(x, self.weight)
         y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed, None, "none", [], "")
         return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -51,17 +127,179 @@ def check_kernels(kernels: str) -> str:
     return kernels
 
 
-def use_kernels(model, kernels: str = "default", max_rows: int = 64):
+def use_kernels(model, kernels: str = "default", max_rows: int = 64, min_rows: int = 2):
     """``model`` with its linear layers on ``kernels`` (in place; returns it). "onednn" needs fp32 on
-    the CPU; anything else is left as it is with "default"."""
-    if check_kernels(kernels) == "default":
+    the CPU (``min_rows``: the fewest rows it takes, 2 unless auto chose "mixed"); "auto" decides by
+    ``choose_kernels``; "default" leaves the model as it is."""
+    if check_kernels(kernels) == "auto":
+        choose_kernels(model)
+        return model
+    if kernels == "default":
         return model
     weight = next(model.parameters())
-    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+    if not on_cpu_fp32(model):
         raise ParameterError(f"kernels='onednn' is for fp32 models on the CPU, got {weight.dtype} on {weight.device}")
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear and child.bias is None:
-                setattr(module, name, PackedLinear(child.weight, max_rows))
+                setattr(module, name, PackedLinear(child.weight, max_rows, min_rows))
     model.kernels = kernels
     return model
+
+
+def unpack(model):
+    """Undo ``use_kernels(model, "onednn")``: plain ``nn.Linear``s on the same weights (ties kept)."""
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, PackedLinear):
+                with torch.device("meta"):
+                    linear = torch.nn.Linear(child.weight.shape[1], child.weight.shape[0], bias=False)
+                linear.weight = child.weight
+                setattr(module, name, linear)
+    model.kernels = "default"
+    return model
+
+
+def on_cpu_fp32(model) -> bool:
+    weight = next(model.parameters(), None)
+    return weight is not None and weight.device.type == "cpu" and weight.dtype == torch.float32
+
+
+def apply_kernels(model, kernels: str = "auto", name: str = "model") -> KernelChoice:
+    """Put ``model``'s linear layers on ``kernels`` ("auto": ``choose_kernels``) in place; sets
+    ``model.kernels`` (the path) and ``model.kernel_choice`` and returns the choice."""
+    if check_kernels(kernels) == "auto":
+        return choose_kernels(model, name)
+    use_kernels(model, kernels)
+    return _remember(model, KernelChoice(name, kernels, kernels, "asked", 2 if kernels == "onednn" else 0))
+
+
+def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: float = AUTO_BUDGET_S,
+                   cache: bool = True) -> KernelChoice:
+    """Time the model's linear layers on both paths and keep the faster by the module docstring's
+    rule (a cached decision for the same shapes on this machine is reused; one timed in fewer than
+    ``AUTO_REPEATS`` rounds, on a busy machine, is used but not cached); returns the choice."""
+    if not on_cpu_fp32(model):
+        return _remember(model, KernelChoice(name, "default", "auto", "not fp32 on the CPU"))
+    layers = [m for m in model.modules() if type(m) is torch.nn.Linear and m.bias is None]
+    if not layers:
+        return _remember(model, KernelChoice(name, "default", "auto", "no linear layers"))
+    key = _cache_key(layers, tuple(widths))
+    known = _read_cache().get(key) if cache else None
+    if known is not None:
+        choice = KernelChoice(**{**known, "model": name, "widths": tuple(known["widths"]), "reason": "cached"})
+        if choice.min_rows:
+            use_kernels(model, "onednn", min_rows=choice.min_rows)
+        return _remember(model, choice)
+    use_kernels(model, "onednn")  # timed in place: the packed weights are kept if oneDNN wins anywhere
+    started = time.perf_counter()
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    ms, done = time_paths(packed, tuple(widths), budget_s)
+    path, min_rows = decide(ms, tuple(widths)) if done else ("default", 0)
+    choice = KernelChoice(name, path, "auto", "timed" if done else "too busy to time", min_rows, tuple(widths), ms,
+                          done, time.perf_counter() - started, torch.get_num_threads(), RULE)
+    if path == "default":
+        unpack(model)
+    elif path == "mixed":
+        for m in packed:
+            m.min_rows = min_rows
+    if cache and done >= AUTO_REPEATS:  # a decision squeezed into fewer rounds is not trusted for later loads
+        _write_cache(key, choice)
+    return _remember(model, choice)
+
+
+def decide(ms: dict[str, list[float]], widths: tuple[int, ...] = AUTO_WIDTHS) -> tuple[str, int]:
+    """The rule (``RULE``): (path, the fewest rows sent to oneDNN, 0 for none). oneDNN is used from the
+    smallest timed width from which it is clearly faster at every larger timed width too; row counts
+    between two timed widths go with the larger one's verdict only from it on (MKL until then)."""
+    wins = [o <= AUTO_MARGIN * d for o, d in zip(ms["onednn"], ms["default"])]
+    start = next((i for i in range(len(widths)) if all(wins[i:])), None)
+    if start is None:
+        return "default", 0
+    return ("onednn", 2) if start == 0 else ("mixed", widths[start])
+
+
+def time_paths(layers: list[PackedLinear], widths: tuple[int, ...],
+               budget_s: float = AUTO_BUDGET_S) -> tuple[dict[str, list[float]], int]:
+    """Median ms of running every layer once, in order (each weight streamed as in a forward), per
+    path and width, interleaved with the order rotated each round: as many rounds as the first one
+    says fit in ``budget_s`` (at least one, at most ``AUTO_MAX_REPEATS``: a small model's round takes
+    a millisecond, where one preempted sample would decide). Returns ({path: [ms per width]}, rounds
+    done), or ({}, 0) when the first round alone overruns twice the budget (two threads on two busy
+    cores made one sweep of the verifier take 3.4 s instead of 0.06): too busy to tell."""
+    inputs = {n: {k: torch.randn(n, k) for k in {m.weight.shape[1] for m in layers}} for n in widths}
+
+    def sweep(path: str, n: int, some=layers) -> float:
+        xs = inputs[n]
+        start = time.perf_counter()
+        for m in some:
+            m(xs[m.weight.shape[1]]) if path == "onednn" else F.linear(xs[m.weight.shape[1]], m.weight)
+        return (time.perf_counter() - start) * 1e3
+
+    runs = [(path, n) for n in widths for path in TIMED]
+    samples: dict[tuple[str, int], list[float]] = {run: [] for run in runs}
+    one_per_shape = list({tuple(m.weight.shape): m for m in layers}.values())
+    with torch.inference_mode():
+        for path, n in runs:  # oneDNN builds a primitive per shape and row count on first use
+            sweep(path, n, one_per_shape)
+        started, rounds, r = time.perf_counter(), 1, 0
+        while r < rounds:
+            for path, n in runs[r % len(runs):] + runs[: r % len(runs)]:
+                samples[path, n].append(sweep(path, n))
+                if time.perf_counter() - started > 2 * budget_s and r == 0:  # OpenMP threads fighting for cores
+                    return {}, 0
+            if r == 0:
+                first_s = sum(v[0] for v in samples.values()) / 1e3
+                rounds = max(1, min(AUTO_MAX_REPEATS, round(budget_s / max(first_s, 1e-9))))
+            r += 1
+    return {path: [round(statistics.median(samples[path, n]), 4) for n in widths] for path in TIMED}, rounds
+
+
+def describe_kernels(choices: dict[str, dict]) -> str:
+    """One line per model of what ``load_drafts`` recorded (``Pair.kernels``), for a notebook to show."""
+    return "\n".join("linear kernels: " + KernelChoice(**{**c, "widths": tuple(c["widths"])}).text()
+                     for c in choices.values())
+
+
+def _remember(model, choice: KernelChoice) -> KernelChoice:
+    model.kernels = choice.path
+    model.kernel_choice = choice
+    return choice
+
+
+# ---------------------------------------------------------------- the per-machine cache
+
+def _cache_path() -> Path:
+    from specnb.models.cache import cache_dir
+
+    return cache_dir() / CACHE_FILE
+
+
+def _cache_key(layers, widths: tuple[int, ...]) -> str:
+    from specnb.core.devices import cpu_name
+
+    shapes = sorted(Counter(tuple(m.weight.shape) for m in layers).items())
+    digest = hashlib.sha256(repr(shapes).encode()).hexdigest()[:16]
+    return (f"v{_CACHE_VERSION}|{digest}|{layers[0].weight.dtype}|{widths}|torch {torch.__version__}|{cpu_name()}|"
+            f"{torch.get_num_threads()} threads")
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(key: str, choice: KernelChoice) -> None:
+    """Add one decision (written atomically; an unwritable cache only costs a re-timing next load)."""
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {**_read_cache(), key: choice.as_dict()}
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass

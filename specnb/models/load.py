@@ -10,7 +10,7 @@ one-line error up front, not wrong output later.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from specnb.core.hub import hub_offline, hub_reachable
 from specnb.models.early_exit import exit_draft
 from specnb.models.embedded import TOKENIZER_FILES, model_path
 from specnb.models.heads import check_fits, head_kind, load_head, read_config
-from specnb.models.kernels import check_kernels, use_kernels
+from specnb.models.kernels import apply_kernels, check_kernels
 from specnb.models.lookup import PromptLookup
 from specnb.models.registry import (
     EMBEDDED_VERIFIER,
@@ -149,7 +149,9 @@ def load_model(name_or_path: str, device="auto", dtype="auto") -> tuple[Any, Any
 class Pair:
     """A verifier and its draft on one device. ``vocab_size`` is set only when the two models'
     logits have different widths over one tokenizer (padded embeddings): the decoder slices both
-    to it. ``draft`` is a causal LM, an early exit, a ``PromptLookup``, or None (verifier only)."""
+    to it. ``draft`` is a causal LM, an early exit, a ``PromptLookup``, or None (verifier only).
+    ``kernels``: model name -> ``specnb.models.kernels.KernelChoice.as_dict()``, the linear-layer path
+    each loaded model runs on and why (the timings behind an "auto" decision included)."""
 
     verifier: Any
     draft: Any
@@ -159,9 +161,10 @@ class Pair:
     vocab_size: int | None
     verifier_name: str
     draft_name: str | None
+    kernels: dict[str, dict] = field(default_factory=dict)
 
 
-def load_pair(verifier: str, draft: str | None = None, device="auto", dtype="auto", kernels: str = "default") -> Pair:
+def load_pair(verifier: str, draft: str | None = None, device="auto", dtype="auto", kernels: str = "auto") -> Pair:
     """Load a verifier and a draft (hub id, folder, embedded name, ``exit:K`` or ``prompt-lookup``),
     checking that they share a tokenizer before any weights are loaded; ``kernels`` as for
     ``load_drafts``."""
@@ -172,11 +175,14 @@ def load_pair(verifier: str, draft: str | None = None, device="auto", dtype="aut
 
 
 def load_drafts(verifier: str, drafts: list[str], device="auto", dtype="auto",
-                kernels: str = "default") -> tuple[Pair, dict[str, Any]]:
+                kernels: str = "auto") -> tuple[Pair, dict[str, Any]]:
     """The verifier (loaded once, as a ``Pair`` without draft) and each named draft for it, in order,
     duplicates dropped. Every name is resolved and every tokenizer checked before weights load.
-    ``kernels``: "onednn" runs every linear layer of the verifier and the drafts on oneDNN with
-    prepacked weights (``specnb.models.kernels``; fp32 on the CPU)."""
+    ``kernels`` (``specnb.models.kernels``): "auto" times PyTorch's default linear kernels against
+    oneDNN with prepacked weights for the verifier and each draft separately and keeps the faster,
+    per row count ("mixed") if need be (fp32 on the CPU; the default elsewhere); "default" or
+    "onednn" names the path for all of them.
+    What was chosen, and why, is in ``Pair.kernels``."""
     device = resolve_device(device) if isinstance(device, str) else device
     dtype = resolve_dtype(dtype, device)
     check_kernels(kernels)
@@ -189,12 +195,15 @@ def load_drafts(verifier: str, drafts: list[str], device="auto", dtype="auto",
         folder = head_folder(sources[ref.name]) if sources[ref.name] is not None else None
         if folder is not None:
             check_fits(folder, load_config(v_source), ref.name)
-    pair = Pair(use_kernels(load_weights(v_source, device, dtype), kernels), None, tokenizer, device, dtype, None,
-                verifier, None)
+    pair = Pair(load_weights(v_source, device, dtype), None, tokenizer, device, dtype, None, verifier, None)
+    pair.kernels[verifier] = apply_kernels(pair.verifier, kernels, verifier).as_dict()
     loaded = {ref.name: load_draft(pair, ref, sources[ref.name]) for ref in refs}
-    for draft in loaded.values():  # an early exit shares the verifier's (already swapped) layers
-        if isinstance(draft, torch.nn.Module) and getattr(draft, "draft_kind", "model") != "exit":
-            use_kernels(draft, kernels)
+    for ref in refs:
+        if shares_verifier(ref, verifier):  # an early exit runs on the verifier's (already chosen) layers
+            pair.kernels[ref.name] = {**pair.kernels[verifier], "model": ref.name, "reason": "shared with the verifier",
+                                      "decide_s": 0.0}
+        elif isinstance(loaded[ref.name], torch.nn.Module):
+            pair.kernels[ref.name] = apply_kernels(loaded[ref.name], kernels, ref.name).as_dict()
     return pair, loaded
 
 

@@ -75,6 +75,33 @@ def shares_verifier(ref: DraftRef, verifier: str) -> bool:
     return ref.kind == "exit" and ref.base == verifier
 
 
+def made_for(draft: str | None) -> str | None:
+    """The verifier a draft was made for, or None when it does not say: every embedded draft (distilled
+    from the embedded verifier, or trained on its features) and embedded exit was made for
+    ``EMBEDDED_VERIFIER``; a head folder may name its verifier in its config.json ("verifier")."""
+    if draft is None or draft == PROMPT_LOOKUP or draft.startswith("exit:"):
+        return None
+    if draft in EMBEDDED_EXITS or draft in embedded_draft_names():
+        return EMBEDDED_VERIFIER
+    folder = Path(draft).expanduser()
+    verifier = (read_config(folder) or {}).get("verifier") if folder.is_dir() else None
+    return verifier if isinstance(verifier, str) and verifier else None
+
+
+def pick_verifier(draft: str | None, verifier: str | None = None) -> str:
+    """The verifier to run ``draft`` with: ``verifier`` when named, else the one the draft was made for,
+    else the embedded verifier. A head (EAGLE, Medusa) reads its verifier's features, so naming another
+    verifier than the one it was made for is a one-line error; a distilled draft or an exit drafts for
+    any verifier that shares its tokenizer (``specnb.models.load`` checks that)."""
+    own = made_for(draft)
+    if verifier is None:
+        return own or EMBEDDED_VERIFIER
+    if own is not None and own != verifier and resolve_draft(draft).kind in HEAD_KINDS:
+        raise ParameterError(f"head {draft!r} was made for verifier {own!r}, not {verifier!r}; drop --verifier "
+                             f"or pass {own!r}")
+    return verifier
+
+
 def check_verifier_name(name: str) -> None:
     """A draft-only name passed as the verifier is a one-line error, not a failed download."""
     if resolve_draft(name).kind != "model":

@@ -136,19 +136,22 @@ def calibrate(
     overhead_prompts: int = OVERHEAD_PROMPTS,
     loaded=None,
     progress: bool = True,
+    kernels: str = "auto",
 ) -> tuple[HardwareProfile, pd.DataFrame]:
     """Measure a ``HardwareProfile`` for a verifier and its drafts; returns it and the raw records
     of the short speculative run (per-step overhead; ``replay_check`` compares it with the traces).
 
     ``loaded`` = (pair, {name: draft}) from ``specnb.models.load.load_drafts`` reuses models already in
     memory; ``prompts`` is a frame/list, or None for 3 prompts of the shipped set; acceptance
-    traces are measured on all of them, the speculative run on the first ``overhead_prompts``."""
+    traces are measured on all of them, the speculative run on the first ``overhead_prompts``;
+    ``kernels`` as for ``load_drafts`` when it loads them (the profile's ``machine`` records each
+    model's path)."""
     if gamma < 1 or max_new_tokens < 2 or overhead_prompts < 1:
         raise ParameterError(
             f"calibration needs gamma >= 1, max_new_tokens >= 2 and overhead_prompts >= 1, "
             f"got {gamma}, {max_new_tokens}, {overhead_prompts}"
         )
-    pair, models = loaded or load_drafts(verifier, list(drafts), device=device)
+    pair, models = loaded or load_drafts(verifier, list(drafts), device=device, kernels=kernels)
     frame = split_prompts("all", 3, 0)[0] if prompts is None else as_prompt_frame(prompts)
     width = prompt_tokens(pair.tokenizer, frame)
     context = int(width + max_new_tokens // 2)
@@ -167,7 +170,7 @@ def calibrate(
     profile = HardwareProfile(
         verifier=pair.verifier_name,
         device=str(pair.device),
-        machine=describe_machine(pair.device),
+        machine={**describe_machine(pair.device), "kernels": pair.kernels},  # the costs hold on these paths
         verifier_decode=v_decode,
         verifier_prefill=v_prefill,
         verifier_flops_per_token=flops_per_token(pair.verifier),
@@ -228,8 +231,10 @@ def ensure_calibrated(
     gamma: int = 8,
     max_new_tokens: int = 48,
     progress: bool = False,
+    kernels: str = "auto",
 ) -> HardwareProfile:
-    """A profile that covers ``draft``: measured now when ``profile`` is None (a short calibration),
+    """A profile that covers ``draft``: measured now when ``profile`` is None (a short calibration, its
+    models on ``kernels``),
     else completed by measuring only what it lacks: the draft's costs if it was never calibrated,
     its acceptance if it has none or if ``prompts`` (acceptance depends on them) are given."""
     if profile is None:
@@ -242,6 +247,7 @@ def ensure_calibrated(
             max_new_tokens=max_new_tokens,
             repeats=7,
             progress=progress,
+            kernels=kernels,
         )[0]
     if profile.verifier != verifier:
         raise ParameterError(

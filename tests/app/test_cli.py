@@ -34,6 +34,51 @@ def test_ratio(capsys):
     assert "0.1601" in capsys.readouterr().out
 
 
+def test_ratio_prices_a_head_as_the_draft_table_does(capsys):
+    from specnb.core.configs import resolve_config
+    from specnb.models import heads, registry
+
+    verifier = resolve_config("smollm2-135m")
+    for head in ("smollm2-eagle", "smollm2-medusa"):
+        data = run_json(capsys, "ratio", head, "smollm2-135m", "--context", "64")
+        table = registry.flops_table("smollm2-135m", [head], context=64).set_index("model")
+        assert data["c"] == pytest.approx(table.loc[head, "c_flops_at_context"])
+        expected = heads.head_flops(registry.resolve_draft(head).kind,
+                                    heads.read_config(registry.paths.DRAFTS_DIR / head), verifier)
+        assert data["draft_flops_per_token"] == expected.flops_per_token_at_context
+        assert 0 < data["c"] < 0.15  # one layer and a trimmed head against 30 layers and the full head
+    assert run_json(capsys, "ratio", "prompt-lookup", "smollm2-135m")["c"] == 0
+
+
+def test_the_loading_commands_take_kernels():
+    from specnb.app.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["generate"]).kernels == "auto"
+    assert parser.parse_args(["generate", "--kernels", "onednn", "--gamma", "auto"]).gamma == "auto"
+    calibrate = parser.parse_args(["calibrate", "--draft", "d", "--out", "p.json", "--kernels", "default"])
+    assert calibrate.kernels == "default"
+
+
+def test_calibrate_and_predict_pass_kernels_to_the_library(monkeypatch, capsys, tmp_path):
+    from specnb.core.errors import ParameterError
+    from specnb.predict import calibrate
+
+    seen = {}
+
+    def stop(*args, **kwargs):
+        seen.update(kwargs)
+        raise ParameterError("stopped before measuring")
+
+    monkeypatch.setattr(calibrate, "calibrate", stop)
+    out = str(tmp_path / "p.json")
+    assert main(["calibrate", "--draft", "prompt-lookup", "--out", out, "--kernels", "onednn"]) == 2
+    assert seen["kernels"] == "onednn" and "stopped before measuring" in capsys.readouterr().err
+    seen.clear()
+    monkeypatch.setattr(calibrate, "ensure_calibrated", stop)  # `predict` calibrates when given no profile
+    assert main(["predict", "--draft", "prompt-lookup", "--kernels", "default"]) == 2 and seen["kernels"] == "default"
+
+
 def test_theory_json(capsys):
     data = run_json(capsys, "theory", "--alpha", "0.392", "--gamma", "4", "--c", "0.1601")
     assert f"{data['speedup']:.2f}" == "0.99" and data["speedup_text"] == "0.99x"

@@ -37,9 +37,10 @@ def tiny_pair(monkeypatch):
     verifier, draft = peaked_pair("llama")
     calls = []
 
-    def fake_load_pair(v, d=None, device="auto", dtype="auto"):
-        calls.append((v, d, device, dtype))
-        return Pair(verifier, draft if d else None, CharTokenizer(), torch.device("cpu"), torch.float32, None, v, d)
+    def fake_load_pair(v, d=None, device="auto", dtype="auto", kernels="auto"):
+        calls.append((v, d, device, dtype, kernels))
+        return Pair(verifier, draft if d else None, CharTokenizer(), torch.device("cpu"), torch.float32, None, v, d,
+                    {v: {"model": v, "path": "default", "asked": kernels}})
 
     monkeypatch.setattr(specnb.models.load, "load_pair", fake_load_pair)
     return verifier, draft, calls
@@ -54,7 +55,7 @@ def test_generate_json_batch_matches_library(tiny_pair, capsys):
     verifier, draft, calls = tiny_pair
     out = run_json(capsys, ["generate", "--verifier", "v", "--draft", "d", "--gamma", "3", "--max-new-tokens", "10",
                             "--prompt", "hello there", "--prompt", "hi", "--device", "cpu", "--json"])
-    assert calls == [("v", "d", "cpu", "auto")]
+    assert calls == [("v", "d", "cpu", "auto", "auto")]
     assert [r["prompt"] for r in out["results"]] == ["hello there", "hi"]
     from specnb.engine.inputs import encode_prompts
 
@@ -65,6 +66,63 @@ def test_generate_json_batch_matches_library(tiny_pair, capsys):
     assert set(row) >= {"prompt", "text", "tokens", "accepted", "acceptance_rate", "tokens_per_s", "stages"}
     assert set(row["stages"]) == {"prefill", "draft", "verify", "accept", "rollback", "other"}
     assert out["gamma"] == 3 and out["batch_size"] == 2 and 0 <= out["acceptance_rate"] <= 1
+    assert out["kernels"] == {"v": {"model": "v", "path": "default", "asked": "auto"}}  # the run's settings
+
+
+def test_generate_passes_kernels_through(tiny_pair, capsys):
+    _, _, calls = tiny_pair
+    out = run_json(capsys, ["generate", "--verifier", "v", "--kernels", "onednn", "--max-new-tokens", "2", "--json"])
+    assert calls[0][-1] == "onednn" and out["kernels"]["v"]["asked"] == "onednn"
+    assert main(["generate", "--verifier", "v", "--kernels", "mkl"]) == 2 and calls[1:] == []
+
+
+@pytest.mark.parametrize("draft, verifier", [("smollm2-eagle", "smollm2-135m"), ("smollm2-medusa", "smollm2-135m"),
+                                             ("smollm2-draft-s", "smollm2-135m"), ("prompt-lookup", "smollm2-135m"),
+                                             (None, "smollm2-135m")])
+def test_generate_without_verifier_runs_the_drafts_own(tiny_pair, capsys, draft, verifier):
+    _, _, calls = tiny_pair
+    flags = ["--draft", draft] if draft else []
+    run_json(capsys, ["generate", *flags, "--max-new-tokens", "2", "--json"])
+    assert calls[0][:2] == (verifier, draft)
+
+
+def test_a_head_with_another_verifier_is_one_line_before_loading(tiny_pair, capsys):
+    _, _, calls = tiny_pair
+    assert main(["generate", "--draft", "smollm2-eagle", "--verifier", "Qwen/Qwen2.5-0.5B-Instruct"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "made for verifier 'smollm2-135m'" in err[0] and calls == []
+    run_json(capsys, ["generate", "--draft", "smollm2-draft-s", "--verifier", "v", "--max-new-tokens", "2", "--json"])
+    assert calls[0][:2] == ("v", "smollm2-draft-s")  # a distilled draft drafts for any verifier of its tokenizer
+
+
+def test_gamma_auto_reaches_the_library(tiny_pair, capsys, monkeypatch):
+    import specnb.engine.generate as engine
+
+    seen = []
+
+    def choosing(verifier, ids, mask, gamma=4, **kwargs):
+        seen.append(gamma)
+        return generate(verifier, ids, mask, gamma=3, **kwargs)
+
+    monkeypatch.setattr(engine, "check_settings", lambda gamma, *args: seen.append(gamma))
+    monkeypatch.setattr(engine, "generate", choosing)
+    out = run_json(capsys, ["generate", "--verifier", "v", "--draft", "d", "--gamma", "auto", "--max-new-tokens", "4",
+                            "--json"])
+    assert seen[:2] == ["auto", "auto"] and out["gamma"] == 3  # checked, then generated with "auto"
+
+
+def test_gamma_auto_works_or_is_one_line(tiny_pair, capsys):
+    """Until the engine chooses γ itself, ``--gamma auto`` is a one-line error, never a traceback."""
+    code = main(["generate", "--verifier", "v", "--draft", "d", "--gamma", "auto", "--max-new-tokens", "4", "--json"])
+    captured = capsys.readouterr()
+    if code == 0:
+        assert json.loads(captured.out)["gamma"] >= 1
+    else:
+        lines = captured.err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and "--gamma auto" in lines[0]
+    with pytest.raises(SystemExit) as exit_:  # argparse's usage line, then one error line
+        main(["generate", "--verifier", "v", "--gamma", "four"])
+    assert exit_.value.code == 2 and "whole number or auto" in capsys.readouterr().err
 
 
 def test_generate_verifier_only_sampling_and_raw_prompt(tiny_pair, capsys):
@@ -130,6 +188,21 @@ def test_generate_with_embedded_verifier(capsys):
     row = out["results"][0]
     assert 1 <= len(row["tokens"]) <= 6 and isinstance(row["text"], str) and row["text"]
     assert abs(sum(out["stages_ms"].values()) - out["wall_ms"]) / out["wall_ms"] < 0.02
+
+
+@pytest.mark.slow
+def test_generate_with_the_eagle_head_alone(capsys):
+    """``--draft smollm2-eagle`` and no ``--verifier``: the head's own verifier, each model's kernels recorded,
+    and the verifier's greedy tokens (speculation is lossless)."""
+    argv = ["generate", "--draft", "smollm2-eagle", "--max-new-tokens", "3", "--prompt", "Name three colours.",
+            "--kernels", "default", "--json"]
+    out = run_json(capsys, argv)
+    assert (out["verifier"], out["draft"]) == ("smollm2-135m", "smollm2-eagle")
+    assert {k: v["path"] for k, v in out["kernels"].items()} == {"smollm2-135m": "default", "smollm2-eagle": "default"}
+    alone = run_json(capsys, ["generate", "--max-new-tokens", "3", "--prompt", "Name three colours.",
+                              "--kernels", "onednn", "--json"])
+    assert alone["verifier"] == "smollm2-135m" and alone["kernels"]["smollm2-135m"]["path"] == "onednn"
+    assert alone["results"][0]["tokens"] == out["results"][0]["tokens"]
 
 
 def test_fixed_gamma_sets_and_restores_assistant_config():

@@ -37,6 +37,7 @@ def fake_result():
         "table": analysis.draft_table(records, flops, summary),
         "device": "cpu",
         "dtype": "torch.float32",
+        "kernels": {"v": {"model": "v", "path": "default", "reason": "timed"}},
         "categories": ["c"],
         "environment": env,
         "seconds": 90.0,

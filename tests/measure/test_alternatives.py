@@ -144,6 +144,15 @@ def test_a_missing_binding_is_a_note_not_a_traceback(monkeypatch):
     assert [m.name for m in methods] == [alternatives.BASELINE_METHOD] and notes == [llama_cpp.INSTALL_HINT]
 
 
+def test_the_baseline_must_run_on_the_default_kernels():
+    from specnb.models.kernels import use_kernels
+
+    verifier, _ = peaked_pair("llama")
+    pair = type("Pair", (), {"verifier": use_kernels(verifier, "onednn"), "tokenizer": None})
+    with pytest.raises(ParameterError, match="load the pair with kernels='default'"):
+        alternatives.build_methods(pair, {}, [], precisions=(), kernels=(), llama=())
+
+
 # ---------------------------------------------------------------- runs, summaries, verdicts
 
 

@@ -1,14 +1,16 @@
 """oneDNN-prepacked linears compute what PyTorch's default linears compute (to float rounding), for
-one row, a few rows and a prefill, and keep speculative decoding lossless."""
+one row, a few rows and a prefill, and keep speculative decoding lossless; ``kernels="auto"`` times
+the two paths, follows its rule, caches and records the decision, and changes no token."""
 
 import copy
 
 import pytest
 import torch
-from helpers import peaked_pair, ragged_prompts
+from helpers import peaked_pair, ragged_prompts, tiny_model
 
 from specnb.core.errors import ParameterError
 from specnb.engine.generate import generate
+from specnb.models import kernels
 from specnb.models.kernels import PackedLinear, use_kernels
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -43,3 +45,122 @@ def test_unknown_kernels_or_a_half_precision_model_are_one_line_errors():
         use_kernels(verifier, "mkl")
     with pytest.raises(ParameterError, match="fp32 models on the CPU"):
         use_kernels(copy.deepcopy(verifier).to(torch.bfloat16), "onednn")
+
+
+# ---------------------------------------------------------------- kernels="auto"
+
+@pytest.fixture
+def decisions(tmp_path, monkeypatch):
+    """A fresh per-machine decision cache (``$SPECNB_CACHE``) for each test."""
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    return tmp_path / kernels.CACHE_FILE
+
+
+def faster(path: str):
+    """A stand-in for ``time_paths`` under which ``path`` is clearly faster (2x) at every width."""
+
+    def timed(layers, widths, budget_s=1.0):
+        assert layers and all(isinstance(m, PackedLinear) for m in layers)
+        slow, quick = [2.0] * len(widths), [1.0] * len(widths)
+        return {"default": quick if path == "default" else slow, "onednn": quick if path == "onednn" else slow}, 3
+
+    return timed
+
+
+@pytest.mark.parametrize("forced", [None, "onednn", "default"])
+def test_auto_decodes_exactly_what_the_default_decodes(decisions, monkeypatch, forced):
+    """Whatever auto picks (timed for real on a tiny model, or forced either way), greedy tokens with and
+    without a draft are the default kernels' tokens."""
+    if forced:
+        monkeypatch.setattr(kernels, "time_paths", faster(forced))
+    verifier, draft = peaked_pair("llama")
+    ids, mask = ragged_prompts()
+    expected = generate(verifier, ids, mask, max_new_tokens=12).tokens
+    v_choice = kernels.apply_kernels(verifier, "auto", "verifier")
+    d_choice = kernels.apply_kernels(draft, "auto", "draft")
+    if forced:
+        assert v_choice.path == d_choice.path == forced
+    packed = sum(isinstance(m, PackedLinear) for m in verifier.modules())
+    assert packed == (0 if v_choice.path == "default" else 15) and verifier.kernels == v_choice.path
+    assert generate(verifier, ids, mask, max_new_tokens=12).tokens == expected
+    assert generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=12).tokens == expected
+
+
+def test_the_rule_prefers_the_default_unless_onednn_is_clearly_faster():
+    def decide(default, onednn, widths=(2, 4)):
+        return kernels.decide({"default": default, "onednn": onednn}, widths)
+
+    assert decide([10.0, 20.0], [9.5, 19.0]) == ("default", 0)  # 5% faster: noise
+    assert decide([10.0, 20.0], [8.0, 17.0]) == ("onednn", 2)  # clearly faster at both widths
+    assert decide([10.0, 20.0], [14.0, 16.0]) == ("mixed", 4)  # MKL at 2 rows, oneDNN from 4 (the Xeon here)
+    assert decide([10.0, 20.0], [8.0, 21.0]) == ("default", 0)  # faster at 2 rows only: not from 2 rows on
+    assert decide([10.0, 20.0, 30.0], [11.0, 17.0, 20.0], (2, 4, 8)) == ("mixed", 4)
+    assert decide([10.0, 20.0, 30.0], [11.0, 17.0, 29.0], (2, 4, 8)) == ("default", 0)
+
+
+def test_mixed_sends_only_the_wider_forwards_to_onednn(decisions, monkeypatch):
+    def mixed(layers, widths, budget_s=1.0):
+        return {"default": [1.0, 2.0], "onednn": [1.5, 1.0]}, 3
+
+    monkeypatch.setattr(kernels, "time_paths", mixed)
+    verifier, draft = peaked_pair("llama")
+    ids, mask = ragged_prompts()
+    expected = generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=12).tokens
+    choice = kernels.apply_kernels(verifier, "auto", "verifier")
+    assert (choice.path, choice.min_rows, verifier.kernels) == ("mixed", 4, "mixed")
+    assert {m.min_rows for m in verifier.modules() if isinstance(m, PackedLinear)} == {4}
+    assert "mixed (oneDNN from 4 rows)" in choice.text()
+    assert generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=12).tokens == expected
+    again = tiny_model(peaked=8.0)  # same shapes: the cached decision, min_rows included
+    assert kernels.apply_kernels(again, "auto").reason == "cached"
+    assert {m.min_rows for m in again.modules() if isinstance(m, PackedLinear)} == {4}
+
+
+def test_a_timed_decision_is_cached_per_machine_and_reused(decisions, monkeypatch):
+    monkeypatch.setattr(kernels, "time_paths", faster("onednn"))
+    first = kernels.apply_kernels(tiny_model(), "auto", "a")
+    assert first.reason == "timed" and first.ms["onednn"] == [1.0, 1.0] and first.rule
+    assert decisions.is_file()
+    monkeypatch.setattr(kernels, "time_paths", lambda *a, **k: pytest.fail("a cached decision is not re-timed"))
+    again = kernels.apply_kernels(tiny_model(seed=1), "auto", "b")  # same shapes, other weights
+    assert (again.path, again.reason, again.model, again.ms) == ("onednn", "cached", "b", first.ms)
+    other = tiny_model(hidden=32)
+    monkeypatch.setattr(kernels, "time_paths", faster("default"))
+    assert kernels.apply_kernels(other, "auto").reason == "timed"  # other shapes: timed afresh
+
+
+def test_a_machine_too_busy_to_time_keeps_the_default(decisions, monkeypatch):
+    clock = iter(range(0, 1000, 5))  # every reading 5 s after the last: the first sweep overruns the budget
+    monkeypatch.setattr(kernels.time, "perf_counter", lambda: next(clock))
+    model = tiny_model()
+    choice = kernels.apply_kernels(model, "auto", "busy")
+    assert (choice.path, choice.reason, choice.repeats, choice.ms) == ("default", "too busy to time", 0, {})
+    assert not any(isinstance(m, PackedLinear) for m in model.modules()) and not decisions.exists()
+    assert "busy: default (auto, too busy to time)" == choice.text()
+
+
+def test_a_decision_from_too_few_rounds_is_not_cached(decisions, monkeypatch):
+    def one_round(layers, widths, budget_s=1.0):
+        return faster("onednn")(layers, widths)[0], 1
+
+    monkeypatch.setattr(kernels, "time_paths", one_round)
+    assert kernels.apply_kernels(tiny_model(), "auto").path == "onednn"
+    assert kernels.apply_kernels(tiny_model(), "auto").reason == "timed" and not decisions.exists()
+
+
+def test_auto_is_the_default_off_fp32_and_an_explicit_path_is_kept(decisions, monkeypatch):
+    monkeypatch.setattr(kernels, "time_paths", lambda *a, **k: pytest.fail("nothing to time"))
+    half = tiny_model().to(torch.bfloat16)
+    choice = kernels.apply_kernels(half, "auto")
+    assert (choice.path, choice.reason, half.kernels) == ("default", "not fp32 on the CPU", "default")
+    asked = kernels.apply_kernels(tiny_model(), "onednn", "v")
+    assert (asked.path, asked.asked, asked.reason) == ("onednn", "onednn", "asked")
+    assert kernels.apply_kernels(tiny_model(), "default").path == "default"
+
+
+def test_timing_a_real_tiny_model_records_its_evidence(decisions):
+    choice = kernels.apply_kernels(tiny_model(), "auto", "tiny")
+    assert choice.path in kernels.PATHS and choice.reason == "timed" and choice.repeats >= kernels.AUTO_REPEATS
+    assert set(choice.ms) == set(kernels.TIMED) and all(len(v) == len(kernels.AUTO_WIDTHS) for v in choice.ms.values())
+    assert 0 < choice.decide_s < 5 and choice.threads == torch.get_num_threads()
+    assert choice.text().startswith("tiny: ") and "x at 2 rows, " in choice.text() and "x at 4 rows" in choice.text()

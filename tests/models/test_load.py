@@ -379,3 +379,33 @@ def test_load_drafts_loads_verifier_once_and_each_draft(tmp_path, monkeypatch):
     assert isinstance(drafts[str(folder)], type(got.verifier))
     with pytest.raises(ParameterError, match="exit:K"):
         load.load_drafts(str(verifier), ["exit:four"], "cpu")
+
+
+# ---------------------------------------------------------------- kernels
+
+def test_load_drafts_records_each_models_kernel_choice(tmp_path, tokenizer_dir, monkeypatch):
+    """Every model with weights gets its own decision, recorded as plain data; an early exit runs on the
+    verifier's layers, prompt lookup has none."""
+    from specnb.models import kernels
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    timed = []
+
+    def onednn_for_the_verifier(layers, widths, budget_s=1.0):
+        timed.append(len(layers))
+        verifier = len(timed) == 1  # the verifier is decided first
+        quick, slow = [1.0] * len(widths), [2.0] * len(widths)
+        return ({"default": slow, "onednn": quick} if verifier else {"default": quick, "onednn": slow}), 3
+
+    monkeypatch.setattr(kernels, "time_paths", onednn_for_the_verifier)
+    v = str(save_tiny(tmp_path / "v", tokenizer_dir))
+    d = str(save_tiny(tmp_path / "d", tokenizer_dir, seed=1, num_hidden_layers=1))
+    pair, drafts = load.load_drafts(v, [d, "exit:1", "prompt-lookup"], device="cpu", dtype="float32")
+    assert json.loads(json.dumps(pair.kernels)) == pair.kernels
+    assert list(pair.kernels) == [v, d, "exit:1"] and len(timed) == 2
+    assert (pair.kernels[v]["path"], pair.kernels[v]["reason"], pair.verifier.kernels) == ("onednn", "timed", "onednn")
+    assert pair.kernels[v]["ms"] == {"default": [2.0, 2.0], "onednn": [1.0, 1.0]}
+    assert (pair.kernels[d]["path"], drafts[d].kernels) == ("default", "default")
+    assert pair.kernels["exit:1"]["path"] == "onednn" and pair.kernels["exit:1"]["reason"] == "shared with the verifier"
+    named = load.load_pair(v, d, device="cpu", dtype="float32", kernels="default")
+    assert {c["reason"] for c in named.kernels.values()} == {"asked"} and len(timed) == 2

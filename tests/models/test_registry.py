@@ -1,5 +1,10 @@
-"""registry: draft names and the FLOPs table of a verifier and drafts given by name."""
+"""registry: draft names, the verifier a draft was made for, the FLOPs table of drafts given by name."""
 
+import json
+
+import pytest
+
+from specnb.core.errors import ParameterError
 from specnb.models import registry
 
 
@@ -14,3 +19,16 @@ def test_flops_table_reproduces_reference_ratios_and_handles_every_draft_kind():
     # the shared lm_head keeps a 4-of-30-layer exit well above 4/30 of the verifier's FLOPs
     assert 4 / 30 < ours.loc["exit:4", "c_flops"] < ours.loc["smollm2-exit-12", "c_flops"] < 1
     assert (ours["flops_at_context"] > ours["flops_per_token"]).sum() == 3  # attention over 128 cached tokens
+
+
+def test_a_draft_knows_the_verifier_it_was_made_for(tmp_path):
+    for name in ("smollm2-eagle", "smollm2-medusa", "smollm2-draft-s", "smollm2-exit-4"):
+        assert registry.made_for(name) == registry.EMBEDDED_VERIFIER
+        assert registry.pick_verifier(name) == registry.EMBEDDED_VERIFIER
+    assert registry.made_for("prompt-lookup") is None and registry.made_for("exit:3") is None
+    assert registry.pick_verifier(None) == registry.pick_verifier("prompt-lookup") == registry.EMBEDDED_VERIFIER
+    (tmp_path / "config.json").write_text(json.dumps({"kind": "eagle", "verifier": "org/big-model"}))
+    assert registry.pick_verifier(str(tmp_path)) == "org/big-model"
+    assert registry.pick_verifier("smollm2-draft-s", "org/other") == "org/other"  # any verifier of its tokenizer
+    with pytest.raises(ParameterError, match="made for verifier 'org/big-model', not 'org/other'"):
+        registry.pick_verifier(str(tmp_path), "org/other")
