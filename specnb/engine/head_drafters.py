@@ -5,8 +5,10 @@ Both propose from what the verifier already computed, which is why they are acce
 than a separate small model at a similar cost (Li et al. 2024, EAGLE; Cai et al. 2024, Medusa).
 The loop hands them ``state.features``: after prefill the final hidden states of every prompt
 column, after each step those of the verified positions every row kept. Both draft chains or static
-trees (``specnb.engine.trees``); sampling draws from the head's distribution, which keeps rejection
-sampling lossless (q is zero outside a trimmed head, a valid draft distribution).
+trees (``specnb.engine.trees``); a chain stops early where the head is unsure, given a confidence
+threshold (``specnb.engine.confidence``; static trees ignore it); sampling draws from the head's
+distribution, which keeps rejection sampling lossless (q is zero outside a trimmed head, a valid
+draft distribution).
 
 EAGLE's input at position p is (f_p, x_{p+1}): the verifier's feature there and the token after it;
 its output is the predicted feature at p + 1, scored by the verifier's frozen lm_head. Its cache
@@ -25,6 +27,7 @@ import torch
 
 from specnb.core.padding import left_pad
 from specnb.core.sampling import logits_to_probs, sample
+from specnb.engine.confidence import ChainStop
 from specnb.engine.kvcache import SlotCache
 from specnb.engine.state import DecodeState, Proposal, Step
 from specnb.engine.trees import TreeShape
@@ -118,31 +121,37 @@ class EagleDrafter:
         h, lookup, fed = self.feed_pending(state)
         if tree is not None:
             tokens, shape, forwards = self.draft_tree(state, h, lookup, tree.cut(k))
-            q = None
+            q, n_drafted = None, torch.full_like(state.seq_len, shape.depth)
         else:
-            tokens, q = self.draft_chain(state, h, lookup, k)
-            shape, forwards = TreeShape.of_chain(k), k
-        return Proposal(tokens=tokens, tree=shape, n_drafted=torch.full_like(state.seq_len, shape.depth),
-                        forwards=forwards, q=q, fed=fed, slots=self.slots.length - base)
+            tokens, q, n_drafted = self.draft_chain(state, h, lookup, k)
+            shape = TreeShape.of_chain(tokens.shape[1])
+            forwards = shape.depth
+        return Proposal(tokens=tokens, tree=shape, n_drafted=n_drafted, forwards=forwards, q=q, fed=fed,
+                        slots=self.slots.length - base)
 
     def draft_chain(self, state, h: torch.Tensor, lookup, k: int):
-        """k drafts, each from the draft's own predicted feature: (tokens [B, k], q [B, k, V] or None)."""
+        """Up to k drafts, each from the draft's own predicted feature, fewer when every row is unsure
+        (``specnb.engine.confidence``): (tokens [B, m], q [B, m, V] or None, n_drafted [B])."""
         head_ids, tokens, probs = self.eagle.head_ids, [], []
+        stop = ChainStop(state.confidence, state.rows.done, h.device)
         chains = [[] for _ in self.index]  # per row: its drafts so far (lookup drafts)
         for j in range(k):
-            tok, prob = pick_from_head(self.eagle.logits(h[:, -1], lookup), head_ids, state.vocab, state.sampling,
-                                       state.generator)
+            small = self.eagle.logits(h[:, -1], lookup)  # [B, N]
+            tok, prob = pick_from_head(small, head_ids, state.vocab, state.sampling, state.generator)
             tokens.append(tok)
             probs.append(prob)
-            if j + 1 < k:  # the next position, from the draft's own predicted feature
-                if self.ngram:
-                    lookup = self.peek(chains, tok.tolist(), tok.device)
-                keys = self.slots.append(len(tok), 1, None, tok.device)
-                h = self.eagle(h, tok[:, None], cache=self.slots.cache, position_ids=(state.seq_len - 1 + j)[:, None],
-                               attention_mask=keys, lookup=None if lookup is None else (lookup[0][:, None],
-                                                                                        lookup[1][:, None]))
-        q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, k, V]
-        return torch.stack(tokens, 1), q
+            stop.add(small)
+            if j + 1 == k or stop.done():
+                break
+            # the next position, from the draft's own predicted feature
+            if self.ngram:
+                lookup = self.peek(chains, tok.tolist(), tok.device)
+            keys = self.slots.append(len(tok), 1, None, tok.device)
+            h = self.eagle(h, tok[:, None], cache=self.slots.cache, position_ids=(state.seq_len - 1 + j)[:, None],
+                           attention_mask=keys, lookup=None if lookup is None else (lookup[0][:, None],
+                                                                                    lookup[1][:, None]))
+        q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, m, V]
+        return torch.stack(tokens, 1), q, stop.counts
 
     def peek(self, chains: list[list[int]], drafted: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
         """Extend each row's chain by its drafted token; the match of row text + chain, [B] each."""
@@ -229,11 +238,16 @@ class MedusaDrafter:
         if tree is not None:
             return self.propose_tree(tree.cut(k))
         states = self.heads(self.feature)[:, :k]  # [B, k, d]
-        picks = [pick_from_head(self.heads.logits(states[:, j]), self.heads.head_ids, state.vocab, state.sampling,
-                                state.generator) for j in range(k)]
-        q = torch.stack([p for _, p in picks], 1) if state.sampling is not None else None
-        return Proposal(tokens=torch.stack([t for t, _ in picks], 1), tree=TreeShape.of_chain(k),
-                        n_drafted=torch.full_like(state.seq_len, k), forwards=0, q=q)
+        stop, picks = ChainStop(state.confidence, state.rows.done, states.device), []
+        for j in range(k):  # head j's token; the chain ends once every row is unsure
+            small = self.heads.logits(states[:, j])  # [B, N]
+            picks.append(pick_from_head(small, self.heads.head_ids, state.vocab, state.sampling, state.generator))
+            stop.add(small)
+            if stop.done():
+                break
+        q = torch.stack([p for _, p in picks], 1) if state.sampling is not None else None  # [B, m, V]
+        return Proposal(tokens=torch.stack([t for t, _ in picks], 1), tree=TreeShape.of_chain(len(picks)),
+                        n_drafted=stop.counts, forwards=0, q=q)
 
     def propose_tree(self, shape: TreeShape) -> Proposal:
         """Every node at depth d gets the same children: head d + 1's top-b tokens (the heads do not

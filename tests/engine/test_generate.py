@@ -3,7 +3,7 @@ for token; sampled speculative output follows the verifier's exact distribution.
 
 import pytest
 import torch
-from helpers import peaked_pair, ragged_prompts, tiny_model
+from helpers import check_confidence_stops, peaked_pair, ragged_prompts, tiny_model
 from transformers import DynamicCache
 
 from specnb.core.errors import IncompatibleModelsError, ParameterError
@@ -76,6 +76,15 @@ def test_speculative_greedy_is_token_identical_for_gamma_1_to_6(pair):
             drafted += sum(map(sum, result.drafted_per_step))
     # both branches (accept and reject) must have been exercised
     assert 0.1 < accepted / drafted < 0.95
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_confidence_stops_a_model_drafts_chain_and_stays_lossless(pair, batch):
+    verifier, draft = pair
+    ids, mask = ragged_prompts(seed=3)
+    result = check_confidence_stops(verifier, draft, ids[-batch:], mask[-batch:], 5, 0.05)
+    steps = max(map(len, result.drafted_per_step))
+    assert result.draft_forwards < 1 + 5 * steps  # one forward per position drafted, not γ
 
 
 def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(pair):

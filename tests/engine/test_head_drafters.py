@@ -9,7 +9,7 @@ over a verifier that mostly repeats its last token (identity heads then guess ri
 
 import pytest
 import torch
-from helpers import check_replay, ragged_prompts, tiny_model
+from helpers import check_confidence_stops, check_replay, ragged_prompts, tiny_model
 
 from specnb.core.errors import ParameterError
 from specnb.core.sampling import SamplingConfig
@@ -74,6 +74,19 @@ def test_greedy_chain_and_tree_are_token_identical(pair, batch):
         accepted += sum(map(sum, result.accepted_per_step))
         drafted += sum(map(sum, result.drafted_per_step))
     assert 0.2 < accepted / drafted < 0.99, accepted / drafted  # accepts often, rejects sometimes
+
+
+CONFIDENCE = {"eagle": 0.04, "medusa": 0.1}  # stops some chains of each tiny draft, not all
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_confidence_stops_chains_where_the_head_is_unsure_and_stays_lossless(pair, batch):
+    kind, verifier, draft = pair
+    ids, mask = ragged_prompts(seed=3)
+    result = check_confidence_stops(verifier, draft, ids[-batch:], mask[-batch:], 5, CONFIDENCE[kind])
+    if kind == "eagle":  # the chain stops when every row is unsure: fewer forwards than γ per step
+        steps = max(map(len, result.drafted_per_step))
+        assert result.draft_forwards < 1 + 5 * steps
 
 
 def test_a_tree_accepts_at_least_what_its_first_branch_would(pair):
