@@ -153,9 +153,10 @@ def gamma_sweep():
     return pd.DataFrame(rows)
 
 
-def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
-    """Assert that each row's trace, replayed at ``gamma``, accepts what the engine accepts step by step;
-    returns the tokens each row's trace accepted (so a caller can check the draft did anything)."""
+def check_replay(verifier, draft, ids, mask, gamma: int, confidence: float = 0.0) -> list[int]:
+    """Assert that each row's trace, replayed at ``gamma`` (and a ``confidence`` threshold), accepts and
+    drafts what the engine does step by step; returns the tokens each row's trace accepted (so a
+    caller can check the draft did anything)."""
     import numpy as np
 
     from specnb.engine.generate import generate
@@ -166,13 +167,16 @@ def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
     for row in range(len(ids)):
         context = ids[row, mask[row].bool()].tolist()
         generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
-        runs, proposed = draft_traits(draft).trace(context, generated, 16,
-                                                   verifier_features(verifier, context + generated[:-1]))
-        packed = pack([AcceptanceTrace("p", runs, proposed, 16, True)], len(generated))
+        runs, proposed, confidences = draft_traits(draft).trace(context, generated, 16,
+                                                                verifier_features(verifier, context + generated[:-1]))
+        trace = AcceptanceTrace("p", runs, proposed, 16, True, confidences)
+        packed = pack([trace], len(generated), confidence)
         got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
-        result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14)
+        result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14,
+                          confidence=confidence)
         live = got.active[:, 0, 0]
         assert got.accepted[live, 0, 0].tolist() == result.accepted_per_step[0], row
+        assert got.drafted[live, 0, 0].tolist() == result.drafted_per_step[0], row
         accepted.append(sum(runs))
     return accepted
 

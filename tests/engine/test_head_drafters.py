@@ -145,3 +145,12 @@ def test_replayed_traces_take_the_engines_steps(pair, gamma):
     kind, verifier, draft = pair
     ids, mask = ragged_prompts(seed=6)
     assert min(check_replay(verifier, draft, ids, mask, gamma)) > 0, kind
+
+
+@pytest.mark.parametrize("gamma", [3, 5])
+def test_replayed_traces_stop_where_the_engine_stops(pair, gamma):
+    """With a confidence threshold the trace's recorded confidences stop the replayed chains at the
+    depths the engine's chains stop at, token for token."""
+    kind, verifier, draft = pair
+    ids, mask = ragged_prompts(seed=6)
+    assert min(check_replay(verifier, draft, ids, mask, gamma, CONFIDENCE[kind])) > 0, kind
