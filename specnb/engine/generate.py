@@ -342,7 +342,12 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
     trees ignore it. ``gamma``: a number, or a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
     for this batch size; the result records the γ used and why."""
     tree = as_tree(tree)
-    gamma, gamma_reason = choose_gamma(gamma, input_ids.shape[0]) if tree is None else (tree.depth, "")
+    if tree is not None:
+        gamma, gamma_reason = tree.depth, ""
+    elif draft is not None:
+        gamma, gamma_reason = choose_gamma(gamma, input_ids.shape[0])
+    else:  # verifier-only: nothing to choose (a number is still range-checked)
+        gamma, gamma_reason = (gamma if isinstance(gamma, int) else 1), ""
     check_settings(gamma, max_new_tokens, sampling, confidence)
     vocab_size = check_vocab(verifier, draft, vocab_size)
     drafter = make_drafter(draft, vocab_size) if draft is not None else None

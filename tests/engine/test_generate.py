@@ -162,6 +162,8 @@ def test_vocab_mismatch_needs_explicit_vocab_size():
         {"max_new_tokens": 0},
         {"sampling": SamplingConfig(temperature=0)},
         {"sampling": SamplingConfig(top_p=0)},
+        {"confidence": -0.1},
+        {"confidence": 1.5},
     ],
 )
 def test_bad_parameters_are_rejected(kwargs):
