@@ -14,7 +14,8 @@ One speculative step with k = min(γ, tokens still wanted − 1) drafts, exactly
 ``specnb.engine.generate`` does it::
 
     draft:  t_d(w, b) + (k − 1)·t_d(1, b)   w = 2 when the previous step accepted every draft
-                                             (the draft catches up on its last token + the bonus)
+                                             (the draft catches up on its last token + the bonus);
+                                             k shorter when a confidence threshold stops every row
     verify: t_v(k + 1, b)
     other:  o_step                           accept/rollback/bookkeeping, measured per step
 

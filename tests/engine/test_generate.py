@@ -87,6 +87,15 @@ def test_confidence_stops_a_model_drafts_chain_and_stays_lossless(pair, batch):
     assert result.draft_forwards < 1 + 5 * steps  # one forward per position drafted, not γ
 
 
+def test_prompt_lookup_has_no_confidence_to_stop_at(pair):
+    verifier, _ = pair
+    ids, mask = ragged_prompts(seed=5)
+    ids, mask = torch.cat([ids, ids[:, -6:]], 1), torch.cat([mask, mask[:, -6:]], 1)
+    plain = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=12)
+    unsure = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=12, confidence=0.99)
+    assert unsure.tokens == plain.tokens and unsure.drafted_per_step == plain.drafted_per_step
+
+
 def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(pair):
     verifier, _ = pair
     ids, mask = ragged_prompts(seed=5)

@@ -89,6 +89,14 @@ def test_confidence_stops_chains_where_the_head_is_unsure_and_stays_lossless(pai
         assert result.draft_forwards < 1 + 5 * steps
 
 
+def test_static_trees_ignore_a_confidence_threshold(pair):
+    kind, verifier, draft = pair
+    ids, mask = ragged_prompts(seed=3)
+    plain = generate(verifier, ids, mask, draft=draft, tree=(2, 2), max_new_tokens=10)
+    unsure = generate(verifier, ids, mask, draft=draft, tree=(2, 2), max_new_tokens=10, confidence=0.99)
+    assert unsure.tokens == plain.tokens and unsure.drafted_per_step == plain.drafted_per_step
+
+
 def test_a_tree_accepts_at_least_what_its_first_branch_would(pair):
     """A tree whose branching is 1 everywhere is the chain; a wider tree of the same depth takes at
     least as few verifier steps on these prompts (its first branch is that chain)."""
