@@ -16,7 +16,8 @@ the ``Drafter`` seam in ``specnb.engine.drafters``. ``draft=None`` runs the veri
 (prefill, then one token per forward); ``draft`` is whatever ``load_pair`` returns (a causal LM, an
 early exit, prompt lookup) or a ``Drafter``. ``sampling=None`` is greedy, else a ``SamplingConfig``
 (temperature, top-p, seed). ``timer``: None (off), True, or a ``StageTimer``. ``tree``: a static
-tree's branching per depth (EAGLE, Medusa), verified greedily. ``confidence``: a chain stops where
+tree's branching per depth (EAGLE, Medusa), or ``"dynamic"`` (EAGLE-2's, grown from the draft's
+confidence each step), verified greedily. ``confidence``: a chain stops where
 the draft's top probability falls below it (``specnb.engine.confidence``; 0: never). ``gamma``: an
 int, or a choice made per batch size (``GammaChoice``: the predictor's ``gamma="auto"``).
 
@@ -63,7 +64,7 @@ from specnb.engine.drafters import Drafter, make_drafter
 from specnb.engine.kvcache import ModelKV
 from specnb.engine.state import DecodeState, Proposal, Rows, Step
 from specnb.engine.timing import NULL_TIMER, StageTimer, synchronize
-from specnb.engine.trees import TreeShape
+from specnb.engine.trees import DynamicTree, TreeShape
 
 
 @dataclass
@@ -282,21 +283,30 @@ def choose_gamma(gamma, batch_size: int) -> tuple[int, str]:
     return gamma, ""
 
 
-def as_tree(branching) -> TreeShape | None:
-    """A static tree from its branching per depth, e.g. ``(3, 2, 1)``; None stays None."""
-    if branching is None:
-        return None
+def as_tree(branching, gamma) -> TreeShape | DynamicTree | None:
+    """A static tree from its branching per depth, e.g. ``(3, 2, 1)``; ``"dynamic"``: EAGLE-2's dynamic
+    tree ``gamma`` deep with the default width and node budget; a ``DynamicTree`` as given; None stays None."""
+    if branching is None or isinstance(branching, DynamicTree):
+        return branching
+    if isinstance(branching, str):
+        if branching != "dynamic" or not isinstance(gamma, int):
+            raise ParameterError(f"tree={branching!r} with gamma={gamma!r}: use tree=\"dynamic\" with a whole "
+                                 "gamma (its depth), a DynamicTree, or a branching per depth such as (3, 2, 1)")
+        return DynamicTree(gamma)
     if not len(branching):
         raise ParameterError("a tree needs at least one depth, e.g. tree=(3, 2, 1); drop tree= to draft a chain")
     return TreeShape(tuple(int(b) for b in branching))
 
 
-def check_tree(tree: TreeShape | None, drafter, sampling) -> None:
+def check_tree(tree: TreeShape | DynamicTree | None, drafter, sampling) -> None:
     if tree is None:
         return
+    kind = "no draft" if drafter is None else f"a {drafter.kind} draft"
+    if isinstance(tree, DynamicTree) and not getattr(drafter, "dynamic_trees", False):
+        raise ParameterError(f"a dynamic tree needs a draft that grows one (eagle), got {kind}; "
+                             "use a static tree such as tree=(3, 2) or drop tree= to draft a chain")
     if drafter is None or not drafter.trees:
-        kind = "no draft" if drafter is None else f"a {drafter.kind} draft"
-        raise ParameterError(f"tree={tree.branching} needs a draft that drafts trees (eagle, medusa), got {kind}; "
+        raise ParameterError(f"tree={tree.label()} needs a draft that drafts trees (eagle, medusa), got {kind}; "
                              "drop tree= to draft a chain")
     if sampling is not None:
         raise ParameterError("trees are verified greedily; use sampling=None, or drop tree= to sample with a chain")
@@ -336,12 +346,14 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
     """Generate up to ``max_new_tokens`` per row; speculative when ``draft`` is given (see module doc).
 
     ``tree``: a static tree's branching per depth, e.g. ``(3, 2, 1)``, for drafts that can draft one
-    (EAGLE, Medusa); its depth replaces ``gamma``. Trees are verified greedily (``sampling=None``).
+    (EAGLE, Medusa); its depth replaces ``gamma``. ``tree="dynamic"`` (EAGLE): EAGLE-2's dynamic tree,
+    ``gamma`` deep, grown by the draft's path probability (``specnb.engine.trees.DynamicTree`` sets its
+    width and node budget). Trees are verified greedily (``sampling=None``).
     ``confidence``: chains stop at the first position whose draft top probability is below it, that
     position's token included (as HF's ``assistant_confidence_threshold``); prompt lookup and static
     trees ignore it. ``gamma``: a number, or a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
     for this batch size; the result records the γ used and why."""
-    tree = as_tree(tree)
+    tree = as_tree(tree, gamma)
     if tree is not None:
         gamma, gamma_reason = tree.depth, ""
     elif draft is not None:

@@ -30,7 +30,7 @@ from specnb.core.sampling import logits_to_probs, sample
 from specnb.engine.confidence import ChainStop
 from specnb.engine.kvcache import SlotCache
 from specnb.engine.state import DecodeState, Proposal, Step
-from specnb.engine.trees import TreeShape
+from specnb.engine.trees import DynamicTree, TreeShape
 from specnb.models.lookup import MatchIndex
 
 
@@ -63,12 +63,63 @@ def column(lookup, i):
     return None if lookup is None else (lookup[0][:, i], lookup[1][:, i])
 
 
+class Candidates:
+    """The nodes a dynamic tree grows (``EagleDrafter.draft_dynamic``): per candidate its parent
+    (-1: the root), depth, token [B] and path probability [B]; ``weight`` [B] averages rows."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight = weight
+        self.parents: list[int] = []
+        self.depths: list[int] = []
+        self.tokens: list[torch.Tensor] = []
+        self.scores: list[torch.Tensor] = []
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def add_children(self, parent: int, eagle, feature: torch.Tensor, lookup, width: int) -> list[int]:
+        """The ``width`` most probable next tokens at ``parent``'s predicted feature [B, d]; their indices."""
+        probs = torch.softmax(eagle.logits(feature, lookup).float(), -1)  # [B, N]
+        top = probs.topk(width, dim=-1)
+        ids = top.indices if eagle.head_ids is None else eagle.head_ids[top.indices]  # [B, w]
+        score = self.scores[parent] if parent >= 0 else torch.ones_like(self.weight)
+        depth = self.depths[parent] + 1 if parent >= 0 else 1
+        first = len(self)
+        for i in range(width):
+            self.parents.append(parent)
+            self.depths.append(depth)
+            self.tokens.append(ids[:, i])
+            self.scores.append(score * top.values[:, i])
+        return list(range(first, len(self)))
+
+    def best(self, candidates, n: int) -> list[int]:
+        """The ``n`` candidates of highest mean path probability (ties: the earlier, so shallower and a
+        parent before its children: a path's probability never grows along it)."""
+        mean = {c: float(self.scores[c] @ self.weight) for c in candidates}
+        return sorted(sorted(candidates, key=lambda c: -mean[c])[:n])
+
+    def ancestors(self, c: int) -> list[int]:
+        found = []
+        while self.parents[c] >= 0:
+            c = self.parents[c]
+            found.append(c)
+        return found
+
+    def tree(self, keep: list[int]):
+        """(tokens [B, N], shape) of the candidates ``keep`` and their ancestors, depth by depth."""
+        keep = sorted(set(keep).union(*(self.ancestors(c) for c in keep)), key=lambda c: (self.depths[c], c))
+        chunk = {c: i + 1 for i, c in enumerate(keep)}  # chunk index of each kept candidate (0: the root)
+        shape = TreeShape.from_parents([chunk.get(self.parents[c], 0) for c in keep])
+        return torch.stack([self.tokens[c] for c in keep], 1), shape
+
+
 class EagleDrafter:
     """An EAGLE draft (``specnb.models.eagle.EagleDraft``) drafting with its own slot cache."""
 
     kind = "eagle"
     needs_features = True
     trees = True
+    dynamic_trees = True  # grows EAGLE-2's dynamic trees (``specnb.engine.trees.DynamicTree``)
 
     def __init__(self, eagle, vocab_size: int | None = None):
         self.eagle = eagle
@@ -119,7 +170,10 @@ class EagleDrafter:
     def propose(self, state: DecodeState, k: int, tree: TreeShape | None = None) -> Proposal:
         base = self.slots.length  # slots before this step's
         h, lookup, fed = self.feed_pending(state)
-        if tree is not None:
+        if isinstance(tree, DynamicTree):
+            tokens, shape, forwards = self.draft_dynamic(state, h, lookup, tree.cut(k))
+            q, n_drafted = None, torch.full_like(state.seq_len, shape.depth)
+        elif tree is not None:
             tokens, shape, forwards = self.draft_tree(state, h, lookup, tree.cut(k))
             q, n_drafted = None, torch.full_like(state.seq_len, shape.depth)
         else:
@@ -194,6 +248,45 @@ class EagleDrafter:
                              lookup=lookup)
             feats.update({c: out[:, i] for i, c in enumerate(level)})
             forwards += 1
+        return tokens, shape, forwards
+
+    def draft_dynamic(self, state, h_root: torch.Tensor, root_lookup, plan: DynamicTree):
+        """EAGLE-2's dynamic tree (``specnb.engine.trees``): grow by path probability, one draft forward
+        per depth for the ``width`` candidates expanded there, then keep the ``nodes`` most probable.
+        The rows of a batch share the tree's shape, chosen by the mean path probability over the rows
+        still generating (batch 1: EAGLE-2's own choice); each row has its own tokens.
+        Returns (tokens [B, N], shape, forwards)."""
+        batch, device = len(h_root), h_root.device
+        live = torch.tensor([not done for done in state.rows.done], dtype=torch.float, device=device)
+        grown = Candidates(weight=live / live.sum().clamp_min(1))
+        feats, paths = {}, {-1: [[] for _ in range(batch)]}  # per expanded candidate (-1: the root)
+        grown.add_children(-1, self.eagle, h_root[:, 0], root_lookup, plan.width)
+        frontier, slotted, forwards = list(range(len(grown))), [], 1
+        for depth in range(1, plan.depth):
+            expand = grown.best(frontier, plan.width)
+            ids = torch.stack([grown.tokens[c] for c in expand], 1)  # [B, n]
+            parent_feats = torch.stack([feats.get(grown.parents[c], h_root[:, 0]) for c in expand], 1)  # [B, n, d]
+            lookup = None
+            if self.ngram:
+                for c in expand:
+                    paths[c] = [p + [t] for p, t in zip(paths[grown.parents[c]], grown.tokens[c].tolist())]
+                lookup = pad_matches([[ix.peek(paths[c][b]) for c in expand] for b, ix in enumerate(self.index)],
+                                     device)  # [B, n] each
+            visible = torch.zeros(len(expand), len(slotted) + len(expand), dtype=torch.bool)  # itself and ancestors
+            for i, c in enumerate(expand):
+                visible[i, [slotted.index(a) for a in grown.ancestors(c)] + [len(slotted) + i]] = True
+            self.slots.append(batch, len(expand), None, device)
+            mask = self.slots.tree_mask(batch, visible, device)
+            positions = (state.seq_len - 2 + depth)[:, None].expand(batch, len(expand))  # the parent's position
+            out = self.eagle(parent_feats, ids, cache=self.slots.cache, position_ids=positions, attention_mask=mask,
+                             lookup=lookup)
+            forwards += 1
+            slotted += expand
+            frontier = []
+            for i, c in enumerate(expand):
+                feats[c] = out[:, i]
+                frontier += grown.add_children(c, self.eagle, out[:, i], column(lookup, i), plan.width)
+        tokens, shape = grown.tree(grown.best(range(len(grown)), plan.nodes))
         return tokens, shape, forwards
 
     def tree_matches(self, shape: TreeShape, level: list[int], ids: torch.Tensor, paths: dict):

@@ -30,6 +30,7 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.engine.timing import STAGES, stage_columns
+from specnb.engine.trees import DynamicTree
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import as_prompt_frame, batches_of
 
@@ -48,7 +49,7 @@ class Candidate:
     draft: Any | None
     draft_name: str | None
     gamma: Any  # int, or a GammaChoice
-    tree: tuple[int, ...] | None = None
+    tree: tuple[int, ...] | DynamicTree | None = None
     confidence: float = 0.0
 
 
@@ -56,8 +57,9 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
                     auto=None) -> list[Candidate]:
     """Verifier-only (first), every draft at every γ and confidence threshold (``"<draft> γ=<gamma>"``,
     ``"<draft> γ=4 conf=0.3"``), and every draft that can draft a tree with each of ``trees``
-    (``"<draft> tree=3x2x1"``). A γ of ``"auto"`` is the predictor's per batch size: ``auto`` builds
-    it from (draft name, confidence) (``specnb.predict.auto_gamma.chooser``)."""
+    (``"<draft> tree=3x2x1"``; a ``DynamicTree`` for drafts that grow one: ``"<draft> tree=dynamic4w4n16"``).
+    A γ of ``"auto"`` is the predictor's per batch size: ``auto`` builds it from (draft name,
+    confidence) (``specnb.predict.auto_gamma.chooser``)."""
     from specnb.engine.drafters import make_drafter
 
     wants_auto = any(isinstance(g, str) and g == "auto" for g in gammas)
@@ -68,7 +70,7 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
         raise ParameterError('gamma "auto" needs the predictor: pass auto=specnb.predict.auto_gamma.chooser(verifier)')
     if any(not 0.0 <= c <= 1.0 for c in confidences):
         raise ParameterError(f"confidence thresholds must be between 0 and 1, got {list(confidences)}")
-    trees = [tuple(int(b) for b in t) for t in trees]
+    trees = [t if isinstance(t, DynamicTree) else tuple(int(b) for b in t) for t in trees]
     found = [Candidate(BASELINE, None, None, 0)] if baseline else []
     for name, draft in drafts.items():
         for c in confidences:
@@ -76,9 +78,21 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
             found += [Candidate(f"{name} γ={int(g)}{suffix}", draft, name, int(g), confidence=c) for g in gammas]
             if wants_auto:
                 found.append(Candidate(f"{name} γ=auto{suffix}", draft, name, auto(name, c), confidence=c))
-        if trees and make_drafter(draft).trees:
-            found += [Candidate(f"{name} tree={'x'.join(map(str, t))}", draft, name, len(t), t) for t in trees]
+        drafter = make_drafter(draft) if trees else None
+        for t in trees:
+            grows = drafter.trees and (getattr(drafter, "dynamic_trees", False) or not isinstance(t, DynamicTree))
+            if grows:
+                found.append(Candidate(f"{name} tree={tree_label(t)}", draft, name, tree_depth(t), t))
     return found
+
+
+def tree_label(tree) -> str:
+    """``3x2x1`` for a static tree's branching, the ``DynamicTree``'s own label for a dynamic one."""
+    return tree.label() if isinstance(tree, DynamicTree) else "x".join(map(str, tree))
+
+
+def tree_depth(tree) -> int:
+    return tree.depth if isinstance(tree, DynamicTree) else len(tree)
 
 
 def rotated(candidates: list[Candidate], shift: int) -> list[Candidate]:
@@ -164,7 +178,7 @@ def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stage
         "candidate": cand.name,
         "draft": cand.draft_name or "",
         "gamma": gamma,
-        "tree": "x".join(map(str, cand.tree)) if cand.tree else "",
+        "tree": tree_label(cand.tree) if cand.tree else "",
         "confidence": cand.confidence,
         "gamma_reason": result.gamma_reason,
         "batch_size": len(batch),
