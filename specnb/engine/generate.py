@@ -350,8 +350,8 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
     ``gamma`` deep, grown by the draft's path probability (``specnb.engine.trees.DynamicTree`` sets its
     width and node budget). Trees are verified greedily (``sampling=None``).
     ``confidence``: chains stop at the first position whose draft top probability is below it, that
-    position's token included (as HF's ``assistant_confidence_threshold``); prompt lookup and static
-    trees ignore it. ``gamma``: a number, or a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
+    position's token included (as HF's ``assistant_confidence_threshold``); prompt lookup and trees
+    (static or dynamic) ignore it. ``gamma``: a number, or a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
     for this batch size; the result records the γ used and why."""
     tree = as_tree(tree, gamma)
     if tree is not None:

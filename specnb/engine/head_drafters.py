@@ -5,10 +5,10 @@ Both propose from what the verifier already computed, which is why they are acce
 than a separate small model at a similar cost (Li et al. 2024, EAGLE; Cai et al. 2024, Medusa).
 The loop hands them ``state.features``: after prefill the final hidden states of every prompt
 column, after each step those of the verified positions every row kept. Both draft chains or static
-trees (``specnb.engine.trees``); a chain stops early where the head is unsure, given a confidence
-threshold (``specnb.engine.confidence``; static trees ignore it); sampling draws from the head's
-distribution, which keeps rejection sampling lossless (q is zero outside a trimmed head, a valid
-draft distribution).
+trees (``specnb.engine.trees``), and EAGLE also EAGLE-2's dynamic trees; a chain stops early where
+the head is unsure, given a confidence threshold (``specnb.engine.confidence``; trees ignore it);
+sampling draws from the head's distribution, which keeps rejection sampling lossless (q is zero
+outside a trimmed head, a valid draft distribution).
 
 EAGLE's input at position p is (f_p, x_{p+1}): the verifier's feature there and the token after it;
 its output is the predicted feature at p + 1, scored by the verifier's frozen lm_head. Its cache
