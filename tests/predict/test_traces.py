@@ -44,3 +44,13 @@ def test_a_model_drafts_trace_replays_the_engine_with_a_threshold(gamma):
 def test_a_lookup_trace_has_no_confidence_and_never_stops():
     trace = AcceptanceTrace("p", [0, 1, 2], [0, 3, 3], 16, True)
     assert pack([trace], 3, 0.9).stops.tolist() == [[3, 3, 3, 3]]
+
+
+def test_confidence_survives_the_profile_json(tmp_path):
+    from specnb.predict import costs, reference_replay
+
+    profile = reference_replay.reference_mps_profile(0.0)
+    draft = next(iter(profile.drafts))
+    profile.traces[draft] = [AcceptanceTrace("p", [0, 2, 1], None, None, True, [[], [0.9, 0.25], [0.5]])]
+    loaded = costs.load_profile(costs.save_profile(profile, tmp_path / "profile.json"))
+    assert loaded.traces[draft][0].confidence == [[], [0.9, 0.25], [0.5]]
