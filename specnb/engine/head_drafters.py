@@ -167,7 +167,7 @@ class EagleDrafter:
                          lookup=lookup)
         return out[:, -1:], column(lookup, -1), width
 
-    def propose(self, state: DecodeState, k: int, tree: TreeShape | None = None) -> Proposal:
+    def propose(self, state: DecodeState, k: int, tree: TreeShape | DynamicTree | None = None) -> Proposal:
         base = self.slots.length  # slots before this step's
         h, lookup, fed = self.feed_pending(state)
         if isinstance(tree, DynamicTree):
