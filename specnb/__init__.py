@@ -18,7 +18,8 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                load on a serving engine, its sweep and summaries (``serving_load``, ``serving``,
                ``serving_summary``)
     predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
-               calibration and validation, speculation under serving load (``serving``)
+               ``gamma="auto"`` (``auto_gamma``), calibration and validation, speculation under
+               serving load (``serving``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
                papermill runner and the ``specnb`` command
     notebooks/ (beside the package) the narrative, calling into all of the above
@@ -54,6 +55,7 @@ _API = {
     "summarise": "specnb.measure.runs",
     # prediction
     "calibrate": "specnb.predict.calibrate", "predict": "specnb.predict.predictor",
+    "auto_gamma": "specnb.predict.auto_gamma",
     "validate": "specnb.predict.validate", "load_profile": "specnb.predict.costs",
     "save_profile": "specnb.predict.costs",
     # notebooks

@@ -1,6 +1,7 @@
 """What several test modules share: the one tiny-model factory, a word-level tokenizer, drafts that
 agree with their verifier often but not always, ragged prompts, synthetic run records, and checks
-(a trace replays the engine's steps; an HTML page fetches nothing from the network).
+(a trace replays the engine's steps; confidence stopping is lossless and stops chains; an HTML page
+fetches nothing from the network).
 
 Test modules import it as ``helpers`` (``tests/`` is on ``sys.path`` through its ``conftest.py``);
 fixtures live in ``conftest.py``.
@@ -152,9 +153,10 @@ def gamma_sweep():
     return pd.DataFrame(rows)
 
 
-def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
-    """Assert that each row's trace, replayed at ``gamma``, accepts what the engine accepts step by step;
-    returns the tokens each row's trace accepted (so a caller can check the draft did anything)."""
+def check_replay(verifier, draft, ids, mask, gamma: int, confidence: float = 0.0) -> list[int]:
+    """Assert that each row's trace, replayed at ``gamma`` (and a ``confidence`` threshold), accepts and
+    drafts what the engine does step by step; returns the tokens each row's trace accepted (so a
+    caller can check the draft did anything)."""
     import numpy as np
 
     from specnb.engine.generate import generate
@@ -165,15 +167,38 @@ def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
     for row in range(len(ids)):
         context = ids[row, mask[row].bool()].tolist()
         generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
-        runs, proposed = draft_traits(draft).trace(context, generated, 16,
-                                                   verifier_features(verifier, context + generated[:-1]))
-        packed = pack([AcceptanceTrace("p", runs, proposed, 16, True)], len(generated))
+        runs, proposed, confidences = draft_traits(draft).trace(context, generated, 16,
+                                                                verifier_features(verifier, context + generated[:-1]))
+        trace = AcceptanceTrace("p", runs, proposed, 16, True, confidences)
+        packed = pack([trace], len(generated), confidence)
         got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
-        result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14)
+        result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14,
+                          confidence=confidence)
         live = got.active[:, 0, 0]
         assert got.accepted[live, 0, 0].tolist() == result.accepted_per_step[0], row
+        assert got.drafted[live, 0, 0].tolist() == result.drafted_per_step[0], row
         accepted.append(sum(runs))
     return accepted
+
+
+def check_confidence_stops(verifier, draft, ids, mask, gamma: int, threshold: float, max_new_tokens: int = 16):
+    """Assert that drafting with a confidence ``threshold`` is token-identical to verifier-only, and that
+    it did stop chains: some steps drafted fewer than ``gamma`` and some all of them, and, in a batch,
+    rows of one step stopped at different depths (ragged). Returns the result."""
+    from specnb.engine.generate import generate
+
+    expected = generate(verifier, ids, mask, max_new_tokens=max_new_tokens).tokens
+    result = generate(verifier, ids, mask, draft=draft, gamma=gamma, max_new_tokens=max_new_tokens,
+                      confidence=threshold)
+    assert result.tokens == expected
+    drafted = [n for row in result.drafted_per_step for n in row]
+    assert min(drafted) < gamma and max(drafted) == gamma, drafted
+    if len(ids) > 1:
+        steps = max(map(len, result.drafted_per_step))
+        by_step = [{row[t] for row in result.drafted_per_step if len(row) > t} for t in range(steps)]
+        assert any(len(depths) > 1 for depths in by_step), by_step
+    assert sum(map(sum, result.accepted_per_step)) > 0
+    return result
 
 
 def assert_offline(html: str) -> None:

@@ -48,3 +48,9 @@ def pick_token(logits: torch.Tensor, sampling: SamplingConfig | None, generator=
         return logits.argmax(-1), None
     probs = logits_to_probs(logits, sampling)
     return sample(probs, generator), probs
+
+
+def top_probability(logits: torch.Tensor) -> torch.Tensor:
+    """A draft's confidence: its top probability at temperature 1 over the columns it scores (a trimmed
+    head's own vocabulary), whatever the sampling settings; logits [..., V] -> [...] in fp32."""
+    return torch.softmax(logits.float(), dim=-1).amax(-1)

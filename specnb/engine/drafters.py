@@ -4,12 +4,14 @@ The loop (``specnb.engine.generate``) never asks which kind of draft it holds. A
 one generation (like Hugging Face's ``CandidateGenerator`` or vLLM's proposers)::
 
     begin(state, input_ids, attention_mask) -> forwards   prefill whatever it keeps (its own KV cache)
-    propose(state, k, tree=None) -> Proposal             up to k tokens per row (or a static tree)
+    propose(state, k, tree=None) -> Proposal             up to k tokens per row (fewer where a row's chain
+                                                         stops: ``state.confidence``), or a tree
     commit(state, proposal, step)                        roll back to what the verifier accepted
 
 What a step did to the drafter's own cache travels in the ``Proposal`` it returned and comes back to
 ``commit``. ``needs_features``: the loop keeps the verifier's final hidden states for it
-(``state.features``); ``trees``: it can draft a static tree. What only the predictor needs (traces,
+(``state.features``); ``trees``: it can draft a static tree; an optional ``dynamic_trees``: it can
+grow EAGLE-2's dynamic tree (``specnb.engine.trees.DynamicTree``). What only the predictor needs (traces,
 how a draft's cost is priced) is ``specnb.predict.drafts``.
 
 Kinds: drafts from tokens (``model_drafters``: a causal LM with its own cache, an early exit, prompt

@@ -7,7 +7,8 @@ Decoding"; Chen et al. 2023, "Accelerating LLM Decoding with Speculative Samplin
 Public API::
 
     generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma=4, max_new_tokens=64,
-             sampling=None, eos_token_id=None, timer=None, vocab_size=None, tree=None) -> GenerationResult
+             sampling=None, eos_token_id=None, timer=None, vocab_size=None, tree=None,
+             confidence=0.0) -> GenerationResult
 
 Prompts are tokenised (left padded) by ``specnb.engine.inputs.encode_prompts``; the KV caches live
 in ``specnb.engine.kvcache``, the accept/reject rule in ``specnb.engine.accept``, the drafts behind
@@ -15,7 +16,10 @@ the ``Drafter`` seam in ``specnb.engine.drafters``. ``draft=None`` runs the veri
 (prefill, then one token per forward); ``draft`` is whatever ``load_pair`` returns (a causal LM, an
 early exit, prompt lookup) or a ``Drafter``. ``sampling=None`` is greedy, else a ``SamplingConfig``
 (temperature, top-p, seed). ``timer``: None (off), True, or a ``StageTimer``. ``tree``: a static
-tree's branching per depth (EAGLE, Medusa), verified greedily.
+tree's branching per depth (EAGLE, Medusa), or ``"dynamic"`` (EAGLE-2's, grown from the draft's
+confidence each step), verified greedily. ``confidence``: a chain stops where
+the draft's top probability falls below it (``specnb.engine.confidence``; 0: never). ``gamma``: an
+int, or a choice made per batch size (``GammaChoice``: the predictor's ``gamma="auto"``).
 
 A step drafts, verifies, accepts and rolls back (``speculative_step``). A chain of k drafts is the
 one-wide tree of depth k (``specnb.engine.trees``), so acceptance and the caches' bookkeeping take
@@ -34,7 +38,8 @@ forward by transformers once any hole exists. With batch 1 there are never holes
 passed. Rows that finish (EOS or budget) keep being computed with the batch (as in HF
 ``generate``) but receive no tokens and add no statistics.
 
-Drafts shorter than gamma: prompt lookup may find fewer tokens for some rows; the step
+Drafts shorter than gamma: prompt lookup may find fewer tokens for some rows, a draft with a
+confidence threshold stops rows where it is unsure; the step
 verifies ``max_i k_i`` positions, the padded positions of shorter rows are never accepted and not
 counted as drafted, and a row that accepts all of its ``k_i`` gets the bonus token at ``k_i``.
 Near the budget the step shrinks gamma to ``remaining - 1`` (as HF does) so no work is wasted.
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -58,7 +64,7 @@ from specnb.engine.drafters import Drafter, make_drafter
 from specnb.engine.kvcache import ModelKV
 from specnb.engine.state import DecodeState, Proposal, Rows, Step
 from specnb.engine.timing import NULL_TIMER, StageTimer, synchronize
-from specnb.engine.trees import TreeShape
+from specnb.engine.trees import DynamicTree, TreeShape
 
 
 @dataclass
@@ -75,6 +81,7 @@ class GenerationResult:
     prefill_ms: float
     gamma: int
     prompt_lengths: list[int] = field(default_factory=list)
+    gamma_reason: str = ""  # why this γ, when a ``GammaChoice`` chose it ("" for a γ given as a number)
 
     @property
     def new_tokens(self) -> int:
@@ -225,8 +232,10 @@ def decode_verifier_only(state: DecodeState, timer) -> int:
 # ----------------------------------------------------------------------------- entry point
 
 
-def check_settings(gamma: int, max_new_tokens: int, sampling: SamplingConfig | None) -> None:
+def check_settings(gamma: int, max_new_tokens: int, sampling: SamplingConfig | None, confidence: float = 0.0) -> None:
     """Range checks that need no model (the CLI runs them before loading anything)."""
+    if not 0.0 <= confidence <= 1.0:
+        raise ParameterError(f"confidence must be between 0 (never stop a chain early) and 1, got {confidence}")
     if gamma < 1:
         raise ParameterError(f"gamma must be >= 1 (draft tokens per step), got {gamma}")
     if max_new_tokens < 1:
@@ -252,21 +261,52 @@ def check_vocab(verifier, draft, vocab_size: int | None) -> int | None:
     return vocab_size
 
 
-def as_tree(branching) -> TreeShape | None:
-    """A static tree from its branching per depth, e.g. ``(3, 2, 1)``; None stays None."""
-    if branching is None:
-        return None
+@runtime_checkable
+class GammaChoice(Protocol):
+    """Picks γ for the batch size at hand and says why (``specnb.predict.auto_gamma.AutoGamma``)."""
+
+    def choose(self, batch_size: int) -> tuple[int, str]: ...
+
+
+def choose_gamma(gamma, batch_size: int) -> tuple[int, str]:
+    """(γ, why): a number is used as given; a ``GammaChoice`` picks one for ``batch_size``. The string
+    "auto" needs the draft's calibration on this machine, which the engine cannot see (it knows models,
+    not their names), so it asks for the choice object that the prediction layer builds."""
+    if isinstance(gamma, GammaChoice):
+        chosen, reason = gamma.choose(batch_size)
+        return int(chosen), reason
+    if isinstance(gamma, str):
+        raise ParameterError(
+            f"gamma={gamma!r} is not a number; for the predictor's best γ on this machine pass "
+            "gamma=specnb.auto_gamma(verifier_name, draft_name) (it reads or measures this machine's profile), "
+            "or give gamma as a whole number >= 1")
+    return gamma, ""
+
+
+def as_tree(branching, gamma) -> TreeShape | DynamicTree | None:
+    """A static tree from its branching per depth, e.g. ``(3, 2, 1)``; ``"dynamic"``: EAGLE-2's dynamic
+    tree ``gamma`` deep with the default width and node budget; a ``DynamicTree`` as given; None stays None."""
+    if branching is None or isinstance(branching, DynamicTree):
+        return branching
+    if isinstance(branching, str):
+        if branching != "dynamic" or not isinstance(gamma, int):
+            raise ParameterError(f"tree={branching!r} with gamma={gamma!r}: use tree=\"dynamic\" with a whole "
+                                 "gamma (its depth), a DynamicTree, or a branching per depth such as (3, 2, 1)")
+        return DynamicTree(gamma)
     if not len(branching):
         raise ParameterError("a tree needs at least one depth, e.g. tree=(3, 2, 1); drop tree= to draft a chain")
     return TreeShape(tuple(int(b) for b in branching))
 
 
-def check_tree(tree: TreeShape | None, drafter, sampling) -> None:
+def check_tree(tree: TreeShape | DynamicTree | None, drafter, sampling) -> None:
     if tree is None:
         return
+    kind = "no draft" if drafter is None else f"a {drafter.kind} draft"
+    if isinstance(tree, DynamicTree) and not getattr(drafter, "dynamic_trees", False):
+        raise ParameterError(f"a dynamic tree needs a draft that grows one (eagle), got {kind}; "
+                             "use a static tree such as tree=(3, 2) or drop tree= to draft a chain")
     if drafter is None or not drafter.trees:
-        kind = "no draft" if drafter is None else f"a {drafter.kind} draft"
-        raise ParameterError(f"tree={tree.branching} needs a draft that drafts trees (eagle, medusa), got {kind}; "
+        raise ParameterError(f"tree={tree.label()} needs a draft that drafts trees (eagle, medusa), got {kind}; "
                              "drop tree= to draft a chain")
     if sampling is not None:
         raise ParameterError("trees are verified greedily; use sampling=None, or drop tree= to sample with a chain")
@@ -300,16 +340,27 @@ def real_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
     return [[t for t, m in zip(ids, ms) if m] for ids, ms in zip(input_ids.tolist(), mask.tolist())]
 
 
-def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int = 4, max_new_tokens: int = 64,
-             sampling: SamplingConfig | None = None, eos_token_id=None, timer=None,
-             vocab_size: int | None = None, tree=None) -> GenerationResult:
+def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int | GammaChoice = 4,
+             max_new_tokens: int = 64, sampling: SamplingConfig | None = None, eos_token_id=None, timer=None,
+             vocab_size: int | None = None, tree=None, confidence: float = 0.0) -> GenerationResult:
     """Generate up to ``max_new_tokens`` per row; speculative when ``draft`` is given (see module doc).
 
     ``tree``: a static tree's branching per depth, e.g. ``(3, 2, 1)``, for drafts that can draft one
-    (EAGLE, Medusa); its depth replaces ``gamma``. Trees are verified greedily (``sampling=None``)."""
-    tree = as_tree(tree)
-    gamma = tree.depth if tree is not None else gamma
-    check_settings(gamma, max_new_tokens, sampling)
+    (EAGLE, Medusa); its depth replaces ``gamma``. ``tree="dynamic"`` (EAGLE): EAGLE-2's dynamic tree,
+    ``gamma`` deep, grown by the draft's path probability (``specnb.engine.trees.DynamicTree`` sets its
+    width and node budget). Trees are verified greedily (``sampling=None``).
+    ``confidence``: chains stop at the first position whose draft top probability is below it, that
+    position's token included (as HF's ``assistant_confidence_threshold``); prompt lookup and trees
+    (static or dynamic) ignore it. ``gamma``: a number, or a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
+    for this batch size; the result records the γ used and why."""
+    tree = as_tree(tree, gamma)
+    if tree is not None:
+        gamma, gamma_reason = tree.depth, ""
+    elif draft is not None:
+        gamma, gamma_reason = choose_gamma(gamma, input_ids.shape[0])
+    else:  # verifier-only: nothing to choose (a number is still range-checked)
+        gamma, gamma_reason = (gamma if isinstance(gamma, int) else 1), ""
+    check_settings(gamma, max_new_tokens, sampling, confidence)
     vocab_size = check_vocab(verifier, draft, vocab_size)
     drafter = make_drafter(draft, vocab_size) if draft is not None else None
     check_tree(tree, drafter, sampling)
@@ -325,6 +376,7 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
         with timer.stage("prefill"):
             kv = ModelKV(verifier, vocab_size, features=drafter is not None and drafter.needs_features)
             state = prefill(kv, input_ids, attention_mask, rows, sampling, generator)
+            state.confidence = confidence
             d_forwards = drafter.begin(state, input_ids, attention_mask) if drafter is not None else 0
         synchronize(device)
         prefill_ms = (time.perf_counter() - t0) * 1e3
@@ -340,4 +392,5 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
         tokens=rows.out, accepted_per_step=rows.accepted, drafted_per_step=rows.drafted,
         draft_forwards=d_forwards, verifier_forwards=v_forwards + 1,
         stages_ms=timer.stages_ms(), wall_ms=wall_ms, prefill_ms=prefill_ms,
-        gamma=gamma if draft is not None else 0, prompt_lengths=[len(c) for c in state.contexts])
+        gamma=gamma if draft is not None else 0, prompt_lengths=[len(c) for c in state.contexts],
+        gamma_reason=gamma_reason if draft is not None else "")

@@ -5,8 +5,10 @@ Both propose from what the verifier already computed, which is why they are acce
 than a separate small model at a similar cost (Li et al. 2024, EAGLE; Cai et al. 2024, Medusa).
 The loop hands them ``state.features``: after prefill the final hidden states of every prompt
 column, after each step those of the verified positions every row kept. Both draft chains or static
-trees (``specnb.engine.trees``); sampling draws from the head's distribution, which keeps rejection
-sampling lossless (q is zero outside a trimmed head, a valid draft distribution).
+trees (``specnb.engine.trees``), and EAGLE also EAGLE-2's dynamic trees; a chain stops early where
+the head is unsure, given a confidence threshold (``specnb.engine.confidence``; trees ignore it);
+sampling draws from the head's distribution, which keeps rejection sampling lossless (q is zero
+outside a trimmed head, a valid draft distribution).
 
 EAGLE's input at position p is (f_p, x_{p+1}): the verifier's feature there and the token after it;
 its output is the predicted feature at p + 1, scored by the verifier's frozen lm_head. Its cache
@@ -25,9 +27,10 @@ import torch
 
 from specnb.core.padding import left_pad
 from specnb.core.sampling import logits_to_probs, sample
+from specnb.engine.confidence import ChainStop
 from specnb.engine.kvcache import SlotCache
 from specnb.engine.state import DecodeState, Proposal, Step
-from specnb.engine.trees import TreeShape
+from specnb.engine.trees import DynamicTree, TreeShape
 from specnb.models.lookup import MatchIndex
 
 
@@ -60,12 +63,63 @@ def column(lookup, i):
     return None if lookup is None else (lookup[0][:, i], lookup[1][:, i])
 
 
+class Candidates:
+    """The nodes a dynamic tree grows (``EagleDrafter.draft_dynamic``): per candidate its parent
+    (-1: the root), depth, token [B] and path probability [B]; ``weight`` [B] averages rows."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight = weight
+        self.parents: list[int] = []
+        self.depths: list[int] = []
+        self.tokens: list[torch.Tensor] = []
+        self.scores: list[torch.Tensor] = []
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    def add_children(self, parent: int, eagle, feature: torch.Tensor, lookup, width: int) -> list[int]:
+        """The ``width`` most probable next tokens at ``parent``'s predicted feature [B, d]; their indices."""
+        probs = torch.softmax(eagle.logits(feature, lookup).float(), -1)  # [B, N]
+        top = probs.topk(width, dim=-1)
+        ids = top.indices if eagle.head_ids is None else eagle.head_ids[top.indices]  # [B, w]
+        score = self.scores[parent] if parent >= 0 else torch.ones_like(self.weight)
+        depth = self.depths[parent] + 1 if parent >= 0 else 1
+        first = len(self)
+        for i in range(width):
+            self.parents.append(parent)
+            self.depths.append(depth)
+            self.tokens.append(ids[:, i])
+            self.scores.append(score * top.values[:, i])
+        return list(range(first, len(self)))
+
+    def best(self, candidates, n: int) -> list[int]:
+        """The ``n`` candidates of highest mean path probability (ties: the earlier, so shallower and a
+        parent before its children: a path's probability never grows along it)."""
+        mean = {c: float(self.scores[c] @ self.weight) for c in candidates}
+        return sorted(sorted(candidates, key=lambda c: -mean[c])[:n])
+
+    def ancestors(self, c: int) -> list[int]:
+        found = []
+        while self.parents[c] >= 0:
+            c = self.parents[c]
+            found.append(c)
+        return found
+
+    def tree(self, keep: list[int]):
+        """(tokens [B, N], shape) of the candidates ``keep`` and their ancestors, depth by depth."""
+        keep = sorted(set(keep).union(*(self.ancestors(c) for c in keep)), key=lambda c: (self.depths[c], c))
+        chunk = {c: i + 1 for i, c in enumerate(keep)}  # chunk index of each kept candidate (0: the root)
+        shape = TreeShape.from_parents([chunk.get(self.parents[c], 0) for c in keep])
+        return torch.stack([self.tokens[c] for c in keep], 1), shape
+
+
 class EagleDrafter:
     """An EAGLE draft (``specnb.models.eagle.EagleDraft``) drafting with its own slot cache."""
 
     kind = "eagle"
     needs_features = True
     trees = True
+    dynamic_trees = True  # grows EAGLE-2's dynamic trees (``specnb.engine.trees.DynamicTree``)
 
     def __init__(self, eagle, vocab_size: int | None = None):
         self.eagle = eagle
@@ -113,36 +167,45 @@ class EagleDrafter:
                          lookup=lookup)
         return out[:, -1:], column(lookup, -1), width
 
-    def propose(self, state: DecodeState, k: int, tree: TreeShape | None = None) -> Proposal:
+    def propose(self, state: DecodeState, k: int, tree: TreeShape | DynamicTree | None = None) -> Proposal:
         base = self.slots.length  # slots before this step's
         h, lookup, fed = self.feed_pending(state)
-        if tree is not None:
+        if isinstance(tree, DynamicTree):
+            tokens, shape, forwards = self.draft_dynamic(state, h, lookup, tree.cut(k))
+            q, n_drafted = None, torch.full_like(state.seq_len, shape.depth)
+        elif tree is not None:
             tokens, shape, forwards = self.draft_tree(state, h, lookup, tree.cut(k))
-            q = None
+            q, n_drafted = None, torch.full_like(state.seq_len, shape.depth)
         else:
-            tokens, q = self.draft_chain(state, h, lookup, k)
-            shape, forwards = TreeShape.of_chain(k), k
-        return Proposal(tokens=tokens, tree=shape, n_drafted=torch.full_like(state.seq_len, shape.depth),
-                        forwards=forwards, q=q, fed=fed, slots=self.slots.length - base)
+            tokens, q, n_drafted = self.draft_chain(state, h, lookup, k)
+            shape = TreeShape.of_chain(tokens.shape[1])
+            forwards = shape.depth
+        return Proposal(tokens=tokens, tree=shape, n_drafted=n_drafted, forwards=forwards, q=q, fed=fed,
+                        slots=self.slots.length - base)
 
     def draft_chain(self, state, h: torch.Tensor, lookup, k: int):
-        """k drafts, each from the draft's own predicted feature: (tokens [B, k], q [B, k, V] or None)."""
+        """Up to k drafts, each from the draft's own predicted feature, fewer when every row is unsure
+        (``specnb.engine.confidence``): (tokens [B, m], q [B, m, V] or None, n_drafted [B])."""
         head_ids, tokens, probs = self.eagle.head_ids, [], []
+        stop = ChainStop(state.confidence, state.rows.done, h.device)
         chains = [[] for _ in self.index]  # per row: its drafts so far (lookup drafts)
         for j in range(k):
-            tok, prob = pick_from_head(self.eagle.logits(h[:, -1], lookup), head_ids, state.vocab, state.sampling,
-                                       state.generator)
+            small = self.eagle.logits(h[:, -1], lookup)  # [B, N]
+            tok, prob = pick_from_head(small, head_ids, state.vocab, state.sampling, state.generator)
             tokens.append(tok)
             probs.append(prob)
-            if j + 1 < k:  # the next position, from the draft's own predicted feature
-                if self.ngram:
-                    lookup = self.peek(chains, tok.tolist(), tok.device)
-                keys = self.slots.append(len(tok), 1, None, tok.device)
-                h = self.eagle(h, tok[:, None], cache=self.slots.cache, position_ids=(state.seq_len - 1 + j)[:, None],
-                               attention_mask=keys, lookup=None if lookup is None else (lookup[0][:, None],
-                                                                                        lookup[1][:, None]))
-        q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, k, V]
-        return torch.stack(tokens, 1), q
+            stop.add(small)
+            if j + 1 == k or stop.done():
+                break
+            # the next position, from the draft's own predicted feature
+            if self.ngram:
+                lookup = self.peek(chains, tok.tolist(), tok.device)
+            keys = self.slots.append(len(tok), 1, None, tok.device)
+            h = self.eagle(h, tok[:, None], cache=self.slots.cache, position_ids=(state.seq_len - 1 + j)[:, None],
+                           attention_mask=keys, lookup=None if lookup is None else (lookup[0][:, None],
+                                                                                    lookup[1][:, None]))
+        q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, m, V]
+        return torch.stack(tokens, 1), q, stop.counts
 
     def peek(self, chains: list[list[int]], drafted: list[int], device) -> tuple[torch.Tensor, torch.Tensor]:
         """Extend each row's chain by its drafted token; the match of row text + chain, [B] each."""
@@ -187,6 +250,45 @@ class EagleDrafter:
             forwards += 1
         return tokens, shape, forwards
 
+    def draft_dynamic(self, state, h_root: torch.Tensor, root_lookup, plan: DynamicTree):
+        """EAGLE-2's dynamic tree (``specnb.engine.trees``): grow by path probability, one draft forward
+        per depth for the ``width`` candidates expanded there, then keep the ``nodes`` most probable.
+        The rows of a batch share the tree's shape, chosen by the mean path probability over the rows
+        still generating (batch 1: EAGLE-2's own choice); each row has its own tokens.
+        Returns (tokens [B, N], shape, forwards)."""
+        batch, device = len(h_root), h_root.device
+        live = torch.tensor([not done for done in state.rows.done], dtype=torch.float, device=device)
+        grown = Candidates(weight=live / live.sum().clamp_min(1))
+        feats, paths = {}, {-1: [[] for _ in range(batch)]}  # per expanded candidate (-1: the root)
+        grown.add_children(-1, self.eagle, h_root[:, 0], root_lookup, plan.width)
+        frontier, slotted, forwards = list(range(len(grown))), [], 1
+        for depth in range(1, plan.depth):
+            expand = grown.best(frontier, plan.width)
+            ids = torch.stack([grown.tokens[c] for c in expand], 1)  # [B, n]
+            parent_feats = torch.stack([feats.get(grown.parents[c], h_root[:, 0]) for c in expand], 1)  # [B, n, d]
+            lookup = None
+            if self.ngram:
+                for c in expand:
+                    paths[c] = [p + [t] for p, t in zip(paths[grown.parents[c]], grown.tokens[c].tolist())]
+                lookup = pad_matches([[ix.peek(paths[c][b]) for c in expand] for b, ix in enumerate(self.index)],
+                                     device)  # [B, n] each
+            visible = torch.zeros(len(expand), len(slotted) + len(expand), dtype=torch.bool)  # itself and ancestors
+            for i, c in enumerate(expand):
+                visible[i, [slotted.index(a) for a in grown.ancestors(c)] + [len(slotted) + i]] = True
+            self.slots.append(batch, len(expand), None, device)
+            mask = self.slots.tree_mask(batch, visible, device)
+            positions = (state.seq_len - 2 + depth)[:, None].expand(batch, len(expand))  # the parent's position
+            out = self.eagle(parent_feats, ids, cache=self.slots.cache, position_ids=positions, attention_mask=mask,
+                             lookup=lookup)
+            forwards += 1
+            slotted += expand
+            frontier = []
+            for i, c in enumerate(expand):
+                feats[c] = out[:, i]
+                frontier += grown.add_children(c, self.eagle, out[:, i], column(lookup, i), plan.width)
+        tokens, shape = grown.tree(grown.best(range(len(grown)), plan.nodes))
+        return tokens, shape, forwards
+
     def tree_matches(self, shape: TreeShape, level: list[int], ids: torch.Tensor, paths: dict):
         """The match of row text + each node's path (its ancestors, then itself) for a level's nodes
         ``ids`` [B, n]; records the paths in ``paths`` for the next level. (candidates, lengths) [B, n]."""
@@ -229,11 +331,16 @@ class MedusaDrafter:
         if tree is not None:
             return self.propose_tree(tree.cut(k))
         states = self.heads(self.feature)[:, :k]  # [B, k, d]
-        picks = [pick_from_head(self.heads.logits(states[:, j]), self.heads.head_ids, state.vocab, state.sampling,
-                                state.generator) for j in range(k)]
-        q = torch.stack([p for _, p in picks], 1) if state.sampling is not None else None
-        return Proposal(tokens=torch.stack([t for t, _ in picks], 1), tree=TreeShape.of_chain(k),
-                        n_drafted=torch.full_like(state.seq_len, k), forwards=0, q=q)
+        stop, picks = ChainStop(state.confidence, state.rows.done, states.device), []
+        for j in range(k):  # head j's token; the chain ends once every row is unsure
+            small = self.heads.logits(states[:, j])  # [B, N]
+            picks.append(pick_from_head(small, self.heads.head_ids, state.vocab, state.sampling, state.generator))
+            stop.add(small)
+            if stop.done():
+                break
+        q = torch.stack([p for _, p in picks], 1) if state.sampling is not None else None  # [B, m, V]
+        return Proposal(tokens=torch.stack([t for t, _ in picks], 1), tree=TreeShape.of_chain(len(picks)),
+                        n_drafted=stop.counts, forwards=0, q=q)
 
     def propose_tree(self, shape: TreeShape) -> Proposal:
         """Every node at depth d gets the same children: head d + 1's top-b tokens (the heads do not

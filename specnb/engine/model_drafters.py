@@ -7,6 +7,7 @@ import torch
 
 from specnb.core.padding import left_pad
 from specnb.core.sampling import pick_token
+from specnb.engine.confidence import ChainStop
 from specnb.engine.kvcache import ModelKV
 from specnb.engine.state import Proposal, Step
 from specnb.engine.trees import TreeShape
@@ -17,7 +18,8 @@ class ModelDrafter:
 
     Each step it first catches up on the tokens its cache has not seen (1 per row, or 2 after a
     step that accepted every draft: the last draft and the bonus token; more after skipped steps),
-    left padded into one chunk, then runs k − 1 more one-token forwards."""
+    left padded into one chunk, then runs k − 1 more one-token forwards, fewer when every row stops
+    early (``specnb.engine.confidence``)."""
 
     needs_features = False
     trees = False
@@ -40,16 +42,20 @@ class ModelDrafter:
         width = chunk.shape[1]
         positions = (state.seq_len[:, None] - width + torch.arange(width, device=device)).clamp_min(0)  # [B, w]
         logits = self.kv.forward(chunk, positions, chunk_mask)[:, -1]  # [B, V]
-        tokens, probs = [], []
+        tokens, probs, stop = [], [], ChainStop(state.confidence, state.rows.done, device)
         for j in range(k):
             if j:
                 logits = self.kv.forward(tokens[-1][:, None], (state.seq_len + j - 1)[:, None])[:, -1]
             tok, prob = pick_token(logits, state.sampling, state.generator)
             tokens.append(tok)
             probs.append(prob)
-        q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, k, V]
-        return Proposal(tokens=torch.stack(tokens, 1), tree=TreeShape.of_chain(k),
-                        n_drafted=torch.full_like(state.seq_len, k), forwards=k, q=q, fed=width, slots=width + k - 1)
+            stop.add(logits)
+            if stop.done():  # every row is unsure: no more forwards this step
+                break
+        m = len(tokens)  # chain positions drafted (< k when every row stopped early)
+        q = torch.stack(probs, 1) if state.sampling is not None else None  # [B, m, V]
+        return Proposal(tokens=torch.stack(tokens, 1), tree=TreeShape.of_chain(m), n_drafted=stop.counts,
+                        forwards=m, q=q, fed=width, slots=width + m - 1)
 
     def commit(self, state, proposal: Proposal, step: Step) -> None:
         if not proposal.fed:  # no forward this step (k = 0): one more token to catch up on
@@ -66,7 +72,8 @@ class ModelDrafter:
 class LookupDrafter:
     """Prompt lookup (``specnb.models.lookup.PromptLookup``) as a draft: it copies from each row's
     prompt and output, runs no forward, and is deterministic, so its q is one-hot on the proposal
-    (zero on padded positions), which keeps rejection sampling lossless."""
+    (zero on padded positions), which keeps rejection sampling lossless. It has no probability to be
+    unsure with, so it ignores a confidence threshold: a match is proposed whole or not at all."""
 
     kind = "lookup"
     needs_features = False

@@ -59,6 +59,7 @@ class DecodeState:
     vocab: int  # logit width the draft's q must match
     features: torch.Tensor | None = None  # [B, T, d] the verifier's final hidden states for a feature draft:
     #   after prefill every prompt column; after a step the verified positions each row kept, in order
+    confidence: float = 0.0  # a chain stops where the draft's top probability falls below (``engine.confidence``)
 
     def text(self, row: int) -> list[int]:
         """Prompt and generated tokens of one row."""

@@ -11,11 +11,19 @@ static trees); Li et al. 2024 (EAGLE, EAGLE-2).
 
 Node order is breadth first: chunk index 0 is the root (the last emitted token), then the depth-1
 nodes, then each depth-1 node's children in turn, and so on.
+
+A dynamic tree (``DynamicTree``, EAGLE-2: Li et al. 2024, "EAGLE-2: Faster Inference of Language
+Models with Dynamic Draft Trees") is grown each step from the draft's own confidence: per depth the
+``width`` candidates with the highest path probability (product of the draft's probabilities along
+the path) are expanded, each proposing its top-``width`` tokens, and the ``nodes`` candidates of
+highest path probability over all depths are verified. The step's tree is then a ``TreeShape`` given
+by its parents (``TreeShape.from_parents``), depth by depth, so verification and acceptance take the
+same path as for a static tree.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import torch
@@ -26,25 +34,36 @@ from specnb.core.errors import ParameterError
 @dataclass(frozen=True)
 class TreeShape:
     """A static tree: ``branching[d]`` children per node at depth d (the root is depth 0). A chain of k
-    drafts is the one-wide tree ``(1,) * k``; the empty tree is the root alone (nothing drafted)."""
+    drafts is the one-wide tree ``(1,) * k``; the empty tree is the root alone (nothing drafted).
+    A tree of any shape (a dynamic tree's step) is given by its parents instead (``from_parents``)."""
 
     branching: tuple[int, ...]
+    links: tuple[int, ...] | None = None  # each node's parent chunk index, when not given by branching
 
     def __post_init__(self):
         if any(int(b) < 1 for b in self.branching):
             raise ParameterError(f"every branching of a tree must be >= 1, got {self.branching}; e.g. tree=(3, 2, 1)")
 
+    @classmethod
+    def from_parents(cls, parents) -> TreeShape:
+        """A tree from its nodes' parent chunk indices, depth by depth (each parent before its children)."""
+        return cls((), tuple(int(p) for p in parents))
+
     @property
     def depth(self) -> int:
-        return len(self.branching)
+        return len(self.branching) if self.links is None else max(self.depths)
 
     def cut(self, depth: int) -> TreeShape:
         """The same tree, no deeper than ``depth`` (near the token budget)."""
+        if self.links is not None:
+            return TreeShape.from_parents(self.links[: sum(d <= depth for d in self.depths[1:])])
         return TreeShape(self.branching[:depth])
 
     @cached_property
     def parents(self) -> list[int]:
         """Chunk index of each node's parent (node j is chunk index j + 1; the root is 0)."""
+        if self.links is not None:
+            return list(self.links)
         parents, level = [], [0]
         for width in self.branching:
             nxt = []
@@ -66,7 +85,7 @@ class TreeShape:
     @property
     def chain(self) -> bool:
         """One candidate per depth: the drafts follow each other, a causal chunk needs no tree mask."""
-        return all(b == 1 for b in self.branching)
+        return all(len(kids) <= 1 for kids in self.children)
 
     @property
     def size(self) -> int:
@@ -100,4 +119,25 @@ class TreeShape:
         return cls((1,) * k)
 
     def label(self) -> str:
-        return "x".join(map(str, self.branching))
+        return "x".join(map(str, self.branching)) if self.links is None else f"{self.size} nodes"
+
+
+@dataclass(frozen=True)
+class DynamicTree:
+    """EAGLE-2's dynamic tree (module doc): grown to ``depth`` by expanding the ``width`` most probable
+    candidates per depth, each proposing its top-``width`` tokens; the ``nodes`` most probable are verified."""
+
+    depth: int
+    width: int = 4
+    nodes: int = 16
+
+    def __post_init__(self):
+        if self.depth < 1 or self.width < 1 or self.nodes < 1:
+            raise ParameterError(f"a dynamic tree needs depth, width and nodes >= 1, got {self}")
+
+    def cut(self, depth: int) -> DynamicTree:
+        """No deeper than ``depth`` (near the token budget)."""
+        return replace(self, depth=min(self.depth, depth))
+
+    def label(self) -> str:
+        return f"dynamic{self.depth}w{self.width}n{self.nodes}"

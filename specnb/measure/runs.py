@@ -21,6 +21,7 @@ per-token α in ``specnb.measure.acceptance``; tables derived from the records f
 from __future__ import annotations
 
 import gc
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.engine.timing import STAGES, stage_columns
+from specnb.engine.trees import DynamicTree
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import as_prompt_frame, batches_of
 
@@ -39,30 +41,58 @@ STAGE_COLUMNS = stage_columns()
 @dataclass
 class Candidate:
     """One way to generate: verifier-only (``draft=None, gamma=0``), a draft at a γ, or a head draft
-    with a static tree (``tree``: branching per depth; ``gamma`` is then its depth)."""
+    with a static tree (``tree``: branching per depth; ``gamma`` is then its depth). ``gamma`` may be a
+    choice made per batch size (``specnb.engine.generate.GammaChoice``: ``gamma="auto"``);
+    ``confidence``: chains stop where the draft is unsure (``specnb.engine.confidence``)."""
 
     name: str
     draft: Any | None
     draft_name: str | None
-    gamma: int
-    tree: tuple[int, ...] | None = None
+    gamma: Any  # int, or a GammaChoice
+    tree: tuple[int, ...] | DynamicTree | None = None
+    confidence: float = 0.0
 
 
-def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees=()) -> list[Candidate]:
-    """Verifier-only (first), every draft at every γ (``"<draft> γ=<gamma>"``), and every draft that
-    can draft a tree with each of ``trees`` (``"<draft> tree=3x2x1"``)."""
+def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees=(), confidences=(0.0,),
+                    auto=None) -> list[Candidate]:
+    """Verifier-only (first), every draft at every γ and confidence threshold (``"<draft> γ=<gamma>"``,
+    ``"<draft> γ=4 conf=0.3"``), and every draft that can draft a tree with each of ``trees``
+    (``"<draft> tree=3x2x1"``; a ``DynamicTree`` for drafts that grow one: ``"<draft> tree=dynamic4w4n16"``).
+    A γ of ``"auto"`` is the predictor's per batch size: ``auto`` builds it from (draft name,
+    confidence) (``specnb.predict.auto_gamma.chooser``)."""
     from specnb.engine.drafters import make_drafter
 
-    gammas = [int(g) for g in gammas]
-    if any(g < 1 for g in gammas):
-        raise ParameterError(f"gammas must be integers >= 1, got {gammas}")
-    trees = [tuple(int(b) for b in t) for t in trees]
+    wants_auto = any(isinstance(g, str) and g == "auto" for g in gammas)
+    gammas = [g for g in gammas if not (isinstance(g, str) and g == "auto")]
+    if not all(isinstance(g, numbers.Real) and int(g) == g and g >= 1 for g in gammas):
+        raise ParameterError(f"gammas must be integers >= 1 or \"auto\", got {gammas}")
+    if wants_auto and auto is None:
+        raise ParameterError('gamma "auto" needs the predictor: pass auto=specnb.predict.auto_gamma.chooser(verifier)')
+    if any(not 0.0 <= c <= 1.0 for c in confidences):
+        raise ParameterError(f"confidence thresholds must be between 0 and 1, got {list(confidences)}")
+    trees = [t if isinstance(t, DynamicTree) else tuple(int(b) for b in t) for t in trees]
     found = [Candidate(BASELINE, None, None, 0)] if baseline else []
     for name, draft in drafts.items():
-        found += [Candidate(f"{name} γ={g}", draft, name, g) for g in gammas]
-        if trees and make_drafter(draft).trees:
-            found += [Candidate(f"{name} tree={'x'.join(map(str, t))}", draft, name, len(t), t) for t in trees]
+        for c in confidences:
+            suffix = f" conf={c:g}" if c else ""
+            found += [Candidate(f"{name} γ={int(g)}{suffix}", draft, name, int(g), confidence=c) for g in gammas]
+            if wants_auto:
+                found.append(Candidate(f"{name} γ=auto{suffix}", draft, name, auto(name, c), confidence=c))
+        drafter = make_drafter(draft) if trees else None
+        for t in trees:
+            grows = drafter.trees and (getattr(drafter, "dynamic_trees", False) or not isinstance(t, DynamicTree))
+            if grows:
+                found.append(Candidate(f"{name} tree={tree_label(t)}", draft, name, tree_depth(t), t))
     return found
+
+
+def tree_label(tree) -> str:
+    """``3x2x1`` for a static tree's branching, the ``DynamicTree``'s own label for a dynamic one."""
+    return tree.label() if isinstance(tree, DynamicTree) else "x".join(map(str, tree))
+
+
+def tree_depth(tree) -> int:
+    return tree.depth if isinstance(tree, DynamicTree) else len(tree)
 
 
 def rotated(candidates: list[Candidate], shift: int) -> list[Candidate]:
@@ -124,10 +154,11 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
     collecting = gc.isenabled()
     gc.disable()
     try:
+        gamma = max(cand.gamma, 1) if isinstance(cand.gamma, int) else cand.gamma
         result = generate(pair.verifier, input_ids.to(pair.device), mask.to(pair.device), draft=cand.draft,
-                          gamma=max(cand.gamma, 1), max_new_tokens=max_new_tokens, sampling=sampling,
+                          gamma=gamma, max_new_tokens=max_new_tokens, sampling=sampling,
                           eos_token_id=pair.tokenizer.eos_token_id, timer=timer, vocab_size=pair.vocab_size,
-                          tree=cand.tree)
+                          tree=cand.tree, confidence=cand.confidence)
     finally:
         if collecting:
             gc.enable()
@@ -135,10 +166,11 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
 
 
 def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stages: dict[str, float]) -> dict:
-    """Spec-Bench-style record: totals over the batch's rows, plus per-step and per-position counts."""
+    """Spec-Bench-style record: totals over the batch's rows, plus per-step and per-position counts.
+    ``gamma`` is the γ the run used (for ``gamma="auto"``, the one chosen; ``gamma_reason`` says why)."""
     accepted_steps = [n for row in result.accepted_per_step for n in row]  # per row, per verifier step
     drafted_steps = [n for row in result.drafted_per_step for n in row]
-    gamma = cand.gamma if cand.draft is not None else 0
+    gamma = result.gamma if cand.draft is not None else 0
     record = {
         "repeat": repeat,
         "prompt_ids": ",".join(map(str, batch["id"])),
@@ -146,7 +178,9 @@ def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stage
         "candidate": cand.name,
         "draft": cand.draft_name or "",
         "gamma": gamma,
-        "tree": "x".join(map(str, cand.tree)) if cand.tree else "",
+        "tree": tree_label(cand.tree) if cand.tree else "",
+        "confidence": cand.confidence,
+        "gamma_reason": result.gamma_reason,
         "batch_size": len(batch),
         "new_tokens": sum(len(t) for t in result.tokens),
         "wall_ms": result.wall_ms,
@@ -187,8 +221,9 @@ def ratio_tok_s(frame: pd.DataFrame) -> float:
 
 def summarise(records: pd.DataFrame, baseline: str = BASELINE, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Per candidate and batch size: tok/s, α (accepted ÷ drafted), the per-token α (``alpha_token``,
-    accepted ÷ positions reached), τ, speedup with a bootstrap CI over prompts, and per-stage ms per
-    generated token.
+    accepted ÷ positions reached), τ, drafted tokens per step, speedup with a bootstrap CI over
+    prompts, and per-stage ms per generated token; a ``gamma="auto"`` candidate also says which γ it
+    chose and why (``gamma_reason``).
 
     Speedup pairs each record with the baseline's on the same (repeat, prompts, batch size); the
     CI resamples prompt batches with replacement (all repeats of a batch move together).
@@ -224,6 +259,9 @@ def summarise_one(name, batch_size, group: pd.DataFrame, base: pd.DataFrame, rng
         "alpha": accepted / drafted if drafted else float("nan"),
         "alpha_token": token_alpha(group),
         "tau": 1.0 if group["gamma"].iloc[0] == 0 else (accepted + steps) / steps if steps else float("nan"),
+        "drafted_per_step": drafted / steps if steps else float("nan"),
+        "confidence": float(group["confidence"].iloc[0]) if "confidence" in group else 0.0,
+        "gamma_reason": group["gamma_reason"].iloc[0] if "gamma_reason" in group else "",
         "speedup": float(speedup),
         "speedup_lo": lo,
         "speedup_hi": hi,

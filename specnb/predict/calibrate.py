@@ -198,7 +198,7 @@ def replay_check(profile: HardwareProfile, records: pd.DataFrame) -> pd.DataFram
         traces = [t for t in profile.traces.get(r["draft"], []) if t.prompt_id == str(r["prompt_ids"])]
         if not traces:
             continue
-        packed = pack(traces, profile.max_new_tokens)
+        packed = pack(traces, profile.max_new_tokens, float(r.get("confidence", 0.0) or 0.0))
         got = replay(packed, np.zeros((1, 1), dtype=int), int(r["gamma"]), profile.max_new_tokens)
         length = int(packed.lengths[0])
         replayed = emitted_per_step(got.accepted[got.active[:, 0, 0], 0, 0], length)

@@ -1,7 +1,12 @@
 """What the predictor needs to know of each kind of draft, beside the ``Drafter`` seam the loop uses:
 how to trace it (how many tokens a step starting after each generated token would have had accepted,
-under greedy decoding: ``specnb.predict.traces``), which forwards its cost model times, and how its
-cost per step is priced (``specnb.predict.costs``).
+under greedy decoding, and how confident the draft was along that step's chain: ``specnb.predict.traces``),
+which forwards its cost model times, and how its cost per step is priced (``specnb.predict.costs``).
+
+A trace returns (runs, proposed, confidence): ``confidence[j]`` the draft's top probability at each
+position of the chain a step after generated token j drafts (``specnb.engine.confidence``), from the
+draft's own chain as the loop drafts it, so a replay stops where the engine stops; None for prompt
+lookup, which has no probability and ignores a threshold.
 
 ``draft_traits(draft, vocab_size)`` picks them by the draft object's ``draft_kind``, as
 ``specnb.engine.drafters.make_drafter`` picks a drafter.
@@ -15,11 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specnb.core.sampling import top_probability
 from specnb.core.sequences import first_mismatch
 from specnb.models.lookup import MatchIndex, all_matches
 
 FORWARDS, PER_STEP, PER_TOKEN = "forwards", "per_step", "per_token"  # how a draft's cost is priced
-Trace = Callable[..., tuple[list[int], list[int] | None]]  # (context, generated, cap, features) -> (runs, proposed)
+Trace = Callable[..., tuple[list[int], list[int] | None, list[list[float]] | None]]
+# (context, generated, cap, features) -> (runs, proposed, confidence)
+CHAINS_PER_FORWARD = 32  # chains a model draft's trace drafts side by side (bounds its memory)
 
 
 @dataclass
@@ -77,7 +85,9 @@ def runs_of_drafts(drafts: list[list[int]], generated: list[int]) -> list[int]:
 
 def trace_model(model, vocab_size, context, generated, cap, features=None):
     """Teacher-forced: one forward over prompt + generated text gives the draft's greedy guess
-    at every position given the verifier's prefix, which is what a chain step would draft."""
+    at every position given the verifier's prefix, which is what a chain step would draft while its
+    drafts are accepted. Past a rejection the chain reads its own wrong token, so its confidence there
+    comes from drafting the chains themselves (``model_chain_confidence``)."""
     device = next(model.parameters()).device
     ids = torch.tensor([context + generated[:-1]], device=device)  # [1, S + L - 1]
     with torch.inference_mode():
@@ -85,14 +95,41 @@ def trace_model(model, vocab_size, context, generated, cap, features=None):
     if vocab_size:
         logits = logits[:, :vocab_size]
     matches = (logits.argmax(-1).cpu() == torch.tensor(generated)).tolist()
-    return runs_from_matches(matches, len(generated)), None
+    confidence = model_chain_confidence(model, vocab_size, context, generated, cap)
+    return runs_from_matches(matches, len(generated)), None, confidence
+
+
+@torch.inference_mode()
+def model_chain_confidence(model, vocab_size, context, generated, cap) -> list[list[float]]:
+    """The draft's top probability along the greedy chain of each step after generated token j
+    (j = 1..L-1; j = 0 starts no step), ``min(cap, L)`` positions: the chains drafted as the loop drafts
+    them, ``CHAINS_PER_FORWARD`` at a time in a left-padded batch with their own KV cache."""
+    from specnb.core.padding import left_pad_ids
+    from specnb.engine.kvcache import ModelKV
+
+    device = next(model.parameters()).device
+    depth, found = min(cap, len(generated)), [[]]
+    starts = list(range(1, len(generated)))
+    for first in range(0, len(starts), CHAINS_PER_FORWARD):
+        ids, mask = left_pad_ids([context + generated[:j] for j in starts[first:first + CHAINS_PER_FORWARD]], 0)
+        ids, mask = ids.to(device), mask.to(device)
+        kv = ModelKV(model, vocab_size)
+        logits = kv.prefill(ids, mask)  # [C, V]
+        position = mask.sum(1, keepdim=True)  # [C, 1] where each chain's next token sits
+        tops = []
+        for r in range(depth):
+            tops.append(top_probability(logits))
+            if r + 1 < depth:
+                logits = kv.forward(logits.argmax(-1)[:, None], position + r)[:, -1]
+        found += torch.stack(tops, 1).tolist()
+    return found
 
 
 def trace_lookup(lookup, context, generated, cap, features=None):
     """What the lookup would propose after every generated token, and how much of it matches what the
     verifier went on to generate."""
     drafts = [lookup.propose(context + generated[:j], cap) for j in range(1, len(generated))]
-    return runs_of_drafts(drafts, generated), [0] + [len(d) for d in drafts]
+    return runs_of_drafts(drafts, generated), [0] + [len(d) for d in drafts], None
 
 
 @torch.inference_mode()
@@ -102,9 +139,11 @@ def trace_medusa(heads, context, generated, cap, features=None):
     k = heads.config.num_heads
     start = len(context) - 1  # the feature that produced generated[0]
     states = heads(features[start:])  # [L, K, d]: row j proposes generated[j + 1 ..]
-    drafts = torch.stack([heads.to_tokens(heads.logits(states[:, i]).argmax(-1)) for i in range(k)],
-                         1).tolist()  # [L, K]
-    return runs_of_drafts(drafts[: len(generated) - 1], generated), [0] + [k] * (len(generated) - 1)
+    logits = [heads.logits(states[:, i]) for i in range(k)]  # K x [L, N]
+    drafts = torch.stack([heads.to_tokens(x.argmax(-1)) for x in logits], 1).tolist()  # [L, K]
+    confidence = torch.stack([top_probability(x) for x in logits], 1).tolist()  # [L, K]
+    steps = len(generated) - 1
+    return (runs_of_drafts(drafts[:steps], generated), [0] + [k] * steps, [[]] + confidence[:steps])
 
 
 @torch.inference_mode()
@@ -132,7 +171,9 @@ def trace_eagle(eagle, context, generated, cap, features=None):
     h = eagle(features[None], full[None, 1:], cache=cache, lookup=lookup)[0]  # [W, d]: pass 1, causal
     chains = torch.arange(start, start + len(generated) - 1, device=full.device)  # catch-up entry, j = 1..L-1
     lookup = None if lookup is None else (lookup[0][0, chains], lookup[1][0, chains])  # [C] each
-    h, tokens = h[chains], [eagle.tokens(h[chains], lookup)]  # [C, d], drafts 1 of each chain
+    h = h[chains]  # [C, d]
+    tokens, tops = draft_step(eagle, h, lookup)  # drafts 1 of each chain, and the head's confidence
+    tokens, tops = [tokens], [tops]
     slot = width
     for r in range(2, min(cap, len(generated)) + 1):
         count = len(chains)
@@ -145,10 +186,19 @@ def trace_eagle(eagle, context, generated, cap, features=None):
             lookup = chain_matches(ngram, context + generated, start + 2, torch.stack(tokens, 1))  # [C] each
         h = eagle(h[None], tokens[-1][None], cache=cache, position_ids=positions, attention_mask=mask,
                   lookup=None if lookup is None else (lookup[0][None], lookup[1][None]))[0]
-        tokens.append(eagle.tokens(h, lookup))
+        token, top = draft_step(eagle, h, lookup)
+        tokens.append(token)
+        tops.append(top)
         slot += count
     drafts = torch.stack(tokens, 1).tolist()  # [C, R]: chain j's drafts for generated[j], generated[j + 1], ...
-    return runs_of_drafts(drafts, generated), None
+    return runs_of_drafts(drafts, generated), None, [[]] + torch.stack(tops, 1).tolist()
+
+
+def draft_step(eagle, h: torch.Tensor, lookup) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's greedy tokens (full vocabulary ids) and top probability at features ``h`` [C, d]."""
+    logits = eagle.logits(h, lookup)  # [C, N]
+    index = logits.argmax(-1)
+    return (index if eagle.head_ids is None else eagle.head_ids[index]), top_probability(logits)
 
 
 def chain_matches(ngram: int, text: list[int], first: int, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,8 @@ One speculative step with k = min(γ, tokens still wanted − 1) drafts, exactly
 ``specnb.engine.generate`` does it::
 
     draft:  t_d(w, b) + (k − 1)·t_d(1, b)   w = 2 when the previous step accepted every draft
-                                             (the draft catches up on its last token + the bonus)
+                                             (the draft catches up on its last token + the bonus);
+                                             k shorter when a confidence threshold stops every row
     verify: t_v(k + 1, b)
     other:  o_step                           accept/rollback/bookkeeping, measured per step
 
@@ -131,6 +132,7 @@ class Prediction:
     baseline_tok_s: float
     table: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    confidence: float = 0.0  # the confidence threshold the replayed chains stop at (0: never)
 
     def as_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "table"}
@@ -172,8 +174,10 @@ def predict(
     n_boot: int = 200,
     sims_per_boot: int = 16,
     seed: int = 0,
+    confidence: float = 0.0,
 ) -> Prediction:
-    """Predicted speedup for every γ, its band, break-even α and the recommendation."""
+    """Predicted speedup for every γ, its band, break-even α and the recommendation; ``confidence``:
+    chains stop where the draft's top probability falls below it (``specnb.engine.confidence``)."""
     gammas = check_gammas(gammas)
     check_known(profile, draft)
     if batch_size < 1:
@@ -183,7 +187,7 @@ def predict(
         raise ParameterError(f"max_new_tokens must be >= 2 for a speculative step to exist, got {n_new}")
     prompt_tokens = float(prompt_tokens if prompt_tokens is not None else profile.prompt_tokens)
     costs = forward_costs(profile, draft, batch_size, prompt_tokens)
-    packed = pack(profile.traces[draft], n_new)
+    packed = pack(profile.traces[draft], n_new, confidence)
     rows = bootstrap_rows(len(packed.lengths), batch_size, n_boot, sims_per_boot, seed)  # [n_boot, per_boot, B]
     scenario = Scenario(profile=profile, draft=draft, costs=costs, packed=packed, rows=rows,
                         flat=flat_packed(BREAK_EVEN_ALPHAS, n_new, seed=seed), n_new=n_new)
@@ -191,6 +195,7 @@ def predict(
     best = table.loc[table["predicted_speedup"].idxmax()]
     best_gamma = int(best["gamma"])
     notes = trace_notes(profile.traces[draft], packed, max(gammas), n_new)
+    notes += confidence_notes(profile, draft, confidence)
     recommended = best_gamma if clears_break_even(best["predicted_speedup"], best["speedup_lo"]) else None
     if recommended is None and best["predicted_speedup"] > 1.0:
         notes.append(
@@ -210,6 +215,7 @@ def predict(
         baseline_tok_s=float(table["baseline_tok_s"].iloc[0]),
         table=table,
         notes=notes,
+        confidence=confidence,
     )
 
 
@@ -239,6 +245,13 @@ def trace_notes(traces: list[AcceptanceTrace], packed: PackedTraces, max_gamma: 
             "their acceptance is repeated to fill the budget"
         )
     return notes
+
+
+def confidence_notes(profile: HardwareProfile, draft: str, confidence: float) -> list[str]:
+    if confidence > 0 and all(t.confidence is None for t in profile.traces[draft]):
+        return [f"{draft}'s traces record no confidence (prompt lookup has none; a profile calibrated before "
+                "confidence stopping lacks it): its chains are replayed without stopping early"]
+    return []
 
 
 def trace_cap(traces: list[AcceptanceTrace]) -> float:
@@ -278,6 +291,7 @@ def predict_gamma(scenario: Scenario, gamma: int) -> dict:
         "predicted_tok_s": float(tokens / spec_ms.sum() * 1e3),
         "baseline_tok_s": float(tokens / base_ms.sum() * 1e3),
         "tokens_per_step": float((got.accepted + 1)[active].sum() / max(active.sum(), 1)),
+        "drafted_per_step": float(got.drafted[active].sum() / max(active.sum(), 1)),
         "verify_ms": float(costs.verify_ms(np.array(gamma + 1))),
         "draft_ms_per_step": float(costs.draft_ms(np.array(gamma), np.array(1.0))),
         "break_even_alpha": simulated_break_even_alpha(costs, scenario.flat, gamma, batch, scenario.n_new),

@@ -18,6 +18,11 @@ position 1 is reached mostly right after a rejection, that is inside text the dr
 nothing and is verified with a 1-token forward, which a "k drafts every step" profile cannot
 express. Traces keep both.
 
+Confidence stopping (``specnb.engine.confidence``): a trace also records the draft's top probability
+along the chain each step would draft, so ``pack`` turns any threshold into the depth where each
+chain stops, and ``replay`` stops there as the engine does (and stops drafting once every row of a
+batch has stopped).
+
 Sampling (temperature > 0) is not covered: acceptance is then random, and traces assume greedy.
 """
 
@@ -43,13 +48,23 @@ class AcceptanceTrace:
     """One prompt's generation seen from the draft. Index j = tokens already generated (j >= 1:
     the prefill emits token 0); a step starting there would have the draft propose ``proposed[j]``
     tokens (capped by γ) of which the first ``runs[j]`` are accepted. A model draft proposes as
-    many tokens as it is asked for: ``proposed`` and ``cap`` are None."""
+    many tokens as it is asked for: ``proposed`` and ``cap`` are None. ``confidence[j]``: the draft's
+    top probability at each position of that step's chain (up to the trace's cap; None: a draft
+    without probabilities, which a threshold never stops)."""
 
     prompt_id: str
     runs: list[int]  # [L]
     proposed: list[int] | None  # [L]; None: always as many as asked (a model draft)
     cap: int | None  # proposals were looked up to this many tokens (None: unlimited)
     hit_budget: bool  # the verifier stopped at max_new_tokens, not at EOS (so it could go on)
+    confidence: list[list[float]] | None = None  # [L][<= cap]
+
+    def stops(self, threshold: float, never: int) -> list[int]:
+        """Per start j: the tokens its chain drafts before a confidence ``threshold`` stops it (the
+        position below the threshold included), ``never`` where it does not stop within the trace."""
+        if threshold <= 0 or self.confidence is None:
+            return [never] * self.length
+        return [next((r + 1 for r, p in enumerate(chain) if p < threshold), never) for chain in self.confidence]
 
     @property
     def length(self) -> int:
@@ -78,10 +93,16 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
         budget = len(generated) >= max_new_tokens and generated[-1] not in eos
         feats = verifier_features(pair.verifier, context + generated[:-1]) if features else None
         for name, draft in traits.items():
-            runs, proposed = draft.trace(context, generated, cap, feats)
+            runs, proposed, confidence = draft.trace(context, generated, cap, feats)
             traces[name].append(AcceptanceTrace(prompt_id=str(row["id"]), runs=runs, proposed=proposed,
-                                                cap=None if proposed is None else cap, hit_budget=budget))
+                                                cap=None if proposed is None else cap, hit_budget=budget,
+                                                confidence=rounded(confidence)))
     return traces
+
+
+def rounded(confidence: list[list[float]] | None) -> list[list[float]] | None:
+    """Confidences to 4 decimals (a profile stores them as JSON; a threshold is never finer)."""
+    return None if confidence is None else [[round(p, 4) for p in chain] for chain in confidence]
 
 
 def verifier_features(verifier, tokens: list[int]):
@@ -108,14 +129,18 @@ class PackedTraces:
     proposed: np.ndarray  # [P, W]
     lengths: np.ndarray  # [P] tokens each prompt generates within the budget
     extended: bool  # some trace was shorter than the budget without EOS and was repeated
+    stops: np.ndarray | None = None  # [P, W] tokens a chain drafts before the confidence threshold stops it
 
 
-def pack(traces: list[AcceptanceTrace], n_new: int) -> PackedTraces:
+def pack(traces: list[AcceptanceTrace], n_new: int, confidence: float = 0.0) -> PackedTraces:
     """Truncate each trace to ``n_new`` tokens; a trace that stopped at the budget (not EOS) and is
-    shorter than ``n_new`` is continued by repeating its steps after the first token (flagged)."""
+    shorter than ``n_new`` is continued by repeating its steps after the first token (flagged).
+    ``confidence``: the threshold whose stops the replay takes (0: chains never stop early)."""
     if not traces:
         raise ParameterError("no acceptance traces to replay; calibrate the draft on at least one prompt")
-    runs, proposed, lengths, extended = [], [], [], False
+    if not 0.0 <= confidence <= 1.0:
+        raise ParameterError(f"confidence must be between 0 and 1, got {confidence}")
+    runs, proposed, lengths, extended, stops = [], [], [], False, []
     for t in traces:
         index = np.arange(n_new)
         if t.length < n_new and t.hit_budget and t.length > 1:
@@ -125,11 +150,13 @@ def pack(traces: list[AcceptanceTrace], n_new: int) -> PackedTraces:
             index, length = index[:min(t.length, n_new)], min(t.length, n_new)
         runs.append(np.asarray(t.runs)[index])
         proposed.append(np.asarray(t.proposed)[index] if t.proposed is not None else np.full(len(index), n_new))
+        stops.append(np.asarray(t.stops(confidence, n_new), dtype=int)[index])
         lengths.append(length)
     width = n_new + 1
     return PackedTraces(runs=np.stack([np.pad(r, (0, width - len(r))) for r in runs]),
                         proposed=np.stack([np.pad(p, (0, width - len(p))) for p in proposed]),
-                        lengths=np.asarray(lengths), extended=extended)
+                        lengths=np.asarray(lengths), extended=extended,
+                        stops=np.stack([np.pad(s, (0, width - len(s)), constant_values=n_new) for s in stops]))
 
 
 def flat_traces(alpha: float, n_new: int, n_traces: int = 64, seed: int = 0) -> list[AcceptanceTrace]:
@@ -154,7 +181,7 @@ def flat_packed(alphas, n_new: int, n_traces: int = 32, seed: int = 0) -> Packed
 class Replay:
     """The steps of S simulated batches of B rows; arrays over steps T (``live`` False once a batch is done)."""
 
-    k: np.ndarray  # [T, S] drafts requested per row (γ, shrunk near the budget)
+    k: np.ndarray  # [T, S] chain positions drafted (γ, shrunk near the budget, cut once every row stopped)
     verify_tokens: np.ndarray  # [T, S] tokens per row in the verification forward
     draft_width: np.ndarray  # [T, S] tokens in the draft's first (catch-up) forward (``catch_up``: see ``replay``)
     live: np.ndarray  # [T, S]
@@ -170,10 +197,12 @@ class Replay:
 
 def replay(packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int, catch_up: str = "tokens") -> Replay:
     """Speculative decoding of batches ``rows`` [S, B] (indices into the traces), step by step as
-    ``specnb.engine.generate.decode_speculative`` does it: k = min(γ, max remaining budget − 1) drafts; row i
-    drafts min(proposed, k), accepts min(run, drafted) and emits that + 1; the verifier checks
-    the longest proposal + 1 tokens; a batch runs until every row has its tokens."""
+    ``specnb.engine.generate.decode_speculative`` does it: k = min(γ, max remaining budget − 1) drafts,
+    fewer when every row's chain stops earlier (confidence, ``pack``); row i drafts min(proposed, k,
+    its stop), accepts min(run, drafted) and emits that + 1; the verifier checks the longest proposal
+    + 1 tokens; a batch runs until every row has its tokens."""
     runs, proposed, lengths = packed.runs[rows], packed.proposed[rows], packed.lengths[rows]  # [S,B,W] [S,B,W] [S,B]
+    stops = packed.stops[rows] if packed.stops is not None else np.full_like(proposed, n_new)  # [S, B, W]
     pos = np.ones_like(lengths)  # tokens emitted per row: the prefill's first
     width = np.ones(len(rows))
     out = {key: [] for key in ("k", "verify_tokens", "draft_width", "live", "active", "accepted", "drafted")}
@@ -184,7 +213,10 @@ def replay(packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int, catch
             break
         k = np.clip(np.minimum(gamma, np.where(active, n_new - pos, 0).max(1) - 1), 0, None)  # [S]
         at = np.minimum(pos, runs.shape[2] - 1)[..., None]
-        drafted = np.where(active, np.minimum(np.take_along_axis(proposed, at, 2)[..., 0], k[:, None]), 0)
+        stop = np.take_along_axis(stops, at, 2)[..., 0]  # [S, B]
+        k = np.minimum(k, np.where(active, stop, 0).max(1))  # the chain ends once every live row stopped
+        drafted = np.where(active, np.minimum(np.take_along_axis(proposed, at, 2)[..., 0],
+                                              np.minimum(k[:, None], stop)), 0)
         accepted = np.minimum(np.take_along_axis(runs, at, 2)[..., 0], drafted)  # [S, B]
         for key, value in (("k", k), ("verify_tokens", drafted.max(1) + 1), ("draft_width", width),
                            ("live", live), ("active", active), ("accepted", accepted), ("drafted", drafted)):

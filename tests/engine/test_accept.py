@@ -100,13 +100,25 @@ def test_sampled_lookup_eagle_follows_verifier_distribution():
     check_follows_verifier("eagle-lookup", SamplingConfig(1.3, 0.9, seed=2))
 
 
-def check_follows_verifier(kind: str, sampling: SamplingConfig) -> None:
+@pytest.mark.parametrize("kind", ["model", "eagle", "medusa"])
+def test_sampled_output_with_confidence_stopping_follows_verifier_distribution(kind):
+    """Chains that stop where the draft is unsure, rows of one step at different depths, stay lossless."""
+    result = check_follows_verifier(kind, SamplingConfig(1.0, 0.9, seed=3), confidence=CONFIDENCE[kind])
+    assert min(row[0] for row in result.drafted_per_step) < GAMMA  # the first step (k = γ) stopped early
+    steps = [{row[t] for row in result.drafted_per_step if len(row) > t} for t in range(BUDGET)]
+    assert any(len(depths) > 1 for depths in steps), steps  # rows of one step stopped at different depths
+
+
+CONFIDENCE = {"model": 0.19, "eagle": 0.18, "medusa": 0.2}  # between the tiny drafts' top probabilities
+
+
+def check_follows_verifier(kind: str, sampling: SamplingConfig, confidence: float = 0.0):
     verifier, draft = models()
     width = max(map(len, PROMPTS))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS]).repeat_interleave(N, 0)  # [2N, S]
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in PROMPTS]).repeat_interleave(N, 0)
     result = generate(verifier, ids, mask, draft=make_draft(kind, verifier, draft), gamma=GAMMA,
-                      max_new_tokens=BUDGET, sampling=sampling)
+                      max_new_tokens=BUDGET, sampling=sampling, confidence=confidence)
     assert 0.05 < result.acceptance_rate < 0.95, result.acceptance_rate  # both branches are exercised
     for i, prompt in enumerate(PROMPTS):
         rows = result.tokens[i * N:(i + 1) * N]
@@ -117,6 +129,7 @@ def check_follows_verifier(kind: str, sampling: SamplingConfig) -> None:
         assert total_variation(counts, target) < threshold, (kind, prompt)
         if kind == "model":  # power: the draft's own distribution is far outside the tolerance
             assert 0.5 * (tail_pair_distribution(draft, prompt, sampling) - target).abs().sum() > 2 * threshold
+    return result
 
 
 def test_reference_processors_agree_with_an_explicit_top_p():

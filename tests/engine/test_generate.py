@@ -3,7 +3,7 @@ for token; sampled speculative output follows the verifier's exact distribution.
 
 import pytest
 import torch
-from helpers import peaked_pair, ragged_prompts, tiny_model
+from helpers import check_confidence_stops, peaked_pair, ragged_prompts, tiny_model
 from transformers import DynamicCache
 
 from specnb.core.errors import IncompatibleModelsError, ParameterError
@@ -76,6 +76,24 @@ def test_speculative_greedy_is_token_identical_for_gamma_1_to_6(pair):
             drafted += sum(map(sum, result.drafted_per_step))
     # both branches (accept and reject) must have been exercised
     assert 0.1 < accepted / drafted < 0.95
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_confidence_stops_a_model_drafts_chain_and_stays_lossless(pair, batch):
+    verifier, draft = pair
+    ids, mask = ragged_prompts(seed=3)
+    result = check_confidence_stops(verifier, draft, ids[-batch:], mask[-batch:], 5, 0.05)
+    steps = max(map(len, result.drafted_per_step))
+    assert result.draft_forwards < 1 + 5 * steps  # one forward per position drafted, not γ
+
+
+def test_prompt_lookup_has_no_confidence_to_stop_at(pair):
+    verifier, _ = pair
+    ids, mask = ragged_prompts(seed=5)
+    ids, mask = torch.cat([ids, ids[:, -6:]], 1), torch.cat([mask, mask[:, -6:]], 1)
+    plain = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=12)
+    unsure = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=12, confidence=0.99)
+    assert unsure.tokens == plain.tokens and unsure.drafted_per_step == plain.drafted_per_step
 
 
 def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(pair):
@@ -153,6 +171,8 @@ def test_vocab_mismatch_needs_explicit_vocab_size():
         {"max_new_tokens": 0},
         {"sampling": SamplingConfig(temperature=0)},
         {"sampling": SamplingConfig(top_p=0)},
+        {"confidence": -0.1},
+        {"confidence": 1.5},
     ],
 )
 def test_bad_parameters_are_rejected(kwargs):

@@ -1,6 +1,7 @@
 """Drafts that read the verifier's features (EAGLE, Medusa) are lossless: greedy output is
-token-identical to verifier-only, for chains and static trees, batch 1 and ragged batches, at
-several γ; and tokens are really accepted (the accept path, not just the reject path, is taken).
+token-identical to verifier-only, for chains, static trees and EAGLE's dynamic trees, batch 1 and
+ragged batches, at several γ, with and without confidence stopping; and tokens are really accepted
+(the accept path, not just the reject path, is taken).
 
 The drafts are built so that they agree with the tiny verifier often but not always: an EAGLE draft
 whose decoder layer is the verifier's one layer reading the next token's embedding, and Medusa heads
@@ -9,11 +10,13 @@ over a verifier that mostly repeats its last token (identity heads then guess ri
 
 import pytest
 import torch
-from helpers import check_replay, ragged_prompts, tiny_model
+from helpers import check_confidence_stops, check_replay, ragged_prompts, tiny_model
 
 from specnb.core.errors import ParameterError
 from specnb.core.sampling import SamplingConfig
 from specnb.engine.generate import generate
+from specnb.engine.head_drafters import Candidates, EagleDrafter
+from specnb.engine.trees import DynamicTree
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.lookup import PromptLookup
 from specnb.models.medusa import MedusaConfig, MedusaHeads
@@ -76,6 +79,27 @@ def test_greedy_chain_and_tree_are_token_identical(pair, batch):
     assert 0.2 < accepted / drafted < 0.99, accepted / drafted  # accepts often, rejects sometimes
 
 
+CONFIDENCE = {"eagle": 0.04, "medusa": 0.1}  # stops some chains of each tiny draft, not all
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_confidence_stops_chains_where_the_head_is_unsure_and_stays_lossless(pair, batch):
+    kind, verifier, draft = pair
+    ids, mask = ragged_prompts(seed=3)
+    result = check_confidence_stops(verifier, draft, ids[-batch:], mask[-batch:], 5, CONFIDENCE[kind])
+    if kind == "eagle":  # the chain stops when every row is unsure: fewer forwards than γ per step
+        steps = max(map(len, result.drafted_per_step))
+        assert result.draft_forwards < 1 + 5 * steps
+
+
+def test_static_trees_ignore_a_confidence_threshold(pair):
+    kind, verifier, draft = pair
+    ids, mask = ragged_prompts(seed=3)
+    plain = generate(verifier, ids, mask, draft=draft, tree=(2, 2), max_new_tokens=10)
+    unsure = generate(verifier, ids, mask, draft=draft, tree=(2, 2), max_new_tokens=10, confidence=0.99)
+    assert unsure.tokens == plain.tokens and unsure.drafted_per_step == plain.drafted_per_step
+
+
 def test_a_tree_accepts_at_least_what_its_first_branch_would(pair):
     """A tree whose branching is 1 everywhere is the chain; a wider tree of the same depth takes at
     least as few verifier steps on these prompts (its first branch is that chain)."""
@@ -109,6 +133,68 @@ def test_trees_need_a_head_draft_and_greedy_decoding():
         generate(verifier, ids, mask, draft=draft, tree=(2, 0), max_new_tokens=4)
 
 
+class ShapeSpy(EagleDrafter):
+    """An EAGLE drafter that keeps the tree of every step it proposes."""
+
+    def __init__(self, eagle):
+        super().__init__(eagle)
+        self.shapes = []
+
+    def propose(self, state, k, tree=None):
+        proposal = super().propose(state, k, tree)
+        self.shapes.append(proposal.tree)
+        return proposal
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_a_dynamic_tree_is_token_identical_within_its_budget(batch):
+    verifier, draft = eagle_pair()
+    ids, mask = ragged_prompts(seed=3)
+    ids, mask = ids[-batch:], mask[-batch:]
+    expected = generate(verifier, ids, mask, max_new_tokens=16).tokens
+    for tree in ("dynamic", DynamicTree(3, 3, 6), DynamicTree(2, 1, 1)):
+        spy = ShapeSpy(draft)
+        result = generate(verifier, ids, mask, draft=spy, gamma=4, tree=tree, max_new_tokens=16)
+        assert result.tokens == expected, tree
+        plan = tree if isinstance(tree, DynamicTree) else DynamicTree(4)
+        assert all(s.size <= plan.nodes and s.depth <= plan.depth for s in spy.shapes)
+        steps = result.verifier_forwards - 1
+        assert result.draft_forwards <= 1 + plan.depth * steps  # a catch-up, then one forward per depth but the last
+        if plan.width > 1:
+            assert any(not s.chain for s in spy.shapes) and result.mean_tokens_per_step > 1.5
+
+
+def test_a_dynamic_tree_keeps_the_most_probable_paths_worked_by_hand():
+    """Root probabilities (0.6, 0.3, 0.1) at width 2 give candidates a (0.6) and b (0.3); a's children
+    score 0.6 x (0.5, 0.4) = 0.30, 0.24 and b's 0.3 x (0.9, 0.05) = 0.27, 0.015. The 4 best: a, b,
+    a's first child and b's first child, verified as a tree with parents (root, root, a, b)."""
+    class Head:
+        head_ids = None
+
+        def logits(self, feature, lookup=None):
+            return feature.log()  # a "feature" here is the probability row itself
+
+    grown = Candidates(weight=torch.ones(1))
+    head = Head()
+    grown.add_children(-1, head, torch.tensor([[0.6, 0.3, 0.1]]), None, 2)
+    grown.add_children(0, head, torch.tensor([[0.5, 0.4, 0.1]]), None, 2)
+    grown.add_children(1, head, torch.tensor([[0.9, 0.05, 0.05]]), None, 2)
+    keep = grown.best(range(len(grown)), 4)
+    assert keep == [0, 1, 2, 4]
+    tokens, shape = grown.tree(keep)
+    assert tokens.tolist() == [[0, 1, 0, 0]] and shape.parents == [0, 0, 1, 2] and shape.depth == 2
+    assert shape.children[1] == [3] and shape.cut(1).parents == [0, 0]
+
+
+def test_only_eagle_grows_a_dynamic_tree():
+    verifier, heads = medusa_pair()
+    ids, mask = ragged_prompts()
+    with pytest.raises(ParameterError, match="dynamic"):
+        generate(verifier, ids, mask, draft=heads, tree="dynamic", max_new_tokens=4)
+    with pytest.raises(ParameterError, match="dynamic"):
+        generate(verifier, ids, mask, draft=heads, tree="bushy", max_new_tokens=4)
+
+
 def test_tree_shape_worked_by_hand():
     from specnb.engine.accept import accept_tree
     from specnb.engine.trees import TreeShape
@@ -132,3 +218,12 @@ def test_replayed_traces_take_the_engines_steps(pair, gamma):
     kind, verifier, draft = pair
     ids, mask = ragged_prompts(seed=6)
     assert min(check_replay(verifier, draft, ids, mask, gamma)) > 0, kind
+
+
+@pytest.mark.parametrize("gamma", [3, 5])
+def test_replayed_traces_stop_where_the_engine_stops(pair, gamma):
+    """With a confidence threshold the trace's recorded confidences stop the replayed chains at the
+    depths the engine's chains stop at, token for token."""
+    kind, verifier, draft = pair
+    ids, mask = ragged_prompts(seed=6)
+    assert min(check_replay(verifier, draft, ids, mask, gamma, CONFIDENCE[kind])) > 0, kind

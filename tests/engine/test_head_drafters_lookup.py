@@ -14,12 +14,14 @@ import torch
 from helpers import check_replay, tiny_model
 
 from specnb.engine.generate import generate
+from specnb.engine.trees import DynamicTree
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.lookup import MatchIndex, next_match
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SETTINGS = [{"gamma": g} for g in (1, 2, 3, 5)] + [{"tree": t} for t in ((2, 2), (3, 2, 1))]
+SETTINGS = [{"gamma": g} for g in (1, 2, 3, 5)] + [{"tree": t} for t in ((2, 2), (3, 2, 1))] + [
+    {"tree": "dynamic", "gamma": 3}, {"tree": DynamicTree(4, 3, 8)}]
 
 
 def lookup_pair(copy_bonus: float = 30.0):

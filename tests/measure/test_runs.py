@@ -119,3 +119,17 @@ def test_ragged_costs_count_masked_slots_and_idle_rows():
     costs = runs.ragged_costs([[1, 2, 0], [3, 0], [0, 0, 0]], batch_size=4)
     assert costs == {"ragged_slots": 9, "idle_row_steps": 1 + 1 + 2}
     assert runs.ragged_costs([[2, 1]], batch_size=1) == {"ragged_slots": 0, "idle_row_steps": 0}
+
+
+def test_tree_candidates_static_and_dynamic_only_for_drafts_that_grow_them(pair):
+    from helpers import tiny_model
+
+    from specnb.engine.trees import DynamicTree
+    from specnb.models.eagle import EagleConfig, EagleDraft
+
+    eagle = EagleDraft(EagleConfig.from_verifier(tiny_model().config))
+    drafts = {"eagle": eagle, "noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookup()}
+    names = {c.name: c for c in runs.make_candidates(drafts, [2], trees=[(3, 2), DynamicTree(4, 3, 8)])}
+    assert set(names) == {"verifier-only", "eagle γ=2", "eagle tree=3x2", "eagle tree=dynamic4w3n8", "noisy γ=2",
+                          "lookup γ=2"}
+    assert names["eagle tree=dynamic4w3n8"].gamma == 4 and names["eagle tree=3x2"].gamma == 2
