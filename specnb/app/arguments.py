@@ -1,12 +1,9 @@
 """Argument types and flags that several ``specnb`` commands share (``specnb.app.commands``): the
-kernel choice, γ as a whole number or "auto", a static tree's branching."""
+kernel choice, γ as a whole number or "auto", a static tree's branching or "dynamic"."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-
-from specnb.core.errors import ParameterError, SpecnbError
 
 
 def kernels_argument(p: argparse.ArgumentParser) -> None:
@@ -26,21 +23,10 @@ def gamma_value(text: str):
         raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
 
 
-@contextlib.contextmanager
-def gamma_auto_unsupported(gamma):
-    """An engine that does not take gamma="auto" yet fails on the string somewhere inside: say so in
-    one line instead of a traceback (a real bug with an integer gamma still surfaces)."""
-    try:
-        yield
-    except (TypeError, ValueError) as err:
-        if gamma != "auto" or isinstance(err, SpecnbError):
-            raise
-        raise ParameterError("--gamma auto is not supported by this engine version; pass a whole number, "
-                             "e.g. --gamma 4") from None
-
-
-def branching(text: str) -> tuple[int, ...]:
-    """``--tree 3,2,1`` -> (3, 2, 1)."""
+def branching(text: str) -> tuple[int, ...] | str:
+    """``--tree 3,2,1`` -> (3, 2, 1); ``--tree dynamic`` -> "dynamic" (the engine's EAGLE-2 tree)."""
+    if text == "dynamic":
+        return text
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:

@@ -12,7 +12,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from specnb.app.arguments import branching, gamma_auto_unsupported, gamma_value, kernels_argument
+from specnb.app.arguments import branching, gamma_value, kernels_argument
+from specnb.core.errors import ParameterError
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], Any]]] = {}
 
@@ -201,9 +202,13 @@ def _args_generate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, help="draft (same forms, an EAGLE or Medusa head folder too), exit:K or "
                                                  "prompt-lookup; omit for verifier-only")
     p.add_argument("--gamma", type=gamma_value, default=4, help="draft tokens per verifier step, or auto (default 4)")
-    p.add_argument("--tree", type=branching, default=None, metavar="B1,B2,...",
-                   help="a static tree for a head draft (eagle, medusa): candidates per depth, e.g. 3,2,1; "
-                        "replaces --gamma (greedy only)")
+    p.add_argument("--tree", type=branching, default=None, metavar="B1,B2,...|dynamic",
+                   help="a static tree for a head draft (eagle, medusa): candidates per depth, e.g. 3,2,1, replacing "
+                        "--gamma; or dynamic: EAGLE-2's tree grown from the draft's confidence, --gamma deep (greedy "
+                        "only)")
+    p.add_argument("--confidence", type=float, default=0.0,
+                   help="stop a chain at the first draft token whose top probability is below this (0 to 1; default "
+                        "0: never); prompt lookup and trees ignore it")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--prompt", action="append", default=None,
                    help="a prompt; repeat the flag to run several prompts as one batch")
@@ -233,20 +238,27 @@ def run_generate(args: argparse.Namespace) -> dict:
     from specnb.models.registry import pick_verifier
 
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
-    gamma = TreeShape(args.tree).depth if args.tree else args.gamma  # a bad tree fails before loading weights
-    with gamma_auto_unsupported(gamma):
-        check_settings(gamma, args.max_new_tokens, sampling)
+    static = isinstance(args.tree, tuple)
+    if args.gamma == "auto" and (args.tree or not args.draft):
+        raise ParameterError("--gamma auto picks a chain's length for a draft: pass --draft and drop --tree")
+    gamma = TreeShape(args.tree).depth if static else 1 if args.gamma == "auto" else args.gamma  # fails before loading
+    check_settings(gamma, args.max_new_tokens, sampling, args.confidence)
     check_kernels(args.kernels)
     prompts = args.prompt or [_DEFAULT_PROMPT]
-    pair = load_pair(pick_verifier(args.draft, args.verifier), args.draft, device=args.device, dtype=args.dtype,
-                     kernels=args.kernels)
+    verifier = pick_verifier(args.draft, args.verifier)
+    pair = load_pair(verifier, args.draft, device=args.device, dtype=args.dtype, kernels=args.kernels)
+    if args.gamma == "auto":  # this machine's profile, calibrated once if there is none (minutes)
+        from specnb.predict.auto_gamma import auto_gamma
+
+        gamma = auto_gamma(verifier, args.draft, device=args.device, confidence=args.confidence,
+                           max_new_tokens=args.max_new_tokens, progress=not args.json)
     input_ids, mask = encode_prompts(pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device)
     eos = pair.verifier.generation_config.eos_token_id
-    with gamma_auto_unsupported(args.gamma):
-        result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=args.gamma,
-                          max_new_tokens=args.max_new_tokens, sampling=sampling,
-                          eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
-                          timer=StageTimer(pair.device), vocab_size=pair.vocab_size, tree=args.tree)
+    result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=gamma,
+                      max_new_tokens=args.max_new_tokens, sampling=sampling,
+                      eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
+                      timer=StageTimer(pair.device), vocab_size=pair.vocab_size, tree=args.tree,
+                      confidence=args.confidence)
     return _generate_report(args, pair, prompts, result)
 
 
@@ -268,7 +280,8 @@ def _generate_report(args: argparse.Namespace, pair, prompts: list[str], result)
     drafted = sum(map(sum, result.drafted_per_step))
     report = {
         "verifier": pair.verifier_name, "draft": pair.draft_name, "gamma": result.gamma or None,
-        "tree": list(args.tree) if args.tree else None,
+        "gamma_reason": result.gamma_reason, "confidence": args.confidence,
+        "tree": list(args.tree) if isinstance(args.tree, tuple) else args.tree,
         "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "kernels": pair.kernels,
         "batch_size": len(prompts),
         "new_tokens": result.new_tokens, "wall_ms": result.wall_ms, "prefill_ms": result.prefill_ms,

@@ -56,6 +56,8 @@ def test_the_loading_commands_take_kernels():
     parser = build_parser()
     assert parser.parse_args(["generate"]).kernels == "auto"
     assert parser.parse_args(["generate", "--kernels", "onednn", "--gamma", "auto"]).gamma == "auto"
+    assert parser.parse_args(["generate", "--tree", "dynamic"]).tree == "dynamic"
+    assert parser.parse_args(["generate", "--tree", "3,2"]).tree == (3, 2)
     calibrate = parser.parse_args(["calibrate", "--draft", "d", "--out", "p.json", "--kernels", "default"])
     assert calibrate.kernels == "default"
 

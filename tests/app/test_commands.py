@@ -95,31 +95,36 @@ def test_a_head_with_another_verifier_is_one_line_before_loading(tiny_pair, caps
     assert calls[0][:2] == ("v", "smollm2-draft-s")  # a distilled draft drafts for any verifier of its tokenizer
 
 
-def test_gamma_auto_reaches_the_library(tiny_pair, capsys, monkeypatch):
-    import specnb.engine.generate as engine
+def test_gamma_auto_asks_this_machines_predictor(tiny_pair, capsys, monkeypatch):
+    """``--gamma auto`` hands the engine ``auto_gamma``'s choice; the γ it took and why are reported."""
+    import specnb.predict.auto_gamma as auto
 
-    seen = []
+    asked = []
 
-    def choosing(verifier, ids, mask, gamma=4, **kwargs):
-        seen.append(gamma)
-        return generate(verifier, ids, mask, gamma=3, **kwargs)
+    class Choice:
+        def choose(self, batch_size):
+            asked.append(batch_size)
+            return 2, "auto: test choice"
 
-    monkeypatch.setattr(engine, "check_settings", lambda gamma, *args: seen.append(gamma))
-    monkeypatch.setattr(engine, "generate", choosing)
-    out = run_json(capsys, ["generate", "--verifier", "v", "--draft", "d", "--gamma", "auto", "--max-new-tokens", "4",
-                            "--json"])
-    assert seen[:2] == ["auto", "auto"] and out["gamma"] == 3  # checked, then generated with "auto"
+    def auto_gamma(verifier, draft, **settings):
+        asked.append((verifier, draft, settings))
+        return Choice()
+
+    monkeypatch.setattr(auto, "auto_gamma", auto_gamma)
+    out = run_json(capsys, ["generate", "--verifier", "v", "--draft", "d", "--gamma", "auto", "--confidence", "0.4",
+                            "--max-new-tokens", "4", "--prompt", "a", "--prompt", "b", "--json"])
+    assert asked[0][:2] == ("v", "d") and asked[0][2]["confidence"] == 0.4 and asked[1] == 2  # the batch size
+    assert out["gamma"] == 2 and out["gamma_reason"] == "auto: test choice" and out["confidence"] == 0.4
 
 
-def test_gamma_auto_works_or_is_one_line(tiny_pair, capsys):
-    """Until the engine chooses γ itself, ``--gamma auto`` is a one-line error, never a traceback."""
-    code = main(["generate", "--verifier", "v", "--draft", "d", "--gamma", "auto", "--max-new-tokens", "4", "--json"])
-    captured = capsys.readouterr()
-    if code == 0:
-        assert json.loads(captured.out)["gamma"] >= 1
-    else:
-        lines = captured.err.strip().splitlines()
-        assert code == 2 and len(lines) == 1 and "--gamma auto" in lines[0]
+@pytest.mark.parametrize("flags, message", [(["--gamma", "auto"], "--gamma auto"),
+                                            (["--draft", "d", "--gamma", "auto", "--tree", "3,2"], "--gamma auto"),
+                                            (["--draft", "d", "--confidence", "1.5"], "confidence")])
+def test_gamma_auto_and_confidence_misuse_is_one_line_before_loading(tiny_pair, capsys, flags, message):
+    _, _, calls = tiny_pair
+    assert main(["generate", "--verifier", "v", *flags, "--json"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and calls == []
     with pytest.raises(SystemExit) as exit_:  # argparse's usage line, then one error line
         main(["generate", "--verifier", "v", "--gamma", "four"])
     assert exit_.value.code == 2 and "whole number or auto" in capsys.readouterr().err
