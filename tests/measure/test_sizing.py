@@ -51,3 +51,12 @@ def test_pooled_spread_pools_deviations_from_each_candidates_own_mean():
     assert units[("a", "p2")] == pytest.approx(0.3)
     one_each = sizing.pooled_spread(records({"a": [0.1]}))
     assert one_each.df == 0 and math.isnan(one_each.sd)
+
+
+def test_the_pooled_interval_uses_students_t_at_the_pooled_df():
+    assert sizing.t95(24) == pytest.approx(2.064, abs=0.002) and sizing.t95(8) == pytest.approx(2.306, abs=0.01)
+    assert math.isnan(sizing.t95(0))
+    spread = sizing.Spread(sd=0.2, df=24, units=32, tokens_per_unit=16, wall_ms_per_unit=500.0)
+    lo, hi = sizing.pooled_interval(1.1, spread, 4)  # ± t · 0.2 / 2 on the log scale
+    assert lo == pytest.approx(1.1 * math.exp(-sizing.t95(24) * 0.1)) and hi * lo == pytest.approx(1.1**2)
+    assert all(math.isnan(v) for v in sizing.pooled_interval(1.1, sizing.Spread(float("nan"), 0, 1, 16, 1.0), 4))

@@ -443,6 +443,11 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
         profile, (pair, drafts), texts[3:] * 2, gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12, progress=False
     )
     assert len(table) == 4 * 2 * 2 and table["predicted_speedup"].gt(0).all()
+    booted = table.dropna(subset=["bootstrap_lo"])  # batch 2 has one prompt batch: nothing to resample
+    assert len(booted) == 8 and table["measured_lo"].notna().all()  # the pooled interval covers it
+    assert (booted["measured_lo"] <= booted["bootstrap_lo"]).all()
+    assert (booted["measured_hi"] >= booted["bootstrap_hi"]).all()
+    assert (table["units"] == 2).all() and table["units_needed"].ge(2).all()  # 2 prompts at batch 1, 1 batch x 2 at 2
     assert validation_summary(table)["grid_points"] == 16
 
 
