@@ -277,6 +277,7 @@ def validation_summary(table: pd.DataFrame) -> dict[str, Any]:
             ((table["measured_lo"] <= table["predicted_hi"]) & (table["measured_hi"] >= table["predicted_lo"])).mean()
         ),
         "points_sized": f"{int((units >= needed).sum())}/{len(table)}",
+        "points_off_beyond_ci": f"{int((table['error_beyond_ci'] > ERROR_TARGET).sum())}/{len(table)}",
         "recommendation_worst_ratio": float(checks["ratio_to_best"].min()),
         "recommendations_within_5pct": f"{int(checks['within_5pct'].sum())}/{len(checks)}",
         "recommendations_wrong": f"{int(checks['wrong'].sum())}/{len(checks)}",

@@ -68,12 +68,13 @@ def reference_conclusion(comparison: pd.DataFrame) -> Report:
 
 
 def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, profile, grid_text: str,
-                        instead: str = "") -> Report:
+                        instead: str = "", table: pd.DataFrame | None = None) -> Report:
     """Notebook 06's conclusion: the validation's claims read through the measured CIs
     (``specnb.predict.validate.validation_summary``), each recommendation that fell short with its
     CIs, the verdict for every (draft, batch size), and ``instead``: what the alternatives measured on
-    this machine (``specnb.app.text.engine_choice.instead_line``). ``grid_text`` says what was validated."""
-    lines = [error_line(summary, grid_text),
+    this machine (``specnb.app.text.engine_choice.instead_line``). ``grid_text`` says what was validated;
+    ``table`` (the validation grid) adds the points whose error lies beyond their CI by more than the target."""
+    lines = [error_line(summary, grid_text), *(off_points_lines(table) if table is not None else []),
              f"{summary['within_band']:.0%} of measured speedups fall inside the predicted 10–90% band; "
              f"{summary['ci_overlaps_band']:.0%} of their CIs overlap it.",
              recommendation_line(summary)]
@@ -115,6 +116,22 @@ def error_line(summary: dict, grid_text: str) -> str:
             f"{summary['median_error_beyond_ci']:.1%} beyond the measured CIs ({cis}); CIs this wide cannot tell "
             f"a {ERROR_TARGET:.0%} error from noise; more tokens or a larger `validation_budget_s` would narrow "
             f"them. {leviathan}")
+
+
+def off_points_lines(table: pd.DataFrame) -> list[str]:
+    """The points off by more than the error target beyond their measured CI, per batch size: the
+    errors that are not noise, whatever the median says."""
+    from specnb.predict.validate import ERROR_TARGET
+
+    off = table[table["error_beyond_ci"] > ERROR_TARGET]
+    lines = []
+    for b, group in off.groupby("batch_size"):
+        items = "; ".join(f"{r.draft} γ={r.gamma}: predicted {r.predicted_speedup:.2f}x, measured "
+                          f"{r.measured_speedup:.2f}x {ci_text(r.measured_lo, r.measured_hi)}"
+                          for r in group.itertuples())
+        lines.append(f"Off by more than {ERROR_TARGET:.0%} beyond the CI at batch {b} "
+                     f"({len(group)} of {int((table['batch_size'] == b).sum())} points): {items}.")
+    return lines
 
 
 def recommendation_line(summary: dict) -> str:

@@ -49,3 +49,17 @@ def test_a_shortfall_inside_the_cis_is_not_called_a_miss():
     line = missed_choice_line(shortfall)
     assert line.startswith("Short of the best, within noise") and "[exact]" in line and "[0.95–1.60]" in line
     assert missed_choice_line({**shortfall, "best_lo": 1.1, "wrong": True}).startswith("Wrong:")
+
+
+def test_points_off_beyond_their_ci_are_named_per_batch_size():
+    import pandas as pd
+
+    from specnb.app.text.verdicts import off_points_lines
+
+    table = pd.DataFrame({"draft": ["e", "e", "m"], "gamma": [1, 3, 1], "batch_size": [1, 2, 2],
+                          "predicted_speedup": [1.30, 0.97, 0.96], "measured_speedup": [1.00, 0.71, 0.90],
+                          "measured_lo": [0.80, 0.61, 0.80], "measured_hi": [1.25, 0.85, 1.00],
+                          "error_beyond_ci": [0.05, 0.17, 0.0]})
+    assert off_points_lines(table) == ["Off by more than 10% beyond the CI at batch 2 (1 of 2 points): e γ=3: "
+                                       "predicted 0.97x, measured 0.71x [0.61–0.85]."]
+    assert off_points_lines(table.assign(error_beyond_ci=0.0)) == []
