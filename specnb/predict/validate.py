@@ -59,8 +59,11 @@ def validate(
 
     With ``budget_s`` (seconds for the whole validation), that first pass is a pilot: what is left
     of the budget goes to more repeats of the points whose CI is wider than ±``CI_TARGET``
-    (``more_repeats``). Returns (raw records, one row per grid point with measured and predicted
-    speedups, the measured CI, errors, and the units the point rests on against those it needs).
+    (``more_repeats``). Repeats narrow timing noise only: a spread that comes from the prompts
+    themselves needs more prompts, and stays in the CI (the bootstrap keeps a prompt's repeats
+    together). ``budget_s`` 0 or None: the first pass alone. Returns (raw records, one row per grid
+    point with measured and predicted speedups, the measured CI, errors, and the units the point
+    rests on against those it needs).
     """
     started = time.perf_counter()
     pair, models = loaded
@@ -72,9 +75,8 @@ def validate(
                         progress=progress)
         for b in batch_sizes], ignore_index=True)
     table = grid_table(profile, pair, models, records, frames, n_new)
-    for i, b in enumerate(batch_sizes):
-        if budget_s is None:
-            break
+    extended = False
+    for i, b in enumerate(batch_sizes if budget_s else ()):
         left = (budget_s - (time.perf_counter() - started)) / (len(batch_sizes) - i)  # shared by the rest
         at_b = records[records["batch_size"] == b]
         names, extra = more_repeats(table[table["batch_size"] == b], sizing.pooled_spread(at_b),
@@ -86,7 +88,8 @@ def validate(
                               progress=progress, warmup=False)
         records = pd.concat([records, got.assign(repeat=got["repeat"] + at_b["repeat"].max() + 1)],
                             ignore_index=True)
-    if budget_s is not None:
+        extended = True
+    if extended:
         table = grid_table(profile, pair, models, records, frames, n_new)
     return records, table
 

@@ -2,6 +2,7 @@
 
 import pandas as pd
 import pytest
+from helpers import sweep_record
 
 from specnb.measure.sizing import Spread
 from specnb.predict.validate import add_errors, check_choice, more_repeats, validation_summary
@@ -56,3 +57,44 @@ def test_extra_repeats_go_to_the_wide_points_the_highest_predicted_first():
     assert more_repeats(table, spread, 4, 8.0) == (["d γ=1"], 2)  # not enough for 4 repeats: what fits
     assert more_repeats(table, spread, 4, 3.0) == ([], 0)
     assert more_repeats(table.assign(units=17), spread, 4, 60.0) == ([], 0)  # already sized
+
+
+def test_the_budget_buys_repeats_for_the_wide_points_only(monkeypatch):
+    """validate's second pass, with the runs and predictions stubbed: the first pass is noisy, so
+    the budget goes to more repeats of the highest-predicted point (with verifier-only), numbered
+    after the first pass's repeats so every run pairs with its own baseline run."""
+    import numpy as np
+
+    from specnb.measure.runs import make_candidates, summarise
+    from specnb.predict import validate as module
+
+    calls = []
+    rng = np.random.default_rng(0)
+
+    def run_interleaved(pair, frame, candidates, *, repeats, batch_size, warmup=True, **_):
+        calls.append(([c.name for c in candidates], repeats, warmup))
+        rows = [sweep_record(c.name, c.gamma, pid, tokens=16, forwards=8, verify_ms=1e3 * np.exp(rng.normal(0, 0.2)),
+                             steps=8, accepted=4, drafted=8 * c.gamma, batch_size=batch_size, repeat=r)
+                for r in range(repeats) for pid in frame["id"] for c in candidates]
+        return pd.DataFrame(rows).assign(draft=lambda f: f["draft"].where(f["gamma"] == 0, "d"))
+
+    def grid_table(profile, pair, models, records, frames, n_new):
+        measured = summarise(records, n_boot=50).query("gamma > 0")
+        return add_errors(measured.assign(
+            measured_speedup=measured["speedup"], measured_lo=measured["speedup_lo"],
+            measured_hi=measured["speedup_hi"], units=measured["records"], units_needed=99,
+            predicted_speedup=measured["gamma"].map({1: 1.2, 3: 1.1}), predicted_lo=1.0, predicted_hi=1.3,
+            flops_leviathan_speedup=1.0, wallclock_leviathan_speedup=1.0))
+
+    monkeypatch.setattr(module, "run_interleaved", run_interleaved)
+    monkeypatch.setattr(module, "grid_table", grid_table)
+    monkeypatch.setattr(module, "make_candidates", lambda models, gammas: make_candidates({"d": object()}, gammas))
+    prompts = pd.DataFrame({"id": list("abcd"), "category": "x", "prompt": list("abcd")})
+    records, table = module.validate(None, (None, {"d": None}), prompts, (1, 3), (1,), 16, budget_s=1e4)
+    assert calls[0] == (["verifier-only", "d γ=1", "d γ=3"], 1, True)
+    assert calls[1][0][0] == "verifier-only" and calls[1][0][1] == "d γ=1" and calls[1][2] is False
+    extra = calls[1][1]
+    assert extra >= 1 and set(records["repeat"]) == set(range(1 + extra))
+    assert table.set_index("gamma").loc[1, "units"] == 4 * (1 + extra)
+    _, no_budget = module.validate(None, (None, {"d": None}), prompts, (1, 3), (1,), 16)
+    assert len(calls) == 3 and (no_budget["units"] == 4).all()  # no budget: the first pass alone
