@@ -13,8 +13,9 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``drafters``), KV caches, accept/reject (``accept``), the stage timer (``timing``),
                llama.cpp built for this CPU and run in a child process (``llama_build``,
                ``isolation``, ``llama_cpp``), a serving engine's process (``serving``)
-    measure/   prompts, interleaved runs into raw records (``runs``), per-position acceptance,
-               forward-pass microbenchmarks (``forward``), the notebooks' tables (``analysis``),
+    measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs
+               (``sizing``), per-position acceptance, forward-pass microbenchmarks (``forward``),
+               the notebooks' tables (``analysis``),
                load on a serving engine, its sweep and summaries (``serving_load``, ``serving``,
                ``serving_summary``)
     predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,

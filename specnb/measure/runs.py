@@ -127,8 +127,11 @@ def run_interleaved(pair, prompts, candidates: list[Candidate], *, repeats: int 
     total = repeats * len(encoded) * len(candidates)
     with tqdm(total=total, desc="interleaved runs", unit="run", disable=not progress) as bar:
         for repeat in range(repeats):
-            for batch, input_ids, mask in encoded:
-                for cand in rotated(candidates, repeat):
+            for i, (batch, input_ids, mask) in enumerate(encoded):
+                # rotated per batch too: with one repeat the baseline would otherwise run first on every
+                # batch, and the very first timed run (after a 4-token warm-up) is often slow, which
+                # inflates every speedup paired with it
+                for cand in rotated(candidates, repeat + i):
                     result, stages = generate_one(pair, input_ids, mask, cand, max_new_tokens, sampling)
                     records.append(make_record(repeat, batch, cand, result, stages))
                     bar.update()

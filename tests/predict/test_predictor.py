@@ -443,6 +443,11 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
         profile, (pair, drafts), texts[3:] * 2, gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12, progress=False
     )
     assert len(table) == 4 * 2 * 2 and table["predicted_speedup"].gt(0).all()
+    booted = table.dropna(subset=["bootstrap_lo"])  # batch 2 has one prompt batch: nothing to resample
+    assert len(booted) == 8 and table["measured_lo"].notna().all()  # the pooled interval covers it
+    assert (booted["measured_lo"] <= booted["bootstrap_lo"]).all()
+    assert (booted["measured_hi"] >= booted["bootstrap_hi"]).all()
+    assert (table["units"] == 2).all() and table["units_needed"].ge(2).all()  # 2 prompts at batch 1, 1 batch x 2 at 2
     assert validation_summary(table)["grid_points"] == 16
 
 
@@ -467,20 +472,19 @@ def test_a_gain_inside_the_band_is_not_recommended():
 
 
 def hand_validation_table() -> pd.DataFrame:
-    """Four measured points, errors worked out by hand: (predicted − measured) ÷ measured."""
-    rows = [  # draft, γ, predicted, band lo, band hi, measured, FLOPs-c Leviathan, wall-clock Leviathan
-        ("a", 1, 1.20, 1.05, 1.30, 1.00, 1.50, 1.10),  # error +0.20, outside its band, recommended (lo > 1)
-        ("a", 2, 1.10, 1.02, 1.20, 1.10, 0.77, 1.21),  # error 0, inside
-        ("b", 1, 0.90, 0.80, 0.95, 0.90, 0.99, 0.99),  # error 0, inside
-        ("b", 2, 0.95, 0.85, 1.05, 1.20, 1.68, 1.32),  # error −0.25/1.2 = −0.2083, outside; best measured
+    """Four measured points with their CIs, errors worked out by hand: (predicted − measured) ÷ measured."""
+    from specnb.predict.validate import add_errors
+
+    rows = [  # draft, γ, predicted, band lo, band hi, measured, its CI, FLOPs-c Leviathan, wall-clock Leviathan
+        ("a", 1, 1.20, 1.05, 1.30, 1.00, 0.95, 1.05, 1.50, 1.10),  # error +0.20, 0.15 beyond the CI; recommended
+        ("a", 2, 1.10, 1.02, 1.20, 1.10, 1.00, 1.20, 0.77, 1.21),  # error 0, inside
+        ("b", 1, 0.90, 0.80, 0.95, 0.90, 0.85, 0.95, 0.99, 0.99),  # error 0, inside
+        ("b", 2, 0.95, 0.85, 1.05, 1.20, 1.10, 1.30, 1.68, 1.32),  # error −0.2083, 0.125 beyond; best measured
     ]
     table = pd.DataFrame(rows, columns=["draft", "gamma", "predicted_speedup", "predicted_lo", "predicted_hi",
-                                        "measured_speedup", "flops_speedup", "wallclock_speedup"])
-    table["batch_size"] = 1
-    for name, column in (("error", "predicted_speedup"), ("flops_error", "flops_speedup"),
-                         ("wallclock_error", "wallclock_speedup")):
-        table[name] = (table[column] - table["measured_speedup"]) / table["measured_speedup"]
-    return table
+                                        "measured_speedup", "measured_lo", "measured_hi", "flops_leviathan_speedup",
+                                        "wallclock_leviathan_speedup"])
+    return add_errors(table.assign(batch_size=1, units=4, units_needed=17))
 
 
 def test_validation_summary_on_a_hand_worked_table():
@@ -493,8 +497,14 @@ def test_validation_summary_on_a_hand_worked_table():
     assert summary["flops_leviathan_median_abs_error"] == pytest.approx((0.3 + 0.4) / 2)  # 0.5, 0.3, 0.1, 0.4
     assert summary["wallclock_leviathan_median_abs_error"] == pytest.approx(0.1)  # 0.1, 0.1, 0.1, 0.1
     assert summary["within_band"] == pytest.approx(0.5)  # a γ=2 and b γ=1
-    assert summary["target_error_met"] is True  # 0.10 ≤ 0.10
+    assert summary["ci_overlaps_band"] == pytest.approx(0.75)  # all but b γ=2 ([1.10, 1.30] vs [0.85, 1.05])
+    assert summary["within_ci"] == pytest.approx(0.5)
+    assert summary["median_error_beyond_ci"] == pytest.approx((0 + 0.125) / 2)  # 0, 0, 0.15, 0.15/1.2
+    assert summary["median_ci_half_width"] == pytest.approx((0.05 / 0.9 + 0.1 / 1.2) / 2)
+    assert summary["points_sized"] == "0/4"
+    assert summary["error_verdict"] == "met" and summary["target_error_met"] is True  # 0.10 ≤ 0.10
     assert summary["recommendations_within_5pct"] == "0/3" and summary["target_recommendation_met"] is False
+    assert summary["recommendations_wrong"] == "2/3" and summary["recommendation_verdict"] == "missed"
     assert summary["recommendation_worst_ratio"] == pytest.approx(1.0 / 1.2)
 
 
@@ -505,9 +515,11 @@ def test_recommendation_check_on_a_hand_worked_table():
     # a: a γ=1 is predicted best and its band clears 1.0 -> recommended, measured 1.00 against a γ=2's 1.10
     assert checks.loc["a", "recommended"] == "a γ=1"
     assert checks.loc["a", "ratio_to_best"] == pytest.approx(1.0 / 1.1) and not checks.loc["a", "within_5pct"]
+    assert not checks.loc["a", "wrong"]  # a γ=2's CI [1.00, 1.20] overlaps a γ=1's [0.95, 1.05]: within noise
     # b: the best prediction (0.95) loses -> verifier-only, worth 1.0x, against b γ=2's measured 1.20
     assert pd.isna(checks.loc["b", "recommended"]) and checks.loc["b", "recommended_measured_speedup"] == 1.0
     assert checks.loc["b", "best_measured"] == "b γ=2" and checks.loc["b", "ratio_to_best"] == pytest.approx(1 / 1.2)
+    assert checks.loc["b", "wrong"]  # b γ=2's CI starts at 1.10, above verifier-only's exact 1.0
     # any draft: a γ=1 again (highest prediction overall), best measured b γ=2
     assert checks.loc["any", "recommended"] == "a γ=1" and checks.loc["any", "best_measured"] == "b γ=2"
     # when nothing measured beats 1.0x, verifier-only is the best option and declining is within 5%

@@ -69,30 +69,40 @@ def prediction_chart(table, title: str | None = None) -> alt.Chart:
 
 def validation_chart(table, title: str | None = None) -> alt.Chart:
     """Predicted vs measured speedup on the held-out grid, for the predictor and for Leviathan with
-    FLOPs c; the diagonal is a perfect prediction."""
+    FLOPs c: horizontal bars are the measured 95% CIs, vertical ones the predictor's band; a point
+    drawn hollow has its prediction outside the measured CI (an error beyond noise). The diagonal is
+    a perfect prediction."""
     import pandas as pd
 
+    levi = table["flops_leviathan_speedup"]
     tidy = pd.concat([
         table.assign(method="specnb predictor", predicted=table["predicted_speedup"], lo=table["predicted_lo"],
                      hi=table["predicted_hi"]),
-        table.assign(method="Leviathan, FLOPs c", predicted=table["flops_leviathan_speedup"],
-                     lo=table["flops_leviathan_speedup"], hi=table["flops_leviathan_speedup"]),
+        table.assign(method="Leviathan, FLOPs c", predicted=levi, lo=levi, hi=levi,
+                     prediction_in_ci=(levi >= table["measured_lo"]) & (levi <= table["measured_hi"])),
     ], ignore_index=True)
-    low = float(min(tidy["predicted"].min(), tidy["measured_speedup"].min(), 1.0)) * 0.9
-    high = float(max(tidy["predicted"].max(), tidy["measured_speedup"].max(), 1.0)) * 1.1
+    tidy["inside"] = tidy["prediction_in_ci"].map({True: "inside the measured CI", False: "outside"})
+    bounds = [tidy["predicted"], tidy["measured_speedup"], tidy["measured_lo"], tidy["measured_hi"]]
+    low = float(min(min(b.min() for b in bounds), 1.0)) * 0.9
+    high = float(max(max(b.max() for b in bounds), 1.0)) * 1.1
     scale = alt.Scale(domain=[low, high])
-    base = alt.Chart(tidy).encode(x=alt.X("measured_speedup:Q", title="measured speedup (x)", scale=scale),
+    base = alt.Chart(tidy).encode(x=alt.X("measured_speedup:Q", title="measured speedup (x, bar: 95% CI)",
+                                          scale=scale),
                                   color=alt.Color("method:N", title="prediction"))
-    points = base.mark_point(filled=True, size=60).encode(
+    points = base.mark_point(size=60).encode(
         y=alt.Y("predicted:Q", title="predicted speedup (x)", scale=scale), shape=alt.Shape("draft:N", title="draft"),
+        fill=alt.condition("datum.prediction_in_ci", alt.Color("method:N"), alt.value("white")),
         tooltip=["method", "draft", "gamma", "batch_size", alt.Tooltip("measured_speedup:Q", format=".3f"),
-                 alt.Tooltip("predicted:Q", format=".3f")])
+                 alt.Tooltip("measured_lo:Q", format=".3f", title="measured CI lo"),
+                 alt.Tooltip("measured_hi:Q", format=".3f", title="measured CI hi"),
+                 alt.Tooltip("predicted:Q", format=".3f"), "inside", "units"])
     bars = base.mark_rule(opacity=0.5).encode(y="lo:Q", y2="hi:Q")
-    xbars = base.mark_rule(opacity=0.3).encode(x="measured_lo:Q", x2="measured_hi:Q", y="predicted:Q")
+    xbars = base.mark_rule(opacity=0.6).encode(x="measured_lo:Q", x2="measured_hi:Q", y="predicted:Q")
     diagonal = alt.Chart(pd.DataFrame({"x": [low, high]})).mark_line(color="gray", strokeDash=[4, 4]).encode(
         x="x:Q", y="x:Q")
     return (diagonal + xbars + bars + points).properties(
-        title=title or "Held-out validation: predicted vs measured speedup", width=420, height=380)
+        title=title or "Held-out validation: predicted vs measured speedup (hollow: prediction outside the CI)",
+        width=420, height=380)
 
 
 def verdict_heatmap(frame, x: str = "draft_speed", y: str = "batch_size", title: str | None = None) -> alt.Chart:

@@ -68,32 +68,18 @@ def reference_conclusion(comparison: pd.DataFrame) -> Report:
 
 
 def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, profile, grid_text: str,
-                        instead: str = "") -> Report:
-    """Notebook 06's conclusion: the validation's headline numbers against their targets, each missed
-    recommendation, the verdict for every (draft, batch size), and ``instead``: what the alternatives
-    measured on this machine (``specnb.app.text.engine_choice.instead_line``). ``grid_text`` says what was validated."""
-    from specnb.measure.runs import BASELINE
-
-    met = {True: "met", False: "missed"}
-    lines = [
-        f"Validation on {summary['grid_points']} held-out points ({grid_text}): median |error| of the predictor "
-        f"**{summary['median_abs_error']:.1%}** of measured speedup (max {summary['max_abs_error']:.1%}; target "
-        f"≤ 10%: {met[summary['target_error_met']]}); Leviathan with FLOPs c: "
-        f"**{summary['flops_leviathan_median_abs_error']:.1%}**; Leviathan with wall-clock c: "
-        f"{summary['wallclock_leviathan_median_abs_error']:.1%}.",
-        f"{summary['within_band']:.0%} of measured speedups fall inside the predicted 10–90% band.",
-        f"Recommendations within 5% of the best measured option: {summary['recommendations_within_5pct']} (worst: "
-        f"{summary['recommendation_worst_ratio']:.1%} of the best; target: all — "
-        f"{met[summary['target_recommendation_met']]}).",
-    ]
+                        instead: str = "", table: pd.DataFrame | None = None) -> Report:
+    """Notebook 06's conclusion: the validation's claims read through the measured CIs
+    (``specnb.predict.validate.validation_summary``), each recommendation that fell short with its
+    CIs, the verdict for every (draft, batch size), and ``instead``: what the alternatives measured on
+    this machine (``specnb.app.text.engine_choice.instead_line``). ``grid_text`` says what was validated;
+    ``table`` (the validation grid) adds the points whose error lies beyond their CI by more than the target."""
+    lines = [error_line(summary, grid_text), *(off_points_lines(table) if table is not None else []),
+             f"{summary['within_band']:.0%} of measured speedups fall inside the predicted 10–90% band; "
+             f"{summary['ci_overlaps_band']:.0%} of their CIs overlap it.",
+             recommendation_line(summary)]
     for _, miss in checks[~checks["within_5pct"]].iterrows():
-        lines.append(
-            f"Missed: {miss['draft']} at batch {miss['batch_size']}: recommended "
-            f"{miss['recommended'] or BASELINE} (predicted {miss['recommended_predicted_speedup']:.2f}x, "
-            f"measured {miss['recommended_measured_speedup']:.2f}x); best measured {miss['best_measured']} "
-            f"({miss['best_measured_speedup']:.2f}x, predicted "
-            f"{miss['best_measured_predicted_speedup']:.2f}x)."
-        )
+        lines.append(missed_choice_line(miss))
     lines += [
         f"{d}, batch {b}: {prediction_verdict(p)}; break-even α on this machine {p.break_even_alpha:.2f}, measured α "
         f"{profile.acceptance[d].alpha_iid():.2f}."
@@ -107,6 +93,79 @@ def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, 
         }
     }
     return Report(bullets(lines), values)
+
+
+def error_line(summary: dict, grid_text: str) -> str:
+    """The error claim (median |error| ≤ 10%): within it, missed beyond the CIs, or inconclusive."""
+    from specnb.predict.validate import ERROR_TARGET
+
+    n, ci = summary["grid_points"], summary["median_ci_half_width"]
+    leviathan = (f"Leviathan with FLOPs c: **{summary['flops_leviathan_median_abs_error']:.1%}**; with wall-clock c: "
+                 f"{summary['wallclock_leviathan_median_abs_error']:.1%}.")
+    cis = (f"{n} points, CIs ±{ci:.0%}, {summary['within_ci']:.0%} of them holding the prediction, "
+           f"{summary['points_sized']} with the runs a ±{ERROR_TARGET / 2:.0%} CI needs")
+    where = f"Validation on held-out points ({grid_text})"
+    if summary["error_verdict"] == "met":
+        return (f"{where}: predictor within **{summary['median_abs_error']:.1%}** ({cis}; median |error|, max "
+                f"{summary['max_abs_error']:.1%}; target ≤ {ERROR_TARGET:.0%}: met). {leviathan}")
+    if summary["error_verdict"] == "missed":
+        return (f"{where}: median |error| of the predictor **{summary['median_abs_error']:.1%}**, and "
+                f"{summary['median_error_beyond_ci']:.1%} beyond the measured CIs ({cis}; target ≤ "
+                f"{ERROR_TARGET:.0%}: missed). {leviathan}")
+    return (f"{where}: **inconclusive at this budget**: median |error| {summary['median_abs_error']:.1%}, but "
+            f"{summary['median_error_beyond_ci']:.1%} beyond the measured CIs ({cis}); CIs this wide cannot tell "
+            f"a {ERROR_TARGET:.0%} error from noise; more tokens or a larger `validation_budget_s` would narrow "
+            f"them. {leviathan}")
+
+
+def off_points_lines(table: pd.DataFrame) -> list[str]:
+    """The points off by more than the error target beyond their measured CI, per batch size: the
+    errors that are not noise, whatever the median says."""
+    from specnb.predict.validate import ERROR_TARGET
+
+    off = table[table["error_beyond_ci"] > ERROR_TARGET]
+    lines = []
+    for b, group in off.groupby("batch_size"):
+        items = "; ".join(f"{r.draft} γ={r.gamma}: predicted {r.predicted_speedup:.2f}x, measured "
+                          f"{r.measured_speedup:.2f}x {ci_text(r.measured_lo, r.measured_hi)}"
+                          for r in group.itertuples())
+        lines.append(f"Off by more than {ERROR_TARGET:.0%} beyond the CI at batch {b} "
+                     f"({len(group)} of {int((table['batch_size'] == b).sum())} points): {items}.")
+    return lines
+
+
+def recommendation_line(summary: dict) -> str:
+    """The recommendation claim: within 5% of the best measured option, or wrong beyond the CIs."""
+    head = (f"Recommendations within 5% of the best measured option: {summary['recommendations_within_5pct']} "
+            f"(worst: {summary['recommendation_worst_ratio']:.1%} of the best)")
+    verdict = summary["recommendation_verdict"]
+    if verdict == "met":
+        return f"{head}: met."
+    if verdict == "missed":
+        return (f"{head}; wrong beyond the CIs (the best option's CI wholly above the recommended one's): "
+                f"{summary['recommendations_wrong']}: missed.")
+    return f"{head}; none of the shortfalls clears the CIs: **inconclusive at this budget**, not wrong."
+
+
+def missed_choice_line(miss) -> str:
+    """One recommendation short of the best measured option, with both CIs and whether they separate."""
+    from specnb.measure.runs import BASELINE
+
+    kind = "Wrong" if miss["wrong"] else "Short of the best, within noise"
+    return (f"{kind}: {miss['draft']} at batch {miss['batch_size']}: recommended {miss['recommended'] or BASELINE} "
+            f"(predicted {miss['recommended_predicted_speedup']:.2f}x, measured "
+            f"{miss['recommended_measured_speedup']:.2f}x {ci_text(miss['recommended_lo'], miss['recommended_hi'])}); "
+            f"best measured {miss['best_measured']} ({miss['best_measured_speedup']:.2f}x "
+            f"{ci_text(miss['best_lo'], miss['best_hi'])}, predicted {miss['best_measured_predicted_speedup']:.2f}x).")
+
+
+def ci_text(lo: float, hi: float) -> str:
+    """A 95% CI as text; verifier-only's exact 1.0x and a one-unit point (no CI) say so."""
+    if lo != lo or hi != hi:
+        return "[no CI: one unit]"
+    if lo == hi:
+        return "[exact]"
+    return f"[{lo:.2f}–{hi:.2f}]"
 
 
 def prediction_verdict(p) -> str:
