@@ -161,12 +161,12 @@ def check_replay(verifier, draft, ids, mask, gamma: int) -> list[int]:
     from specnb.predict.drafts import draft_traits
     from specnb.predict.traces import AcceptanceTrace, pack, replay, verifier_features
 
-    accepted = []
+    accepted, layers = [], draft_traits(draft).feature_layers
     for row in range(len(ids)):
         context = ids[row, mask[row].bool()].tolist()
         generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
         runs, proposed = draft_traits(draft).trace(context, generated, 16,
-                                                   verifier_features(verifier, context + generated[:-1]))
+                                                   verifier_features(verifier, context + generated[:-1], layers))
         packed = pack([AcceptanceTrace("p", runs, proposed, 16, True)], len(generated))
         got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
         result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14)

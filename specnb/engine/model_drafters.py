@@ -20,6 +20,7 @@ class ModelDrafter:
     left padded into one chunk, then runs k − 1 more one-token forwards."""
 
     needs_features = False
+    feature_layers = ()
     trees = False
 
     def __init__(self, model, vocab_size: int | None = None):
@@ -70,6 +71,7 @@ class LookupDrafter:
 
     kind = "lookup"
     needs_features = False
+    feature_layers = ()
     trees = False
 
     def __init__(self, lookup, vocab_size: int | None = None):

@@ -26,7 +26,7 @@ from torch import nn
 from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, corpus_folder, embedded_verifier
-from specnb.models.training.head_losses import collate, eagle_loss, lookup_of, medusa_loss
+from specnb.models.training.head_losses import collate, eagle3_loss, eagle_loss, lookup_of, medusa_loss
 from specnb.models.trimmed_head import most_frequent_tokens
 
 SPECIAL_IDS = (0, 1, 2)  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>: a head must be able to stop
@@ -52,6 +52,9 @@ class HeadTrainConfig:
     init_layer: int = 0  # verifier layer the draft's decoder layer starts from
     lookup_ngram: int = 3
     copy_bias: bool = True
+    feature_layers: tuple[int, ...] = ()  # EAGLE-3: fuse these verifier layers' outputs (needs them in the corpus)
+    ttt_steps: int = 1  # EAGLE-3 training-time test: unrolls of the draft on its own outputs
+    ttt_decay: float = 0.8  # weight of unroll s's loss: decay ** s
     # Medusa
     medusa_heads: int = 4
     medusa_blocks: int = 1
@@ -95,7 +98,8 @@ def new_eagle(verifier, head_ids, cfg: HeadTrainConfig):
     from specnb.models.eagle import EagleConfig, EagleDraft
 
     config = EagleConfig.from_verifier(verifier.config, head_tokens=0 if head_ids is None else len(head_ids),
-                                       lookup_ngram=cfg.lookup_ngram, copy_bias=cfg.copy_bias)
+                                       lookup_ngram=cfg.lookup_ngram, copy_bias=cfg.copy_bias,
+                                       feature_layers=cfg.feature_layers)
     torch.manual_seed(cfg.seed)
     draft = EagleDraft(config, head_ids=head_ids).init_from_verifier(verifier, cfg.init_layer)
     d = config.hidden_size
@@ -157,7 +161,7 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     plan = [b for epoch in range(cfg.epochs) for b in make_batches(seqs, cfg.batch_positions, cfg.seed, epoch)]
     lookups = [lookup_of(s.ids, cfg.lookup_ngram) for s in seqs] if cfg.kind == "eagle" and cfg.lookup_ngram else None
-    loss_fn = eagle_loss if cfg.kind == "eagle" else medusa_loss
+    loss_fn = medusa_loss if cfg.kind == "medusa" else eagle3_loss if cfg.feature_layers else eagle_loss
     model.train()
     history, start = [], time.perf_counter()
     for step, idx in enumerate(tqdm(plan, desc=f"train {name or cfg.kind}", unit="step", disable=not progress)):
