@@ -108,44 +108,57 @@ def ttt_mask(chains: int, depth: int, device=None) -> torch.Tensor:
     return mask[None, None]
 
 
-def eagle3_loss(draft, batch: HeadBatch, cfg, gen: torch.Generator) -> tuple[torch.Tensor, dict]:
-    """Training-time test (EAGLE-3, Li et al. 2025): unroll the draft ``cfg.ttt_steps`` times.
+def ttt_unroll(draft, first: torch.Tensor, ids: torch.Tensor, steps: int, lookup=None):
+    """Yield (s, h [B, C, d]) for unrolls s = 0..steps-1 of the draft over chains a = 0..C-1.
 
-    Unroll 0 reads the true (fused) features: input (F_a, x_{a+1}) at position a, for every a, causal.
-    Unroll s reads the draft's own unroll s-1 output at the same chain a with the true token
-    x_{a+s+1} at position a+s, and sees the true entries <= a plus its chain's own (``ttt_mask``),
-    so it trains on the inputs it gets at decoding step s+1. Every unroll's output h is scored like
-    a draft token: soft CE against the verifier's distribution at a+s+1, weighted ``ttt_decay**s``
-    (EAGLE-3's 0.8), plus ``w_reg`` smooth-L1 to the verifier's feature there (0: EAGLE-3 drops it).
+    ``first`` [B, C, k*d or d]: the true input feature at each position a; ``ids`` [B, >= C+steps]:
+    the tokens (x_0, x_1, ...); ``lookup``: their prompt-lookup matches, same shape. Unroll 0 is the
+    causal pass over (F_a, x_{a+1}); unroll s feeds each chain its own unroll s-1 output with the true
+    token x_{a+s+1} at position a+s, over one cache holding every earlier unroll (``ttt_mask``).
     """
     from transformers import DynamicCache
 
-    rows, width, _ = batch.feats.shape
+    rows, chains = first.shape[:2]
+    anchors = torch.arange(chains, device=first.device)
+    cache = DynamicCache(config=draft.config.llama_config())
+    h = first
+    for s in range(steps):
+        tokens = ids[:, anchors + s + 1]  # x_{a+s+1}: [B, C]
+        matched = None if lookup is None else tuple(x[:, anchors + s + 1] for x in lookup)
+        h = draft(h, tokens, cache=cache, position_ids=(anchors + s)[None].expand(rows, -1),
+                  attention_mask=ttt_mask(chains, s, first.device) if s else None, lookup=matched)  # [B, C, d]
+        yield s, h, matched
+
+
+def eagle3_loss(draft, batch: HeadBatch, cfg, gen: torch.Generator) -> tuple[torch.Tensor, dict]:
+    """Training-time test (EAGLE-3, Li et al. 2025): ``cfg.ttt_steps`` unrolls (``ttt_unroll``), so the
+    draft trains on the inputs it gets at decoding steps 2, 3, ...: its own output, and a cache of true
+    entries before the chain plus its own. Unroll s at chain a is scored like the draft token it makes:
+    soft CE against the verifier's distribution at a+s+1, weighted ``ttt_decay**s`` (EAGLE-3's 0.8),
+    plus ``w_reg`` smooth-L1 to the verifier's feature there (0: EAGLE-3 drops the regression).
+    """
+    width = batch.feats.shape[1]
     chains = width - 1  # anchors a = 0..T-2 (input x_{a+1} exists, f_{a+1} is a target)
     anchors = torch.arange(chains)
     with torch.no_grad():
         teacher = batch.feats @ draft.head_weight.T  # [B, T, N]: the verifier's logits for x_{p+1}
-    h = (batch.fused if draft.config.feature_layers else batch.feats)[:, :chains]  # [B, C, k*d or d]
-    cache = DynamicCache(config=draft.config.llama_config())
+    first = (batch.fused if draft.config.feature_layers else batch.feats)[:, :chains]  # [B, C, k*d or d]
+    ids = nn.functional.pad(batch.ids, (0, cfg.ttt_steps))  # room for the last unrolls' (masked) tokens
+    lookup = None if batch.lookup is None else tuple(nn.functional.pad(x, (0, cfg.ttt_steps), value=v)
+                                                      for x, v in zip(batch.lookup, (-1, 0)))
     total, stats = 0.0, {}
-    for s in range(cfg.ttt_steps):
+    for s, h, matched in ttt_unroll(draft, first, ids, cfg.ttt_steps, lookup):
         target = (anchors + s + 1).clamp(max=width - 1)  # [C]: the position whose next token unroll s predicts
         w = batch.weight[:, (anchors + s).clamp(max=width - 1)] * (batch.weight[:, target] > 0)  # [B, C]
         w = w * (anchors + s + 1 < width)
-        tokens = batch.ids[:, anchors + s + 1]  # x_{a+s+1}: [B, C]
-        lookup = None if batch.lookup is None else tuple(x[:, anchors + s + 1] for x in batch.lookup)
-        mask = ttt_mask(chains, s) if s else None
-        positions = (anchors + s)[None].expand(rows, -1)  # [B, C]
-        h = draft(h, tokens, cache=cache, position_ids=positions, attention_mask=mask, lookup=lookup)  # [B, C, d]
-        logits = draft.logits(h, lookup)  # [B, C, N]
-        target_logits = teacher[:, target]
-        loss = masked_mean(soft_ce(target_logits, logits), w)
+        logits = draft.logits(h, matched)  # [B, C, N]
+        loss = masked_mean(soft_ce(teacher[:, target], logits), w)
         if cfg.w_reg:
             reg = masked_mean(nn.functional.smooth_l1_loss(h, batch.feats[:, target], reduction="none").mean(-1), w)
             loss = loss + cfg.w_reg * reg
         total = total + cfg.ttt_decay ** s * loss
         stats[f"ce{s}"] = loss.item()
-        stats[f"acc{s}"] = agreement(logits, target_logits.argmax(-1), w).item()
+        stats[f"acc{s}"] = agreement(logits, teacher[:, target].argmax(-1), w).item()
     return total, stats
 
 

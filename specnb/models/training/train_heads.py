@@ -60,11 +60,14 @@ class HeadTrainConfig:
     medusa_blocks: int = 1
 
 
+EAGLE3_LAYERS = (1, 14, 26)  # ``specnb.models.features.eagle3_layers(30)``: SmolLM2-135M's low, middle, high
 HEADS = {
-    "smollm2-eagle": HeadTrainConfig("eagle"),
+    "smollm2-eagle": HeadTrainConfig("eagle", feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0, w_cls=1.0,
+                                     noise=0.0),
     "smollm2-medusa": HeadTrainConfig("medusa", batch_positions=1024, lr=2e-3, lookup_ngram=0, copy_bias=False),
 }
-QUICK_CORPUS = HeadCorpusConfig(n_chats=8, batch=4, instr_cap=16, steps=32)
+CORPUS = HeadCorpusConfig(n_chats=576, batch=96, feature_layers=EAGLE3_LAYERS)
+QUICK_CORPUS = HeadCorpusConfig(n_chats=8, batch=4, instr_cap=16, steps=32, feature_layers=EAGLE3_LAYERS)
 
 
 @dataclass
@@ -224,7 +227,7 @@ def build_heads(seed: int = 0, only: list[str] | None = None, quick: bool = Fals
     unknown = [n for n in names if n not in HEADS]
     if unknown:
         raise ParameterError(f"unknown head name(s) {unknown}; choose from {sorted(HEADS)}")
-    corpus = replace(QUICK_CORPUS if quick else HeadCorpusConfig(), seed=seed)
+    corpus = replace(QUICK_CORPUS if quick else CORPUS, seed=seed)
     configs = {n: replace(c, seed=seed, epochs=1 if quick else c.epochs, head_tokens=1024 if quick else c.head_tokens)
                for n, c in HEADS.items()}
     start = time.perf_counter()
