@@ -11,7 +11,9 @@ the rest is pure Magpie. One batched KV-cached loop per batch (left padding, row
 phases) produces the text, and the features of every position come for free from it.
 
 Per sequence (``FeatureSeq``): the token ids, the verifier's post-final-norm hidden state (the input
-of its lm_head) at every position it was fed, and where the loss starts. The verifier's next-token
+of its lm_head) at every position it was fed, with ``feature_layers`` also those decoder layers'
+outputs (what an EAGLE-3 draft reads, taken by hooks during the same forwards), and where the loss
+starts. The verifier's next-token
 distribution at position t is ``lm_head(feats[t])``: training recomputes it on the head's trimmed
 vocabulary, so no logits are stored.
 

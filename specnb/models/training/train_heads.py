@@ -5,9 +5,12 @@ Both heads read a trimmed vocabulary of the corpus's 8,192 most frequent tokens 
 "FR-Spec"), borrow the verifier's embedding and lm_head, and are saved by their own ``save()``
 (``config.json`` with ``kind`` + fp16 ``weights.safetensors``, ``specnb.models.heads``).
 
-The EAGLE draft starts from the verifier's first decoder layer with ``fc = [I/2, I/2]`` (half
-feature, half embedding) and also reads the prompt-lookup match of each input token with a learned
-copy bonus (``specnb.models.eagle``): on a small corpus that is what lifted its acceptance most.
+The EAGLE draft is EAGLE-3-style (Li et al. 2025): it reads the verifier's layers 1, 14 and 26
+(low, middle, high of 30), fused, and is trained with four unrolls on its own outputs
+("training-time test", ``head_losses.eagle3_loss``), token loss only. It starts from the verifier's
+first decoder layer with ``fc = [I/2, I/2]`` (half feature, half embedding), the fusion reading the
+highest layer, and also reads the prompt-lookup match of each input token with a learned copy bonus
+(``specnb.models.eagle``). Medusa trains on the same corpus (its final features).
 
 Determinism: ``torch.manual_seed(seed)``, a seeded order of length-bucketed batches and one thread
 give the same weights for the same torch version and CPU.
