@@ -163,12 +163,12 @@ def check_replay(verifier, draft, ids, mask, gamma: int, confidence: float = 0.0
     from specnb.predict.drafts import draft_traits
     from specnb.predict.traces import AcceptanceTrace, pack, replay, verifier_features
 
-    accepted = []
+    accepted, layers = [], draft_traits(draft).feature_layers
     for row in range(len(ids)):
         context = ids[row, mask[row].bool()].tolist()
         generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
-        runs, proposed, confidences = draft_traits(draft).trace(context, generated, 16,
-                                                                verifier_features(verifier, context + generated[:-1]))
+        runs, proposed, confidences = draft_traits(draft).trace(
+            context, generated, 16, verifier_features(verifier, context + generated[:-1], layers))
         trace = AcceptanceTrace("p", runs, proposed, 16, True, confidences)
         packed = pack([trace], len(generated), confidence)
         got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)

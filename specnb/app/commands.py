@@ -91,7 +91,8 @@ def _args_build_heads(p: argparse.ArgumentParser) -> None:
 
 
 @command("build-heads", "train the EAGLE draft and Medusa heads on the embedded verifier's features (corpus built "
-                        "if missing, resumable; stage times on stderr)",
+                        "if missing, resumable; stage times on stderr; ≈ 40 min on 2 busy cores, 15 of them CPU "
+                        "time in training)",
          _args_build_heads)
 def run_build_heads(args: argparse.Namespace) -> list[dict]:
     import sys

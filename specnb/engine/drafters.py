@@ -9,10 +9,11 @@ one generation (like Hugging Face's ``CandidateGenerator`` or vLLM's proposers):
     commit(state, proposal, step)                        roll back to what the verifier accepted
 
 What a step did to the drafter's own cache travels in the ``Proposal`` it returned and comes back to
-``commit``. ``needs_features``: the loop keeps the verifier's final hidden states for it
-(``state.features``); ``trees``: it can draft a static tree; an optional ``dynamic_trees``: it can
-grow EAGLE-2's dynamic tree (``specnb.engine.trees.DynamicTree``). What only the predictor needs (traces,
-how a draft's cost is priced) is ``specnb.predict.drafts``.
+``commit``. ``needs_features``: the loop keeps the verifier's hidden states for it
+(``state.features``): its final ones, or with ``feature_layers`` those layers' outputs concatenated
+(an EAGLE-3 draft's; ``specnb.models.features``); ``trees``: it can draft a static tree; an optional
+``dynamic_trees``: it can grow EAGLE-2's dynamic tree (``specnb.engine.trees.DynamicTree``). What only
+the predictor needs (traces, how a draft's cost is priced) is ``specnb.predict.drafts``.
 
 Kinds: drafts from tokens (``model_drafters``: a causal LM with its own cache, an early exit, prompt
 lookup) and drafts from the verifier's features (``head_drafters``: EAGLE, Medusa). ``make_drafter``
@@ -37,6 +38,7 @@ from specnb.engine.trees import TreeShape
 class Drafter(Protocol):
     kind: str
     needs_features: bool
+    feature_layers: tuple[int, ...]  # read only when needs_features; () is the final norm's output
     trees: bool
 
     def begin(self, state: DecodeState, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> int: ...

@@ -183,7 +183,7 @@ def keep_verified(state: DecodeState, step: Step) -> None:
     """Roll the verifier's cache back to each row's path (moved to the front of the chunk), and hand a
     feature draft the hidden states of the kept positions, in order."""
     state.verifier.select(step.paths, step.verified)
-    features = state.verifier.features  # [B, N+1, d] or None
+    features = state.verifier.features  # [B, N+1, d] (EAGLE-3: [B, N+1, k*d]) or None
     if features is not None:
         width = max(map(len, step.paths))
         index = torch.tensor([p + p[-1:] * (width - len(p)) for p in step.paths], device=features.device)
@@ -374,7 +374,8 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
         t0 = time.perf_counter()
         timer.start()
         with timer.stage("prefill"):
-            kv = ModelKV(verifier, vocab_size, features=drafter is not None and drafter.needs_features)
+            wanted = drafter.feature_layers if drafter is not None and drafter.needs_features else None
+            kv = ModelKV(verifier, vocab_size, features=wanted)
             state = prefill(kv, input_ids, attention_mask, rows, sampling, generator)
             state.confidence = confidence
             d_forwards = drafter.begin(state, input_ids, attention_mask) if drafter is not None else 0

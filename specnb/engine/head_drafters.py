@@ -13,7 +13,9 @@ outside a trimmed head, a valid draft distribution).
 EAGLE's input at position p is (f_p, x_{p+1}): the verifier's feature there and the token after it;
 its output is the predicted feature at p + 1, scored by the verifier's frozen lm_head. Its cache
 holds entries computed from *true* features only: what it drafted from its own predictions is
-cropped after every step and replaced by the verified features (as EAGLE does).
+cropped after every step and replaced by the verified features (as EAGLE does). An EAGLE-3 draft
+(``feature_layers``) reads instead the outputs of a low, a middle and a high verifier layer, fused
+into one feature by its own ``fuse`` layer; its later steps read its own output, as before.
 
 An EAGLE draft with ``lookup_ngram`` also reads, with each input token, the prompt-lookup match of
 the context up to that token (``specnb.models.lookup``): the row's real text for verified tokens,
@@ -123,6 +125,7 @@ class EagleDrafter:
 
     def __init__(self, eagle, vocab_size: int | None = None):
         self.eagle = eagle
+        self.feature_layers = eagle.config.feature_layers  # (): final features; EAGLE-3: the layers it fuses
         self.slots: SlotCache | None = None
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # per row: (features [n, d], tokens [n])
         self.ngram = eagle.config.lookup_ngram  # 0: the draft reads no prompt-lookup match
@@ -316,6 +319,7 @@ class MedusaDrafter:
 
     kind = "medusa"
     needs_features = True
+    feature_layers = ()
     trees = True
 
     def __init__(self, heads, vocab_size: int | None = None):

@@ -14,10 +14,11 @@ looks as if that path alone had been verified. ``ModelKV`` is a causal LM with i
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 
 import torch
+
+from specnb.models.features import capture_hidden
 
 
 def crop_cache(cache, n_drop: int) -> None:
@@ -110,10 +111,11 @@ class SlotCache:
 
 
 class ModelKV(SlotCache):
-    """A causal LM with its ``SlotCache``; with ``features``, every forward also keeps its final
-    hidden states (what feature drafts such as EAGLE and Medusa read) in ``self.features``."""
+    """A causal LM with its ``SlotCache``; with ``features``, every forward also keeps the hidden
+    states feature drafts such as EAGLE and Medusa read in ``self.features``: ``True`` / ``()`` its
+    final ones, a tuple of layer indices those layers' outputs (an EAGLE-3 draft's)."""
 
-    def __init__(self, model, vocab_size: int | None, features: bool = False):
+    def __init__(self, model, vocab_size: int | None, features: bool | tuple[int, ...] | None = False):
         super().__init__(model.config)
         self.model, self.vocab_size, self.keeps_features = model, vocab_size, features
         self.cache_arg, self.keeps_logits = forward_arguments(model)
@@ -146,22 +148,10 @@ class ModelKV(SlotCache):
         return logits[..., : self.vocab_size] if self.vocab_size else logits
 
 
-@contextlib.contextmanager
-def capture_features(model, wanted: bool):
-    """While active (and ``wanted``), record the output of ``model``'s final norm: the hidden states
-    [B, T, d] its lm_head reads, for every column (``logits_to_keep`` slices only the logits)."""
-    captured: dict = {}
-    if not wanted:
-        yield captured
-        return
-    norm = getattr(getattr(model, "model", None), "norm", None)
-    if norm is None:
-        from specnb.core.errors import IncompatibleModelsError
-
-        raise IncompatibleModelsError(f"feature drafts need a Llama/Qwen-style verifier (.model.norm); "
-                                      f"got {type(model).__name__}")
-    handle = norm.register_forward_hook(lambda module, args, output: captured.__setitem__("features", output))
-    try:
-        yield captured
-    finally:
-        handle.remove()
+def capture_features(model, wanted: bool | tuple[int, ...] | None):
+    """While active, record the hidden states [B, T, d] a feature draft reads, for every column
+    (``logits_to_keep`` slices only the logits): ``True`` or ``()`` the final norm's output (what the
+    lm_head reads), a tuple of layer indices those layers' outputs concatenated [B, T, k*d]
+    (``specnb.models.features``); nothing for ``False`` / ``None``."""
+    layers = () if wanted is True else (None if wanted is False else wanted)
+    return capture_hidden(model, layers)

@@ -22,6 +22,7 @@ class ModelDrafter:
     early (``specnb.engine.confidence``)."""
 
     needs_features = False
+    feature_layers = ()
     trees = False
 
     def __init__(self, model, vocab_size: int | None = None):
@@ -77,6 +78,7 @@ class LookupDrafter:
 
     kind = "lookup"
     needs_features = False
+    feature_layers = ()
     trees = False
 
     def __init__(self, lookup, vocab_size: int | None = None):

@@ -29,8 +29,14 @@ Decoding contract (chain draft, greedy):
     draft the verifier's features of the verified chunk for positions j+1..j+n+1 at the next
     step (the entries computed from predicted features are replaced by true ones, as EAGLE does).
 
-Storage: ``config.json`` (``EagleConfig``) + ``weights.safetensors`` (fc, the decoder layer,
-the optional output norm and, for a trimmed head, ``head_ids`` [N] int64). The verifier's
+EAGLE-3 mode (``feature_layers``, Li et al. 2025): the true input feature is not the final one but
+the outputs of a low, a middle and a high verifier layer, each RMS-normalised and fused by a linear
+layer (``fused``); a predicted feature (the draft's own output, fed back for later steps) goes in as
+it is. The draft is trained on its own predictions ("training-time test",
+``specnb.models.training.head_losses.eagle3_loss``), token loss only.
+
+Storage: ``config.json`` (``EagleConfig``) + ``weights.safetensors`` (fc, the fusion for EAGLE-3,
+the decoder layer, the optional output norm and, for a trimmed head, ``head_ids`` [N] int64). The verifier's
 embedding and lm_head are never stored: ``attach(verifier)`` borrows them.
 """
 
@@ -66,6 +72,12 @@ class EagleConfig:
     init_layer: int = -1  # verifier layer the decoder layer was initialised from (metadata)
     lookup_ngram: int = 0  # >0: also read the prompt-lookup match of each input token (n-gram <= this)
     copy_bias: bool = False  # a learned logit bonus on that match's token (a pointer; needs lookup_ngram)
+    feature_layers: tuple[int, ...] = ()  # (): reads the final-norm feature; else these layers' outputs, fused
+
+    def __post_init__(self):
+        self.feature_layers = tuple(self.feature_layers)  # config.json stores a list
+        if len(self.feature_layers) == 1:  # a fused input must be wider than a predicted one ([d])
+            raise ValueError("feature_layers names no layer or at least two (repeat one to read it alone)")
 
     @classmethod
     def from_verifier(cls, config, **kw) -> EagleConfig:
@@ -114,6 +126,10 @@ class EagleDraft(nn.Module):
         d = config.hidden_size
         lcfg = config.llama_config()
         self.fc = nn.Linear((3 if config.lookup_ngram else 2) * d, d, bias=True)  # [f ; e (; e(match))] -> d
+        if config.feature_layers:  # EAGLE-3: the verifier's low/mid/high layer outputs [k*d] -> one feature [d]
+            # each layer's output RMS-normalised first: the residual stream carries outliers in the hundreds
+            self.fuse_norm = nn.Parameter(torch.ones(len(config.feature_layers), d))  # [k, d]
+            self.fuse = nn.Linear(len(config.feature_layers) * d, d, bias=False)
         if config.lookup_ngram:
             self.match_embed = nn.Embedding(config.lookup_ngram + 1, d)  # by match length 0..n, added after fc
             nn.init.zeros_(self.match_embed.weight)
@@ -161,6 +177,10 @@ class EagleDraft(nn.Module):
             self.fc.weight.zero_()
             self.fc.weight[:, :d].copy_(torch.eye(d))  # starts as "next feature = this feature"
             self.fc.bias.zero_()
+            if self.config.feature_layers:  # the fused feature starts as the highest layer, normed like the last
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, -d:].copy_(torch.eye(d))
+                self.fuse_norm[-1].copy_(verifier.model.norm.weight)
         self.config.init_layer = layer if layer >= 0 else len(verifier.model.layers) + layer
         return self
 
@@ -171,7 +191,9 @@ class EagleDraft(nn.Module):
                 lookup: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Predicted next features [B, T, d].
 
-        features [B, T, d]: f_t (true or predicted); input_ids [B, T]: x_{t+1} (the token after t);
+        features [B, T, d]: f_t (true or predicted), or for a draft with ``feature_layers`` the verifier's
+        layer outputs [B, T, k*d] (true) or the draft's own output [B, T, d] (predicted);
+        input_ids [B, T]: x_{t+1} (the token after t);
         cache: a ``transformers.DynamicCache`` (appended to) or None; position_ids [B, T] (default:
         past .. past+T-1); attention_mask: None (causal), [B, past+T] key mask (0 = hole/pad), or a
         ready boolean/additive mask [B, 1, T, past+T] used as is. ``embeds`` [B, T, d] may replace
@@ -179,7 +201,9 @@ class EagleDraft(nn.Module):
         match of each input token x_{t+1} given the context up to it, as (candidate ids [B, T] (-1: none),
         match lengths [B, T]) from ``specnb.models.lookup.next_match`` / ``all_matches``.
         """
-        batch, width, _ = features.shape
+        batch, width, size = features.shape
+        if size != self.config.hidden_size:  # the verifier's layers (EAGLE-3); a predicted feature is [d]
+            features = self.fused(features)
         if embeds is None:
             embeds = nn.functional.embedding(input_ids, self.embed_weight)  # [B, T, d]
         parts = [features.to(embeds.dtype), embeds]
@@ -205,10 +229,18 @@ class EagleDraft(nn.Module):
                        use_cache=cache is not None, position_embeddings=cos_sin)  # [B, T, d]
         return self.norm(h)  # [B, T, d]
 
+    def fused(self, layers: torch.Tensor) -> torch.Tensor:
+        """The verifier's layer outputs [..., k*d] -> one input feature [..., d] (EAGLE-3's fc)."""
+        k, d = self.fuse_norm.shape
+        x = layers.to(self.fuse.weight.dtype).unflatten(-1, (k, d))  # [..., k, d]
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps) * self.fuse_norm
+        return self.fuse(x.flatten(-2))  # [..., d]
+
     def feature_inputs(self, input_ids: torch.Tensor, generator=None) -> dict:
         """Random features for ``input_ids`` [B, T] (a forward's cost does not depend on their values),
         for timing probes (``specnb.measure.forward.ForwardProbe``)."""
-        features = torch.randn(*input_ids.shape, self.config.hidden_size, generator=generator)
+        size = self.config.hidden_size * max(1, len(self.config.feature_layers))
+        features = torch.randn(*input_ids.shape, size, generator=generator)
         inputs = {"features": features.to(input_ids.device, self.fc.weight.dtype), "input_ids": input_ids}
         if self.config.lookup_ngram:
             inputs["lookup"] = (input_ids, torch.ones_like(input_ids))

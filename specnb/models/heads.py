@@ -159,10 +159,11 @@ def write_published(draft, folder, bias: bool = True) -> Path:
     from safetensors.torch import save_file
 
     config = draft.config
-    if config.input_norm or config.out_norm or config.head_tokens or config.lookup_ngram:
-        raise ParameterError("the EAGLE-1 layout has no input norm, no output norm, no lookup input and the full "
-                             f"head; this draft has input_norm={config.input_norm}, out_norm={config.out_norm}, "
-                             f"head_tokens={config.head_tokens}, lookup_ngram={config.lookup_ngram}")
+    if config.input_norm or config.out_norm or config.head_tokens or config.lookup_ngram or config.feature_layers:
+        raise ParameterError("the EAGLE-1 layout has no input norm, no output norm, no lookup input, no layer fusion "
+                             f"and the full head; this draft has input_norm={config.input_norm}, "
+                             f"out_norm={config.out_norm}, head_tokens={config.head_tokens}, "
+                             f"lookup_ngram={config.lookup_ngram}, feature_layers={config.feature_layers}")
     d, state = config.hidden_size, draft.state_dict()
     fc = state["fc.weight"]  # [d, 2d] reading [feature ; embedding]
     tensors = {"fc.weight": torch.cat([fc[:, d:], fc[:, :d]], 1).contiguous()}

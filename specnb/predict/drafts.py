@@ -39,8 +39,9 @@ class DraftTraits:
     forward_tokens: tuple[int, ...]  # the forward widths its cost model times
     pricing: str  # FORWARDS (its forwards), PER_STEP or PER_TOKEN (host time per step or drafted token)
     catch_up: str  # "tokens" or "features": the width of a step's first draft forward
-    needs_features: bool  # its trace reads the verifier's final hidden states
+    needs_features: bool  # its trace reads the verifier's hidden states
     trace: Trace
+    feature_layers: tuple[int, ...] = ()  # which ones (``specnb.models.features``): () the final ones
 
 
 def draft_traits(draft, vocab_size: int | None = None) -> DraftTraits:
@@ -51,7 +52,8 @@ def draft_traits(draft, vocab_size: int | None = None) -> DraftTraits:
                            needs_features=False, trace=lambda *args: trace_lookup(draft, *args))
     if kind == "eagle":  # catch-up chunks are 1..γ+1 wide; the cost model fits a line over them
         return DraftTraits(kind=kind, module=draft, forward_tokens=(1, 2, 4), pricing=FORWARDS, catch_up="features",
-                           needs_features=True, trace=lambda *args: trace_eagle(draft, *args))
+                           needs_features=True, trace=lambda *args: trace_eagle(draft, *args),
+                           feature_layers=draft.config.feature_layers)
     if kind == "medusa":  # no forward: the heads' host time per drafted token
         return DraftTraits(kind=kind, module=draft, forward_tokens=(), pricing=PER_TOKEN, catch_up="tokens",
                            needs_features=True, trace=lambda *args: trace_medusa(draft, *args))
@@ -150,7 +152,8 @@ def trace_medusa(heads, context, generated, cap, features=None):
 def trace_eagle(eagle, context, generated, cap, features=None):
     """Greedy chains from every start, as the loop drafts them, in ``min(cap, L)`` passes.
 
-    ``features`` [S + L - 1, d]: the verifier's features of prompt + generated but the last token.
+    ``features`` [S + L - 1, d] (EAGLE-3: [S + L - 1, k*d]): the verifier's features of prompt +
+    generated but the last token.
     Pass 1 feeds every true pair (f_p, x_{p+1}) causally: its output at p is the first draft of
     the chain whose last emitted token sits at p + 1. Pass r feeds each chain's own previous
     prediction, seeing the true entries before its start and its own earlier entries (a 4D mask

@@ -83,7 +83,7 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
     eos = pair.tokenizer.eos_token_id
     eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
     traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in drafts.items()}
-    features = any(t.needs_features for t in traits.values())
+    layer_sets = {t.feature_layers for t in traits.values() if t.needs_features}  # one forward per kind of feature
     traces: dict[str, list[AcceptanceTrace]] = {name: [] for name in drafts}
     for _, row in tqdm(list(prompts.iterrows()), desc="acceptance traces", unit="prompt", disable=not progress):
         ids, _ = encode_prompts(pair.tokenizer, [row["prompt"]])
@@ -91,9 +91,9 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
                           eos_token_id=pair.tokenizer.eos_token_id, vocab_size=pair.vocab_size)
         context, generated = ids[0].tolist(), result.tokens[0]
         budget = len(generated) >= max_new_tokens and generated[-1] not in eos
-        feats = verifier_features(pair.verifier, context + generated[:-1]) if features else None
+        feats = {layers: verifier_features(pair.verifier, context + generated[:-1], layers) for layers in layer_sets}
         for name, draft in traits.items():
-            runs, proposed, confidence = draft.trace(context, generated, cap, feats)
+            runs, proposed, confidence = draft.trace(context, generated, cap, feats.get(draft.feature_layers))
             traces[name].append(AcceptanceTrace(prompt_id=str(row["id"]), runs=runs, proposed=proposed,
                                                 cap=None if proposed is None else cap, hit_budget=budget,
                                                 confidence=rounded(confidence)))
@@ -105,15 +105,16 @@ def rounded(confidence: list[list[float]] | None) -> list[list[float]] | None:
     return None if confidence is None else [[round(p, 4) for p in chain] for chain in confidence]
 
 
-def verifier_features(verifier, tokens: list[int]):
-    """The verifier's final hidden states [T, d] over ``tokens``, teacher forced (what a feature draft
-    reads; equal to the cached loop's but for float rounding)."""
+def verifier_features(verifier, tokens: list[int], layers: tuple[int, ...] = ()):
+    """The verifier's final hidden states [T, d] over ``tokens`` (with ``layers``: those layers' outputs
+    [T, k*d]), teacher forced (what a feature draft reads; equal to the cached loop's but for float
+    rounding)."""
     import torch
 
     from specnb.engine.kvcache import capture_features
 
     ids = torch.tensor([tokens], device=next(verifier.parameters()).device)
-    with torch.inference_mode(), capture_features(verifier, True) as captured:
+    with torch.inference_mode(), capture_features(verifier, layers) as captured:
         verifier(input_ids=ids, logits_to_keep=1)
     return captured["features"][0]
 

@@ -75,6 +75,8 @@ def make_draft(kind: str, verifier, draft):
         return PromptLookup(max_ngram=2)
     if kind == "eagle":
         return EagleDraft(EagleConfig.from_verifier(verifier.config)).eval().attach(verifier)
+    if kind == "eagle3":  # reads the verifier's layer outputs, fused (one layer, read twice)
+        return EagleDraft(EagleConfig.from_verifier(verifier.config, feature_layers=(0, 0))).eval().attach(verifier)
     if kind == "eagle-lookup":  # reads the prompt-lookup match; its copy bonus moves q towards the match
         eagle = EagleDraft(EagleConfig.from_verifier(verifier.config, lookup_ngram=2, copy_bias=True))
         with torch.no_grad():
@@ -138,3 +140,8 @@ def test_reference_processors_agree_with_an_explicit_top_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     probs = reference_probs(logits, SamplingConfig(1.0, 0.8))
     torch.testing.assert_close(probs, torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+
+
+def test_sampled_eagle3_follows_verifier_distribution():
+    """An EAGLE-3 draft (fused layer outputs in, its own output fed back) keeps sampling lossless."""
+    check_follows_verifier("eagle3", SamplingConfig(1.0, 0.8, seed=1))

@@ -44,6 +44,22 @@ def eagle_pair():
     return verifier, draft.eval().attach(verifier)
 
 
+def eagle3_pair():
+    """``eagle_pair`` read through EAGLE-3's fusion: the draft fuses the outputs of "layers" (0, 0) of
+    the one-layer verifier, and its fusion picks the second copy, normed by the verifier's final norm,
+    so the fused feature is the verifier's final feature; later steps read the draft's own output."""
+    verifier, plain = eagle_pair()
+    config = EagleConfig.from_verifier(verifier.config, out_norm=True, input_norm=True, feature_layers=(0, 0))
+    draft = EagleDraft(config)
+    draft.load_state_dict(plain.state_dict(), strict=False)
+    d = config.hidden_size
+    with torch.no_grad():
+        draft.fuse.weight.zero_()
+        draft.fuse.weight[:, d:].copy_(torch.eye(d))
+        draft.fuse_norm[1].copy_(verifier.model.norm.weight)
+    return verifier, draft.eval().attach(verifier)
+
+
 def medusa_pair():
     """A verifier that mostly repeats its last token (weak layer, lm_head = its embedding) and identity
     Medusa heads, which propose that same token at every depth."""
@@ -56,7 +72,19 @@ def medusa_pair():
     return verifier, heads
 
 
-PAIRS = {"eagle": eagle_pair, "medusa": medusa_pair}
+def test_eagle3_draft_reads_the_layers_it_fuses():
+    """The loop hands an EAGLE-3 draft the outputs of its layers [.., k*d]; its fusion of them here is
+    the verifier's final feature, so it drafts exactly what the plain draft over that feature drafts."""
+    verifier, draft = eagle3_pair()
+    _, plain = eagle_pair()
+    ids, mask = ragged_prompts(seed=3)
+    for gamma in (2, 4):
+        fused = generate(verifier, ids, mask, draft=draft, max_new_tokens=12, gamma=gamma)
+        final = generate(verifier, ids, mask, draft=plain, max_new_tokens=12, gamma=gamma)
+        assert fused.accepted_per_step == final.accepted_per_step
+
+
+PAIRS = {"eagle": eagle_pair, "eagle3": eagle3_pair, "medusa": medusa_pair}
 
 
 @pytest.fixture(scope="module", params=list(PAIRS))
@@ -79,7 +107,7 @@ def test_greedy_chain_and_tree_are_token_identical(pair, batch):
     assert 0.2 < accepted / drafted < 0.99, accepted / drafted  # accepts often, rejects sometimes
 
 
-CONFIDENCE = {"eagle": 0.04, "medusa": 0.1}  # stops some chains of each tiny draft, not all
+CONFIDENCE = {"eagle": 0.04, "eagle3": 0.04, "medusa": 0.1}  # stops some chains of each tiny draft, not all
 
 
 @pytest.mark.parametrize("batch", [1, 4])
@@ -87,7 +115,7 @@ def test_confidence_stops_chains_where_the_head_is_unsure_and_stays_lossless(pai
     kind, verifier, draft = pair
     ids, mask = ragged_prompts(seed=3)
     result = check_confidence_stops(verifier, draft, ids[-batch:], mask[-batch:], 5, CONFIDENCE[kind])
-    if kind == "eagle":  # the chain stops when every row is unsure: fewer forwards than γ per step
+    if kind.startswith("eagle"):  # the chain stops when every row is unsure: fewer forwards than γ per step
         steps = max(map(len, result.drafted_per_step))
         assert result.draft_forwards < 1 + 5 * steps
 

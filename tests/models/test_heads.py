@@ -64,6 +64,22 @@ def test_specnb_layout_eagle_and_medusa_load_by_folder(verifier_folder, tmp_path
         assert generate(loaded.verifier, prompt, draft=loaded.draft, gamma=2, max_new_tokens=8).tokens == expected
 
 
+def test_an_eagle3_head_round_trips_and_generates_losslessly(verifier_folder, tmp_path):
+    pair = load_pair(str(verifier_folder), None, device="cpu")
+    original = random_eagle(pair.verifier, feature_layers=(1, 0)).attach(pair.verifier)
+    original.save(tmp_path / "eagle3", dtype=torch.float32)
+    loaded = load_pair(str(verifier_folder), str(tmp_path / "eagle3"), device="cpu")
+    assert loaded.draft.config.feature_layers == (1, 0)
+    feats, ids = torch.randn(1, 5, 128), torch.randint(0, 60, (1, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.draft(feats, ids), original(feats, ids), rtol=0, atol=0)
+    prompt = torch.randint(3, 60, (2, 7))
+    expected = generate(pair.verifier, prompt, max_new_tokens=10).tokens
+    assert generate(loaded.verifier, prompt, draft=loaded.draft, gamma=3, max_new_tokens=10).tokens == expected
+    with pytest.raises(ParameterError, match="feature_layers"):
+        write_published(original, tmp_path / "x")
+
+
 def test_a_head_for_another_verifier_is_one_line_before_generation(verifier_folder, tmp_path, capsys):
     # a head built for a narrower model
     narrow = EagleDraft(EagleConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,

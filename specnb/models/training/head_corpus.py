@@ -11,7 +11,9 @@ the rest is pure Magpie. One batched KV-cached loop per batch (left padding, row
 phases) produces the text, and the features of every position come for free from it.
 
 Per sequence (``FeatureSeq``): the token ids, the verifier's post-final-norm hidden state (the input
-of its lm_head) at every position it was fed, and where the loss starts. The verifier's next-token
+of its lm_head) at every position it was fed, with ``feature_layers`` also those decoder layers'
+outputs (what an EAGLE-3 draft reads, taken by hooks during the same forwards), and where the loss
+starts. The verifier's next-token
 distribution at position t is ``lm_head(feats[t])``: training recomputes it on the head's trimmed
 vocabulary, so no logits are stored.
 
@@ -31,6 +33,7 @@ import torch
 
 from specnb.core.padding import left_pad_ids
 from specnb.core.sampling import nucleus, sample
+from specnb.models.features import capture_hidden
 from specnb.models.training.corpus import _atomic_save
 
 # Task-family openers written into the user turn; the verifier samples the rest of the message.
@@ -101,17 +104,19 @@ class HeadCorpusConfig:
     top_p: float = 0.95
     doc_len: int = 256  # settings of the docs windows the key has always covered (no docs are built)
     doc_batch: int = 8
+    feature_layers: tuple[int, ...] = ()  # also keep these decoder layers' outputs (an EAGLE-3 draft's input)
 
     def key(self) -> str:
-        gen = {k: v for k, v in asdict(self).items() if k != "n_chats"}
+        gen = {k: v for k, v in asdict(self).items() if k != "n_chats" and not (k == "feature_layers" and not v)}
         return hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclass
 class FeatureSeq:
     """One conversation: ids [L] int32, feats [L', d] fp16 (L' = L, or L - 1 when the last token, a
-    stop, was never fed), ``loss_from`` (first position after the shared system prompt),
-    ``answer_from`` (first assistant token), ``kind`` (task family or "magpie")."""
+    stop, was never fed), ``fused`` [L', k*d] fp16 (the ``feature_layers`` outputs, or None),
+    ``loss_from`` (first position after the shared system prompt), ``answer_from`` (first assistant
+    token), ``kind`` (task family or "magpie")."""
 
     ids: torch.Tensor
     feats: torch.Tensor
@@ -119,6 +124,7 @@ class FeatureSeq:
     answer_from: int
     kind: str
     truncated: bool = False
+    fused: torch.Tensor | None = None  # [L', k*d] fp16: the ``feature_layers`` outputs, when the corpus keeps them
 
 
 # ----------------------------------------------------------------------------- the chat template
@@ -210,9 +216,12 @@ def chat_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpus
     width = max(lengths)
     ids, mask = left_pad_ids([r.ids for r in rows], pad)  # [B, P] each
     cache = DynamicCache(config=verifier.config)
-    h = verifier.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp_min(0),
-                       cache=cache, use_cache=True).last_hidden_state  # [B, P, d]
+    layers = cfg.feature_layers or None
+    with capture_hidden(verifier, layers) as captured:
+        h = verifier.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp_min(0),
+                           cache=cache, use_cache=True).last_hidden_state  # [B, P, d]
     feats = [[h[b, width - n:].half()] for b, n in enumerate(lengths)]
+    fused = [[captured["features"][b, width - n:].half()] for b, n in enumerate(lengths)] if layers else None
     n_feats, nxt, last = list(lengths), torch.tensor(lengths), h[:, -1]  # nxt [B]: next position; last [B, d]
     for _ in range(cfg.steps):
         logits = verifier.lm_head(last)  # [B, V]
@@ -223,15 +232,20 @@ def chat_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpus
             break
         feed = [pad if tok is None else tok for tok in feed]
         mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=mask.dtype)], 1)
-        last = verifier.model(input_ids=torch.tensor(feed)[:, None], attention_mask=mask, position_ids=nxt[:, None],
-                              cache=cache, use_cache=True).last_hidden_state[:, 0]  # [B, d]
+        with capture_hidden(verifier, layers) as captured:
+            out = verifier.model(input_ids=torch.tensor(feed)[:, None], attention_mask=mask,
+                                 position_ids=nxt[:, None], cache=cache, use_cache=True)
+        last = out.last_hidden_state[:, 0]  # [B, d]
         nxt = nxt + 1
         for b, row in enumerate(rows):
             if n_feats[b] < len(row.ids):  # this row's token was real: keep its feature
                 feats[b].append(last[b:b + 1].half())
+                if layers:
+                    fused[b].append(captured["features"][b, :1].half())
                 n_feats[b] += 1
     return [FeatureSeq(torch.tensor(r.ids, dtype=torch.int32), torch.cat(f), loss_from, r.answer_from or len(r.ids),
-                       kind, r.truncated) for r, f, (kind, _) in zip(rows, feats, plan)]
+                       kind, r.truncated, torch.cat(fused[b]) if layers else None)
+            for b, (r, f, (kind, _)) in enumerate(zip(rows, feats, plan))]
 
 
 # ----------------------------------------------------------------------------- the corpus

@@ -5,9 +5,12 @@ Both heads read a trimmed vocabulary of the corpus's 8,192 most frequent tokens 
 "FR-Spec"), borrow the verifier's embedding and lm_head, and are saved by their own ``save()``
 (``config.json`` with ``kind`` + fp16 ``weights.safetensors``, ``specnb.models.heads``).
 
-The EAGLE draft starts from the verifier's first decoder layer with ``fc = [I/2, I/2]`` (half
-feature, half embedding) and also reads the prompt-lookup match of each input token with a learned
-copy bonus (``specnb.models.eagle``): on a small corpus that is what lifted its acceptance most.
+The EAGLE draft is EAGLE-3-style (Li et al. 2025): it reads the verifier's layers 1, 14 and 26
+(low, middle, high of 30), fused, and is trained for 8 epochs with four unrolls on its own outputs
+("training-time test", ``head_losses.eagle3_loss``), token loss only. It starts from the verifier's
+first decoder layer with ``fc = [I/2, I/2]`` (half feature, half embedding), the fusion reading the
+highest layer, and also reads the prompt-lookup match of each input token with a learned copy bonus
+(``specnb.models.eagle``). Medusa trains on the same corpus (its final features).
 
 Determinism: ``torch.manual_seed(seed)``, a seeded order of length-bucketed batches and one thread
 give the same weights for the same torch version and CPU.
@@ -26,7 +29,7 @@ from torch import nn
 from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, corpus_folder, embedded_verifier
-from specnb.models.training.head_losses import collate, eagle_loss, lookup_of, medusa_loss
+from specnb.models.training.head_losses import collate, eagle3_loss, eagle_loss, lookup_of, medusa_loss
 from specnb.models.trimmed_head import most_frequent_tokens
 
 SPECIAL_IDS = (0, 1, 2)  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>: a head must be able to stop
@@ -52,16 +55,23 @@ class HeadTrainConfig:
     init_layer: int = 0  # verifier layer the draft's decoder layer starts from
     lookup_ngram: int = 3
     copy_bias: bool = True
+    feature_layers: tuple[int, ...] = ()  # EAGLE-3: fuse these verifier layers' outputs (needs them in the corpus)
+    ttt_steps: int = 1  # EAGLE-3 training-time test: unrolls of the draft on its own outputs
+    ttt_decay: float = 0.8  # weight of unroll s's loss: decay ** s
     # Medusa
     medusa_heads: int = 4
     medusa_blocks: int = 1
 
 
+EAGLE3_LAYERS = (1, 14, 26)  # ``specnb.models.features.eagle3_layers(30)``: SmolLM2-135M's low, middle, high
 HEADS = {
-    "smollm2-eagle": HeadTrainConfig("eagle"),
+    # 8 epochs: on development prompts 2 / 4 / 8 epochs gave per-token α ≈ 0.30 / 0.35 / 0.38 (benchmarks/README.md)
+    "smollm2-eagle": HeadTrainConfig("eagle", epochs=8, feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0,
+                                     w_cls=1.0, noise=0.0),
     "smollm2-medusa": HeadTrainConfig("medusa", batch_positions=1024, lr=2e-3, lookup_ngram=0, copy_bias=False),
 }
-QUICK_CORPUS = HeadCorpusConfig(n_chats=8, batch=4, instr_cap=16, steps=32)
+CORPUS = HeadCorpusConfig(n_chats=192, batch=96, feature_layers=EAGLE3_LAYERS)
+QUICK_CORPUS = HeadCorpusConfig(n_chats=8, batch=4, instr_cap=16, steps=32, feature_layers=EAGLE3_LAYERS)
 
 
 @dataclass
@@ -95,7 +105,8 @@ def new_eagle(verifier, head_ids, cfg: HeadTrainConfig):
     from specnb.models.eagle import EagleConfig, EagleDraft
 
     config = EagleConfig.from_verifier(verifier.config, head_tokens=0 if head_ids is None else len(head_ids),
-                                       lookup_ngram=cfg.lookup_ngram, copy_bias=cfg.copy_bias)
+                                       lookup_ngram=cfg.lookup_ngram, copy_bias=cfg.copy_bias,
+                                       feature_layers=cfg.feature_layers)
     torch.manual_seed(cfg.seed)
     draft = EagleDraft(config, head_ids=head_ids).init_from_verifier(verifier, cfg.init_layer)
     d = config.hidden_size
@@ -157,7 +168,7 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     plan = [b for epoch in range(cfg.epochs) for b in make_batches(seqs, cfg.batch_positions, cfg.seed, epoch)]
     lookups = [lookup_of(s.ids, cfg.lookup_ngram) for s in seqs] if cfg.kind == "eagle" and cfg.lookup_ngram else None
-    loss_fn = eagle_loss if cfg.kind == "eagle" else medusa_loss
+    loss_fn = medusa_loss if cfg.kind == "medusa" else eagle3_loss if cfg.feature_layers else eagle_loss
     model.train()
     history, start = [], time.perf_counter()
     for step, idx in enumerate(tqdm(plan, desc=f"train {name or cfg.kind}", unit="step", disable=not progress)):
@@ -220,7 +231,7 @@ def build_heads(seed: int = 0, only: list[str] | None = None, quick: bool = Fals
     unknown = [n for n in names if n not in HEADS]
     if unknown:
         raise ParameterError(f"unknown head name(s) {unknown}; choose from {sorted(HEADS)}")
-    corpus = replace(QUICK_CORPUS if quick else HeadCorpusConfig(), seed=seed)
+    corpus = replace(QUICK_CORPUS if quick else CORPUS, seed=seed)
     configs = {n: replace(c, seed=seed, epochs=1 if quick else c.epochs, head_tokens=1024 if quick else c.head_tokens)
                for n, c in HEADS.items()}
     start = time.perf_counter()

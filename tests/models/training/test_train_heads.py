@@ -13,15 +13,19 @@ from helpers import tiny_model
 from transformers import AutoTokenizer
 
 from specnb.app import cli
+from specnb.models.features import capture_hidden
 from specnb.models.heads import head_kind, load_head
 from specnb.models.training import train_heads as T
 from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, plan_openers
+from specnb.models.training.head_losses import ttt_mask, ttt_unroll
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CORPUS = HeadCorpusConfig(n_chats=4, batch=2, instr_cap=6, steps=24)
+CORPUS = HeadCorpusConfig(n_chats=4, batch=2, instr_cap=6, steps=24, feature_layers=(1, 0))
+EAGLE = replace(T.HEADS["smollm2-eagle"], head_tokens=64, epochs=15, batch_positions=64, warmup=2)
 CONFIGS = {
-    "eagle": replace(T.HEADS["smollm2-eagle"], head_tokens=64, epochs=15, batch_positions=64, warmup=2),
+    "eagle": replace(EAGLE, feature_layers=(), ttt_steps=1, w_reg=1.0, w_cls=0.1, noise=0.1),  # EAGLE-1/2 style
+    "eagle3": replace(EAGLE, feature_layers=(1, 0), ttt_steps=3),
     "medusa": replace(T.HEADS["smollm2-medusa"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, lr=5e-3),
 }
 
@@ -53,6 +57,10 @@ def test_corpus_keeps_the_verifier_features_of_every_fed_token(verifier, tokeniz
         with torch.no_grad():  # teacher-forced on the sequence alone: the same features as the batched loop
             h = verifier.model(input_ids=seq.ids[None, :len(seq.feats)].long()).last_hidden_state[0]
         torch.testing.assert_close(seq.feats.float(), h, atol=2e-2, rtol=1e-2)
+        with torch.no_grad(), capture_hidden(verifier, CORPUS.feature_layers) as captured:
+            verifier.model(input_ids=seq.ids[None, :len(seq.feats)].long())
+        torch.testing.assert_close(seq.fused.float(), captured["features"][0], atol=2e-2, rtol=1e-2)
+        assert seq.fused.shape[1] == 2 * verifier.config.hidden_size
         # the answer is greedy: each answer token is the verifier's argmax at the position before it
         targets = seq.ids[seq.answer_from:len(seq.feats)].long()
         assert torch.equal(verifier.lm_head(h[seq.answer_from - 1:len(seq.feats) - 1]).argmax(-1), targets)
@@ -76,12 +84,12 @@ def test_plan_is_a_prefix_of_a_longer_plan():
     assert replace(CORPUS, n_chats=64).key() == CORPUS.key() != replace(CORPUS, steps=25).key()
 
 
-@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
 def test_training_lowers_the_loss(verifier, corpus, kind):
     cfg = CONFIGS[kind]
     head_ids = T.head_token_ids(corpus, cfg.head_tokens, verifier.config.vocab_size)
     assert len(head_ids) == 64 and {0, 1, 2} <= set(head_ids.tolist())
-    model = (T.new_eagle if kind == "eagle" else T.new_medusa)(verifier, head_ids, cfg)
+    model = (T.new_medusa if kind == "medusa" else T.new_eagle)(verifier, head_ids, cfg)
     report = T.train_head(model, corpus, cfg, progress=False)
     assert report.steps == cfg.epochs * len(T.make_batches(corpus, cfg.batch_positions, cfg.seed, 0))
     assert report.last["loss"] < 0.8 * report.first["loss"]
@@ -118,3 +126,33 @@ def test_the_committed_heads_resolve_by_name(name, kind):
     assert not locate(name).has_tokenizer  # a head reads the verifier's features: no tokenizer of its own
     row = next(r for r in list_embedded() if r["name"] == name)
     assert row["kind"] == kind and row["params"] > 0 and row["flops_per_token"] > 0
+
+
+def test_ttt_mask_worked_by_hand():
+    mask = ttt_mask(3, 2)[0, 0].int().tolist()
+    assert mask == [[1, 0, 0, 1, 0, 0, 1, 0, 0],
+                    [1, 1, 0, 0, 1, 0, 0, 1, 0],
+                    [1, 1, 1, 0, 0, 1, 0, 0, 1]]
+
+
+def test_training_time_test_unroll_is_what_the_draft_computes_when_it_drafts(verifier):
+    """Unroll s of chain a is the draft's step s+1 at decoding time: a cache of the true entries up to a,
+    then its own outputs fed back (with the true tokens, i.e. when every earlier draft was right)."""
+    from transformers import DynamicCache
+
+    draft = T.new_eagle(verifier, None, replace(CONFIGS["eagle3"], lookup_ngram=0, copy_bias=False)).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn_like(p) * 0.05)  # away from the init's identities
+    d, width, steps = verifier.config.hidden_size, 9, 3
+    first = torch.randn(1, width, 2 * d)
+    ids = torch.randint(0, verifier.config.vocab_size, (1, width + steps + 1))
+    with torch.no_grad():
+        unrolled = [h for _, h, _ in ttt_unroll(draft, first, ids, steps)]
+        for a in (0, 4, width - 1):
+            cache = DynamicCache(config=draft.config.llama_config())
+            h = draft(first[:, :a + 1], ids[:, 1:a + 2], cache=cache)[:, -1:]  # true entries 0..a
+            for s in range(1, steps):
+                h = draft(h, ids[:, a + s + 1:a + s + 2], cache=cache, position_ids=torch.tensor([[a + s]]))
+                torch.testing.assert_close(h[0, 0], unrolled[s][0, a], atol=1e-4, rtol=1e-4)
