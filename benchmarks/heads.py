@@ -1,12 +1,14 @@
-"""The head drafts against their targets: chains and static trees, on both CPU kernel paths.
+"""The head drafts against their targets: chains, chains that stop when the head is unsure, static and
+dynamic trees, with the default settings (or named kernel paths).
 
-    python benchmarks/heads.py [--prompts 8] [--max-new-tokens 48] [--no-write]
+    python benchmarks/heads.py [--prompts 8] [--max-new-tokens 48] [--batch-size 1] [--kernels auto ...] [--no-write]
 
-For the embedded verifier, on prompts round-robin over every category, batch 1, greedy: verifier-only,
-``smollm2-eagle`` at several γ and on static trees, ``smollm2-medusa`` at several γ and on one
-tree, and prompt lookup for reference, all interleaved prompt by prompt; once with PyTorch's
-default linear kernels and once with ``kernels="onednn"`` (``specnb.models.kernels``), which makes
-verifying a few tokens cost about one. Per candidate: per-token α, τ, tok/s and speedup with a 95%
+For the embedded verifier, on prompts round-robin over every category, greedy: verifier-only,
+``smollm2-eagle`` at several γ, with a confidence threshold, on a static and on EAGLE-2's dynamic
+tree, ``smollm2-medusa`` on a chain and a tree, and prompt lookup for reference, all interleaved
+prompt by prompt; once per ``--kernels`` path (default: ``auto``, what a user gets: each model's
+linear layers on whichever of MKL and prepacked oneDNN ``specnb.models.kernels`` times faster).
+Per candidate: per-token α, τ, tok/s and speedup with a 95%
 CI over prompts; per category for the best EAGLE candidate; the step arithmetic (ms per verifier
 step, from ``analysis.measured_steps``) that explains the speedup. Writes the ``heads`` section of
 benchmarks/README.md and ``results/heads_records.csv``.
@@ -25,9 +27,11 @@ from drafts import table_lines  # benchmarks/drafts.py
 from engine import write_readme_section  # benchmarks/engine.py
 
 from specnb.app.runner import describe_environment
+from specnb.engine.trees import DynamicTree
 from specnb.measure import analysis, runs
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import select_prompts
+from specnb.models.kernels import describe_kernels
 from specnb.models.load import load_drafts
 from specnb.models.registry import flops_table
 
@@ -35,17 +39,27 @@ HERE = Path(__file__).resolve().parent
 EAGLE, MEDUSA, LOOKUP = "smollm2-eagle", "smollm2-medusa", "prompt-lookup"
 
 
-def candidates(drafts: dict) -> list:
-    found = runs.make_candidates({EAGLE: drafts[EAGLE]}, [2, 3, 4], trees=[(3, 2), (2, 2, 1), (4, 2, 2)])
-    found += runs.make_candidates({MEDUSA: drafts[MEDUSA]}, [2, 3], trees=[(3, 2)], baseline=False)
+CONFIDENCE = 0.3  # the threshold the confidence candidates stop chains at
+
+
+def candidates(drafts: dict, batch_size: int) -> list:
+    trees = [(3, 2), DynamicTree(4)] if batch_size == 1 else [(3, 2)]
+    found = runs.make_candidates({EAGLE: drafts[EAGLE]}, [2, 3, 4], trees=trees, confidences=(0.0, CONFIDENCE))
+    found += runs.make_candidates({MEDUSA: drafts[MEDUSA]}, [2], trees=[(3, 2)], baseline=False)
     return found + runs.make_candidates({LOOKUP: drafts[LOOKUP]}, [3], baseline=False)
 
 
-def measure(kernels: str, prompts, max_new_tokens: int) -> pd.DataFrame:
+def measure(kernels: str, prompts, max_new_tokens: int, batch_size: int) -> tuple[pd.DataFrame, dict]:
     torch.manual_seed(0)
     pair, drafts = load_drafts("smollm2-135m", [EAGLE, MEDUSA, LOOKUP], kernels=kernels)
-    records = runs.run_interleaved(pair, prompts, candidates(drafts), max_new_tokens=max_new_tokens, progress=True)
-    return records.assign(kernels=kernels)
+    records = runs.run_interleaved(pair, prompts, candidates(drafts, batch_size), max_new_tokens=max_new_tokens,
+                                   batch_size=batch_size, progress=True)
+    return records.assign(kernels=kernels), pair.kernels
+
+
+def kernel_line(choices: dict) -> str:
+    """What each model's linear layers ran on (``Pair.kernels``), one markdown line."""
+    return "; ".join(describe_kernels(choices).splitlines()) + "."
 
 
 def table(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -81,7 +95,8 @@ def section(records: pd.DataFrame) -> list[str]:
     shown, summary = table(records)
     eagle = summary[summary["draft"] == EAGLE].sort_values("speedup").iloc[-1]
     drafts = analysis.draft_table(records, flops_table("smollm2-135m", [EAGLE, MEDUSA, LOOKUP]), summary)
-    return [f"**kernels = {records['kernels'].iloc[0]}**", "", shown.to_markdown(index=False), "",
+    return [f"**kernels = {records['kernels'].iloc[0]}, batch {records['batch_size'].iloc[0]}**", "",
+            shown.to_markdown(index=False), "",
             f"Best EAGLE candidate ({eagle.candidate}) per category: {per_category(records, eagle.candidate)}.", "",
             "The same run in the draft table's columns (see *Draft family* above):", "", *table_lines(drafts), ""]
 
@@ -90,18 +105,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="prompts, round-robin over every category")
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--batch-size", type=int, nargs="+", default=[1], help="batch sizes, each its own run")
+    ap.add_argument("--kernels", nargs="+", default=["auto"], help="kernel paths, each its own run (default auto)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     started = time.time()
     prompts = select_prompts("all", args.prompts)
     env = describe_environment()
-    frames = [measure(kernels, prompts, args.max_new_tokens) for kernels in ("default", "onednn")]
-    sections = [line for records in frames for line in section(records)]
+    measured = [measure(k, prompts, args.max_new_tokens, b) for b in args.batch_size for k in args.kernels]
+    frames = [records for records, _ in measured]
+    sections = [line for records, choices in measured for line in [*section(records), kernel_line(choices), ""]]
     markdown = "\n".join([
         f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch "
         f"{env['packages']['torch']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; "
         f"{len(prompts)} prompts round-robin over every category, {args.max_new_tokens} new tokens, greedy, "
-        f"batch 1, every candidate interleaved prompt by prompt; {(time.time() - started) / 60:.1f} min "
+        f"batch {', '.join(map(str, args.batch_size))}, every candidate interleaved batch by batch; "
+        f"{(time.time() - started) / 60:.1f} min "
         "(`benchmarks/heads.py`).", "", *sections]).rstrip()
     print(markdown)
     if not args.no_write:
