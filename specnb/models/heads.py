@@ -185,9 +185,13 @@ def write_published(draft, folder, bias: bool = True) -> Path:
 
 def head_flops(kind: str, config: dict, verifier_config):
     """FLOPs per drafted token of a head on ``verifier_config``'s features (2 per multiply-add, as
-    ``specnb.core.flops``): EAGLE is its fc (2d × d), one decoder layer and its head; a Medusa head
-    is its residual blocks (d × d each) and its head. ``config``: the head's config.json (head
-    width ``head_tokens``, Medusa's ``blocks``); a head with no config counts the full vocabulary."""
+    ``specnb.core.flops``): EAGLE is its fc (2d × d; 3d × d when it reads prompt-lookup matches), one
+    decoder layer and its head; a Medusa head is its residual blocks (d × d each) and its head.
+    ``config``: the head's config.json (head width ``head_tokens``, Medusa's ``blocks``, EAGLE-3's
+    ``feature_layers``); a head with no config counts the full vocabulary. An EAGLE-3 head's fusion
+    (k·d × d for k fused layers) is in its parameters, not its FLOPs per drafted token: it runs once
+    per *verified* token, on the verifier's features, while drafted tokens feed the head's own
+    output back unfused."""
     from dataclasses import replace
 
     from specnb.core.flops import analytic_flops
@@ -199,10 +203,13 @@ def head_flops(kind: str, config: dict, verifier_config):
         layer = exit_config(verifier_config, 1)
         layer.head_tokens = head
         base = analytic_flops(layer)
-        fc = 2 * (2 * d * d)
+        inputs = 3 if config.get("lookup_ngram") else 2  # [f ; e (; e(prompt-lookup match))]
+        fc = 2 * (inputs * d * d)
+        fused = len(config.get("feature_layers") or ())
+        fusion = fused * d * d + fused * d if fused else 0  # the fuse linear and its per-layer norm weights
         return replace(base, model="eagle", flops_per_token=base.flops_per_token + fc,
                        flops_per_token_at_context=base.flops_per_token_at_context + fc,
-                       params=base.params - verifier_config.vocab_size * d + 2 * d * d + d)
+                       params=base.params - verifier_config.vocab_size * d + inputs * d * d + d + fusion)
     blocks = int(config.get("blocks", 1))
     flops = 2 * (blocks * d * d + head * d)
     base = analytic_flops(verifier_config)
