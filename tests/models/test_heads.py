@@ -35,6 +35,19 @@ def random_eagle(verifier, **options) -> EagleDraft:
     return draft.eval()
 
 
+def check_same_draft(verifier_folder, folder, original, verifier, feature_width: int):
+    """Load the head saved in ``folder`` beside the verifier: it computes what ``original`` computes on
+    features [1, 5, feature_width], and drafts losslessly. Returns the loaded pair."""
+    loaded = load_pair(str(verifier_folder), str(folder), device="cpu")
+    feats, ids = torch.randn(1, 5, feature_width), torch.randint(0, 60, (1, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.draft(feats, ids), original(feats, ids), rtol=0, atol=0)
+    prompt = torch.randint(3, 60, (2, 7))
+    expected = generate(verifier, prompt, max_new_tokens=10).tokens
+    assert generate(loaded.verifier, prompt, draft=loaded.draft, gamma=3, max_new_tokens=10).tokens == expected
+    return loaded
+
+
 def test_published_layout_round_trip_is_exact(verifier_folder, tmp_path):
     pair = load_pair(str(verifier_folder), None, device="cpu")
     original = random_eagle(pair.verifier, input_norm=False, out_norm=False).attach(pair.verifier)
@@ -42,13 +55,7 @@ def test_published_layout_round_trip_is_exact(verifier_folder, tmp_path):
     assert sorted(p.name for p in (tmp_path / "eagle-published").iterdir()) == ["config.json", "model.safetensors"]
     assert head_kind(tmp_path / "eagle-published") == "eagle"
     assert registry.resolve_draft(str(tmp_path / "eagle-published")).kind == "eagle"
-    loaded = load_pair(str(verifier_folder), str(tmp_path / "eagle-published"), device="cpu")
-    feats, ids = torch.randn(1, 5, 64), torch.randint(0, 60, (1, 5))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.draft(feats, ids), original(feats, ids), rtol=0, atol=0)
-    prompt = torch.randint(3, 60, (2, 7))
-    expected = generate(pair.verifier, prompt, max_new_tokens=10).tokens
-    assert generate(loaded.verifier, prompt, draft=loaded.draft, gamma=3, max_new_tokens=10).tokens == expected
+    check_same_draft(verifier_folder, tmp_path / "eagle-published", original, pair.verifier, feature_width=64)
 
 
 def test_specnb_layout_eagle_and_medusa_load_by_folder(verifier_folder, tmp_path):
@@ -68,14 +75,8 @@ def test_an_eagle3_head_round_trips_and_generates_losslessly(verifier_folder, tm
     pair = load_pair(str(verifier_folder), None, device="cpu")
     original = random_eagle(pair.verifier, feature_layers=(1, 0)).attach(pair.verifier)
     original.save(tmp_path / "eagle3", dtype=torch.float32)
-    loaded = load_pair(str(verifier_folder), str(tmp_path / "eagle3"), device="cpu")
+    loaded = check_same_draft(verifier_folder, tmp_path / "eagle3", original, pair.verifier, feature_width=128)
     assert loaded.draft.config.feature_layers == (1, 0)
-    feats, ids = torch.randn(1, 5, 128), torch.randint(0, 60, (1, 5))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded.draft(feats, ids), original(feats, ids), rtol=0, atol=0)
-    prompt = torch.randint(3, 60, (2, 7))
-    expected = generate(pair.verifier, prompt, max_new_tokens=10).tokens
-    assert generate(loaded.verifier, prompt, draft=loaded.draft, gamma=3, max_new_tokens=10).tokens == expected
     with pytest.raises(ParameterError, match="feature_layers"):
         write_published(original, tmp_path / "x")
 
