@@ -112,10 +112,11 @@ class SlotCache:
 
 class ModelKV(SlotCache):
     """A causal LM with its ``SlotCache``; with ``features``, every forward also keeps the hidden
-    states feature drafts such as EAGLE and Medusa read in ``self.features``: ``True`` / ``()`` its
-    final ones, a tuple of layer indices those layers' outputs (an EAGLE-3 draft's)."""
+    states feature drafts such as EAGLE and Medusa read in ``self.features``: ``()`` its final ones,
+    a tuple of layer indices those layers' outputs (an EAGLE-3 draft's); None keeps nothing
+    (``specnb.models.features.capture_hidden``)."""
 
-    def __init__(self, model, vocab_size: int | None, features: bool | tuple[int, ...] | None = False):
+    def __init__(self, model, vocab_size: int | None, features: tuple[int, ...] | None = None):
         super().__init__(model.config)
         self.model, self.vocab_size, self.keeps_features = model, vocab_size, features
         self.cache_arg, self.keeps_logits = forward_arguments(model)
@@ -141,17 +142,9 @@ class ModelKV(SlotCache):
         kwargs = {self.cache_arg: self.cache}
         if self.keeps_logits:
             kwargs["logits_to_keep"] = keep
-        with capture_features(self.model, self.keeps_features) as captured:
+        with capture_hidden(self.model, self.keeps_features) as captured:
             out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, **kwargs)
         self.features = captured.get("features")
         logits = out.logits[:, -keep:]  # [B, keep, V]
         return logits[..., : self.vocab_size] if self.vocab_size else logits
 
-
-def capture_features(model, wanted: bool | tuple[int, ...] | None):
-    """While active, record the hidden states [B, T, d] a feature draft reads, for every column
-    (``logits_to_keep`` slices only the logits): ``True`` or ``()`` the final norm's output (what the
-    lm_head reads), a tuple of layer indices those layers' outputs concatenated [B, T, k*d]
-    (``specnb.models.features``); nothing for ``False`` / ``None``."""
-    layers = () if wanted is True else (None if wanted is False else wanted)
-    return capture_hidden(model, layers)

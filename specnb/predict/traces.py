@@ -111,10 +111,10 @@ def verifier_features(verifier, tokens: list[int], layers: tuple[int, ...] = ())
     rounding)."""
     import torch
 
-    from specnb.engine.kvcache import capture_features
+    from specnb.models.features import capture_hidden
 
     ids = torch.tensor([tokens], device=next(verifier.parameters()).device)
-    with torch.inference_mode(), capture_features(verifier, layers) as captured:
+    with torch.inference_mode(), capture_hidden(verifier, layers) as captured:
         verifier(input_ids=ids, logits_to_keep=1)
     return captured["features"][0]
 
