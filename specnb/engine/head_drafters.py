@@ -173,11 +173,9 @@ class EagleDrafter:
     def propose(self, state: DecodeState, k: int, tree: TreeShape | DynamicTree | None = None) -> Proposal:
         base = self.slots.length  # slots before this step's
         h, lookup, fed = self.feed_pending(state)
-        if isinstance(tree, DynamicTree):
-            tokens, shape, forwards = self.draft_dynamic(state, h, lookup, tree.cut(k))
-            q, n_drafted = None, torch.full_like(state.seq_len, shape.depth)
-        elif tree is not None:
-            tokens, shape, forwards = self.draft_tree(state, h, lookup, tree.cut(k))
+        if tree is not None:  # static or dynamic: every row drafts the whole tree
+            grow = self.draft_dynamic if isinstance(tree, DynamicTree) else self.draft_tree
+            tokens, shape, forwards = grow(state, h, lookup, tree.cut(k))
             q, n_drafted = None, torch.full_like(state.seq_len, shape.depth)
         else:
             tokens, q, n_drafted = self.draft_chain(state, h, lookup, k)
