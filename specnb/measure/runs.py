@@ -30,7 +30,7 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.engine.timing import STAGES, stage_columns
-from specnb.engine.trees import DynamicTree
+from specnb.engine.trees import DynamicTree, TreeShape
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import as_prompt_frame, batches_of
 
@@ -82,17 +82,13 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
         for t in trees:
             grows = drafter.trees and (getattr(drafter, "dynamic_trees", False) or not isinstance(t, DynamicTree))
             if grows:
-                found.append(Candidate(f"{name} tree={tree_label(t)}", draft, name, tree_depth(t), t))
+                found.append(Candidate(f"{name} tree={shape_of(t).label()}", draft, name, shape_of(t).depth, t))
     return found
 
 
-def tree_label(tree) -> str:
-    """``3x2x1`` for a static tree's branching, the ``DynamicTree``'s own label for a dynamic one."""
-    return tree.label() if isinstance(tree, DynamicTree) else "x".join(map(str, tree))
-
-
-def tree_depth(tree) -> int:
-    return tree.depth if isinstance(tree, DynamicTree) else len(tree)
+def shape_of(tree) -> TreeShape | DynamicTree:
+    """A candidate's tree as the engine sees it (its ``label()``, e.g. ``3x2x1``, and ``depth``)."""
+    return tree if isinstance(tree, DynamicTree) else TreeShape(tree)
 
 
 def rotated(candidates: list[Candidate], shift: int) -> list[Candidate]:
@@ -181,7 +177,7 @@ def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stage
         "candidate": cand.name,
         "draft": cand.draft_name or "",
         "gamma": gamma,
-        "tree": tree_label(cand.tree) if cand.tree else "",
+        "tree": shape_of(cand.tree).label() if cand.tree else "",
         "confidence": cand.confidence,
         "gamma_reason": result.gamma_reason,
         "batch_size": len(batch),
