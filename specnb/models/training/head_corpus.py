@@ -105,6 +105,7 @@ class HeadCorpusConfig:
     doc_len: int = 256  # settings of the docs windows the key has always covered (no docs are built)
     doc_batch: int = 8
     feature_layers: tuple[int, ...] = ()  # also keep these decoder layers' outputs (an EAGLE-3 draft's input)
+    draws: str = "asking-rows"  # only rows still writing the user's turn draw each step (corpora before: every row)
 
     def key(self) -> str:
         gen = {k: v for k, v in asdict(self).items() if k != "n_chats" and not (k == "feature_layers" and not v)}
@@ -177,7 +178,7 @@ class ChatRow:
     truncated: bool = False
 
 
-def next_token(row: ChatRow, sampled: int, greedy: int, header: list[int], stops: set[int], cfg) -> int | None:
+def next_token(row: ChatRow, sampled: int | None, greedy: int, header: list[int], stops: set[int], cfg) -> int | None:
     """The token this row feeds next (appended to ``row.ids``), None once done; advances the phase."""
     if row.phase == 3:
         return None
@@ -225,9 +226,11 @@ def chat_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpus
     n_feats, nxt, last = list(lengths), torch.tensor(lengths), h[:, -1]  # nxt [B]: next position; last [B, d]
     for _ in range(cfg.steps):
         logits = verifier.lm_head(last)  # [B, V]
-        sampled = sample_top_p(logits, cfg.temperature, cfg.top_p, gen).tolist()
         greedy = logits.argmax(-1).tolist()
-        feed = [next_token(r, s, g, header, stops, cfg) for r, s, g in zip(rows, sampled, greedy)]
+        asking = [b for b, r in enumerate(rows) if r.phase == 0]  # rows still writing the user's turn draw
+        drawn = sample_top_p(logits[asking], cfg.temperature, cfg.top_p, gen).tolist() if asking else []
+        sampled = dict(zip(asking, drawn))
+        feed = [next_token(r, sampled.get(b), g, header, stops, cfg) for b, (r, g) in enumerate(zip(rows, greedy))]
         if all(r.phase == 3 for r in rows):
             break
         feed = [pad if tok is None else tok for tok in feed]
@@ -255,28 +258,90 @@ def shard_path(folder: Path, k: int) -> Path:
     return folder / f"chat-{k:04d}.pt"
 
 
+def build_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpusConfig, k: int,
+                folder: Path | None) -> list[FeatureSeq]:
+    """Batch ``k`` of ``plan`` (its own seeded generator), kept in ``folder`` when given."""
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + k)
+    new = chat_batch(verifier, tokenizer, plan[k * cfg.batch:(k + 1) * cfg.batch], cfg, gen)
+    if folder is not None:
+        _atomic_save([asdict(s) for s in new], shard_path(folder, k))
+    return new
+
+
+def build_share(source: str, tokenizer_source: str, cfg: HeadCorpusConfig, folder: Path, worker: int,
+                workers: int) -> None:
+    """A helper process's part of the corpus: the missing batches k with k % workers == worker, on one thread."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(1)
+    verifier = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval().requires_grad_(False)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    plan = plan_openers(cfg)
+    for k in range(worker, -(-len(plan) // cfg.batch), workers):
+        if not shard_path(folder, k).is_file():
+            build_batch(verifier, tokenizer, plan, cfg, k, folder)
+
+
+def start_helpers(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path, workers: int) -> list:
+    """``workers - 1`` helper processes for ``build_share`` (none when the verifier was not loaded from a folder
+    a helper can load it from: then this process builds every batch)."""
+    import multiprocessing
+
+    source = getattr(verifier.config, "_name_or_path", "")
+    if workers < 2 or not source or not Path(source, "config.json").is_file():
+        return []
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked OpenMP pool
+    helpers = [context.Process(target=build_share, args=(source, tokenizer.name_or_path, cfg, folder, w, workers),
+                               daemon=True) for w in range(1, workers)]
+    for helper in helpers:
+        helper.start()
+    return helpers
+
+
 def build_head_corpus(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path | None,
-                      progress: bool = True) -> list[FeatureSeq]:
+                      progress: bool = True, workers: int = 1) -> list[FeatureSeq]:
     """All conversations of ``cfg``; with ``folder``, each finished batch is kept there so a rerun
-    resumes (batch k draws from its own generator, so batches can be built in any order)."""
+    resumes (batch k draws from its own generator, so batches can be built in any order).
+
+    ``workers`` > 1 (with ``folder``): that many one-thread loops side by side, this process and
+    ``workers - 1`` helpers, each building every ``workers``-th batch. A decode step at batch 96 is
+    GEMMs of 96 rows, which two threads speed up far less than twofold: on 2 cores two one-thread
+    loops build the corpus about a fifth faster than one two-thread loop (benchmarks/README.md,
+    *Building the heads*). A batch a helper failed to build is built here; the corpus is the same
+    either way."""
     from tqdm.auto import tqdm
 
     plan = plan_openers(cfg)
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-    seqs: list[FeatureSeq] = []
-    starts = range(0, len(plan), cfg.batch)
-    for k, i in enumerate(tqdm(starts, desc="head corpus", unit="batch", disable=not progress)):
-        shard = shard_path(folder, k) if folder is not None else None
-        if shard is not None and shard.is_file():
-            seqs += [FeatureSeq(**s) for s in torch.load(shard)]
-            continue
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + k)
-        new = chat_batch(verifier, tokenizer, plan[i:i + cfg.batch], cfg, gen)
-        if shard is not None:
-            _atomic_save([asdict(s) for s in new], shard)
-        seqs += new
-    return seqs
+    count = -(-len(plan) // cfg.batch)
+    if folder is None:
+        return [s for k in tqdm(range(count), desc="head corpus", unit="batch", disable=not progress)
+                for s in build_batch(verifier, tokenizer, plan, cfg, k, None)]
+    folder.mkdir(parents=True, exist_ok=True)
+    helpers = start_helpers(verifier, tokenizer, cfg, folder, workers)
+    threads = torch.get_num_threads()
+    done = lambda: sum(shard_path(folder, k).is_file() for k in range(count))  # noqa: E731
+    try:
+        with tqdm(total=count, desc="head corpus", unit="batch", disable=not progress) as bar:
+            if helpers:
+                torch.set_num_threads(1)
+            for k in range(0, count, len(helpers) + 1):
+                if not shard_path(folder, k).is_file():
+                    build_batch(verifier, tokenizer, plan, cfg, k, folder)
+                bar.update(done() - bar.n)
+            while any(h.is_alive() for h in helpers):
+                for h in helpers:
+                    h.join(timeout=2)
+                bar.update(done() - bar.n)
+            for k in range(count):  # whatever a helper left undone
+                if not shard_path(folder, k).is_file():
+                    build_batch(verifier, tokenizer, plan, cfg, k, folder)
+                    bar.update(done() - bar.n)
+    finally:
+        torch.set_num_threads(threads)
+        for h in helpers:
+            if h.is_alive():
+                h.terminate()
+    return [FeatureSeq(**s) for k in range(count) for s in torch.load(shard_path(folder, k))]
 
 
 def corpus_folder(cfg: HeadCorpusConfig) -> Path:

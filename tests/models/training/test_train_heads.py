@@ -10,11 +10,12 @@ from dataclasses import replace
 import pytest
 import torch
 from helpers import tiny_model
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specnb.app import cli
 from specnb.models.features import capture_hidden
 from specnb.models.heads import head_kind, load_head
+from specnb.models.training import head_corpus
 from specnb.models.training import train_heads as T
 from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, plan_openers
 from specnb.models.training.head_losses import ttt_mask, ttt_unroll
@@ -22,11 +23,12 @@ from specnb.models.training.head_losses import ttt_mask, ttt_unroll
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 CORPUS = HeadCorpusConfig(n_chats=4, batch=2, instr_cap=6, steps=24, feature_layers=(1, 0))
-EAGLE = replace(T.HEADS["smollm2-eagle"], head_tokens=64, epochs=15, batch_positions=64, warmup=2)
+EAGLE = replace(T.HEADS["smollm2-eagle"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, threads=1)
 CONFIGS = {
     "eagle": replace(EAGLE, feature_layers=(), ttt_steps=1, w_reg=1.0, w_cls=0.1, noise=0.1),  # EAGLE-1/2 style
     "eagle3": replace(EAGLE, feature_layers=(1, 0), ttt_steps=3),
-    "medusa": replace(T.HEADS["smollm2-medusa"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, lr=5e-3),
+    "medusa": replace(T.HEADS["smollm2-medusa"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, lr=5e-3,
+                     threads=1),
 }
 
 
@@ -77,6 +79,20 @@ def test_corpus_resumes_from_shards_and_is_deterministic(verifier, tokenizer, co
         assert torch.equal(a.feats, c.feats)
     other = build_head_corpus(verifier, tokenizer, replace(CORPUS, seed=1), None, progress=False)
     assert [s.ids.tolist() for s in other] != [s.ids.tolist() for s in corpus]
+
+
+def test_corpus_built_by_two_processes_is_the_same(verifier, tokenizer, corpus, tmp_path, monkeypatch):
+    verifier.save_pretrained(tmp_path / "verifier")  # a helper process loads the verifier from its folder
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "verifier", dtype=torch.float32).requires_grad_(False)
+    built_here = []
+    build_batch = head_corpus.build_batch
+    monkeypatch.setattr(head_corpus, "build_batch", lambda *a: built_here.append(a[4]) or build_batch(*a))
+    folder = tmp_path / "corpus"
+    both = build_head_corpus(saved, tokenizer, CORPUS, folder, progress=False, workers=2)
+    assert built_here == [0]  # batch 1 came from the helper
+    assert sorted(p.name for p in folder.iterdir()) == ["chat-0000.pt", "chat-0001.pt"]
+    for a, b in zip(both, corpus):
+        assert torch.equal(a.ids, b.ids) and torch.equal(a.feats, b.feats) and torch.equal(a.fused, b.fused)
 
 
 def test_plan_is_a_prefix_of_a_longer_plan():
