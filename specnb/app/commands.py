@@ -202,7 +202,9 @@ def _args_generate(p: argparse.ArgumentParser) -> None:
                                                     "the verifier the draft was made for, else smollm2-135m)")
     p.add_argument("--draft", default=None, help="draft (same forms, an EAGLE or Medusa head folder too), exit:K or "
                                                  "prompt-lookup; omit for verifier-only")
-    p.add_argument("--gamma", type=gamma_value, default=4, help="draft tokens per verifier step, or auto (default 4)")
+    p.add_argument("--gamma", type=gamma_value, default=None,
+                   help="draft tokens per verifier step, or auto (default: the draft's own, 2 for smollm2-eagle; "
+                        "else 4)")
     p.add_argument("--tree", type=branching, default=None, metavar="B1,B2,...|dynamic",
                    help="a static tree for a head draft (eagle, medusa): candidates per depth, e.g. 3,2,1, replacing "
                         "--gamma; or dynamic: EAGLE-2's tree grown from the draft's confidence, --gamma deep (greedy "
@@ -236,8 +238,10 @@ def run_generate(args: argparse.Namespace) -> dict:
     from specnb.engine.trees import TreeShape
     from specnb.models.kernels import check_kernels
     from specnb.models.load import load_pair
-    from specnb.models.registry import pick_verifier
+    from specnb.models.registry import DEFAULT_GAMMA, default_gamma, pick_verifier
 
+    if args.gamma is None:  # a chain's γ is the draft's own; a dynamic tree's depth is not tuned per draft
+        args.gamma = default_gamma(args.draft) if args.tree is None else DEFAULT_GAMMA
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
     static = isinstance(args.tree, tuple)
     if args.gamma == "auto" and (args.tree or not args.draft):

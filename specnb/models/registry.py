@@ -24,6 +24,11 @@ PROMPT_LOOKUP = "prompt-lookup"
 EMBEDDED_EXITS = {"smollm2-exit-4": 4, "smollm2-exit-12": 12, "smollm2-exit-24": 24}
 KINDS = ("model", "exit", "lookup", "eagle", "medusa")  # what ``DraftRef.kind`` can be
 HEAD_KINDS = ("eagle", "medusa")  # drafts that read the verifier's features
+DEFAULT_GAMMA = 4  # draft tokens per step when neither the user nor the draft says otherwise
+# γ an embedded draft decodes best at, chosen on development prompts (the last 10 of
+# ``build_instructions(200, seed=777)``, never the evaluation prompts; batch 1, greedy, 48 tokens):
+# ``smollm2-eagle`` γ 2 1.11x, γ 3 0.88x, γ 4 0.86x (benchmarks/README.md, *Building the heads*).
+DRAFT_GAMMA = {"smollm2-eagle": 2}
 
 
 def embedded_draft_names() -> list[str]:
@@ -100,6 +105,11 @@ def pick_verifier(draft: str | None, verifier: str | None = None) -> str:
         raise ParameterError(f"head {draft!r} was made for verifier {own!r}, not {verifier!r}; drop --verifier "
                              f"or pass {own!r}")
     return verifier
+
+
+def default_gamma(draft: str | None) -> int:
+    """γ when none is given: the draft's own (``DRAFT_GAMMA``), else ``DEFAULT_GAMMA``."""
+    return DRAFT_GAMMA.get(draft or "", DEFAULT_GAMMA)
 
 
 def check_verifier_name(name: str) -> None:

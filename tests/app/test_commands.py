@@ -203,6 +203,7 @@ def test_generate_with_the_eagle_head_alone(capsys):
             "--kernels", "default", "--json"]
     out = run_json(capsys, argv)
     assert (out["verifier"], out["draft"]) == ("smollm2-135m", "smollm2-eagle")
+    assert out["gamma"] == 2  # the head's own γ (registry.DRAFT_GAMMA)
     assert {k: v["path"] for k, v in out["kernels"].items()} == {"smollm2-135m": "default", "smollm2-eagle": "default"}
     alone = run_json(capsys, ["generate", "--max-new-tokens", "3", "--prompt", "Name three colours.",
                               "--kernels", "onednn", "--json"])

@@ -32,3 +32,8 @@ def test_a_draft_knows_the_verifier_it_was_made_for(tmp_path):
     assert registry.pick_verifier("smollm2-draft-s", "org/other") == "org/other"  # any verifier of its tokenizer
     with pytest.raises(ParameterError, match="made for verifier 'org/big-model', not 'org/other'"):
         registry.pick_verifier(str(tmp_path), "org/other")
+
+
+def test_default_gamma_is_the_drafts_own_else_four():
+    assert registry.default_gamma("smollm2-eagle") == 2
+    assert registry.default_gamma("smollm2-medusa") == registry.default_gamma(None) == registry.DEFAULT_GAMMA == 4
