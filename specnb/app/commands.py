@@ -20,11 +20,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 
 def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]):
     """Register ``run(args) -> data`` as subcommand ``name``; ``arguments`` declares its flags."""
-
     def register(run: Callable[[argparse.Namespace], Any]):
         COMMANDS[name] = (help, arguments, run)
         return run
-
     return register
 
 
@@ -202,9 +200,7 @@ def _args_generate(p: argparse.ArgumentParser) -> None:
                                                     "the verifier the draft was made for, else smollm2-135m)")
     p.add_argument("--draft", default=None, help="draft (same forms, an EAGLE or Medusa head folder too), exit:K or "
                                                  "prompt-lookup; omit for verifier-only")
-    p.add_argument("--gamma", type=gamma_value, default=None,
-                   help="draft tokens per verifier step, or auto (default: the draft's own, 2 for smollm2-eagle; "
-                        "else 4)")
+    p.add_argument("--gamma", type=gamma_value, help="draft tokens per step or auto (default: the draft's own, else 4)")
     p.add_argument("--tree", type=branching, default=None, metavar="B1,B2,...|dynamic",
                    help="a static tree for a head draft (eagle, medusa): candidates per depth, e.g. 3,2,1, replacing "
                         "--gamma; or dynamic: EAGLE-2's tree grown from the draft's confidence, --gamma deep (greedy "
@@ -238,14 +234,13 @@ def run_generate(args: argparse.Namespace) -> dict:
     from specnb.engine.trees import TreeShape
     from specnb.models.kernels import check_kernels
     from specnb.models.load import load_pair
-    from specnb.models.registry import DEFAULT_GAMMA, default_gamma, pick_verifier
+    from specnb.models.registry import default_gamma, pick_verifier
 
-    if args.gamma is None:  # a chain's γ is the draft's own; a dynamic tree's depth is not tuned per draft
-        args.gamma = default_gamma(args.draft) if args.tree is None else DEFAULT_GAMMA
+    args.gamma = default_gamma(args.draft, args.tree) if args.gamma is None else args.gamma
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
-    static = isinstance(args.tree, tuple)
     if args.gamma == "auto" and (args.tree or not args.draft):
         raise ParameterError("--gamma auto picks a chain's length for a draft: pass --draft and drop --tree")
+    static = isinstance(args.tree, tuple)
     gamma = TreeShape(args.tree).depth if static else 1 if args.gamma == "auto" else args.gamma  # fails before loading
     check_settings(gamma, args.max_new_tokens, sampling, args.confidence)
     check_kernels(args.kernels)

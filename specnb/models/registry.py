@@ -107,9 +107,10 @@ def pick_verifier(draft: str | None, verifier: str | None = None) -> str:
     return verifier
 
 
-def default_gamma(draft: str | None) -> int:
-    """γ when none is given: the draft's own (``DRAFT_GAMMA``), else ``DEFAULT_GAMMA``."""
-    return DRAFT_GAMMA.get(draft or "", DEFAULT_GAMMA)
+def default_gamma(draft: str | None, tree=None) -> int:
+    """γ when none is given: a chain runs at the draft's own (``DRAFT_GAMMA``), anything else (a tree's
+    depth included: not tuned per draft) at ``DEFAULT_GAMMA``."""
+    return DRAFT_GAMMA.get(draft or "", DEFAULT_GAMMA) if tree is None else DEFAULT_GAMMA
 
 
 def check_verifier_name(name: str) -> None:
