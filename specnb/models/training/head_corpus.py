@@ -107,6 +107,11 @@ class HeadCorpusConfig:
     feature_layers: tuple[int, ...] = ()  # also keep these decoder layers' outputs (an EAGLE-3 draft's input)
     draws: str = "asking-rows"  # only rows still writing the user's turn draw each step (corpora before: every row)
 
+    @property
+    def batches(self) -> int:
+        """How many batches the ``n_chats`` conversations take (the last may be short)."""
+        return -(-self.n_chats // self.batch)
+
     def key(self) -> str:
         gen = {k: v for k, v in asdict(self).items() if k != "n_chats" and not (k == "feature_layers" and not v)}
         return hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:12]
@@ -268,6 +273,16 @@ def build_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpu
     return new
 
 
+def build_missing(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpusConfig, folder: Path, ks,
+                  after=None) -> None:
+    """Build and keep each batch of ``ks`` that ``folder`` does not hold yet; ``after()`` follows each."""
+    for k in ks:
+        if not shard_path(folder, k).is_file():
+            build_batch(verifier, tokenizer, plan, cfg, k, folder)
+        if after is not None:
+            after()
+
+
 def build_share(source: str, tokenizer_source: str, cfg: HeadCorpusConfig, folder: Path, worker: int,
                 workers: int) -> None:
     """A helper process's part of the corpus: the missing batches k with k % workers == worker, on one thread."""
@@ -276,10 +291,7 @@ def build_share(source: str, tokenizer_source: str, cfg: HeadCorpusConfig, folde
     torch.set_num_threads(1)
     verifier = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval().requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
-    plan = plan_openers(cfg)
-    for k in range(worker, -(-len(plan) // cfg.batch), workers):
-        if not shard_path(folder, k).is_file():
-            build_batch(verifier, tokenizer, plan, cfg, k, folder)
+    build_missing(verifier, tokenizer, plan_openers(cfg), cfg, folder, range(worker, cfg.batches, workers))
 
 
 def start_helpers(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path, workers: int) -> list:
@@ -311,31 +323,25 @@ def build_head_corpus(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path |
     either way."""
     from tqdm.auto import tqdm
 
-    plan = plan_openers(cfg)
-    count = -(-len(plan) // cfg.batch)
+    plan, count = plan_openers(cfg), cfg.batches
     if folder is None:
         return [s for k in tqdm(range(count), desc="head corpus", unit="batch", disable=not progress)
                 for s in build_batch(verifier, tokenizer, plan, cfg, k, None)]
     folder.mkdir(parents=True, exist_ok=True)
     helpers = start_helpers(verifier, tokenizer, cfg, folder, workers)
     threads = torch.get_num_threads()
-    done = lambda: sum(shard_path(folder, k).is_file() for k in range(count))  # noqa: E731
     try:
         with tqdm(total=count, desc="head corpus", unit="batch", disable=not progress) as bar:
+            def tick():  # the bar counts the shards on disk, the helpers' included
+                bar.update(sum(shard_path(folder, k).is_file() for k in range(count)) - bar.n)
             if helpers:
                 torch.set_num_threads(1)
-            for k in range(0, count, len(helpers) + 1):
-                if not shard_path(folder, k).is_file():
-                    build_batch(verifier, tokenizer, plan, cfg, k, folder)
-                bar.update(done() - bar.n)
+            build_missing(verifier, tokenizer, plan, cfg, folder, range(0, count, len(helpers) + 1), tick)
             while any(h.is_alive() for h in helpers):
                 for h in helpers:
                     h.join(timeout=2)
-                bar.update(done() - bar.n)
-            for k in range(count):  # whatever a helper left undone
-                if not shard_path(folder, k).is_file():
-                    build_batch(verifier, tokenizer, plan, cfg, k, folder)
-                    bar.update(done() - bar.n)
+                tick()
+            build_missing(verifier, tokenizer, plan, cfg, folder, range(count), tick)  # what a helper left undone
     finally:
         torch.set_num_threads(threads)
         for h in helpers:
