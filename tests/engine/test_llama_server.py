@@ -89,16 +89,16 @@ def test_a_port_the_caller_names_that_is_taken_is_one_line_with_the_last_log_lin
 def test_a_port_taken_between_picking_and_binding_is_retried_on_another(verifier, monkeypatch):
     """The race, forced: the port the project picks is already held by another llama-server, which
     answers /health too. The new server must not take that one for its own, but retry elsewhere."""
-    from specnb.engine import llama_server
+    from specnb.engine import server_process
 
     with Server(tiny("first", verifier)) as first:
         picks = iter([first.port])
-        real = llama_server.free_port
-        monkeypatch.setattr(llama_server, "free_port", lambda: next(picks, None) or real())
+        real = server_process.free_port
+        monkeypatch.setattr(server_process, "free_port", lambda: next(picks, None) or real())
         with Server(tiny("second", verifier)) as second:
             assert second.port != first.port and second.healthy()
-            assert llama_server.owns_port(second.pid, second.port) and not llama_server.owns_port(second.pid,
-                                                                                                   first.port)
+            assert server_process.owns_port(second.pid, second.port)
+            assert not server_process.owns_port(second.pid, first.port)
 
 
 def test_server_arguments_are_loopback_with_the_speculation_flags():
