@@ -15,7 +15,6 @@ where ``-t 1`` gave 8, so the default is cores − 1, at least 1 (``default_thre
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -45,6 +44,18 @@ class ServerConfig:
     ctx_per_slot: int = 1024
     threads: int = 0  # 0: default_threads()
     extra: list[str] = field(default_factory=list)
+
+    @property
+    def speculative(self) -> bool:
+        return self.spec_type != "none"
+
+    @property
+    def draft_length(self) -> int:
+        return self.n_max
+
+    @property
+    def drafts_with_model(self) -> bool:
+        return self.spec_type.startswith("draft")
 
 
 def default_threads(cores: int | None = None) -> int:
@@ -130,10 +141,3 @@ class Server(ServerProcess):
 
     def bind_failed(self, log: str) -> bool:
         return "bind" in log.lower()  # "couldn't bind HTTP server socket"
-
-
-@contextlib.contextmanager
-def servers(configs: list[ServerConfig], timeout_s: float = 120.0):
-    """Start every configuration's server (one after another), yield {name: Server}, stop them all."""
-    with contextlib.ExitStack() as stack:
-        yield {c.name: stack.enter_context(Server(c, timeout_s=timeout_s)) for c in configs}

@@ -15,7 +15,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from specnb.engine.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args, servers
+from specnb.engine.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args
+from specnb.engine.servers import servers
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import Target, run_sweep, sweep_servers
 
@@ -46,8 +47,8 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
                ServerConfig("ngram k=4", verifier, spec_type="ngram-simple", n_max=4, slots=2, ctx_per_slot=512,
                             threads=1)]
     with servers(configs) as running:
-        pids = [s.pid for s in running.values()]
-        targets = [Target(name, s.url) for name, s in running.items()]
+        pids = [s.pid for s in running.servers.values()]
+        targets = [Target(name, s.url) for name, s in running.servers.items()]
         sweep = run_sweep(targets, PROMPTS, [1], max_tokens=24, ignore_eos=False, warmup=False, probe_upto=2)
     assert all(gone(pid) for pid in pids)
     assert list(sweep.probe["tokens"]) == [1, 2] and (sweep.probe["forward_ms"] > 0).all()
