@@ -138,7 +138,7 @@ def test_ctrl_c_stops_the_server_and_keeps_the_records(verifier):
 def kill_when_busy(server: Server) -> threading.Thread:
     """SIGKILL the server as soon as its metrics show a request in progress (mid-request, every time)."""
     def watch():
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline and server.alive():
             metrics = httpx.get(f"{server.url}/metrics", timeout=5).text
             if re.search(r"^llamacpp:requests_processing [1-9]", metrics, re.M):
@@ -196,7 +196,7 @@ def test_the_server_dies_with_a_killed_kernel(verifier):
     assert not gone(pid)
     kernel.send_signal(signal.SIGKILL)  # no atexit, no context manager: only the parent-death signal
     kernel.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # polled: on a loaded machine the server takes a while to go
     while not gone(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert gone(pid)
