@@ -51,3 +51,24 @@ def test_ngram_speculation_on_vllm_is_lossless_counts_acceptance_and_leaves_no_p
     assert len(per_position) == 4 and per_position == sorted(per_position, reverse=True) and per_position[0] > 0
     row = summarise_sweep(records, result.runs, n_boot=50).set_index("config").loc["ngram k=4"]
     assert 0 < row["alpha"] <= 1 and row["tau"] > 1 and row["identical_outputs"] == 2
+
+
+def test_a_port_taken_is_one_line_with_vllms_cause_and_leaves_no_process():
+    """A port the caller names, already listening: vLLM exits at start (before its engine loads); the
+    error is one line ending with vLLM's own cause, and nothing of its group is left."""
+    import socket
+
+    from specnb.engine.server_process import ServerFailed
+    from specnb.engine.vllm_server import VllmServer
+    from specnb.models.embedded import embedded_verifier_path
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        server = VllmServer(VllmConfig("spec-off", str(embedded_verifier_path())), port=port, timeout_s=900)
+        exited = f"spec-off: vLLM exited with code -?\\d+ at start on port {port}: "
+        with pytest.raises(ServerFailed, match=exited) as err:
+            server.start()
+    assert "\n" not in str(err.value) and "Address already in use" in str(err.value), err.value
+    assert group_pids(server.pid) == []
