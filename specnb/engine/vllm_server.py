@@ -158,7 +158,7 @@ def server_env(config: VllmConfig) -> dict[str, str]:
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(config.kv_cache_gib),
            "VLLM_CPU_OMP_THREADS_BIND": config.bind, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": "",
-           "ARCTIC_INFERENCE_ENABLED": "0"}  # Arctic's vLLM plugin (CUDA only) stays off; suffix decoding needs none
+           "NO_COLOR": "1", "ARCTIC_INFERENCE_ENABLED": "0"}  # Arctic's vLLM plugin (CUDA only) off: suffix needs none
     if config.bind == "nobind":
         env["OMP_NUM_THREADS"] = str(config.threads or default_threads())
     else:
