@@ -30,7 +30,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import AcceptanceProfile
 from specnb.predict.traces import AcceptanceTrace
 
-PROFILE_FORMAT = "specnb-hardware-profile/3"
+PROFILE_FORMAT = "specnb-hardware-profile/4"  # 4: kernel choices record the rows each model sends to oneDNN
 # how a draft step is priced (``DraftTraits.pricing``, specnb.predict.drafts): its forwards, a fixed
 # host time per step, or a host time per drafted token
 
@@ -146,6 +146,26 @@ class HardwareProfile:
     created_utc: str = ""
     specnb_version: str = ""
     notes: list[str] = field(default_factory=list)
+
+
+def priced_paths(profile: HardwareProfile) -> dict[str, str]:
+    """Model name -> the kernel path its costs were measured on (``specnb.models.kernels.spans_label``)."""
+    from specnb.models.kernels import KernelChoice
+
+    return {name: KernelChoice.from_dict(c).label() for name, c in profile.machine.get("kernels", {}).items()}
+
+
+def path_mismatches(profile: HardwareProfile, kernels: dict[str, dict]) -> list[str]:
+    """What a loaded pair runs (``Pair.kernels``) that the profile did not price: one "model: priced
+    X, runs Y" per model both know of whose path differs. Why it matters: on an AMD EPYC verifying 2
+    tokens on oneDNN costs 0.77x one token on MKL; a profile priced on one path predicts for
+    another a speedup the run does not get."""
+    from specnb.models.kernels import KernelChoice
+
+    priced = priced_paths(profile)
+    runs = {name: KernelChoice.from_dict(c).label() for name, c in kernels.items()}
+    return [f"{name}: priced {priced[name]}, runs {runs[name]}" for name in runs
+            if name in priced and priced[name] != runs[name]]
 
 
 def cost_model_table(profile: HardwareProfile) -> pd.DataFrame:
