@@ -129,6 +129,17 @@ def spans_label(spans) -> str:
     return "onednn" if spans == ((1, MAX_ROWS),) else f"mixed (oneDNN {rows_text(spans)})"
 
 
+def route_breaks(model) -> tuple[int, ...]:
+    """The row counts at which ``model``'s linear layers change kernel (2 always: MKL's
+    matrix-vector kernel gives way to its GEMM there, and oneDNN's may too), e.g. (2, 4, 65) for
+    oneDNN at 1 and 4–64 rows; a cost model prices each stretch between two on its own."""
+    breaks = {2}
+    for m in model.modules() if isinstance(model, torch.nn.Module) else ():
+        if isinstance(m, PackedLinear):
+            breaks |= {b for lo, hi in m.spans for b in (lo, hi + 1) if b > 1}
+    return tuple(sorted(breaks))
+
+
 def kernel_label(model) -> str:
     """What a model's bias-free linear layers run on, read from the layers themselves (an early exit
     or a head borrowing the verifier's layers says what they run): ``spans_label`` of each distinct
