@@ -31,13 +31,14 @@ from specnb.models.embedded import embedded_verifier_path
 
 REQUESTS, TOKENS = 6, 48
 PROMPT = "Write a short paragraph about rivers and the towns built beside them."
-# name -> what changes from specnb's default launch (eager, preloads, all cores as torch threads, no binding)
+# name -> what changes from specnb's default launch (eager, preloads, vLLM's own binding: one bound thread on 2 cores).
+# Commit 64951c7 ran these with a reference of two unbound threads ("2-threads" here, then named "eager").
 SETTINGS = {
     "eager": {},
-    "compiled": {"eager": False},  # vLLM's default -O2: torch.compile (Dynamo once + Inductor) at start
-    "no-preload": {"preload": False},  # vLLM preloads torch's libgomp itself, no tcmalloc, no Intel OpenMP
-    "1-thread": {"threads": 1},
-    "vllm-autobind": {"bind": "auto"},  # vLLM's own binding: one core reserved, one thread on the other
+    "compiled": {"eager": False, "threads": 2},  # vLLM's default -O2: torch.compile (Dynamo once + Inductor)
+    "no-preload": {"preload": False, "threads": 2},  # vLLM preloads torch's libgomp itself, no tcmalloc
+    "2-threads": {"threads": 2},  # unbound
+    "1-thread": {"threads": 1},  # unbound
 }
 
 

@@ -171,7 +171,8 @@ def machine_line(engine: str, configs: list, endpoint: str = "") -> str:
         return f"{cpu_name()}, {engine} (a running server at the endpoint)"
     if engine == "vllm":
         from specnb.engine.vllm_server import default_threads as vllm_threads
-        return f"{cpu_name()}, vLLM {VERSION} (CPU) with {configs[0].threads or vllm_threads()} torch thread(s)"
+        threads = f"{configs[0].threads} unbound" if configs[0].threads else f"{vllm_threads()} bound"
+        return f"{cpu_name()}, vLLM {VERSION} (CPU) with {threads} torch thread(s)"
     return f"{cpu_name()}, llama-server with {configs[0].threads} thread(s)"
 
 

@@ -11,10 +11,11 @@ are one group, stopped together), death with the parent, readiness, log tail —
 ``specnb.engine.server_process``'s, shared with llama-server.
 
 What makes it start fast and decode at its best on a small CPU (measured in benchmarks/README.md,
-*vLLM on the CPU*): eager mode (``--enforce-eager``: no torch.compile warm-up), the KV cache sized
-explicitly (``VLLM_CPU_KVCACHE_SPACE``, GiB: no profiling pass), Intel OpenMP from the wheel and
-tcmalloc (Debian's ``libtcmalloc-minimal4``) in ``LD_PRELOAD`` where found, the torch threads given
-(``OMP_NUM_THREADS``) instead of vLLM's one, usage statistics off (no network).
+*vLLM on the CPU*): eager mode (``--enforce-eager``: no torch.compile warm-up, 5 min here), the KV
+cache sized explicitly (``VLLM_CPU_KVCACHE_SPACE``, GiB: no profiling pass), Intel OpenMP from the
+wheel and tcmalloc (Debian's ``libtcmalloc-minimal4``) in ``LD_PRELOAD`` where found (without them
+vLLM's GNU OpenMP decoded 10x slower on the loaded machine), vLLM's own thread binding (one bound
+thread beat two unbound), usage statistics off (no network).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ class VllmConfig:
     (``num_speculative_tokens``), an optional ``schedule`` of inclusive ``(lo, hi, k)`` batch-size
     ranges (``num_speculative_tokens_per_batch_size``), sequences in flight, context, torch threads
     (0: ``default_threads``), KV cache GiB. ``eager`` False lets vLLM compile (minutes at start);
-    ``preload`` False leaves ``LD_PRELOAD`` to vLLM (torch's libgomp); ``bind`` other than "nobind" is
-    vLLM's own thread binding (``VLLM_CPU_OMP_THREADS_BIND``: "auto" binds one thread per core left
-    after reserving one for the scheduler — one thread on 2 cores — and ``threads`` is then vLLM's).
+    ``preload`` False leaves ``LD_PRELOAD`` to vLLM (torch's libgomp); ``bind`` is vLLM's thread binding
+    (``VLLM_CPU_OMP_THREADS_BIND``: "auto" binds one thread per core left after reserving one for its
+    scheduler — one thread on core 0 of 2 cores); ``threads`` > 0 instead runs that many unbound
+    threads ("nobind").
     ``extra``: more ``vllm serve`` flags, verbatim; ``env``: more environment variables."""
 
     name: str
@@ -62,7 +64,7 @@ class VllmConfig:
     kv_cache_gib: int = 1
     eager: bool = True
     preload: bool = True
-    bind: str = "nobind"
+    bind: str = "auto"
     extra: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -80,9 +82,10 @@ class VllmConfig:
 
 
 def default_threads(cores: int | None = None) -> int:
-    """All cores: vLLM's OpenMP threads sleep when idle (unlike llama.cpp's), and the API server and
-    the engine core's scheduler are mostly waiting (benchmarks/README.md, *vLLM on the CPU*)."""
-    return max(1, cores or os.cpu_count() or 1)
+    """Torch threads under vLLM's own binding: one per core after one reserved for its scheduler (at
+    least 1). Bound, one thread decoded 1.5–1.8x faster here than two unbound (benchmarks/README.md,
+    *vLLM on the CPU*)."""
+    return max(1, (cores or os.cpu_count() or 1) - 1)
 
 
 def check_schedule(schedule, k: int) -> list[tuple[int, int, int]]:
@@ -159,9 +162,9 @@ def server_env(config: VllmConfig) -> dict[str, str]:
            "VLLM_CPU_OMP_THREADS_BIND": config.bind, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": "",
            "NO_COLOR": "1", "ARCTIC_INFERENCE_ENABLED": "0"}  # Arctic's vLLM plugin (CUDA only) off: suffix needs none
-    if config.bind == "nobind":
-        env["OMP_NUM_THREADS"] = str(config.threads or default_threads())
-    else:
+    if config.threads:  # that many threads, unbound
+        env |= {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(config.threads)}
+    else:  # vLLM sets the bound threads' count itself
         env.pop("OMP_NUM_THREADS", None)
     libs = preloads() if config.preload else []
     if libs:

@@ -83,4 +83,4 @@ def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
     from specnb.engine.vllm_server import VllmConfig
 
     assert setup.machine_line("vllm", [VllmConfig("spec-off", "/m", threads=2)]) == \
-        f"{cpu_name()}, vLLM 0.32.0 (CPU) with 2 torch thread(s)"
+        f"{cpu_name()}, vLLM 0.32.0 (CPU) with 2 unbound torch thread(s)"

@@ -70,6 +70,9 @@ def test_the_environment_is_cpu_offline_with_the_threads_given(monkeypatch):
     assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert env["OMP_NUM_THREADS"] == "3" and env["HF_HUB_OFFLINE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
     assert env["LD_PRELOAD"].endswith("/opt/mine.so")  # ours first, the caller's kept
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"  # threads given: unbound
+    bound = server_env(VllmConfig("a", "/m"))
+    assert bound["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and "OMP_NUM_THREADS" not in bound  # vLLM's own binding
 
 
 def test_the_launcher_answers_the_cli_version_lookup_for_the_cpu_distribution():
