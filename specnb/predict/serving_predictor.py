@@ -221,12 +221,23 @@ def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]
     return ranges
 
 
-def vllm_config(policy: pd.DataFrame, method: str, model: str = "") -> str:
-    """The ``--speculative-config`` JSON for vLLM with the policy as ``num_speculative_tokens_per_batch_size``."""
+def speculative_config(policy: pd.DataFrame, method: str, model: str = "") -> dict:
+    """vLLM's ``--speculative-config`` for the policy, its ranges as ``num_speculative_tokens_per_batch_size``
+    and ``num_speculative_tokens`` their largest k; {} where no level speculates, since vLLM then runs
+    best with no speculative config at all (a schedule of zeros still loads and calls the proposer)."""
     ranges = policy_ranges(policy)
-    config = {"method": method, "num_speculative_tokens": max([r[2] for r in ranges] + [1]),
-              "num_speculative_tokens_per_batch_size": ranges}
-    return json.dumps(config | ({"model": model} if model else {}))
+    k_max = max((k for *_, k in ranges), default=0)
+    if not k_max:
+        return {}
+    config = {"method": method, "num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": ranges}
+    return config | ({"model": model} if model else {})
+
+
+def vllm_config(policy: pd.DataFrame, method: str, model: str = "") -> str:
+    """``speculative_config`` as the JSON a vLLM user pastes; "" where no level speculates (no
+    ``--speculative-config``)."""
+    config = speculative_config(policy, method, model)
+    return json.dumps(config) if config else ""
 
 
 def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]:

@@ -15,6 +15,7 @@ from specnb.predict.serving_predictor import (
     policy_ranges,
     predict_serving,
     serving_policy,
+    speculative_config,
     step_cost,
     step_ms,
     validate_held_out,
@@ -90,6 +91,19 @@ def test_policy_ranges_and_pasteable_forms():
     assert flags[0] == "1–3 concurrent: --spec-type ngram-simple --spec-draft-n-max 4"
     assert flags[1].endswith("--spec-draft-n-max 2")
     assert flags[2] == "16 or more concurrent: no --spec-type (spec-off)"
+
+
+def test_a_policy_that_never_speculates_is_no_speculative_config():
+    summary = pd.DataFrame({"config": ["ngram k=4"] * 2, "concurrency": [1, 8], "speedup_tpot": [0.95, 0.88],
+                            "speedup_tpot_lo": [0.89, 0.8]})
+    policy = serving_policy(summary, {"ngram k=4": 4})
+    assert list(policy["k"]) == [0, 0]
+    assert speculative_config(policy, "ngram") == {} and vllm_config(policy, "ngram") == ""
+    paying = serving_policy(summary.assign(speedup_tpot_lo=[1.1, 0.8]), {"ngram k=4": 4})
+    assert speculative_config(paying, "ngram", "draft") == {"method": "ngram", "num_speculative_tokens": 4,
+                                                            "num_speculative_tokens_per_batch_size": [[1, 7, 4],
+                                                                                                      [8, 4096, 0]],
+                                                            "model": "draft"}
 
 
 def test_endpoints_are_loopback_by_default_and_named(monkeypatch):

@@ -118,12 +118,15 @@ def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, 
     own = serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
     vllm = vllm_config(own, method)
     lines = llama_server_flags(policy, flags)
+    vllm_part = (f"vLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```" if vllm
+                 else f"vLLM: no `--speculative-config` ({method} did not pay at any level measured, so launch vLLM "
+                      "without speculation)")
     body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
                      for r in policy.to_dict("records")])
-            + f"\n\nvLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```\n\n"
+            + f"\n\n{vllm_part}\n\n"
             + "llama-server (speculation is fixed per launch: pick by the load you expect):\n\n"
             + bullets(lines))
-    return Report(body, {"policy_vllm": vllm, "policy_llama_server": lines})
+    return Report(body, {"policy_vllm": vllm or "no --speculative-config", "policy_llama_server": lines})
 
 
 def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,
@@ -138,7 +141,8 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
         if len(policy):
             on = policy[policy["k"] > 0]["concurrency"].tolist()
             lines.append("policy: " + (f"speculate at concurrency {', '.join(map(str, on))}, spec-off elsewhere" if on
-                                       else "spec-off at every level measured"))
+                                       else "spec-off at every level measured: no `--speculative-config` for vLLM, "
+                                            "no `--spec-type` for llama-server"))
     if note:
         lines.append(note)
     return Report(bullets(lines), {"machine": machine})

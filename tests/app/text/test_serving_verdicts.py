@@ -6,8 +6,9 @@ import json
 import pandas as pd
 
 from specnb.app.charts import load_curves
-from specnb.app.text.serving_verdicts import crossover_line, sweep_text
+from specnb.app.text.serving_verdicts import crossover_line, policy_text, serving_conclusion, sweep_text
 from specnb.measure.serving_summary import crossover
+from specnb.predict.serving_predictor import serving_policy
 
 
 def summary(column: str) -> pd.DataFrame:
@@ -49,3 +50,23 @@ def test_closed_loop_levels_read_as_concurrent_requests():
     assert "at 1 concurrent" in sweep_text(levels, crossings).markdown
     assert "concurrent requests" in chart_text(load_curves.speedup_chart(levels))
     assert "req/s" not in sweep_text(levels, crossings).markdown
+
+
+def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
+    levels = summary("concurrency")
+    levels.loc[levels["config"] != "spec-off", "speedup_tpot_lo"] = 0.8
+    policy = serving_policy(levels, {"ngram k=3": 3})
+    report = policy_text(levels, policy, {"ngram k=3": 3}, [])
+    assert "no `--speculative-config`" in report.markdown and "num_speculative_tokens" not in report.markdown
+    assert "no --spec-type (spec-off)" in report.markdown
+    assert report.values["policy_vllm"] == "no --speculative-config"
+    end = serving_conclusion(levels, crossover(levels, "speedup_tpot"), pd.DataFrame(), policy, "AMD EPYC").markdown
+    assert "no `--speculative-config` for vLLM" in end
+
+
+def test_a_paying_policy_prints_the_schedule():
+    levels = summary("concurrency")
+    policy = serving_policy(levels, {"ngram k=3": 3})
+    report = policy_text(levels, policy, {"ngram k=3": 3}, [])
+    config = json.loads(report.values["policy_vllm"])
+    assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
