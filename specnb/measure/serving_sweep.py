@@ -242,7 +242,8 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                         counters = Counters() if why else scrape(target).minus(before)
                     except EndpointError as err:
                         counters, why = Counters(), down(name) or str(err)
-                    records += [request_row(d, target, mode, level, r, i, prompts) for i, d in zip(part, done)]
+                    records += [request_row(d, target, mode, level, r, i, prompts) | {"chunk": c}
+                                for i, d in zip(part, done)]
                     runs.append(run_row(target, mode, level, r, duration, done, counters, partial=bool(why))
                                 | {"chunk": c})
                     sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs), probe=probe)

@@ -17,7 +17,8 @@ The model (one engine step serves every running sequence at once):
 - Acceptance (d, τ') is taken at the calibration level only; the other levels are predictions, and
   ``validate_serving`` reports the median error there against the measured TPOT speedup.
   ``validate_held_out`` cross-fits on prompts (two folds with the same mix of categories, from
-  llama.cpp's per-request draft counts): every level, on prompts the predictor never saw.
+  llama.cpp's per-request draft counts, or from vLLM's counters over runs that held one fold's
+  prompts only): every level, on prompts the predictor never saw.
 
 Why speedup falls with load: t grows with the tokens in the batch once the machine stops being
 memory-bound, and speculation multiplies those tokens by 1 + d while dividing steps only by τ'.
@@ -144,22 +145,52 @@ def folds(records: pd.DataFrame) -> pd.Series:
     return key.map(dict(zip(firsts["_key"], rank)))
 
 
+COUNTER_COLUMNS = ("tokens_predicted", "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
+
+
+def counter_summary(records: pd.DataFrame, runs: pd.DataFrame, in_fold: pd.Series) -> pd.DataFrame:
+    """``request_summary`` for an engine that counts drafts per run, not per request (vLLM): mean TPOT
+    from the fold's requests, the counters summed over the runs whose every request is in the fold (a
+    run's counters cannot be split by request). A speculative configuration's level without such a
+    run is left out, so it is calibrated at its lowest level that has one; spec-off keeps every level
+    (only its TPOT prices a step)."""
+    keys = ["config", "concurrency", "round", "chunk"]
+    whole = records.assign(_in=in_fold.to_numpy()).groupby(keys, as_index=False)["_in"].all()
+    inside = runs.merge(whole[whole["_in"]][keys], on=keys)
+    counted = inside.groupby(["config", "concurrency"], as_index=False)[list(COUNTER_COLUMNS)].sum()
+    ok = records[in_fold & records["success"]]
+    tpot = (ok.groupby(["config", "concurrency"], as_index=False)["tpot"].mean()
+            .assign(mean_tpot_ms=lambda f: f["tpot"] * 1e3).drop(columns="tpot"))
+    frame = tpot.merge(counted, on=["config", "concurrency"], how="left")
+    return frame[(frame["config"] == BASELINE_CONFIG) | frame["tokens_predicted"].notna()].reset_index(drop=True)
+
+
+def per_request_counts(records: pd.DataFrame) -> bool:
+    """Whether requests carry their own draft counts (llama.cpp's ``timings``)."""
+    return records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() > 0
+
+
 def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
-                      n_boot: int = 500, seed: int = 0, probe: pd.DataFrame | None = None) -> pd.DataFrame:
+                      n_boot: int = 500, seed: int = 0, probe: pd.DataFrame | None = None,
+                      runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Two-fold cross-fit on prompts: calibrate on one fold (``folds``), predict the TPOT speedup at
     every level and compare with the one measured on the other fold, then the other way round —
     every prediction is for prompts the predictor never saw (``calibration`` False everywhere).
-    Needs per-request draft counts (llama.cpp); empty without them."""
+    Acceptance comes from per-request draft counts (llama.cpp) or, given the sweep's ``runs``, from
+    the engine's counters of runs that held one fold's prompts only (``counter_summary``; vLLM);
+    empty with neither."""
     from specnb.measure.serving_summary import paired_requests, speedup_ci
 
     closed_loop_levels(records)
-    if records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() == 0:
+    by_request = per_request_counts(records)
+    if not by_request and (runs is None or runs.empty or "chunk" not in records or "chunk" not in runs):
         return pd.DataFrame()
     fold = folds(records)
     rng = np.random.default_rng(seed)
     frames = []
     for calibrate_on in (0, 1):
-        calibration = request_summary(records[fold == calibrate_on])
+        calibration = request_summary(records[fold == calibrate_on]) if by_request else \
+            counter_summary(records, runs, fold == calibrate_on)
         held = records[fold != calibrate_on]
         held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
         for config, draft_model in configs.items():
