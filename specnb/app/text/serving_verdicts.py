@@ -57,6 +57,18 @@ def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | No
             f"{row['mean_tpot_ms']:.1f} ms against {t1:.1f} ms")
 
 
+def identical_share(group: pd.DataFrame) -> float:
+    """The share of a configuration's requests, over every level, whose greedy text is spec-off's on
+    the same prompt: measured, never assumed (CPU kernels may round differently across batch shapes)."""
+    paired = float(group["paired_requests"].sum())
+    return float(group["identical_outputs"].sum()) / paired if paired else math.nan
+
+
+def identical_line(group: pd.DataFrame) -> str:
+    return (f"{int(group['identical_outputs'].sum())}/{int(group['paired_requests'].sum())} outputs identical to "
+            f"spec-off over every level ({identical_share(group):.0%})")
+
+
 def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFrame | None = None) -> Report:
     if "speedup_tpot" not in summary:
         return Report("No spec-off configuration to compare with: the tables show each configuration alone.", {})
@@ -68,7 +80,8 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
                      f"{fmt_ci(first, 'speedup_tpot')} at {level_text(column, first[column])}, "
                      f"{fmt_ci(last, 'speedup_tpot')} at {level_text(column, last[column])}; output throughput "
                      f"{fmt_ci(first, 'speedup_output_throughput')} → {fmt_ci(last, 'speedup_output_throughput')}; "
-                     f"{int(first['identical_outputs'])}/{int(first['paired_requests'])} outputs identical to spec-off")
+                     f"{identical_line(group)}")
+        values[f"{config} identical share"] = identical_share(group)
         values[f"{config} speedup_tpot first"] = float(first["speedup_tpot"])
         values[f"{config} speedup_tpot last"] = float(last["speedup_tpot"])
     for row in crossings.to_dict("records"):

@@ -70,3 +70,11 @@ def test_a_paying_policy_prints_the_schedule():
     report = policy_text(levels, policy, {"ngram k=3": 3}, [])
     config = json.loads(report.values["policy_vllm"])
     assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
+
+
+def test_the_identical_share_is_counted_over_every_level():
+    levels = summary("concurrency")
+    levels.loc[(levels["config"] == "ngram k=3") & (levels["concurrency"] == 4), "identical_outputs"] = 1
+    report = sweep_text(levels, crossover(levels, "speedup_tpot"))
+    assert "9/12 outputs identical to spec-off over every level (75%)" in report.markdown
+    assert report.values["ngram k=3 identical share"] == 0.75
