@@ -13,7 +13,7 @@ import pytest
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import counter_rates
-from specnb.measure.serving_load import closed_loop, poisson_loop, run_async
+from specnb.measure.serving_load import arrival_gaps, closed_loop, poisson_loop, run_async
 from specnb.measure.serving_summary import crossover, from_vllm_bench, log_cross, summarise_sweep
 from specnb.measure.serving_sweep import (
     Counters,
@@ -413,3 +413,12 @@ def test_low_concurrency_alternates_configurations_every_few_requests(fake):
                       warmup=False)
     assert list(sweep.runs["config"]) == ["spec-off", "b", "b", "spec-off"]  # rotated piece by piece
     assert sorted(sweep.records.loc[sweep.records["config"] == "b", "prompt_index"]) == list(range(8))
+
+
+def test_bursty_arrivals_keep_the_mean_rate_and_bunch_up():
+    poisson, bursty = arrival_gaps(4000, 2.0, seed=3), arrival_gaps(4000, 2.0, burstiness=0.25, seed=3)
+    assert np.mean(poisson) == pytest.approx(0.5, rel=0.05) and np.mean(bursty) == pytest.approx(0.5, rel=0.1)
+    # coefficient of variation: 1 for exponential gaps, 1/sqrt(shape) = 2 for gamma(0.25)
+    assert np.std(poisson) / np.mean(poisson) == pytest.approx(1.0, rel=0.1)
+    assert np.std(bursty) / np.mean(bursty) == pytest.approx(2.0, rel=0.15)
+    assert np.array_equal(arrival_gaps(5, 2.0, seed=1), np.random.default_rng(1).exponential(0.5, size=5))
