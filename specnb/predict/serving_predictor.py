@@ -282,3 +282,14 @@ def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]
         what = "no --spec-type (spec-off)" if k == 0 else flags.get(by_k.loc[k, "config"], f"--spec-draft-n-max {k}")
         lines.append(f"{span} concurrent: {what}")
     return lines
+
+
+def policy_switch(policy: pd.DataFrame) -> float:
+    """The load where the policy stops speculating: the geometric mean of its last level that drafts
+    and the next one, which does not; NaN where it never switches off (or never drafts)."""
+    levels = policy.sort_values("concurrency")
+    on = levels["k"].to_numpy() > 0
+    for i in range(1, len(levels)):
+        if on[i - 1] and not on[i]:
+            return float(math.sqrt(levels["concurrency"].iloc[i - 1] * levels["concurrency"].iloc[i]))
+    return math.nan

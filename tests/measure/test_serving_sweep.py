@@ -14,7 +14,15 @@ import pytest
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import counter_rates
 from specnb.measure.serving_load import arrival_gaps, closed_loop, poisson_loop, run_async
-from specnb.measure.serving_summary import crossover, from_vllm_bench, log_cross, summarise_sweep
+from specnb.measure.serving_summary import (
+    adaptive_check,
+    crossover,
+    from_vllm_bench,
+    log_cross,
+    summarise_sweep,
+    trace_check,
+    trace_rate,
+)
 from specnb.measure.serving_sweep import (
     Counters,
     EndpointError,
@@ -422,3 +430,37 @@ def test_bursty_arrivals_keep_the_mean_rate_and_bunch_up():
     assert np.std(poisson) / np.mean(poisson) == pytest.approx(1.0, rel=0.1)
     assert np.std(bursty) / np.mean(bursty) == pytest.approx(2.0, rel=0.15)
     assert np.array_equal(arrival_gaps(5, 2.0, seed=1), np.random.default_rng(1).exponential(0.5, size=5))
+
+
+def test_the_adaptive_configuration_is_held_against_the_best_static_one_per_level():
+    rows = []
+    for config, speedups in (("spec-off", [1.0, 1.0, 1.0]), ("ngram k=4", [1.4, 1.1, 0.8]),
+                             ("ngram k=2", [1.3, 1.2, 0.9]), ("adaptive", [1.35, 1.1, 0.97])):
+        for level, x in zip([1, 4, 16], speedups):
+            rows.append({"config": config, "concurrency": level, "speedup_tpot": x, "speedup_tpot_lo": x - 0.1,
+                         "speedup_tpot_hi": x + 0.1})
+    check = adaptive_check(pd.DataFrame(rows)).set_index("concurrency")
+    assert list(check["best_static"]) == ["ngram k=4", "ngram k=2", "spec-off"]  # spec-off counts as 1.00x
+    assert check.loc[4, "ratio"] == pytest.approx(1.1 / 1.2) and list(check["meets"]) == [True, False, True]
+    assert check.loc[16, "best_static_speedup_tpot"] == 1.0
+    assert adaptive_check(pd.DataFrame(rows)[lambda f: f["config"] != "adaptive"]).empty
+
+
+def test_a_trace_compares_mean_tpot_of_the_adaptive_configuration_with_every_other():
+    rows = []
+    for config, tpots in (("spec-off", [0.05, 0.05, 0.08, 0.08]), ("ngram k=4", [0.03, 0.03, 0.10, 0.10]),
+                          ("adaptive", [0.03, 0.03, 0.08, 0.08])):
+        for index, tpot in enumerate(tpots):
+            rows.append({"config": config, "request_rate": 2.0, "round": 0, "prompt_index": index, "success": True,
+                         "output_tokens": 11, "ttft": 0.1, "latency": 0.1 + 10 * tpot, "tpot": tpot})
+    check = trace_check(pd.DataFrame(rows), n_boot=20).set_index("config")
+    assert check.loc["spec-off", "mean_tpot_ms"] == pytest.approx(65.0)
+    assert check.loc["ngram k=4", "mean_tpot_ms"] == pytest.approx(65.0)
+    assert check.loc["spec-off", "adaptive_mean_tpot_ms"] == pytest.approx(55.0) and check["beats"].all()
+    # decode time summed: spec-off 2.6 s, adaptive 2.2 s for the same tokens
+    assert check.loc["spec-off", "adaptive_speedup_tpot"] == pytest.approx(2.6 / 2.2)
+
+
+def test_the_trace_rate_keeps_the_crossover_in_flight_by_littles_law():
+    summary = pd.DataFrame({"config": "spec-off", "concurrency": [1, 4, 16], "request_throughput": [0.5, 1.5, 2.5]})
+    assert trace_rate(summary, 4) == pytest.approx(1.5) and trace_rate(summary, 8) == pytest.approx(2.0)

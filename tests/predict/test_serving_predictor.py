@@ -2,6 +2,7 @@
 and notebook 08's parameter parsing."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ from specnb.predict.serving_predictor import (
     llama_server_flags,
     median_error,
     policy_ranges,
+    policy_switch,
     predict_serving,
     serving_policy,
     speculative_config,
@@ -197,3 +199,9 @@ def test_a_poisson_sweep_is_refused_by_the_predictor_and_the_policy():
     for call in calls:
         with pytest.raises(ParameterError, match="closed-loop concurrency levels.*Poisson"):
             call()
+
+
+def test_the_policy_switches_off_between_its_last_drafting_level_and_the_next():
+    policy = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 2, 0, 0]})
+    assert policy_switch(policy) == pytest.approx(8.0)
+    assert math.isnan(policy_switch(policy.assign(k=0))) and math.isnan(policy_switch(policy.assign(k=3)))
