@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from specnb.app.serving_setup import vllm_method
+from specnb.app.serving_setup import vllm_policy
 from specnb.app.text.conclusions import Report, bullets
 from specnb.engine.llama_server import ServerConfig, spec_flags
 from specnb.measure.serving_load import LEVEL_UNITS, level_column, level_text
@@ -15,7 +15,6 @@ from specnb.measure.serving_summary import BASELINE_CONFIG
 from specnb.predict.serving_predictor import (
     llama_server_flags,
     median_error,
-    serving_policy,
     step_cost,
     step_ms,
     vllm_config,
@@ -125,10 +124,7 @@ def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, 
         return Report("No speculative configuration to choose from.", {})
     flags = {c.name: " ".join("<draft GGUF>" if c.draft and f == str(c.draft) else f for f in spec_flags(c))
              for c in configs}
-    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
-    method = vllm_method(max(set(chosen), key=chosen.count))
-    family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
-    own = serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+    method, own = vllm_policy(summary, policy, lengths)
     vllm = vllm_config(own, method)
     lines = llama_server_flags(policy, flags)
     vllm_part = (f"vLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```" if vllm
