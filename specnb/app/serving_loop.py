@@ -61,8 +61,8 @@ def adaptive_config(configs: list, policy: pd.DataFrame, method: str):
     return replace(base, name=ADAPTIVE_CONFIG, k=k, schedule=[tuple(r) for r in ranges])
 
 
-def targets_of(running: dict) -> list[Target]:
-    return [Target(name, server.url, "vllm", server.model) for name, server in running.items()]
+def targets_of(servers: dict) -> list[Target]:
+    return [Target(name, server.url, "vllm", server.model) for name, server in servers.items()]
 
 
 def closed_loop(configs: list, prompts: pd.DataFrame, levels: list[int], lengths: dict[str, int], *,
@@ -70,24 +70,28 @@ def closed_loop(configs: list, prompts: pd.DataFrame, levels: list[int], lengths
                 on_run: Callable[[str], Callable | None] = lambda phase: None, **settings) -> ClosedLoop:
     """Steps 1–4 of the module docstring on ``configs`` (``VllmConfig``), closed loop at ``levels``;
     ``lengths``: each speculative configuration's k; ``start``: the context manager that starts
-    servers (``vllm_server.vllm_servers``); ``on_run(phase)``: the saver for "sweep", "check" and
-    "trace"; ``settings``: ``run_sweep``'s. A server that dies ends the loop with what was measured."""
+    servers and yields ``Running`` (``specnb.engine.servers.servers``: a method vLLM refuses is left
+    out with its line); ``on_run(phase)``: the saver for "sweep", "check" and "trace"; ``settings``:
+    ``run_sweep``'s. A server that dies ends the loop with what was measured."""
     if start is None:
-        from specnb.engine.vllm_server import vllm_servers as start
-    with start(configs) as running:
-        down = lambda name: running[name].exit_note()  # noqa: E731
-        sweep = run_sweep(targets_of(running), prompts, levels, down=down, on_run=on_run("sweep"), **settings)
-        if sweep.stopped:
+        from specnb.engine.servers import servers as start
+    with start(configs, keep_going=True) as running:
+        every = dict(running.servers)
+        skipped = "; ".join(f"{name} left out: {line}" for name, line in running.failed.items())
+        down = lambda name: every[name].exit_note()  # noqa: E731
+        sweep = run_sweep(targets_of(every), prompts, levels, down=down, on_run=on_run("sweep"), **settings)
+        ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
+        if ended_early:
             return ClosedLoop(sweep, note="no adaptive configuration: the sweep ended early")
         summary = summarise_sweep(sweep.records, sweep.runs)
+        lengths = {name: k for name, k in lengths.items() if name in every}
         method, policy = vllm_policy(summary, serving_policy(summary, lengths), lengths)
-        adaptive = adaptive_config(configs, policy, method)
+        adaptive = adaptive_config([c for c in configs if c.name in every], policy, method)
         if adaptive is None:
             return ClosedLoop(sweep, note=f"no adaptive configuration: {method} did not pay at any level measured, "
                                           "so the policy is vLLM without --speculative-config")
         with start([adaptive]) as extra:
-            every = running | extra
-            down = lambda name: every[name].exit_note()  # noqa: E731
+            every |= extra.servers
             check = run_sweep(targets_of(every), prompts, levels, down=down, on_run=on_run("check"), **settings)
             switch = policy_switch(policy)
             rate = trace_rate(summary, switch if not math.isnan(switch) else max(levels))

@@ -1,7 +1,7 @@
 """Load on an OpenAI-compatible serving engine: one record per request, counters per run, interleaved.
 
-The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server``
-started by ``specnb.engine.llama_server``, or a running vLLM or SGLang server (``-p endpoint``). Every
+The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server`` or vLLM,
+started by ``specnb.engine.servers``, or a running vLLM or SGLang server (``-p endpoint``). Every
 speculation configuration is its own server (a *target*); the sweep runs each concurrency level on
 every target, on the same prompts, alternating every few requests in an order rotated piece by
 piece, so a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
@@ -326,11 +326,18 @@ def run_row(target: Target, mode: str, level, round_index: int, duration: float,
 
 
 def sweep_servers(configs, prompts: pd.DataFrame, levels: list[int], **settings) -> Sweep:
-    """Start one llama-server per ``ServerConfig``, run ``run_sweep`` on them (a server that dies ends
-    it, saying how it died and its last log line, see there), and stop every server however the sweep
-    ends (Ctrl-C included)."""
-    from specnb.engine.llama_server import servers
+    """Start one server per configuration (``ServerConfig``: llama-server, ``VllmConfig``: vLLM), run
+    ``run_sweep`` on them (a server that dies ends it, saying how it died and its last log line, see
+    there), and stop every server however the sweep ends (Ctrl-C included). A speculative
+    configuration the engine refuses to start is left out and named in ``stopped`` with the engine's
+    own line; the others are measured."""
+    from specnb.engine.servers import engine_of, servers
 
-    with servers(configs) as running:
-        targets = [Target(name, server.url, "llama.cpp") for name, server in running.items()]
-        return run_sweep(targets, prompts, levels, down=lambda name: running[name].exit_note(), **settings)
+    with servers(configs, keep_going=True) as running:
+        engines = {c.name: engine_of(c) for c in configs}
+        targets = [Target(name, server.url, engines[name], getattr(server, "model", ""))
+                   for name, server in running.servers.items()]
+        sweep = run_sweep(targets, prompts, levels, down=lambda name: running.servers[name].exit_note(), **settings)
+    skipped = "; ".join(f"{name} left out: {line}" for name, line in running.failed.items())
+    sweep.stopped = "; ".join(filter(None, [skipped, sweep.stopped]))
+    return sweep

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from specnb.app import serving_loop
+from specnb.engine.servers import Running
 from specnb.measure.serving_sweep import Sweep
 
 
@@ -41,10 +42,10 @@ def loop(monkeypatch):
     seen = {"started": [], "stopped": [], "sweeps": []}
 
     @contextlib.contextmanager
-    def start(configs):
+    def start(configs, keep_going=False):
         seen["started"].append([c.name for c in configs])
         try:
-            yield {c.name: Server(c.name) for c in configs}
+            yield Running({c.name: Server(c.name) for c in configs})
         finally:
             seen["stopped"].append([c.name for c in configs])
 

@@ -115,26 +115,26 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
-def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int],
-                configs: list[ServerConfig]) -> Report:
+def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int], configs: list) -> Report:
     """The policy per level, then as vLLM's ``--speculative-config`` (one method per server: the
-    schedule of the method chosen most often, re-chosen among its own configurations) and as
-    llama-server flags."""
+    schedule of the method chosen most often, re-chosen among its own configurations) and, unless
+    the sweep ran on vLLM configurations, as llama-server flags."""
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
     flags = {c.name: " ".join("<draft GGUF>" if c.draft and f == str(c.draft) else f for f in spec_flags(c))
-             for c in configs}
+             for c in configs if isinstance(c, ServerConfig)}
+    on_llama = bool(flags) or not configs  # launched llama-servers, or an endpoint (its engine unknown here)
     method, own = vllm_policy(summary, policy, lengths)
     vllm = vllm_config(own, method)
-    lines = llama_server_flags(policy, flags)
+    lines = llama_server_flags(policy, flags) if on_llama else []
     vllm_part = (f"vLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```" if vllm
                  else f"vLLM: no `--speculative-config` ({method} did not pay at any level measured, so launch vLLM "
                       "without speculation)")
     body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
                      for r in policy.to_dict("records")])
-            + f"\n\n{vllm_part}\n\n"
-            + "llama-server (speculation is fixed per launch: pick by the load you expect):\n\n"
-            + bullets(lines))
+            + f"\n\n{vllm_part}"
+            + ("\n\nllama-server (speculation is fixed per launch: pick by the load you expect):\n\n" + bullets(lines)
+               if lines else ""))
     return Report(body, {"policy_vllm": vllm or "no --speculative-config", "policy_llama_server": lines})
 
 

