@@ -234,10 +234,18 @@ def vllm_policy(summary, policy, lengths: dict[str, int]):
     return method, serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
 
 
-def saver(rec, commit: str | None):
+def saver(rec, commit: str | None, phase: str = ""):
     """A callback for ``run_sweep``'s ``on_run``: writes the per-request and per-run tables (with the
-    commit) after every run, so an interrupted sweep keeps what it measured."""
+    commit) after every run, so an interrupted sweep keeps what it measured; a ``phase`` of the
+    closed loop other than its first sweep ("check", "trace") prefixes the tables' names."""
+    prefix = f"{phase}_" if phase and phase != "sweep" else ""
+
     def save(sweep) -> None:
-        rec.table("requests", sweep.records.assign(commit=commit or ""))
-        rec.table("runs", sweep.runs.assign(commit=commit or ""))
+        rec.table(f"{prefix}requests", sweep.records.assign(commit=commit or ""))
+        rec.table(f"{prefix}runs", sweep.runs.assign(commit=commit or ""))
     return save
+
+
+def phase_savers(rec, commit: str | None):
+    """``serving_loop.closed_loop``'s ``on_run``: one ``saver`` per phase."""
+    return lambda phase: saver(rec, commit, phase)

@@ -3,6 +3,7 @@ predictor's error, the policy (vLLM's and llama-server's forms) and the conclusi
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -155,3 +156,38 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
     if note:
         lines.append(note)
     return Report(bullets(lines), {"machine": machine})
+
+
+def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop) -> Report:
+    """The policy launched as its own configuration (``serving_loop.ClosedLoop``): its TPOT speedup
+    against the best static configuration per level (target ≥ 0.95x of it) and its mean TPOT over
+    the bursty trace against every static configuration (target: lower than each)."""
+    if loop is None:
+        return Report("The closed loop (the policy launched as its own vLLM, `adaptive`) runs when notebook 08 starts "
+                      "vLLM itself on closed-loop levels.", {})
+    if loop.adaptive is None:
+        return Report(f"No `adaptive` launch: {loop.note}.", {"adaptive": "none"})
+    spec = json.dumps({"method": loop.adaptive.method, "num_speculative_tokens": loop.adaptive.k,
+                       "num_speculative_tokens_per_batch_size": [list(r) for r in loop.adaptive.schedule]})
+    lines = [f"launched as `--speculative-config '{spec}'`, measured again at every level beside spec-off and the "
+             "static configurations"]
+    values = {"adaptive": spec}
+    for row in check.to_dict("records"):
+        lines.append(f"{row['concurrency']:g} concurrent: adaptive {fmt_ci(row, 'speedup_tpot')} against "
+                     f"{row['best_static']} {row['best_static_speedup_tpot']:.2f}x: {row['ratio']:.2f} of it "
+                     f"({'meets' if row['meets'] else 'misses'} ≥ 0.95)")
+    if len(check):
+        values["adaptive_meets_every_level"] = bool(check["meets"].all())
+        values["adaptive_min_ratio"] = float(check["ratio"].min())
+    if len(trace):
+        others = ", ".join(f"{r['config']} {r['mean_tpot_ms']:.1f} ms (adaptive {r['adaptive_speedup_tpot']:.2f}x "
+                           f"[{r['adaptive_speedup_tpot_lo']:.2f}–{r['adaptive_speedup_tpot_hi']:.2f}])"
+                           for r in trace.to_dict("records"))
+        lines.append(f"bursty trace at {loop.rate:.2f} requests/s on average: adaptive's mean TPOT "
+                     f"{trace['adaptive_mean_tpot_ms'].iloc[0]:.1f} ms against {others}; "
+                     + ("lower than every static configuration" if trace["beats"].all()
+                        else "not lower than " + ", ".join(trace.loc[~trace["beats"], "config"])))
+        values["adaptive_beats_every_static_on_trace"] = bool(trace["beats"].all())
+    if loop.note:
+        lines.append(f"note: {loop.note}")
+    return Report(bullets(lines), values)
