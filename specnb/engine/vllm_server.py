@@ -44,7 +44,10 @@ class VllmConfig:
     ``draft`` the draft model's or head's HF folder for ``NEEDS_MODEL``), ``k`` draft tokens
     (``num_speculative_tokens``), an optional ``schedule`` of inclusive ``(lo, hi, k)`` batch-size
     ranges (``num_speculative_tokens_per_batch_size``), sequences in flight, context, torch threads
-    (0: ``default_threads``), KV cache GiB. ``eager`` False lets vLLM compile (minutes at start).
+    (0: ``default_threads``), KV cache GiB. ``eager`` False lets vLLM compile (minutes at start);
+    ``preload`` False leaves ``LD_PRELOAD`` to vLLM (torch's libgomp); ``bind`` other than "nobind" is
+    vLLM's own thread binding (``VLLM_CPU_OMP_THREADS_BIND``: "auto" binds one thread per core left
+    after reserving one for the scheduler — one thread on 2 cores — and ``threads`` is then vLLM's).
     ``extra``: more ``vllm serve`` flags, verbatim; ``env``: more environment variables."""
 
     name: str
@@ -58,6 +61,8 @@ class VllmConfig:
     threads: int = 0
     kv_cache_gib: int = 1
     eager: bool = True
+    preload: bool = True
+    bind: str = "nobind"
     extra: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -150,12 +155,15 @@ def preloads() -> list[str]:
 
 def server_env(config: VllmConfig) -> dict[str, str]:
     """The environment of a launch: ours, plus vLLM's CPU settings (see the module docstring)."""
-    threads = str(config.threads or default_threads())
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(config.kv_cache_gib),
-           "OMP_NUM_THREADS": threads, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_NO_USAGE_STATS": "1",
-           "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": ""}
-    libs = preloads()
+           "VLLM_CPU_OMP_THREADS_BIND": config.bind, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": "",
+           "NO_COLOR": "1", "ARCTIC_INFERENCE_ENABLED": "0"}  # Arctic's vLLM plugin (CUDA only) off: suffix needs none
+    if config.bind == "nobind":
+        env["OMP_NUM_THREADS"] = str(config.threads or default_threads())
+    else:
+        env.pop("OMP_NUM_THREADS", None)
+    libs = preloads() if config.preload else []
     if libs:
         env["LD_PRELOAD"] = ":".join([*libs, *filter(None, [os.environ.get("LD_PRELOAD")])])
     return env | config.env
