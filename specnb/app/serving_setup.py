@@ -223,10 +223,30 @@ def vllm_method(config: str) -> str:
     return next((m for m in ("eagle3", "eagle", "mtp", "ngram", "suffix") if m in name), "draft_model")
 
 
-def saver(rec, commit: str | None):
+def vllm_policy(summary, policy, lengths: dict[str, int]):
+    """(method, policy) for one vLLM server, which runs one speculative method: the method the policy
+    chose most often (any, where it chose none), its schedule re-chosen among that method's own
+    configurations."""
+    from specnb.predict.serving_predictor import serving_policy
+
+    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
+    method = vllm_method(max(set(chosen), key=chosen.count))
+    family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
+    return method, serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+
+
+def saver(rec, commit: str | None, phase: str = ""):
     """A callback for ``run_sweep``'s ``on_run``: writes the per-request and per-run tables (with the
-    commit) after every run, so an interrupted sweep keeps what it measured."""
+    commit) after every run, so an interrupted sweep keeps what it measured; a ``phase`` of the
+    closed loop other than its first sweep ("check", "trace") prefixes the tables' names."""
+    prefix = f"{phase}_" if phase and phase != "sweep" else ""
+
     def save(sweep) -> None:
-        rec.table("requests", sweep.records.assign(commit=commit or ""))
-        rec.table("runs", sweep.runs.assign(commit=commit or ""))
+        rec.table(f"{prefix}requests", sweep.records.assign(commit=commit or ""))
+        rec.table(f"{prefix}runs", sweep.runs.assign(commit=commit or ""))
     return save
+
+
+def phase_savers(rec, commit: str | None):
+    """``serving_loop.closed_loop``'s ``on_run``: one ``saver`` per phase."""
+    return lambda phase: saver(rec, commit, phase)

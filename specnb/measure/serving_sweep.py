@@ -197,7 +197,7 @@ def warm_up(targets: list[Target], prompts: list[str], max_tokens: int = 4) -> N
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *, max_tokens: int = 32,
               rounds: int = 1, mode: str = "closed", seed: int = 0, ignore_eos: bool = True, warmup: bool = True,
               down: Callable[[str], str] | None = None, on_run: Callable[[Sweep], None] | None = None,
-              progress: bool = False, probe_upto: int = 0) -> Sweep:
+              progress: bool = False, probe_upto: int = 0, burstiness: float = 1.0) -> Sweep:
     """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson"; the tables name
     the column accordingly, ``LEVELS``) on every target, same prompts, targets alternating piece by
     piece (``chunks``) in an order rotated per piece, level and round. ``down(name)``: "" while a
@@ -206,7 +206,10 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
     ends the sweep: finished levels are kept, the level it died in is marked ``partial`` and
     ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it as
     it grows). ``probe_upto``: first probe the first llama.cpp target's forward cost up to that many
-    tokens in the batch (``probe_forward``)."""
+    tokens in the batch (``probe_forward``). ``burstiness``: Poisson arrivals' gamma shape, as vLLM
+    bench's (1: Poisson; below 1: bursts, ``serving_load.arrival_gaps``)."""
+    if burstiness <= 0:
+        raise ParameterError(f"burstiness must be above 0 (1: Poisson arrivals, below 1: bursts), got {burstiness}")
     if mode not in LEVELS:
         raise ParameterError(f"mode must be one of {', '.join(LEVELS)}, got {mode!r}")
     texts = list(prompts["prompt"])
@@ -234,7 +237,8 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                                                         f"({down(name) or err})")
                     texts_now = [sent[i] for i in part]
                     load = closed_loop(target, texts_now, int(level), max_tokens, ignore_eos) if mode == "closed" \
-                        else poisson_loop(target, texts_now, float(level), max_tokens, seed + r, ignore_eos)
+                        else poisson_loop(target, texts_now, float(level), max_tokens, seed + r, ignore_eos,
+                                        burstiness)
                     done, duration = run_async(load)
                     failed = [d for d in done if not d.success]
                     why = down(name) if failed else ""
@@ -242,7 +246,8 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                         counters = Counters() if why else scrape(target).minus(before)
                     except EndpointError as err:
                         counters, why = Counters(), down(name) or str(err)
-                    records += [request_row(d, target, mode, level, r, i, prompts) for i, d in zip(part, done)]
+                    records += [request_row(d, target, mode, level, r, i, prompts) | {"chunk": c}
+                                for i, d in zip(part, done)]
                     runs.append(run_row(target, mode, level, r, duration, done, counters, partial=bool(why))
                                 | {"chunk": c})
                     sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs), probe=probe)
