@@ -49,7 +49,8 @@ def word_pair(seed: int = 0):
     """``word_model`` and ``tiny_tokenizer`` as ``load_pair`` returns a verifier without a draft."""
     from specnb.models.load import Pair
 
-    return Pair(word_model(seed), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    return Pair(verifier=word_model(seed), tokenizer=tiny_tokenizer(), device=torch.device("cpu"), dtype=torch.float32,
+                verifier_name="tiny")
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:

@@ -179,7 +179,7 @@ def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisi
 def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_ctx: int, notes: list) -> list[Method]:
     """llama.cpp rows on the embedded models' GGUF files (see ``build_methods``), each model in its
     own child process: one that cannot even load here (a crash at load) becomes a note."""
-    from specnb.engine.llama_cpp import DraftSpec, IsolatedLlamaCpp
+    from specnb.engine.llama_cpp import IsolatedLlamaCpp, LlamaDraftSpec
     from specnb.models.gguf import embedded_gguf
     from specnb.models.registry import EMBEDDED_VERIFIER
     from specnb.models.trimmed_head import read_head_tokens
@@ -191,7 +191,7 @@ def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_
     eos = [pair.tokenizer.eos_token_id]
     methods = []
 
-    def add(name: str, path, label: str, speculation: str, lossless: bool, draft: DraftSpec | None = None):
+    def add(name: str, path, label: str, speculation: str, lossless: bool, draft: LlamaDraftSpec | None = None):
         try:
             model = IsolatedLlamaCpp(path, threads, n_ctx, draft)
         except (EngineCrashed, RuntimeError) as err:
@@ -206,7 +206,7 @@ def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_
         add(f"verifier-only · llama.cpp · {label}", path, label, "", lossless)
         for g in lookup_gammas:
             add(f"prompt-lookup γ={g} · llama.cpp · {label}", path, label, f"prompt-lookup γ={g}", lossless,
-                DraftSpec("lookup", g))
+                LlamaDraftSpec(gamma=g))
         if llama_draft and key == "q4_1":
             draft_path = embedded_gguf(llama_draft, "q4_1")
             from specnb.models.embedded import embedded_draft_path
@@ -214,7 +214,8 @@ def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_
             head = read_head_tokens(embedded_draft_path(llama_draft))
             g = lookup_gammas[0]
             add(f"{llama_draft} γ={g} · llama.cpp · {label}", path, label, f"{llama_draft} γ={g}", lossless,
-                DraftSpec("gguf", g, str(draft_path), tuple(int(t) for t in head) if head is not None else None))
+                LlamaDraftSpec(gamma=g, path=str(draft_path),
+                               head_tokens=tuple(int(t) for t in head) if head is not None else None))
     return methods
 
 

@@ -31,7 +31,7 @@ from specnb.measure.acceptance import AcceptanceProfile
 from specnb.predict.traces import AcceptanceTrace
 
 PROFILE_FORMAT = "specnb-hardware-profile/3"
-# how a draft step is priced (``DraftTraits.pricing``, specnb.predict.drafts): its forwards, a fixed
+# how a draft step is priced (``DraftKind.pricing``, specnb.engine.kinds.kind): its forwards, a fixed
 # host time per step, or a host time per drafted token
 
 

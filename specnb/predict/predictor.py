@@ -48,9 +48,9 @@ import pandas as pd
 
 from specnb.core import theory
 from specnb.core.errors import ParameterError
+from specnb.engine.kinds.kind import PER_STEP, PER_TOKEN
 from specnb.measure.runs import BASELINE
 from specnb.predict.costs import HardwareProfile
-from specnb.predict.drafts import PER_STEP, PER_TOKEN
 from specnb.predict.traces import AcceptanceTrace, PackedTraces, flat_packed, pack, replay
 
 BAND = (10, 90)  # percentiles of the bootstrap distribution shown as the uncertainty band

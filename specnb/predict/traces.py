@@ -5,8 +5,8 @@ the draft would propose and have accepted if a step started there. Under greedy 
 speculative output equals the verifier's own output, so a step that starts after token j proposes
 the draft's greedy continuation of the verifier's text, and its position i is accepted exactly when
 it matches the verifier's token j + i. One verifier-only generation plus the draft's ``trace``
-(``specnb.predict.drafts``: a teacher-forced forward for a model draft, the lookups for prompt
-lookup) give the whole trace, and ``replay`` turns it into the exact steps speculative decoding
+(its kind's, ``specnb.engine.kinds``: a teacher-forced forward for a model draft, the lookups for
+prompt lookup) give the whole trace, and ``replay`` turns it into the exact steps speculative decoding
 takes at *any* γ and batch size (the same steps ``specnb.engine.generate`` takes, token for token;
 tested).
 
@@ -34,8 +34,9 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
+from specnb.core.sequences import run_lengths
 from specnb.measure.acceptance import AcceptanceProfile, pooled_profile
-from specnb.predict.drafts import draft_traits, run_lengths
+from specnb.predict.drafts import draft_traits
 
 LOOKUP_CAP = 16  # longest prompt-lookup proposal a trace records (γ beyond this is extrapolated)
 

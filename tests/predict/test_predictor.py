@@ -13,8 +13,9 @@ import torch
 from specnb.app.cli import main
 from specnb.core import theory
 from specnb.core.errors import DeviceError, ParameterError
+from specnb.engine.kinds.kind import FORWARDS, PER_STEP
 from specnb.measure import acceptance
-from specnb.predict import costs, drafts, predictor, reference_replay, traces, what_if
+from specnb.predict import costs, predictor, reference_replay, traces, what_if
 
 DRAFT = "tiny-draft"
 
@@ -30,9 +31,8 @@ def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0
         verifier_prefill=costs.CostModel(*prefill),
         verifier_flops_per_token=1e9,
         drafts={
-            DRAFT: costs.DraftCosts(
-                drafts.FORWARDS, costs.CostModel(*t_d), costs.CostModel(prefill[0] / 4, prefill[1] / 4), 1e8
-            )
+            DRAFT: costs.DraftCosts(kind=FORWARDS, decode=costs.CostModel(*t_d),
+                                    prefill=costs.CostModel(prefill[0] / 4, prefill[1] / 4), flops_per_token=1e8)
         },
         acceptance={},
         traces={},
@@ -149,7 +149,8 @@ def test_counts_from_positions_handles_shortened_drafts():
 def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> costs.HardwareProfile:
     """``synthetic_profile`` whose draft is a lookup drafter with the given trace (repeated)."""
     profile = synthetic_profile(overhead=(0.0, 0.0))
-    profile.drafts[DRAFT] = costs.DraftCosts(drafts.PER_STEP, None, None, 0.0, step_ms)
+    profile.drafts[DRAFT] = costs.DraftCosts(kind=PER_STEP, decode=None, prefill=None, flops_per_token=0.0,
+                                             step_ms=step_ms)
     profile.traces[DRAFT] = [traces.AcceptanceTrace(p, list(runs), list(proposed), cap, True) for p in "ab"]
     return profile
 
@@ -410,7 +411,8 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     from specnb.predict.calibrate import calibrate, replay_check
     from specnb.predict.validate import validate, validation_summary
 
-    pair = Pair(word_model(0), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    pair = Pair(verifier=word_model(0), tokenizer=tiny_tokenizer(), device=torch.device("cpu"), dtype=torch.float32,
+                verifier_name="tiny")
     torch.manual_seed(0)
     eagle = EagleDraft(EagleConfig.from_verifier(pair.verifier.config)).eval().attach(pair.verifier)
     medusa = MedusaHeads(MedusaConfig(hidden_size=64, num_heads=4, vocab_size=63)).eval().attach(pair.verifier)
