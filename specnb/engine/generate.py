@@ -6,7 +6,7 @@ Decoding"; Chen et al. 2023, "Accelerating LLM Decoding with Speculative Samplin
 
 Public API::
 
-    generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma=4, max_new_tokens=64,
+    generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma=None, max_new_tokens=64,
              sampling=None, eos_token_id=None, timer=None, vocab_size=None, tree=None,
              confidence=0.0) -> GenerationResult
 
@@ -283,6 +283,17 @@ def choose_gamma(gamma, batch_size: int) -> tuple[int, str]:
     return gamma, ""
 
 
+def settle_gamma(gamma, tree=None, draft_name: str | None = None):
+    """γ as a run decides it before any model loads, for the loop and the CLI alike: None is the draft's
+    own default (``specnb.models.registry.default_gamma``, the one place a default is chosen); a static
+    tree's depth replaces γ; a number, "auto" or a ``GammaChoice`` stays (a choice picks per batch size)."""
+    from specnb.models.registry import default_gamma
+
+    gamma = default_gamma(draft_name, tree) if gamma is None else gamma
+    static = tree is not None and not isinstance(tree, (str, DynamicTree))
+    return as_tree(tree, gamma).depth if static else gamma
+
+
 def as_tree(branching, gamma) -> TreeShape | DynamicTree | None:
     """A static tree from its branching per depth, e.g. ``(3, 2, 1)``; ``"dynamic"``: EAGLE-2's dynamic
     tree ``gamma`` deep with the default width and node budget; a ``DynamicTree`` as given; None stays None."""
@@ -340,7 +351,7 @@ def real_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
     return [[t for t, m in zip(ids, ms) if m] for ids, ms in zip(input_ids.tolist(), mask.tolist())]
 
 
-def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int | GammaChoice = 4,
+def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int | GammaChoice | None = None,
              max_new_tokens: int = 64, sampling: SamplingConfig | None = None, eos_token_id=None, timer=None,
              vocab_size: int | None = None, tree=None, confidence: float = 0.0) -> GenerationResult:
     """Generate up to ``max_new_tokens`` per row; speculative when ``draft`` is given (see module doc).
@@ -351,8 +362,9 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
     width and node budget). Trees are verified greedily (``sampling=None``).
     ``confidence``: chains stop at the first position whose draft top probability is below it, that
     position's token included (as HF's ``assistant_confidence_threshold``); prompt lookup and trees
-    (static or dynamic) ignore it. ``gamma``: a number, or a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
-    for this batch size; the result records the γ used and why."""
+    (static or dynamic) ignore it. ``gamma``: a number, a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
+    for this batch size, or None for the default (``settle_gamma``); the result records the γ used and why."""
+    gamma = settle_gamma(gamma, tree)
     tree = as_tree(tree, gamma)
     if tree is not None:
         gamma, gamma_reason = tree.depth, ""
