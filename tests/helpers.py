@@ -170,7 +170,8 @@ def check_replay(verifier, draft, ids, mask, gamma: int, confidence: float = 0.0
         generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
         runs, proposed, confidences = draft_traits(draft).trace(
             context, generated, 16, verifier_features(verifier, context + generated[:-1], layers))
-        trace = AcceptanceTrace("p", runs, proposed, 16, True, confidences)
+        trace = AcceptanceTrace(prompt_id="p", runs=runs, proposed=proposed, cap=16, hit_budget=True,
+                                confidence=confidences)
         packed = pack([trace], len(generated), confidence)
         got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
         result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14,

@@ -25,17 +25,17 @@ def server_configs(verifier: str, precision: str, speculation: list[str], slots:
 
     model = str(embedded_gguf(verifier, precision))
     common = {"model": model, "slots": slots, "ctx_per_slot": ctx_per_slot, "threads": threads or default_threads()}
-    configs = [ServerConfig(BASELINE_CONFIG, **common)]
+    configs = [ServerConfig(name=BASELINE_CONFIG, **common)]
     for spec in speculation:
         kind, _, k = spec.rpartition(":")
         if not kind or not k.isdigit() or int(k) < 1:
             raise ParameterError(f"speculation entry {spec!r} must be TYPE:K or DRAFT:K with K >= 1, e.g. "
                                  "ngram-simple:4 or smollm2-draft-s:3")
         if kind in SPEC_TYPES:
-            configs.append(ServerConfig(f"{kind} k={k}", spec_type=kind, n_max=int(k), **common))
+            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type=kind, n_max=int(k), **common))
         else:
             draft = str(embedded_gguf(kind, "q4_1" if precision == "q4_1" else "f32"))
-            configs.append(ServerConfig(f"{kind} k={k}", spec_type="draft-simple", draft=draft, n_max=int(k),
+            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type="draft-simple", draft=draft, n_max=int(k),
                                         **common))
     return configs
 
@@ -55,7 +55,7 @@ def endpoint_targets(endpoint: str, engine: str) -> list[Target]:
         host = url.split("://", 1)[1].split("/")[0].rsplit(":", 1)[0].strip("[]")
         if host not in ("127.0.0.1", "localhost", "::1") and os.environ.get("SPECNB_ALLOW_REMOTE") != "1":
             raise ParameterError(f"endpoint host {host!r} is not loopback; set SPECNB_ALLOW_REMOTE=1 to measure it")
-        targets.append(Target(name or (BASELINE_CONFIG if i == 0 else f"config {i + 1}"), url, engine))
+        targets.append(Target(name=name or (BASELINE_CONFIG if i == 0 else f"config {i + 1}"), url=url, engine=engine))
     if not targets:
         raise ParameterError("endpoint is empty; pass http://host:port or name=URL,name=URL")
     return targets

@@ -32,3 +32,10 @@ def runs_of_drafts(drafts: list[list[int]], generated: list[int]) -> list[int]:
     accepted prefix against what the verifier went on to generate (j = 0, the prefill's token, starts
     no step)."""
     return [0] + [first_mismatch(row, generated[j:j + len(row)]) for j, row in enumerate(drafts, start=1)]
+
+
+def eos_ids(eos) -> set[int]:
+    """The end-of-sequence ids a tokenizer or generation config gives, as a set: they give None, one id,
+    or a list of them (Qwen's chat models stop at two)."""
+    found = eos if isinstance(eos, (list, tuple, set, frozenset)) else [eos]
+    return {int(e) for e in found if e is not None}

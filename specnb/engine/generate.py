@@ -67,7 +67,7 @@ from specnb.engine.timing import NULL_TIMER, StageTimer, synchronize
 from specnb.engine.trees import DynamicTree, TreeShape
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GenerationResult:
     """One batch: generated tokens per row plus the raw per-step records every summary derives from."""
 

@@ -49,7 +49,7 @@ class ServerFailed(SpecnbError, RuntimeError):
     """The server did not start or died; the message ends with its last log line."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServerConfig:
     """One server launch: the verifier GGUF, the speculation (``spec_type`` "none" for spec-off,
     ``draft`` a GGUF for "draft-simple"), draft length ``n_max`` (≥ ``n_min``), slots and threads.

@@ -28,7 +28,7 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
@@ -44,7 +44,7 @@ from specnb.measure.runs import bootstrap_speedup, paired_speedup
 BASELINE_METHOD = "verifier-only · PyTorch eager · fp32"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Method:
     """One way to answer a prompt. ``run(prompt_ids, max_new_tokens)`` returns a ``Generated``
     (greedy, prefill included in its wall time). ``lossless``: the output is the fp32 verifier's
@@ -74,14 +74,16 @@ def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *,
         return Generated(result.tokens[0], result.wall_ms, result.verifier_forwards)
 
     shape = "tree=" + "x".join(map(str, tree)) if tree else f"γ={gamma}"
-    return Method(name, engine, precision, f"{draft_name} {shape}" if draft is not None else "", lossless, run, model)
+    return Method(name=name, engine=engine, precision=precision,
+                  speculation=f"{draft_name} {shape}" if draft is not None else "", lossless=lossless, run=run,
+                  model=model)
 
 
 def llama_cpp_method(name: str, model, precision: str, speculation: str = "", lossless: bool = False,
                      eos=()) -> Method:
     """A method that runs a ``specnb.engine.llama_cpp.IsolatedLlamaCpp`` (with its draft, if it has one)."""
-    return Method(name, "llama.cpp", precision, speculation, lossless,
-                  lambda prompt, max_new_tokens: model.generate(prompt, max_new_tokens, eos), model)
+    return Method(name=name, engine="llama.cpp", precision=precision, speculation=speculation, lossless=lossless,
+                  run=lambda prompt, max_new_tokens: model.generate(prompt, max_new_tokens, eos), model=model)
 
 
 def add_compiled(methods: list[Method], pair) -> str:
@@ -375,6 +377,3 @@ def load_measured(verifier: str) -> dict | None:
         return None
     return data if data.get("machine") == machine_key() else None
 
-
-def as_dicts(methods: list[Method]) -> list[dict]:
-    return [{k: v for k, v in asdict(m).items() if k != "run"} for m in methods]

@@ -7,13 +7,13 @@ MKL: for one row a matrix-vector kernel at streaming bandwidth, for two rows or 
 path, which on some CPUs packs the weight into its panel layout on every call and runs small M far
 below both bandwidth and arithmetic peak, so verifying 2 tokens costs about twice one. That jump is
 a kernel's tax, not physics. oneDNN's brgemm on a weight reordered once
-(``torch.ops.mkldnn._reorder_linear_weight``) streams each weight block once for all rows: on an
-AMD EPYC flat from 1 to 2 rows and about 1.5x at 8 (benchmarks/README.md, "Kernel paths for one
-linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
+(``torch.ops.mkldnn._reorder_linear_weight``) streams each weight block once for all rows, so its
+cost grows far more slowly with the row count (measured in benchmarks/README.md, "Kernel paths for
+one linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
 
 Which path wins depends on the CPU, the thread count, the model's shapes and the row count (on
-the AMD EPYC oneDNN halves the verifier's cost of verifying 3 tokens; on an Intel Xeon MKL's GEMM is
-faster at 2–3 rows and oneDNN from 4), so ``kernels="auto"`` measures it per model
+one CPU oneDNN wins at every width, on another MKL's GEMM wins at a few rows and oneDNN beyond;
+benchmarks/README.md), so ``kernels="auto"`` measures it per model
 (``choose_kernels``): every bias-free linear layer of the model, in order, at the row counts
 speculation adds to the loop (``AUTO_WIDTHS``: a draft's catch-up or a short verify, and a verify
 of γ ≥ 3; one row runs the same MKL matrix-vector kernel on both paths, so it is not timed), both
@@ -62,7 +62,7 @@ CACHE_FILE = "kernels.json"
 _CACHE_VERSION = 2  # bump when the rule or what is timed changes: old decisions are then ignored
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KernelChoice:
     """What ``kernels=`` decided for one model. ``reason``: "timed", "cached" (a timed decision read
     back), "asked" (named by the caller), "not fp32 on the CPU", "no linear layers", "shared with the
@@ -90,8 +90,8 @@ class KernelChoice:
         return [o / d for o, d in zip(self.ms.get("onednn", []), self.ms.get("default", []))]
 
     def text(self) -> str:
-        """One line: "smollm2-135m: mixed (oneDNN from 4 rows) (auto, timed: oneDNN ÷ MKL 1.24x at 2 rows,
-        0.78x at 4 rows, 1 thread(s); 1.2 s)"."""
+        """One line: "<model>: mixed (oneDNN from <n> rows) (auto, timed: oneDNN ÷ MKL <ratio>x at <width>
+        rows, ..., <threads> thread(s); <seconds> s)"."""
         detail = self.reason
         if self.ms:
             ratios = ", ".join(f"{r:.2f}x at {n} rows" for r, n in zip(self.onednn_ratios(), self.widths))
@@ -171,7 +171,8 @@ def apply_kernels(model, kernels: str = "auto", name: str = "model") -> KernelCh
     if check_kernels(kernels) == "auto":
         return choose_kernels(model, name)
     use_kernels(model, kernels)
-    return _remember(model, KernelChoice(name, kernels, kernels, "asked", 2 if kernels == "onednn" else 0))
+    return _remember(model, KernelChoice(model=name, path=kernels, asked=kernels, reason="asked",
+                                         min_rows=2 if kernels == "onednn" else 0))
 
 
 def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: float = AUTO_BUDGET_S,
@@ -180,10 +181,10 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: flo
     rule (a cached decision for the same shapes on this machine is reused; one timed in fewer than
     ``AUTO_REPEATS`` rounds, on a busy machine, is used but not cached); returns the choice."""
     if not on_cpu_fp32(model):
-        return _remember(model, KernelChoice(name, "default", "auto", "not fp32 on the CPU"))
+        return _remember(model, KernelChoice(model=name, path="default", asked="auto", reason="not fp32 on the CPU"))
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear and m.bias is None]
     if not layers:
-        return _remember(model, KernelChoice(name, "default", "auto", "no linear layers"))
+        return _remember(model, KernelChoice(model=name, path="default", asked="auto", reason="no linear layers"))
     key = _cache_key(layers, tuple(widths))
     known = _read_cache().get(key) if cache else None
     if known is not None:
@@ -196,8 +197,10 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: flo
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     ms, done = time_paths(packed, tuple(widths), budget_s)
     path, min_rows = decide(ms, tuple(widths)) if done else ("default", 0)
-    choice = KernelChoice(name, path, "auto", "timed" if done else "too busy to time", min_rows, tuple(widths), ms,
-                          done, time.perf_counter() - started, torch.get_num_threads(), RULE)
+    choice = KernelChoice(model=name, path=path, asked="auto", reason="timed" if done else "too busy to time",
+                          min_rows=min_rows, widths=tuple(widths), ms=ms,
+                          repeats=done, decide_s=time.perf_counter() - started, threads=torch.get_num_threads(),
+                          rule=RULE)
     if path == "default":
         unpack(model)
     elif path == "mixed":
@@ -225,8 +228,8 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...],
     path and width, interleaved with the order rotated each round: as many rounds as the first one
     says fit in ``budget_s`` (at least one, at most ``AUTO_MAX_REPEATS``: a small model's round takes
     a millisecond, where one preempted sample would decide). Returns ({path: [ms per width]}, rounds
-    done), or ({}, 0) when the first round alone overruns twice the budget (two threads on two busy
-    cores made one sweep of the verifier take 3.4 s instead of 0.06): too busy to tell."""
+    done), or ({}, 0) when the first round alone overruns twice the budget (on busy cores one sweep
+    can take fifty times its quiet time): too busy to tell."""
     inputs = {n: {k: torch.randn(n, k) for k in {m.weight.shape[1] for m in layers}} for n in widths}
 
     def sweep(path: str, n: int, some=layers) -> float:

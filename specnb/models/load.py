@@ -25,7 +25,7 @@ from specnb.models.registry import (
 
 # ---------------------------------------------------------------- finding a model
 
-@dataclass
+@dataclass(kw_only=True)
 class ModelSource:
     """Where a model name leads: what from_pretrained gets, and whether the hub may be asked."""
 
@@ -39,7 +39,7 @@ def locate(name: str) -> ModelSource:
     """Resolve an embedded name, a local folder, or a hub id (local cache first, hub only when online)."""
     if name in (EMBEDDED_VERIFIER, *embedded_draft_names()):
         path = model_path(name)  # a head's folder has no tokenizer: it reads the verifier's features
-        return ModelSource(name, str(path), True, head_kind(path) is None)
+        return ModelSource(name=name, location=str(path), local_only=True, has_tokenizer=head_kind(path) is None)
     folder = Path(name).expanduser()
     if folder.is_dir():
         return _local_folder(name, folder)
@@ -55,14 +55,14 @@ def _local_folder(name: str, folder: Path) -> ModelSource:
         raise ModelNotFoundError(f"folder {name!r} has no config.json; pass the folder that "
                                  "model.save_pretrained() wrote")
     has_tokenizer = any((folder / f).is_file() for f in TOKENIZER_FILES)
-    return ModelSource(name, str(folder), True, has_tokenizer)
+    return ModelSource(name=name, location=str(folder), local_only=True, has_tokenizer=has_tokenizer)
 
 
 def _hub_model(name: str) -> ModelSource:
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
-        return ModelSource(name, name, True, True)
+        return ModelSource(name=name, location=name, local_only=True, has_tokenizer=True)
     tried = (f"tried: embedded names ({', '.join(embedded_names())}), a local folder of that name, "
              "and the Hugging Face cache")
     fix = "pass a local folder with config.json and tokenizer files, or go online so it can be downloaded"
@@ -75,7 +75,7 @@ def _hub_model(name: str) -> ModelSource:
     except Exception as err:  # no network, no such repo, gated repo: all end the same way for the user
         raise ModelNotFoundError(f"model {name!r} not found; {tried}, then the hub "
                                  f"({type(err).__name__}); {fix}") from None
-    return ModelSource(name, name, False, True)
+    return ModelSource(name=name, location=name, local_only=False, has_tokenizer=True)
 
 
 # ---------------------------------------------------------------- loading

@@ -25,8 +25,8 @@ PROMPT_LOOKUP = "prompt-lookup"
 EMBEDDED_EXITS = {"smollm2-exit-4": 4, "smollm2-exit-12": 12, "smollm2-exit-24": 24}
 DEFAULT_GAMMA = 4  # draft tokens per step when neither the user nor the draft says otherwise
 # γ an embedded draft decodes best at, chosen on development prompts (the last 10 of
-# ``build_instructions(200, seed=777)``, never the evaluation prompts; batch 1, greedy, 48 tokens):
-# ``smollm2-eagle`` γ 2 1.11x, γ 3 0.88x, γ 4 0.86x (benchmarks/README.md, *Building the heads*).
+# ``build_instructions(200, seed=777)``, never the evaluation prompts; batch 1, greedy, 48 tokens);
+# the speedups at each γ are in benchmarks/README.md, *Building the heads*.
 DRAFT_GAMMA = {"smollm2-eagle": 2}
 
 
@@ -39,7 +39,7 @@ def embedded_names() -> list[str]:
     return [EMBEDDED_VERIFIER, *embedded_draft_names(), *EMBEDDED_EXITS, PROMPT_LOOKUP]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DraftRef:
     """A draft name resolved without loading anything.
 
@@ -60,9 +60,9 @@ def resolve_draft(name: str, verifier: str | None = None) -> DraftRef:
     names kinds because a name is where a kind comes from; everything after asks the registered kind
     (``specnb.engine.kinds``)."""
     if name == PROMPT_LOOKUP:
-        return DraftRef(name, "lookup")
+        return DraftRef(name=name, kind="lookup")
     if name in EMBEDDED_EXITS:
-        return DraftRef(name, "exit", EMBEDDED_EXITS[name], EMBEDDED_VERIFIER)
+        return DraftRef(name=name, kind="exit", exit_layers=EMBEDDED_EXITS[name], base=EMBEDDED_VERIFIER)
     if name.startswith("exit:"):
         try:
             k = int(name.split(":", 1)[1])
@@ -70,10 +70,10 @@ def resolve_draft(name: str, verifier: str | None = None) -> DraftRef:
             raise ParameterError(
                 f"early-exit draft {name!r} must look like exit:K with an integer K, e.g. exit:4"
             ) from None
-        return DraftRef(name, "exit", k, verifier)
+        return DraftRef(name=name, kind="exit", exit_layers=k, base=verifier)
     folder = draft_folder(name)
     kind = head_kind(folder) if folder.is_dir() else None
-    return DraftRef(name, kind or "model")  # any other name is a causal LM's (a hub id, a checkpoint)
+    return DraftRef(name=name, kind=kind or "model")  # any other name is a causal LM's (a hub id, a checkpoint)
 
 
 def draft_folder(name: str) -> Path:

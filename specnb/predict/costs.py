@@ -38,7 +38,7 @@ PROFILE_FORMAT = "specnb-hardware-profile/3"
 # ---------------------------------------------------------------------------- cost model
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CostModel:
     """t(n, b) = t0_ms + ms_per_token · n · b for one forward of ``n`` tokens in ``b`` rows, and the
     measured medians it was fitted on.
@@ -111,7 +111,7 @@ def fit_cost_model(grid: pd.DataFrame) -> CostModel:
 # ---------------------------------------------------------------------------- hardware profile
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DraftCosts:
     """What a draft costs: the cost models of the forwards it runs (``FORWARDS``: a model, an EAGLE
     draft), or host time per step (``PER_STEP``: prompt lookup) or per drafted token (``PER_TOKEN``:
@@ -125,7 +125,7 @@ class DraftCosts:
     catch_up: str = "tokens"  # width of a step's first forward: "tokens" (1 or 2) or "features" (accepted + 1)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HardwareProfile:
     """Everything ``predict`` needs, as plain JSON (``save_profile`` / ``load_profile``)."""
 

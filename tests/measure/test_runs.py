@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import WORDS, perturbed_copy, synthetic, word_pair
+from helpers import WORDS, perturbed_copy, synthetic
 
 from specnb.core.errors import ParameterError
 from specnb.measure import runs
@@ -11,11 +11,6 @@ from specnb.measure.prompts import as_prompt_frame
 from specnb.models.lookup import PromptLookup
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return word_pair()
 
 
 @pytest.fixture(scope="module")

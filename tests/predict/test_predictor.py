@@ -27,12 +27,13 @@ def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0
         verifier="tiny",
         device="cpu",
         machine={},
-        verifier_decode=costs.CostModel(*t_v),
-        verifier_prefill=costs.CostModel(*prefill),
+        verifier_decode=costs.CostModel(t0_ms=t_v[0], ms_per_token=t_v[1]),
+        verifier_prefill=costs.CostModel(t0_ms=prefill[0], ms_per_token=prefill[1]),
         verifier_flops_per_token=1e9,
         drafts={
-            DRAFT: costs.DraftCosts(kind=FORWARDS, decode=costs.CostModel(*t_d),
-                                    prefill=costs.CostModel(prefill[0] / 4, prefill[1] / 4), flops_per_token=1e8)
+            DRAFT: costs.DraftCosts(kind=FORWARDS, decode=costs.CostModel(t0_ms=t_d[0], ms_per_token=t_d[1]),
+                                    prefill=costs.CostModel(t0_ms=prefill[0] / 4,
+                                                            ms_per_token=prefill[1] / 4), flops_per_token=1e8)
         },
         acceptance={},
         traces={},
@@ -151,7 +152,8 @@ def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> costs.HardwareProfile:
     profile = synthetic_profile(overhead=(0.0, 0.0))
     profile.drafts[DRAFT] = costs.DraftCosts(kind=PER_STEP, decode=None, prefill=None, flops_per_token=0.0,
                                              step_ms=step_ms)
-    profile.traces[DRAFT] = [traces.AcceptanceTrace(p, list(runs), list(proposed), cap, True) for p in "ab"]
+    profile.traces[DRAFT] = [traces.AcceptanceTrace(prompt_id=p, runs=list(runs), proposed=list(proposed), cap=cap,
+                                                    hit_budget=True) for p in "ab"]
     return profile
 
 
@@ -459,8 +461,8 @@ def test_a_gain_inside_the_band_is_not_recommended():
     recommendation, and a note saying why."""
     profile = synthetic_profile(t_v=(60.0, 0.0), t_d=(2.0, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0), n_new=40)
     profile.traces[DRAFT] = [
-        traces.AcceptanceTrace("good", [40] * 40, None, None, True),
-        traces.AcceptanceTrace("bad", [0] * 40, None, None, True),
+        traces.AcceptanceTrace(prompt_id="good", runs=[40] * 40, proposed=None, cap=None, hit_budget=True),
+        traces.AcceptanceTrace(prompt_id="bad", runs=[0] * 40, proposed=None, cap=None, hit_budget=True),
     ]
     pred = predictor.predict(profile, DRAFT, [4], n_boot=100, sims_per_boot=4)
     assert pred.predicted_speedup > 1.3 and pred.speedup_lo < 1.0

@@ -9,6 +9,7 @@ import pandas as pd
 
 from specnb.app.serving_setup import vllm_method
 from specnb.app.text.conclusions import Report, bullets
+from specnb.core.intervals import speedup_text
 from specnb.engine.llama_server import ServerConfig, spec_flags
 from specnb.measure.serving_load import LEVEL_UNITS, level_column, level_text
 from specnb.measure.serving_summary import BASELINE_CONFIG
@@ -24,7 +25,7 @@ from specnb.predict.serving_predictor import (
 
 def fmt_ci(row, metric: str) -> str:
     lo, hi = row[f"{metric}_lo"], row[f"{metric}_hi"]
-    return f"{row[metric]:.2f}x" + ("" if pd.isna(lo) else f" [{lo:.2f}–{hi:.2f}]")
+    return speedup_text(row[metric], None if pd.isna(lo) else lo, hi)
 
 
 def crossover_line(row) -> str:

@@ -36,7 +36,7 @@ from specnb.models.trimmed_head import most_frequent_tokens
 SPECIAL_IDS = (0, 1, 2)  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>: a head must be able to stop
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HeadTrainConfig:
     """Training settings of one head; ``HEADS`` holds the committed ones."""
 
@@ -68,9 +68,9 @@ EAGLE3_LAYERS = (1, 14, 26)  # ``specnb.models.features.eagle3_layers(30)``: Smo
 HEADS = {
     # 2 epochs over 672 chats: 3.5x the data of the 8-epoch head on 192 chats at about the same training time
     # (the budget); held-out agreement in benchmarks/README.md ("Building the heads")
-    "smollm2-eagle": HeadTrainConfig("eagle", epochs=2, feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0,
+    "smollm2-eagle": HeadTrainConfig(kind="eagle", epochs=2, feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0,
                                      w_cls=1.0, noise=0.0),
-    "smollm2-medusa": HeadTrainConfig("medusa", epochs=1, batch_positions=1024, lr=2e-3, lookup_ngram=0,
+    "smollm2-medusa": HeadTrainConfig(kind="medusa", epochs=1, batch_positions=1024, lr=2e-3, lookup_ngram=0,
                                       copy_bias=False),
 }
 CORPUS = HeadCorpusConfig(n_chats=672, batch=84,  # 8 batches: 4 for each of two one-thread loops
@@ -79,7 +79,7 @@ CORPUS_WORKERS = 2  # one-thread corpus loops side by side, one per core (``head
 QUICK_CORPUS = HeadCorpusConfig(n_chats=8, batch=4, instr_cap=16, steps=32, feature_layers=EAGLE3_LAYERS)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HeadReport:
     """What one head's training did: steps, time, and the mean stats of its first and last 20 steps."""
 
@@ -204,8 +204,8 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
         opt.step()
         history.append({"loss": loss.item(), **stats})
     model.eval()
-    return HeadReport(name, cfg.kind, len(history), round(time.perf_counter() - start, 1),
-                      mean_stats(history[:20]), mean_stats(history[-20:]))
+    return HeadReport(name=name, kind=cfg.kind, steps=len(history), train_s=round(time.perf_counter() - start, 1),
+                      first=mean_stats(history[:20]), last=mean_stats(history[-20:]))
 
 
 # ----------------------------------------------------------------------------- building
