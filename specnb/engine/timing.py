@@ -36,10 +36,13 @@ def stage_columns(stages=STAGES) -> list[str]:
 
 
 class _CpuClock:
-    """Host clock; correct when every op is synchronous (CPU)."""
+    """Host clock; correct when every op is synchronous (CPU). ``now``: the host clock, in seconds."""
+
+    def __init__(self, now=time.perf_counter):
+        self.now = now
 
     def mark(self):
-        return time.perf_counter()
+        return self.now()
 
     def finish(self) -> None:
         pass
@@ -68,20 +71,21 @@ class _MpsClock(_CpuClock):
 
     def mark(self):
         torch.mps.synchronize()
-        return time.perf_counter()
+        return self.now()
 
     def finish(self) -> None:
         torch.mps.synchronize()
 
 
-def make_clock(device) -> _CpuClock | _CudaClock | _MpsClock:
-    """The clock that measures ``device`` correctly; falls back to the CPU clock when absent."""
+def make_clock(device, now=time.perf_counter) -> _CpuClock | _CudaClock | _MpsClock:
+    """The clock that measures ``device`` correctly; falls back to the CPU clock when absent. ``now``:
+    the host clock the CPU and MPS clocks read (CUDA reads its events)."""
     kind = torch.device(device).type if device is not None else "cpu"
     if kind == "cuda" and torch.cuda.is_available():
         return _CudaClock()
     if kind == "mps" and torch.backends.mps.is_available():
-        return _MpsClock()
-    return _CpuClock()
+        return _MpsClock(now)
+    return _CpuClock(now)
 
 
 def synchronize(device) -> None:
@@ -114,13 +118,14 @@ class StageTimer:
     """Tiles a run into stages: ``start()``, ``with timer.stage("draft"): ...``, ``stop()``.
 
     Stages do not nest: entering one ends the current one, leaving one returns to "other".
-    ``stages_ms()`` and ``total_ms()`` are valid after ``stop()``.
+    ``stages_ms()`` and ``total_ms()`` are valid after ``stop()``. ``now``: the host clock in seconds
+    (``time.perf_counter``; a test passes a scripted one so that stage sums are checked exactly).
     """
 
     enabled = True
 
-    def __init__(self, device="cpu"):
-        self.clock = make_clock(device)
+    def __init__(self, device="cpu", now=time.perf_counter):
+        self.clock = make_clock(device, now)
         self._stages = {name: _Stage(self, name) for name in STAGES}
         self._marks: list = []
         self._labels: list[str] = []

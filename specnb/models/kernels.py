@@ -222,22 +222,23 @@ def decide(ms: dict[str, list[float]], widths: tuple[int, ...] = AUTO_WIDTHS) ->
     return ("onednn", 2) if start == 0 else ("mixed", widths[start])
 
 
-def time_paths(layers: list[PackedLinear], widths: tuple[int, ...],
-               budget_s: float = AUTO_BUDGET_S) -> tuple[dict[str, list[float]], int]:
+def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], budget_s: float = AUTO_BUDGET_S,
+               now=time.perf_counter) -> tuple[dict[str, list[float]], int]:
     """Median ms of running every layer once, in order (each weight streamed as in a forward), per
     path and width, interleaved with the order rotated each round: as many rounds as the first one
     says fit in ``budget_s`` (at least one, at most ``AUTO_MAX_REPEATS``: a small model's round takes
     a millisecond, where one preempted sample would decide). Returns ({path: [ms per width]}, rounds
     done), or ({}, 0) when the first round alone overruns twice the budget (on busy cores one sweep
-    can take fifty times its quiet time): too busy to tell."""
+    can take fifty times its quiet time): too busy to tell. ``now``: the clock in seconds (a test
+    scripts it to reach that branch on purpose)."""
     inputs = {n: {k: torch.randn(n, k) for k in {m.weight.shape[1] for m in layers}} for n in widths}
 
     def sweep(path: str, n: int, some=layers) -> float:
         xs = inputs[n]
-        start = time.perf_counter()
+        start = now()
         for m in some:
             m(xs[m.weight.shape[1]]) if path == "onednn" else F.linear(xs[m.weight.shape[1]], m.weight)
-        return (time.perf_counter() - start) * 1e3
+        return (now() - start) * 1e3
 
     runs = [(path, n) for n in widths for path in TIMED]
     samples: dict[tuple[str, int], list[float]] = {run: [] for run in runs}
@@ -245,11 +246,11 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...],
     with torch.inference_mode():
         for path, n in runs:  # oneDNN builds a primitive per shape and row count on first use
             sweep(path, n, one_per_shape)
-        started, rounds, r = time.perf_counter(), 1, 0
+        started, rounds, r = now(), 1, 0
         while r < rounds:
             for path, n in runs[r % len(runs):] + runs[: r % len(runs)]:
                 samples[path, n].append(sweep(path, n))
-                if time.perf_counter() - started > 2 * budget_s and r == 0:  # OpenMP threads fighting for cores
+                if now() - started > 2 * budget_s and r == 0:  # OpenMP threads fighting for cores
                     return {}, 0
             if r == 0:
                 first_s = sum(v[0] for v in samples.values()) / 1e3

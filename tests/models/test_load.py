@@ -6,7 +6,7 @@ Tiny random Llama/Qwen2 models stand in for real ones; their tokenizer is the em
 
 import json
 import shutil
-import time
+import socket
 
 import pytest
 import torch
@@ -157,14 +157,15 @@ def test_unknown_embedded_name_lists_known_ones():
 
 
 def test_missing_hub_id_offline_says_what_was_tried(monkeypatch):
+    """Offline means no network wait: not one connection is tried (the probe included)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    start = time.perf_counter()
+    monkeypatch.setattr(socket.socket, "connect", lambda *a: pytest.fail("a connection was tried offline"))
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("a connection was tried offline"))
     with pytest.raises(ModelNotFoundError) as err:
         pairs.load_pair("no-such-org-xyz/no-such-model-123", device="cpu")
     message = str(err.value)
     for fragment in ("offline", "embedded names", "local folder", "Hugging Face cache", "go online"):
         assert fragment in message
-    assert time.perf_counter() - start < 5  # offline means no network wait
 
 
 def test_unreachable_hub_fails_fast(monkeypatch):
@@ -333,13 +334,11 @@ def test_exit_pair_shares_the_loaded_verifier(fake_cache):
 # ---------------------------------------------------------------- the real embedded verifier
 
 @pytest.mark.slow
-def test_real_embedded_verifier_loads_quickly_from_cache():
-    embedded.embedded_verifier_path()  # build if needed (one time), not timed
-    start = time.perf_counter()
+def test_real_embedded_verifier_loads_from_its_cache_without_converting_again(monkeypatch):
+    embedded.embedded_verifier_path()  # build if needed (one time)
+    monkeypatch.setattr(embedded, "convert_gguf", lambda *a: pytest.fail("a cached verifier was converted again"))
     model, tokenizer = pairs.load_model("smollm2-135m", device="cpu")
-    seconds = time.perf_counter() - start
     assert model.config.num_hidden_layers == 30 and tokenizer.eos_token_id == 2
-    assert seconds < 10, f"cached load took {seconds:.1f} s"
     draft, _ = pairs.load_model("smollm2-exit-4", device="cpu")
     assert draft.config.num_hidden_layers == 4
 

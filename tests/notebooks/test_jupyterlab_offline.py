@@ -45,7 +45,7 @@ NOTEBOOK = "01_flops_and_theory.ipynb"
 SLIDER_LABEL = "α"
 MIN_CHARTS = 3  # two heatmaps (one concat chart), the break-even lines, the slider's chart
 # On a shared 2-core machine a cold JupyterLab page takes ~10 s and Run All ~25 s: limits are 5-10x that.
-SERVER_START_S, PAGE_LOAD_S, RUN_ALL_S, REDRAW_S = 120, 180, 420, 120
+SERVER_START_S, PAGE_LOAD_S, RUN_ALL_S, REDRAW_S = 300, 300, 600, 180  # polled: generous for a loaded machine
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -172,14 +172,14 @@ def test_ctrl_c_during_the_serving_sweep_stops_its_servers_and_keeps_the_records
                             start_new_session=True)
     requests = tmp_path / "08_serving.requests.csv"
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 600  # a kernel, its imports and two servers, on a loaded machine
         while not (requests.exists() and len(pd.read_csv(requests)) >= 2):  # whole (written by replace)
             assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended or stalled before its runs"
             time.sleep(0.2)
         servers = [pid for pid in processes_with(tag) if b"llama-server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         written = len(pd.read_csv(requests))
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -190,7 +190,7 @@ def test_ctrl_c_during_the_serving_sweep_stops_its_servers_and_keeps_the_records
     kept = pd.read_csv(requests)
     assert len(kept) >= written and kept["success"].all() and set(kept["config"]) <= {"spec-off", "ngram-simple k=2"}
     assert servers, "no llama-server of the run was seen"
-    deadline = time.monotonic() + 10  # a server goes with its kernel (parent-death signal): give it a moment
+    deadline = time.monotonic() + 120  # a server goes with its kernel (parent-death signal): polled, not slept for
     while processes_with(tag) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_with(tag) == []
