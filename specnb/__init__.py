@@ -12,8 +12,8 @@ The folders follow the data flow, and imports only go downwards (a test checks i
     engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
                (``drafters``), the draft kinds, one module each, in one table (``kinds/``: drafter,
                loader, trace and pricing side by side; CONTRIBUTING.md), loading a verifier and its
-               drafts by kind (``pairs``), KV caches, accept/reject (``accept``), the stage timer
-               (``timing``),
+               drafts by kind (``pairs``), γ settled in one place (``gamma``), KV caches,
+               accept/reject (``accept``), the stage timer (``timing``),
                llama.cpp built for this CPU and run in a child process (``llama_build``,
                ``isolation``, ``llama_cpp``), a serving engine's process (``serving``)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs

@@ -228,7 +228,8 @@ _DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
          _args_generate)
 def run_generate(args: argparse.Namespace) -> dict:
     from specnb.core.sampling import SamplingConfig
-    from specnb.engine.generate import check_settings, generate, settle_gamma
+    from specnb.engine.gamma import settle_gamma
+    from specnb.engine.generate import check_settings, generate
     from specnb.engine.inputs import encode_prompts
     from specnb.engine.kinds.by_name import pick_verifier
     from specnb.engine.pairs import load_pair

@@ -42,7 +42,7 @@ STAGE_COLUMNS = stage_columns()
 class Candidate:
     """One way to generate: verifier-only (``draft=None, gamma=0``), a draft at a γ, or a head draft
     with a static tree (``tree``: branching per depth; ``gamma`` is then its depth). ``gamma`` may be a
-    choice made per batch size (``specnb.engine.generate.GammaChoice``: ``gamma="auto"``);
+    choice made per batch size (``specnb.engine.gamma.GammaChoice``: ``gamma="auto"``);
     ``confidence``: chains stop where the draft is unsure (``specnb.engine.confidence``)."""
 
     name: str
