@@ -165,3 +165,26 @@ def test_public_functions_take_at_most_eight_positional_parameters():
                 if len(params) > 8:
                     long.append(f"{name}.{node.name} ({len(params)})")
     assert long == []
+
+
+def keyword_records() -> set[str]:
+    return {node.name for path in MODULES.values() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef) and isinstance(deco := dataclass_decorator(node), ast.Call)
+            and any(k.arg == "kw_only" for k in deco.keywords)}
+
+
+def test_the_notebooks_build_keyword_records_by_keyword():
+    """A notebook is code no import checks: a positional field there fails only when the cell runs."""
+    import json
+
+    records, positional = keyword_records(), []
+    for path in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                func = node.func if isinstance(node, ast.Call) and node.args else None
+                name = getattr(func, "id", None) or getattr(func, "attr", None)
+                if name in records:
+                    positional.append(f"{path.name} cell {i}: {name}")
+    assert positional == []
