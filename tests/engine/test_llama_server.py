@@ -193,7 +193,8 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
 
 def test_the_server_dies_with_a_killed_kernel(verifier):
     script = ("import sys, time\nfrom specnb.engine.llama_server import Server, ServerConfig\n"
-              f"s = Server(ServerConfig('k', {verifier!r}, slots=1, ctx_per_slot=256, threads=1), timeout_s={START_S})"
+              f"s = Server(ServerConfig(name='k', model={verifier!r}, slots=1, ctx_per_slot=256, threads=1), "
+              f"timeout_s={START_S})"
               ".start()\n"
               "print(s.pid, flush=True)\ntime.sleep(60)\n")
     kernel = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
