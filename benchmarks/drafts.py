@@ -95,12 +95,19 @@ def human(n: float, unit: str = "") -> str:
     return f"{n:.3g}{unit}"
 
 
+def kernels_cell(row) -> str:
+    """"onednn / onednn / default": the paths verifier-only's verifier, the speculative run's verifier
+    and its draft ran ("—" for a draft without layers; "?" for records from before they were kept)."""
+    return " / ".join(getattr(row, c, "") or ("—" if c == "draft_kernels" else "?") for c in runs.KERNEL_COLUMNS)
+
+
 def table_lines(table) -> list[str]:
     """The draft table as Markdown lines (header included), one row per draft of ``analysis.draft_table``."""
     lines = [
         "| draft | params | FLOPs/token | c (FLOPs) | c (wall clock) | α at best γ | α across prompts: mean ± sd "
-        "[min–max] | α per token | best γ (or tree) | speedup at best γ [95% CI] | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "[min–max] | α per token | best γ (or tree) | speedup at best γ [95% CI] | verdict | kernels: baseline / "
+        "verifier / draft |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples():
         best = r.candidate.split()[-1] if "tree=" in r.candidate else r.best_gamma  # a tree's shape, not its depth
@@ -108,7 +115,7 @@ def table_lines(table) -> list[str]:
             f"| `{r.draft}` | {human(r.params)} | {human(r.flops_per_token)} | {r.c_flops:.3f} | {r.c_wall:.3f} | "
             f"{r.alpha:.3f} | {r.alpha_prompt_mean:.2f} ± {r.alpha_prompt_std:.2f} [{r.alpha_prompt_min:.2f}–"
             f"{r.alpha_prompt_max:.2f}] | {r.alpha_token:.3f} | {best} | {r.speedup:.2f}x "
-            f"[{r.speedup_lo:.2f}–{r.speedup_hi:.2f}] | {r.verdict} |"
+            f"[{r.speedup_lo:.2f}–{r.speedup_hi:.2f}] | {r.verdict} | {kernels_cell(r)} |"
         )
     return lines
 

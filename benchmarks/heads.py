@@ -76,7 +76,8 @@ def table(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "verify ms per step": f"{step.verify_ms_per_step:.1f}" if step is not None else "—",
                      "draft ms per step": f"{step.draft_ms_per_step:.1f}" if step is not None else "—",
                      "step ms (all stages)": f"{step.step_ms:.1f}" if step is not None
-                     else f"{steps['baseline_ms_per_token'].iloc[0]:.1f}"})
+                     else f"{steps['baseline_ms_per_token'].iloc[0]:.1f}",
+                     "kernels: verifier / draft": f"{r.verifier_kernels} / {r.draft_kernels or '—'}"})
     return pd.DataFrame(rows), summary
 
 

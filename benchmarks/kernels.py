@@ -1,11 +1,19 @@
 """Where the 1 → 2 token jump lives: one linear layer of the embedded verifier on each CPU kernel path.
 
     python benchmarks/kernels.py [--repeats 9] [--no-write]
+    python benchmarks/kernels.py --forward [--repeats 15] [--no-write]
+
+With ``--forward``: the whole verifier's decode forward of 1, 2 and 4 tokens on a 64-token KV cache
+(``specnb.measure.forward.ForwardProbe``, every logit kept, as a verification keeps them) with its
+linear layers on MKL's path, on oneDNN from 2 rows (what ``kernels="auto"`` gave verifier-only
+before it timed one row: one row stayed on MKL) and on oneDNN from one row. One packed model, its
+routing switched between samples, every (path, tokens) interleaved and rotated; writes the
+``kernels-forward`` section.
 
 For the verifier's real weights (an MLP up projection 576→1536, the down projection 1536→576 and the
 tied 576→49152 LM head) and n = 1, 2, 4, 8 rows: PyTorch's default fp32 linear (MKL: a
 matrix-vector kernel for one row, GEMM for more), oneDNN on a weight reordered once (what
-``specnb.models.kernels.use_kernels(model, "onednn")`` uses for 2..64 rows), bf16 weights, and
+``specnb.models.kernels.use_kernels(model, "onednn")`` uses for 1..64 rows), bf16 weights, and
 dynamic int8 (``torch.ao`` quantized linear, what ``specnb.models.precision`` uses). Every
 (path, n) is timed interleaved with the others, repeat by repeat; the table gives the median ms per
 call and t(2) ÷ t(1), and the effective bandwidth of one row. Writes the ``kernels`` section of
@@ -71,12 +79,72 @@ def time_paths(funcs: dict, k: int, repeats: int, inner: int) -> pd.DataFrame:
     return pd.DataFrame(rows).pivot(index="path", columns="n", values="ms").reindex(list(funcs))
 
 
+FORWARD_TOKENS = (1, 2, 4)
+ROUTES = {"MKL (default)": (), "oneDNN from 2 rows": ((2, 64),), "oneDNN from 1 row": ((1, 64),)}
+
+
+def time_forwards(repeats: int, context_len: int = 64) -> pd.DataFrame:
+    """Median ms of the verifier's decode forward per (route, tokens), interleaved and rotated."""
+    from specnb.measure.forward import ForwardProbe
+    from specnb.models.kernels import PackedLinear, use_kernels
+    from specnb.models.load import load_model
+
+    model, _ = load_model("smollm2-135m", device="cpu", dtype=torch.float32)
+    use_kernels(model, "onednn")
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    first = ForwardProbe(model, FORWARD_TOKENS[0], context_len=context_len)
+    probes = {n: first if n == FORWARD_TOKENS[0] else ForwardProbe(model, n, context_len=context_len, share=first)
+              for n in FORWARD_TOKENS}
+    runs = [(route, n) for route in ROUTES for n in FORWARD_TOKENS]
+    samples: dict[tuple[str, int], list[float]] = {run: [] for run in runs}
+    for r in range(repeats + 1):  # the first round warms every path up and is dropped
+        for route, n in runs[r % len(runs):] + runs[: r % len(runs)]:
+            for m in packed:
+                m.spans = ROUTES[route]
+            ms = probes[n].time_ms()
+            if r:
+                samples[route, n].append(ms)
+    rows = [{"path": route, "n": n, "ms": statistics.median(v)} for (route, n), v in samples.items()]
+    return pd.DataFrame(rows).pivot(index="path", columns="n", values="ms").reindex(list(ROUTES))
+
+
+def forward_section(repeats: int, env: dict) -> tuple[str, dict]:
+    table = time_forwards(repeats)
+    base = table.loc["MKL (default)"]
+    shown = table.map(lambda v: f"{v:.1f}").rename(columns={n: f"{n} token(s), ms" for n in FORWARD_TOKENS})
+    for n in FORWARD_TOKENS:
+        shown[f"÷ MKL at {n}"] = (table[n] / base[n]).map(lambda v: f"{v:.2f}")
+    one = table.loc["oneDNN from 1 row", 1] / base[1]
+    markdown = "\n".join([
+        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {torch.get_num_threads()} threads, torch "
+        f"{env['packages']['torch']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; the verifier "
+        f"`smollm2-135m`'s decode forward on a 64-token KV cache, median of {repeats} interleaved, rotated repeats "
+        "(`benchmarks/kernels.py --forward`).", "",
+        shown.to_markdown(), "",
+        f"One token (the verifier-only baseline's every step) on oneDNN takes {one:.2f}x its time on MKL's "
+        "matrix-vector path."])
+    return markdown, table.to_dict()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 9; 15 with --forward)")
+    ap.add_argument("--forward", action="store_true", help="whole decode forwards of the verifier instead")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     from safetensors import safe_open
+
+    if args.forward:
+        env = describe_environment()
+        markdown, raw = forward_section(args.repeats or 15, env)
+        print(markdown)
+        if not args.no_write:
+            (HERE / "results").mkdir(exist_ok=True)
+            (HERE / "results" / "kernels_forward.json").write_text(json.dumps({"environment": env, "ms": raw},
+                                                                              indent=1, default=str))
+            write_readme_section(markdown, name="kernels-forward")
+        return 0
+    args.repeats = args.repeats or 9
 
     env = describe_environment()
     sections, raw = [], {}

@@ -1,17 +1,30 @@
-"""Predictor validation: notebook 06's held-out grid, summarised into benchmarks/README.md.
+"""Predictor validation: notebook 06's held-out grid, summarised into benchmarks/README.md; or one
+held-out check per embedded draft kind, measured here.
 
     python benchmarks/predictor.py [RUN_DIR]
+    python benchmarks/predictor.py --held-out [--calibration 6] [--prompts 8] [--repeats 2] [--no-write]
 
 RUN_DIR is a finished ``specnb run`` folder holding ``06_decision_framework.*`` (default: the newest
 ``outputs/*`` that has one). The notebook is where the validation is measured (calibrate on some
 prompts, then predict and measure a γ × draft × batch grid on others); this script only copies its
 recorded figures, with the run's machine, date and commit, between the ``predictor`` markers.
+
+``--held-out``: loads the verifier and one draft of every embedded kind (``HELD_OUT_DRAFTS``) once
+(kernels auto), calibrates a profile on ``--calibration`` prompts, predicts every draft at γ 1..6,
+then measures each at γ 1 and at its recommended γ (its best predicted one when none is
+recommended) on ``--prompts`` other prompts (``split_prompts``: disjoint, the same category mix),
+interleaved with verifier-only, batch 1, greedy. Per point: predicted and measured speedup with
+the measured 95% CI (``specnb.predict.validate.grid_table``), the error, and what one step's
+verification costs in one-token steps as the profile priced it and as the run's stage timers
+measured it, with the paths each side ran. Writes the ``predictor-held-out`` section.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -110,8 +123,116 @@ def render(run: Path) -> str:
     return "\n".join(lines)
 
 
+HELD_OUT_DRAFTS = {"smollm2-draft-xs": "distilled", "smollm2-draft-s": "distilled", "smollm2-draft-m": "distilled",
+                   "smollm2-exit-24": "early exit", "prompt-lookup": "prompt lookup", "smollm2-eagle": "EAGLE head",
+                   "smollm2-medusa": "Medusa head"}
+PREDICTED_GAMMAS = range(1, 7)
+
+
+def held_out(args) -> tuple[pd.DataFrame, dict]:
+    """Calibrate on some prompts, measure on others: the table (one row per draft and γ) and context."""
+    from specnb.measure import analysis, runs
+    from specnb.measure.prompts import split_prompts
+    from specnb.models.load import load_drafts
+    from specnb.predict.calibrate import calibrate
+    from specnb.predict.predictor import predict
+    from specnb.predict.validate import grid_table
+
+    started = time.time()
+    pair, models = load_drafts("smollm2-135m", list(args.drafts))
+    calibration, validation = split_prompts("all", args.calibration, args.prompts)
+    profile, _ = calibrate(loaded=(pair, models), prompts=calibration, gamma=max(PREDICTED_GAMMAS),
+                           max_new_tokens=args.max_new_tokens, progress=True)
+    calibrated_s = time.time() - started
+    chosen = {}
+    for name in models:
+        p = predict(profile, name, PREDICTED_GAMMAS)
+        chosen[name] = sorted({1, p.recommended_gamma or p.best_gamma}), p.recommended_gamma
+    candidates = [runs.Candidate(name=runs.BASELINE, draft=None, draft_name=None, gamma=0)] + [
+        runs.Candidate(name=f"{name} γ={g}", draft=models[name], draft_name=name, gamma=g)
+        for name, (gammas, _) in chosen.items() for g in gammas]
+    records = runs.run_interleaved(pair, validation, candidates, repeats=args.repeats,
+                                   max_new_tokens=args.max_new_tokens)
+    table = grid_table(profile, pair, models, records, {1: validation}, args.max_new_tokens)
+    steps = analysis.measured_steps(records).set_index(["draft", "gamma"])
+    summary = runs.summarise(records).set_index(["draft", "gamma"])
+    one = float(profile.verifier_decode.forward_ms(1))
+    table["kind"] = table["draft"].map(HELD_OUT_DRAFTS).fillna("")
+    table["recommended"] = [g == chosen[d][1] for d, g in zip(table["draft"], table["gamma"])]
+    table["priced_verify_cost"] = [float(profile.verifier_decode.forward_ms(g + 1)) / one for g in table["gamma"]]
+    table["measured_verify_cost"] = [steps.loc[(d, g), "verify_cost"] for d, g in zip(table["draft"], table["gamma"])]
+    for column in runs.KERNEL_COLUMNS:
+        table[column] = [summary.loc[(d, g), column] for d, g in zip(table["draft"], table["gamma"])]
+    context = {"calibration": ",".join(calibration["id"]), "validation": ",".join(validation["id"]),
+               "calibrated_min": calibrated_s / 60, "minutes": (time.time() - started) / 60,
+               "kernels": pair.kernels, "records": records}
+    return table, context
+
+
+def render_held_out(table: pd.DataFrame, context: dict, args) -> str:
+    from specnb.app.runner import describe_environment
+    from specnb.models.kernels import describe_kernels
+
+    env = describe_environment()
+    errors = table.assign(abs_error=table["error"].abs())
+    worst = errors.groupby("kind", sort=False)["abs_error"].max()
+    lines = [
+        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}, torch "
+        f"{env['packages']['torch']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; "
+        f"`benchmarks/predictor.py --held-out` ({context['minutes']:.0f} min, calibration "
+        f"{context['calibrated_min']:.0f} min).",
+        f"Calibrated on {args.calibration} prompts ({context['calibration']}), measured on {args.prompts} others "
+        f"({context['validation']}) × {args.repeats} repeat(s), {args.max_new_tokens} new tokens, batch 1, greedy, "
+        "every candidate interleaved with verifier-only prompt by prompt; γ 1 and the recommended γ (the best "
+        "predicted one, marked ✗, where none is recommended).",
+        "",
+        "| draft | kind | γ | predicted | measured [95% CI] | error | beyond CI | verify cost priced / measured | "
+        "kernels: baseline / verifier / draft |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples():
+        mark = "" if r.gamma == 1 or r.recommended else " ✗"
+        lines.append(
+            f"| `{r.draft}` | {r.kind} | {r.gamma}{mark} | {r.predicted_speedup:.2f}x | {r.measured_speedup:.2f}x "
+            f"[{r.measured_lo:.2f}–{r.measured_hi:.2f}] | {100 * r.error:+.1f}% | {100 * r.error_beyond_ci:.1f}% | "
+            f"{r.priced_verify_cost:.2f} / {r.measured_verify_cost:.2f} | {r.baseline_kernels} / "
+            f"{r.verifier_kernels} / {r.draft_kernels or '—'} |")
+    lines += [
+        "",
+        "Worst |error| per kind: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in worst.items())
+        + f"; over all points median {100 * errors['abs_error'].median():.1f}%, worst "
+        f"{100 * errors['abs_error'].max():.1f}%. Verify cost: one step's verifier forward in units of a "
+        "verifier-only step (the profile's forward ms at γ + 1 tokens ÷ at 1; the run's verify stage per "
+        "step ÷ verifier-only's ms per token, `analysis.measured_steps`).",
+        "",
+        "; ".join(describe_kernels(context["kernels"]).splitlines()) + ".",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
-    return publish(render, "predictor", argv=argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if "--held-out" not in argv:
+        return publish(render, "predictor", argv=argv)
+    ap = argparse.ArgumentParser(description="held-out predictor check per embedded draft kind")
+    ap.add_argument("--held-out", action="store_true")
+    ap.add_argument("--calibration", type=int, default=6, help="calibration prompts")
+    ap.add_argument("--prompts", type=int, default=8, help="held-out prompts")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--drafts", nargs="+", default=list(HELD_OUT_DRAFTS))
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    table, context = held_out(args)
+    if not args.no_write:  # the raw results first: a run this long is not lost to a rendering error
+        (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
+        context["records"].to_csv(ROOT / "benchmarks" / "results" / "predictor_held_out_records.csv", index=False)
+        table.to_csv(ROOT / "benchmarks" / "results" / "predictor_held_out.csv", index=False)
+    markdown = render_held_out(table, context, args)
+    print(markdown)
+    if not args.no_write:
+        write_readme_section(markdown, name="predictor-held-out")
+    return 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``sizing``), per-position acceptance, forward-pass microbenchmarks (``forward``),
                the notebooks' tables (``analysis``),
                load on a serving engine, its sweep and summaries (``serving_load``, ``serving``,
-               ``serving_summary``)
+               ``serving_summary``), vLLM's own load client beside ours (``vllm_bench``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor, ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving``)

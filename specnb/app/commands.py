@@ -249,7 +249,7 @@ def run_generate(args: argparse.Namespace) -> dict:
         from specnb.predict.auto_gamma import auto_gamma
 
         gamma = auto_gamma(verifier, args.draft, device=args.device, confidence=args.confidence,
-                           max_new_tokens=args.max_new_tokens, progress=not args.json)
+                           max_new_tokens=args.max_new_tokens, progress=not args.json, kernels=pair.kernels)
     input_ids, mask = encode_prompts(pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device)
     eos = pair.verifier.generation_config.eos_token_id
     result = generate(pair.verifier, input_ids, mask, draft=pair.draft, gamma=gamma,

@@ -1,20 +1,94 @@
 """Notebook 08's parameters turned into what it runs: llama-server configurations (embedded models
-as GGUF), endpoint targets, which configurations draft and how far, and the saver that keeps every
-finished run on disk."""
+as GGUF) or vLLM configurations (the embedded models' HF folders), endpoint targets, which
+configurations draft and how far, and the saver that keeps every finished run on disk. Every
+parameter is checked here, before any server starts, and a bad one is a ``ParameterError`` naming the
+parameter and what it accepts."""
 
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from specnb.core.errors import ParameterError
 from specnb.engine.llama_server import SPEC_TYPES, ServerConfig, default_threads
+from specnb.engine.vllm_server import VllmConfig
 from specnb.measure.serving_summary import BASELINE_CONFIG
 from specnb.measure.serving_sweep import Target
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
+LAUNCHED = ("llama.cpp", "vllm")  # engines notebook 08 starts itself; sglang only as an endpoint
+LLAMA_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
+VLLM_TYPES = ("ngram", "suffix", "eagle3")  # vLLM methods without a distilled draft (eagle3: a head, see below)
+DEFAULT_NGRAM = {"llama.cpp": "ngram-simple", "vllm": "ngram"}  # each engine's prompt lookup
+
+# ---------------------------------------------------------------- checks before anything starts
+
+
+def check_engine(engine: str, endpoint: str = "") -> str:
+    if engine not in ENGINES:
+        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if not endpoint and engine not in LAUNCHED:
+        raise ParameterError(f"engine {engine!r} runs only as an endpoint here: pass -p endpoint URL, or use engine "
+                             f"{' or '.join(LAUNCHED)}")
+    return engine
+
+
+def check_levels(levels, mode: str) -> list:
+    """Concurrency levels are whole numbers ≥ 1, Poisson rates numbers > 0; at least one of them."""
+    name = "rates" if mode == "poisson" else "concurrency"
+    values = list(levels) if isinstance(levels, (list, tuple)) else None
+    if not values:
+        raise ParameterError(f"{name} must be a non-empty list, e.g. [1, 2, 4, 8], got {levels!r}")
+    for value in values:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if name == "concurrency":
+            ok = ok and float(value).is_integer() and value >= 1
+        if not ok:
+            accepted = "whole numbers >= 1 (requests in flight)" if name == "concurrency" else "numbers > 0 (req/s)"
+            raise ParameterError(f"{name} levels must be {accepted}, got {value!r} in {values!r}")
+    return [int(v) for v in values] if name == "concurrency" else values
+
+
+def serving_speculation(engine: str, speculation, smoke: bool = False) -> list[str]:
+    """The speculation entries to run: the ones given, or (None) the engine's n-gram at k = 4 (3 in a
+    smoke run): ``ngram-simple`` on llama-server, ``ngram`` on vLLM."""
+    if speculation is None:
+        return [f"{DEFAULT_NGRAM.get(engine, 'ngram')}:{3 if smoke else 4}"]
+    if not isinstance(speculation, (list, tuple)) or not all(isinstance(s, str) for s in speculation):
+        raise ParameterError(f"speculation must be a list of TYPE:K or DRAFT:K entries, e.g. [\"ngram:4\"], got "
+                             f"{speculation!r}")
+    return list(speculation)
+
+
+def speculation_entry(spec: str, accepted: tuple[str, ...]) -> tuple[str, int]:
+    """``TYPE:K`` or ``DRAFT:K`` split, K ≥ 1, TYPE or DRAFT among ``accepted``."""
+    kind, _, k = str(spec).rpartition(":")
+    if not kind or not k.isdigit() or int(k) < 1:
+        raise ParameterError(f"speculation entry {spec!r} must be TYPE:K or DRAFT:K with K >= 1, e.g. "
+                             f"{accepted[0]}:4; TYPE or DRAFT one of {', '.join(accepted)}")
+    if kind not in accepted:
+        raise ParameterError(f"speculation entry {spec!r}: unknown type {kind!r}; this engine takes "
+                             f"{', '.join(accepted)} (each as TYPE:K)")
+    return kind, int(k)
+
+
+def distilled_drafts() -> list[str]:
+    """The embedded drafts that are models of their own (not heads): what an engine can load as a draft."""
+    from specnb.app.defaults import distilled_draft_names
+
+    return distilled_draft_names()
+
 
 # ---------------------------------------------------------------- configurations
+
+
+def launch_configs(engine: str, verifier: str, precision: str, speculation: list[str], levels: list,
+                   threads: int = 0) -> list:
+    """The configurations notebook 08 starts itself: spec-off first, then one per ``speculation`` entry."""
+    if engine == "vllm":
+        return vllm_configs(verifier, speculation, max_num_seqs=int(max(levels)), threads=threads)
+    return server_configs(verifier, precision, speculation, slots=int(max(levels)), ctx_per_slot=512, threads=threads)
 
 
 def server_configs(verifier: str, precision: str, speculation: list[str], slots: int, ctx_per_slot: int,
@@ -23,29 +97,90 @@ def server_configs(verifier: str, precision: str, speculation: list[str], slots:
     its draft length) or ``"smollm2-draft-s:3"`` (an embedded draft, exported to GGUF, at k = 3)."""
     from specnb.models.gguf import embedded_gguf
 
+    entries = [speculation_entry(spec, (*LLAMA_TYPES, *distilled_drafts())) for spec in speculation]
     model = str(embedded_gguf(verifier, precision))
     common = {"model": model, "slots": slots, "ctx_per_slot": ctx_per_slot, "threads": threads or default_threads()}
     configs = [ServerConfig(name=BASELINE_CONFIG, **common)]
-    for spec in speculation:
-        kind, _, k = spec.rpartition(":")
-        if not kind or not k.isdigit() or int(k) < 1:
-            raise ParameterError(f"speculation entry {spec!r} must be TYPE:K or DRAFT:K with K >= 1, e.g. "
-                                 "ngram-simple:4 or smollm2-draft-s:3")
-        if kind in SPEC_TYPES:
-            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type=kind, n_max=int(k), **common))
+    for kind, k in entries:
+        if kind in LLAMA_TYPES:
+            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type=kind, n_max=k, **common))
         else:
             draft = str(embedded_gguf(kind, "q4_1" if precision == "q4_1" else "f32"))
-            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type="draft-simple", draft=draft, n_max=int(k),
-                                        **common))
+            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type="draft-simple", draft=draft, n_max=k, **common))
     return configs
+
+
+def vllm_configs(verifier: str, speculation: list[str], max_num_seqs: int, max_model_len: int = 1024,
+                 threads: int = 0) -> list[VllmConfig]:
+    """spec-off, then one vLLM per ``speculation`` entry: ``"ngram:4"`` (prompt lookup),
+    ``"suffix:8"`` (suffix decoding, at most 8 tokens), ``"smollm2-draft-xs:3"`` (a distilled
+    draft, ``draft_model``, from its HF folder; vLLM computes its full tied head, where specnb's own
+    loop restricts it to the trimmed head's tokens, so its proposals can differ) or ``"eagle3:3"``
+    (the embedded EAGLE-3 head, ``eagle3_head``). vLLM's CPU build may refuse a method at start:
+    the sweep then leaves that configuration out with vLLM's own line."""
+    entries = [speculation_entry(spec, (*VLLM_TYPES, *distilled_drafts())) for spec in speculation]
+    model = str(hf_folder(verifier))
+    common = {"model": model, "max_num_seqs": max_num_seqs, "max_model_len": max_model_len, "threads": threads}
+    configs = [VllmConfig(name=BASELINE_CONFIG, **common)]
+    for kind, k in entries:
+        if kind in ("ngram", "suffix"):
+            configs.append(VllmConfig(name=f"{kind} k={k}", method=kind, k=k, **common))
+        else:  # a head (eagle3) or a distilled draft, from its folder
+            method, draft = ("eagle3", eagle3_head(verifier)) if kind == "eagle3" else ("draft_model", hf_folder(kind))
+            configs.append(VllmConfig(name=f"{kind} k={k}", method=method, draft=str(draft), k=k, **common))
+    return configs
+
+
+def hf_folder(name: str) -> Path:
+    """An embedded model's HF folder (built into the cache on first use), or a local checkpoint folder."""
+    from specnb.models.embedded import model_path
+
+    folder = Path(name).expanduser()
+    return folder if (folder / "config.json").is_file() else model_path(name)
+
+
+def eagle3_head(verifier: str) -> Path:
+    """The hook for vLLM's ``eagle3``: the embedded verifier's EAGLE-3 head in the layout vLLM loads
+    (a ``config.json`` naming ``LlamaForCausalLMEagle3`` beside its weights). specnb's own heads are
+    not in that layout yet; until one is, the entry is refused here, before any server starts."""
+    from specnb.core import paths
+
+    folder = paths.DRAFTS_DIR / "smollm2-eagle3-vllm"
+    if (folder / "config.json").is_file():
+        return folder
+    raise ParameterError(f"speculation eagle3: no EAGLE-3 head for {verifier!r} in vLLM's layout yet (expected "
+                         f"{folder.relative_to(paths.REPO_ROOT)}/config.json); use ngram:K, suffix:K or a distilled "
+                         f"draft ({', '.join(distilled_drafts())}) as DRAFT:K")
+
+
+def missing_note(engine: str) -> str | None:
+    """None when the engine notebook 08 starts is here, else one line saying why it is not."""
+    if engine == "vllm":
+        from specnb.engine.vllm_server import missing_note as vllm_missing
+        return vllm_missing()
+    from specnb.engine.llama_server import missing_note as llama_missing
+    return llama_missing()
+
+
+def machine_line(engine: str, configs: list, endpoint: str = "") -> str:
+    """What ran where: the CPU's name and the engine (with its threads when launched here)."""
+    from specnb.core.devices import cpu_name
+    from specnb.engine.vllm_build import VERSION
+
+    if endpoint or not configs:
+        return f"{cpu_name()}, {engine} (a running server at the endpoint)"
+    if engine == "vllm":
+        from specnb.engine.vllm_server import default_threads as vllm_threads
+        threads = f"{configs[0].threads} unbound" if configs[0].threads else f"{vllm_threads()} bound"
+        return f"{cpu_name()}, vLLM {VERSION} (CPU) with {threads} torch thread(s)"
+    return f"{cpu_name()}, llama-server with {configs[0].threads} thread(s)"
 
 
 def endpoint_targets(endpoint: str, engine: str) -> list[Target]:
     """``URL`` (one configuration, named spec-off) or ``name=URL,name=URL`` (one per configuration;
     the one named spec-off is the baseline). Non-loopback hosts are refused unless
     ``SPECNB_ALLOW_REMOTE=1``: only loopback by default."""
-    if engine not in ENGINES:
-        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    check_engine(engine, endpoint)
     targets = []
     for i, part in enumerate(p.strip() for p in endpoint.split(",") if p.strip()):
         name, _, url = part.rpartition("=") if "=" in part.split("://")[0] else ("", "", part)
@@ -61,26 +196,26 @@ def endpoint_targets(endpoint: str, engine: str) -> list[Target]:
     return targets
 
 
-def probe_upto(levels, configs: list[ServerConfig]) -> int:
+def probe_upto(levels, configs: list) -> int:
     """The largest verification batch the sweep can reach: the top level × (1 + the longest draft)."""
-    return int(max(levels) * (1 + max([c.n_max for c in configs if c.spec_type != "none"] + [0])))
+    return int(max(levels) * (1 + max([c.draft_length for c in configs if c.speculative] + [0])))
 
 
-def draft_lengths(names, configs: list[ServerConfig]) -> dict[str, int]:
+def draft_lengths(names, configs: list) -> dict[str, int]:
     """Draft length per speculative configuration: from the launches, or (endpoints) from a
     ``k=N`` in the configuration's name, as the README's examples name them."""
     if configs:
-        return {c.name: c.n_max for c in configs if c.spec_type != "none"}
+        return {c.name: c.draft_length for c in configs if c.speculative}
     found = {name: re.search(r"\bk=(\d+)", name) for name in names if name != BASELINE_CONFIG}
     return {name: int(m.group(1)) for name, m in found.items() if m}
 
 
-def draft_kinds(names, configs: list[ServerConfig]) -> dict[str, bool]:
+def draft_kinds(names, configs: list) -> dict[str, bool]:
     """Whether each speculative configuration drafts with a model (n-grams cost no forward); endpoints
-    named ``ngram…`` are n-grams, every other named with ``k=N`` a model (EAGLE, MTP, a draft)."""
+    named ``ngram…`` or ``suffix…`` draft without one, every other named with ``k=N`` a model (EAGLE, MTP, a draft)."""
     if configs:
-        return {c.name: c.spec_type.startswith("draft") for c in configs if c.spec_type != "none"}
-    return {name: not name.startswith("ngram") for name in draft_lengths(names, configs)}
+        return {c.name: c.drafts_with_model for c in configs if c.speculative}
+    return {name: not name.startswith(("ngram", "suffix")) for name in draft_lengths(names, configs)}
 
 
 def vllm_method(config: str) -> str:
@@ -88,10 +223,30 @@ def vllm_method(config: str) -> str:
     return next((m for m in ("eagle3", "eagle", "mtp", "ngram", "suffix") if m in name), "draft_model")
 
 
-def saver(rec, commit: str | None):
+def vllm_policy(summary, policy, lengths: dict[str, int]):
+    """(method, policy) for one vLLM server, which runs one speculative method: the method the policy
+    chose most often (any, where it chose none), its schedule re-chosen among that method's own
+    configurations."""
+    from specnb.predict.serving_predictor import serving_policy
+
+    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
+    method = vllm_method(max(set(chosen), key=chosen.count))
+    family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
+    return method, serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+
+
+def saver(rec, commit: str | None, phase: str = ""):
     """A callback for ``run_sweep``'s ``on_run``: writes the per-request and per-run tables (with the
-    commit) after every run, so an interrupted sweep keeps what it measured."""
+    commit) after every run, so an interrupted sweep keeps what it measured; a ``phase`` of the
+    closed loop other than its first sweep ("check", "trace") prefixes the tables' names."""
+    prefix = f"{phase}_" if phase and phase != "sweep" else ""
+
     def save(sweep) -> None:
-        rec.table("requests", sweep.records.assign(commit=commit or ""))
-        rec.table("runs", sweep.runs.assign(commit=commit or ""))
+        rec.table(f"{prefix}requests", sweep.records.assign(commit=commit or ""))
+        rec.table(f"{prefix}runs", sweep.runs.assign(commit=commit or ""))
     return save
+
+
+def phase_savers(rec, commit: str | None):
+    """``serving_loop.closed_loop``'s ``on_run``: one ``saver`` per phase."""
+    return lambda phase: saver(rec, commit, phase)

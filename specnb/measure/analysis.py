@@ -15,7 +15,7 @@ from specnb.core.errors import ParameterError
 from specnb.core.theory import break_even_c, expected_speedup, tokens_per_step_from_profile
 from specnb.engine.timing import BOOKKEEPING, stage_columns
 from specnb.measure.acceptance import profile_from_records, token_alpha_by_draft
-from specnb.measure.runs import BASELINE, paired_speedup, per_prompt, summarise
+from specnb.measure.runs import BASELINE, KERNEL_COLUMNS, paired_speedup, per_prompt, summarise
 
 
 def wall_clock_costs(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
@@ -237,7 +237,8 @@ def draft_table(records: pd.DataFrame, flops: pd.DataFrame, summary: pd.DataFram
     records = records[records["batch_size"] == records["batch_size"].min()]
     summary = summarise(records) if summary is None else summary[summary["batch_size"] == records["batch_size"].min()]
     best = best_per_draft(summary)[
-        ["draft", "candidate", "gamma", "alpha", "tau", "tok_s", "speedup", "speedup_lo", "speedup_hi"]
+        ["draft", "candidate", "gamma", "alpha", "tau", "tok_s", "speedup", "speedup_lo", "speedup_hi",
+         *[c for c in KERNEL_COLUMNS if c in summary]]
     ].rename(columns={"gamma": "best_gamma"})
     spread = prompt_alpha_spread(per_prompt(records))
     sizes = flops.set_index("model")[["params", "flops_per_token", "c_flops"]]
@@ -278,6 +279,7 @@ def draft_table(records: pd.DataFrame, flops: pd.DataFrame, summary: pd.DataFram
         "break_even_c",
         "verdict",
         "candidate",
+        *[c for c in KERNEL_COLUMNS if c in table],
     ]
     return table[columns].sort_values("flops_per_token", ascending=False, kind="stable").reset_index(drop=True)
 

@@ -36,6 +36,7 @@ from specnb.measure.prompts import as_prompt_frame, batches_of
 
 BASELINE = "verifier-only"  # the candidate every speedup is measured against
 STAGE_COLUMNS = stage_columns()
+KERNEL_COLUMNS = ["baseline_kernels", "verifier_kernels", "draft_kernels"]  # the path each side ran (``kernel_paths``)
 
 
 @dataclass(kw_only=True)
@@ -123,6 +124,7 @@ def run_interleaved(pair, prompts, candidates: list[Candidate], *, repeats: int 
         for cand in candidates:
             generate_one(pair, encoded[0][1], encoded[0][2], cand, min(4, max_new_tokens), sampling)
     records = []
+    paths = {cand.name: kernel_paths(pair, cand) for cand in candidates}
     total = repeats * len(encoded) * len(candidates)
     with tqdm(total=total, desc="interleaved runs", unit="run", disable=not progress) as bar:
         for repeat in range(repeats):
@@ -132,7 +134,7 @@ def run_interleaved(pair, prompts, candidates: list[Candidate], *, repeats: int 
                 # inflates every speedup paired with it
                 for cand in rotated(candidates, repeat + i):
                     result, stages = generate_one(pair, input_ids, mask, cand, max_new_tokens, sampling)
-                    records.append(make_record(repeat, batch, cand, result, stages))
+                    records.append({**make_record(repeat, batch, cand, result, stages), **paths[cand.name]})
                     bar.update()
     return pd.DataFrame.from_records(records)
 
@@ -142,6 +144,15 @@ def run_batch_sizes(pair, prompts, candidates: list[Candidate], batch_sizes, **s
     batch would be another batch size)."""
     return pd.concat([run_interleaved(pair, prompts, candidates, batch_size=b, **settings).query(f"batch_size == {b}")
                       for b in batch_sizes], ignore_index=True)
+
+
+def kernel_paths(pair, cand: Candidate) -> dict[str, str]:
+    """The CPU kernel path each side of a run ran (``specnb.models.kernels.kernel_label``), read off the
+    models as they run, so every table can say whether the baseline had the kernels the speculative
+    side had: the verifier's for every candidate, verifier-only included; the draft's ("" without)."""
+    from specnb.models.kernels import kernel_label
+
+    return {"verifier_kernels": kernel_label(pair.verifier), "draft_kernels": kernel_label(cand.draft)}
 
 
 def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sampling):
@@ -267,6 +278,9 @@ def summarise_one(name, batch_size, group: pd.DataFrame, base: pd.DataFrame, rng
         "speedup": float(speedup),
         "speedup_lo": lo,
         "speedup_hi": hi,
+        "verifier_kernels": group["verifier_kernels"].iloc[0] if "verifier_kernels" in group else "",
+        "draft_kernels": group["draft_kernels"].iloc[0] if "draft_kernels" in group else "",
+        "baseline_kernels": base["verifier_kernels"].iloc[0] if "verifier_kernels" in base and len(base) else "",
     }
     row.update({f"{c}_per_token": group[c].sum() / tokens if tokens else float("nan") for c in STAGE_COLUMNS})
     return row

@@ -166,12 +166,23 @@ async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_
     return records, time.perf_counter() - t0
 
 
+def arrival_gaps(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
+    """Seconds between ``n`` arrivals at ``rate`` requests/s on average, as ``vllm bench serve`` draws
+    them: exponential (Poisson arrivals) at burstiness 1, else gamma with shape ``burstiness`` and the
+    same mean, so below 1 requests come in bursts with quiet spells between them."""
+    rng = np.random.default_rng(seed)
+    if burstiness == 1.0:
+        return rng.exponential(1.0 / rate, size=n)
+    return rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
+
+
 async def poisson_loop(target: Target, prompts: list[str], rate: float, max_tokens: int, seed: int = 0,
-                       ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
-    """Every prompt once, arriving as a Poisson process of ``rate`` requests/s (seeded); no cap in flight."""
+                       ignore_eos: bool = True, burstiness: float = 1.0) -> tuple[list[RequestRecord], float]:
+    """Every prompt once, arriving as a Poisson process of ``rate`` requests/s (seeded; gamma-distributed
+    gaps when ``burstiness`` is not 1, ``arrival_gaps``); no cap in flight."""
     import httpx
 
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=len(prompts))
+    gaps = arrival_gaps(len(prompts), rate, burstiness, seed)
 
     async def one(client, t0, at, prompt):
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))

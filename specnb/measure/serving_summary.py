@@ -238,3 +238,61 @@ def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd
                           "accepted_per_pos": json.dumps(per_pos), "n_decode": 0.0,
                           "tokens_predicted": float(result["total_output_tokens"])}])
     return records, runs
+
+
+# ---------------------------------------------------------------- the closed loop: the policy measured
+
+ADAPTIVE_CONFIG = "adaptive"  # the configuration launched with the policy's schedule
+
+
+def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG,
+                   target: float = 0.95) -> pd.DataFrame:
+    """Per level: the adaptive configuration's TPOT speedup against the best static configuration's
+    at that level (spec-off counts as 1.00x), their ratio and whether it reaches ``target``."""
+    column = level_column(summary)
+    if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
+        return pd.DataFrame()
+    rows = []
+    for level, group in summary.groupby(column):
+        own = group[group["config"] == adaptive]
+        static = group[~group["config"].isin([adaptive, baseline])]
+        if own.empty:
+            continue
+        best = static.sort_values("speedup_tpot").iloc[-1] if len(static) else None
+        best_config, best_x = (baseline, 1.0) if best is None or best["speedup_tpot"] < 1.0 else \
+            (best["config"], float(best["speedup_tpot"]))
+        x = float(own["speedup_tpot"].iloc[0])
+        rows.append({column: level, "speedup_tpot": x, "speedup_tpot_lo": float(own["speedup_tpot_lo"].iloc[0]),
+                     "speedup_tpot_hi": float(own["speedup_tpot_hi"].iloc[0]), "best_static": best_config,
+                     "best_static_speedup_tpot": best_x, "ratio": x / best_x, "meets": x / best_x >= target})
+    return pd.DataFrame(rows)
+
+
+def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: int = 1000,
+                seed: int = 0) -> pd.DataFrame:
+    """Over one trace (every request of a Poisson or bursty run): each other configuration's mean TPOT
+    against the adaptive one's, and the adaptive one's paired TPOT speedup over it with a 95% CI
+    (same prompts); ``beats``: the adaptive mean TPOT is the lower."""
+    ok = records[records["success"]]
+    if adaptive not in set(ok["config"]):
+        return pd.DataFrame()
+    column, rng = level_column(records), np.random.default_rng(seed)
+    timed = records.assign(decode_tokens=records["output_tokens"] - 1, decode_s=records["latency"] - records["ttft"])
+    mean_ms = ok.groupby("config")["tpot"].mean() * 1e3
+    rows = []
+    for config in [c for c in ok["config"].unique() if c != adaptive]:
+        paired = pd.concat([paired_requests(timed, adaptive, level, config) for level in ok[column].unique()])
+        x, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", rng, n_boot) if len(paired) else (math.nan,) * 3
+        rows.append({"config": config, "mean_tpot_ms": float(mean_ms[config]),
+                     "adaptive_mean_tpot_ms": float(mean_ms[adaptive]),
+                     "adaptive_speedup_tpot": x, "adaptive_speedup_tpot_lo": lo, "adaptive_speedup_tpot_hi": hi,
+                     "beats": float(mean_ms[adaptive]) < float(mean_ms[config])})
+    return pd.DataFrame(rows)
+
+
+def trace_rate(summary: pd.DataFrame, concurrency: float, baseline: str = BASELINE_CONFIG) -> float:
+    """The arrival rate (requests/s) that keeps about ``concurrency`` requests in flight on spec-off:
+    its closed-loop request throughput there (Little's law), interpolated in log concurrency."""
+    base = summary[summary["config"] == baseline].sort_values("concurrency")
+    levels, rates = np.log2(base["concurrency"].to_numpy(float)), base["request_throughput"].to_numpy(float)
+    return float(np.interp(math.log2(concurrency), levels, rates))

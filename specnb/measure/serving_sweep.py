@@ -1,7 +1,7 @@
 """Load on an OpenAI-compatible serving engine: one record per request, counters per run, interleaved.
 
-The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server``
-started by ``specnb.engine.llama_server``, or a running vLLM or SGLang server (``-p endpoint``). Every
+The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server`` or vLLM,
+started by ``specnb.engine.servers``, or a running vLLM or SGLang server (``-p endpoint``). Every
 speculation configuration is its own server (a *target*); the sweep runs each concurrency level on
 every target, on the same prompts, alternating every few requests in an order rotated piece by
 piece, so a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
@@ -198,7 +198,7 @@ def warm_up(targets: list[Target], prompts: list[str], max_tokens: int = 4) -> N
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *, max_tokens: int = 32,
               rounds: int = 1, mode: str = "closed", seed: int = 0, ignore_eos: bool = True, warmup: bool = True,
               down: Callable[[str], str] | None = None, on_run: Callable[[Sweep], None] | None = None,
-              progress: bool = False, probe_upto: int = 0) -> Sweep:
+              progress: bool = False, probe_upto: int = 0, burstiness: float = 1.0) -> Sweep:
     """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson"; the tables name
     the column accordingly, ``LEVELS``) on every target, same prompts, targets alternating piece by
     piece (``chunks``) in an order rotated per piece, level and round. ``down(name)``: "" while a
@@ -207,7 +207,10 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
     ends the sweep: finished levels are kept, the level it died in is marked ``partial`` and
     ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it as
     it grows). ``probe_upto``: first probe the first llama.cpp target's forward cost up to that many
-    tokens in the batch (``probe_forward``)."""
+    tokens in the batch (``probe_forward``). ``burstiness``: Poisson arrivals' gamma shape, as vLLM
+    bench's (1: Poisson; below 1: bursts, ``serving_load.arrival_gaps``)."""
+    if burstiness <= 0:
+        raise ParameterError(f"burstiness must be above 0 (1: Poisson arrivals, below 1: bursts), got {burstiness}")
     if mode not in LEVELS:
         raise ParameterError(f"mode must be one of {', '.join(LEVELS)}, got {mode!r}")
     texts = list(prompts["prompt"])
@@ -235,7 +238,8 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                                                         f"({down(name) or err})")
                     texts_now = [sent[i] for i in part]
                     load = closed_loop(target, texts_now, int(level), max_tokens, ignore_eos) if mode == "closed" \
-                        else poisson_loop(target, texts_now, float(level), max_tokens, seed + r, ignore_eos)
+                        else poisson_loop(target, texts_now, float(level), max_tokens, seed + r, ignore_eos,
+                                        burstiness)
                     done, duration = run_async(load)
                     failed = [d for d in done if not d.success]
                     why = down(name) if failed else ""
@@ -243,7 +247,8 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                         counters = Counters() if why else scrape(target).minus(before)
                     except EndpointError as err:
                         counters, why = Counters(), down(name) or str(err)
-                    records += [request_row(d, target, mode, level, r, i, prompts) for i, d in zip(part, done)]
+                    records += [request_row(d, target, mode, level, r, i, prompts) | {"chunk": c}
+                                for i, d in zip(part, done)]
                     runs.append(run_row(target, mode, level, r, duration, done, counters, partial=bool(why))
                                 | {"chunk": c})
                     sweep = Sweep(records=pd.DataFrame(records), runs=pd.DataFrame(runs), probe=probe)
@@ -322,11 +327,18 @@ def run_row(target: Target, mode: str, level, round_index: int, duration: float,
 
 
 def sweep_servers(configs, prompts: pd.DataFrame, levels: list[int], **settings) -> Sweep:
-    """Start one llama-server per ``ServerConfig``, run ``run_sweep`` on them (a server that dies ends
-    it, saying how it died and its last log line, see there), and stop every server however the sweep
-    ends (Ctrl-C included)."""
-    from specnb.engine.llama_server import servers
+    """Start one server per configuration (``ServerConfig``: llama-server, ``VllmConfig``: vLLM), run
+    ``run_sweep`` on them (a server that dies ends it, saying how it died and its last log line, see
+    there), and stop every server however the sweep ends (Ctrl-C included). A speculative
+    configuration the engine refuses to start is left out and named in ``stopped`` with the engine's
+    own line; the others are measured."""
+    from specnb.engine.servers import engine_of, servers
 
-    with servers(configs) as running:
-        targets = [Target(name=name, url=server.url, engine="llama.cpp") for name, server in running.items()]
-        return run_sweep(targets, prompts, levels, down=lambda name: running[name].exit_note(), **settings)
+    with servers(configs, keep_going=True) as running:
+        engines = {c.name: engine_of(c) for c in configs}
+        targets = [Target(name=name, url=server.url, engine=engines[name], model=getattr(server, "model", ""))
+                   for name, server in running.servers.items()]
+        sweep = run_sweep(targets, prompts, levels, down=lambda name: running.servers[name].exit_note(), **settings)
+    skipped = "; ".join(f"{name} left out: {line}" for name, line in running.failed.items())
+    sweep.stopped = "; ".join(filter(None, [skipped, sweep.stopped]))
+    return sweep

@@ -12,23 +12,26 @@ cost grows far more slowly with the row count (measured in benchmarks/README.md,
 one linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
 
 Which path wins depends on the CPU, the thread count, the model's shapes and the row count (on
-one CPU oneDNN wins at every width, on another MKL's GEMM wins at a few rows and oneDNN beyond;
-benchmarks/README.md), so ``kernels="auto"`` measures it per model
-(``choose_kernels``): every bias-free linear layer of the model, in order, at the row counts
-speculation adds to the loop (``AUTO_WIDTHS``: a draft's catch-up or a short verify, and a verify
-of γ ≥ 3; one row runs the same MKL matrix-vector kernel on both paths, so it is not timed), both
-paths interleaved and rotated, as many rounds as fit in ``AUTO_BUDGET_S`` (1 to 25). The rule
-(``decide``): oneDNN counts as clearly faster at a width when its median is at most ``AUTO_MARGIN``
-of the default's; clearly faster at every width: "onednn"; only from some width on: "mixed" (MKL
-below that row count, oneDNN from it, ``PackedLinear.min_rows``); otherwise, on a tie or in noise,
-"default". Off the CPU and for dtypes other than float32, auto is the default without timing.
-The decision is cached per machine (``$SPECNB_CACHE/kernels.json``, keyed by the layers' shapes,
-dtype, widths, torch version, CPU model and thread count) so a notebook does not re-time each load;
-every ``KernelChoice`` records what was asked, the path, why, and the timings behind it.
+the AMD EPYC oneDNN halves the verifier's cost of verifying 3 tokens and is faster at one row too;
+on an Intel Xeon MKL's GEMM is faster at 2–3 rows and oneDNN from 4), so ``kernels="auto"`` measures
+it per model (``choose_kernels``): every bias-free linear layer of the model, in order, at the row
+counts the loop runs (``AUTO_WIDTHS``: one row, what verifier-only and a draft's chain run; a
+draft's catch-up or a short verify; a verify of γ ≥ 3), both paths interleaved and rotated, as many
+rounds as fit in ``AUTO_BUDGET_S`` (1 to 25). One row is timed like the others because the baseline
+must run the fastest path too: a speedup measured against a verifier-only run denied a faster
+kernel is partly that kernel's. The rule (``decide``): oneDNN counts as clearly faster at a width
+when its median is at most ``AUTO_MARGIN`` of the default's; the row counts it wins are sent to it
+(``PackedLinear.spans``: a row count between two timed widths goes to oneDNN only when both win,
+one past the widest timed width follows it), the rest to MKL. Clearly faster at every width:
+"onednn"; at some: "mixed"; otherwise, on a tie or in noise, "default". Off the CPU and for dtypes
+other than float32, auto is the default without timing. The decision is cached per machine
+(``$SPECNB_CACHE/kernels.json``, keyed by the layers' shapes, dtype, widths, torch version, CPU
+model and thread count) so a notebook does not re-time each load; every ``KernelChoice`` records
+what was asked, the path, why, and the timings behind it.
 
 ``use_kernels(model, "onednn")`` swaps every bias-free ``nn.Linear`` (the LM head included) for a
-``PackedLinear``: one row still goes to MKL's matrix-vector kernel (already at bandwidth), 2 to
-``max_rows`` rows to oneDNN, and more (a prefill) back to MKL's GEMM, which is efficient there.
+``PackedLinear``: 1 to ``max_rows`` rows go to oneDNN, more (a prefill) back to MKL's GEMM, which is
+efficient there.
 The packed copy doubles the linear weights' memory (while auto times, too).
 """
 
@@ -51,15 +54,16 @@ from specnb.core.errors import ParameterError
 KERNELS = ("auto", "default", "onednn")  # what a caller may ask for
 PATHS = ("default", "onednn", "mixed")  # what a model can run on ("mixed": only auto chooses it)
 TIMED = ("default", "onednn")  # the two kernels timed against each other
-AUTO_WIDTHS = (2, 4)  # rows per forward timed: a draft's catch-up / a short verify, and verifying γ = 3
+AUTO_WIDTHS = (1, 2, 4)  # rows per forward timed: a decode step, a catch-up / short verify, verifying γ = 3
 AUTO_REPEATS = 3  # rounds a decision needs to be cached (fewer: a busy machine, re-timed next load)
 AUTO_MAX_REPEATS = 25
 AUTO_MARGIN = 0.9  # oneDNN must take at most 90% of the default's time to be chosen
 AUTO_BUDGET_S = 1.0  # timing budget per model, at least one round (packing the weights comes on top)
-RULE = (f"per width, oneDNN wins if its median <= {AUTO_MARGIN} x MKL's; wins at every width: onednn; "
-        "from some width on: mixed (oneDNN from that many rows); else default")
+MAX_ROWS = 64  # more rows than this (a prefill) go to MKL's GEMM on every path
+RULE = (f"per width, oneDNN wins if its median <= {AUTO_MARGIN} x MKL's; the rows it wins go to it; wins at every "
+        "width: onednn; at some: mixed; else default")
 CACHE_FILE = "kernels.json"
-_CACHE_VERSION = 2  # bump when the rule or what is timed changes: old decisions are then ignored
+_CACHE_VERSION = 3  # bump when the rule or what is timed changes: old decisions are then ignored
 
 
 @dataclass(kw_only=True)
@@ -67,14 +71,16 @@ class KernelChoice:
     """What ``kernels=`` decided for one model. ``reason``: "timed", "cached" (a timed decision read
     back), "asked" (named by the caller), "not fp32 on the CPU", "no linear layers", "shared with the
     verifier" (an early exit), "too busy to time" (the default). ``min_rows``: the fewest rows a
-    forward sends to oneDNN (0: none). ``ms``: kernel -> median ms of all the model's linear layers
-    at each of ``widths`` rows (empty unless timed)."""
+    forward sends to oneDNN (0: none); ``spans``: every row count sent to it, as inclusive
+    (first, last) ranges. ``ms``: kernel -> median ms of all the model's linear layers at each of
+    ``widths`` rows (empty unless timed)."""
 
     model: str
     path: str
     asked: str
     reason: str
     min_rows: int = 0
+    spans: tuple[tuple[int, int], ...] = ()
     widths: tuple[int, ...] = ()
     ms: dict[str, list[float]] = field(default_factory=dict)
     repeats: int = 0
@@ -83,39 +89,88 @@ class KernelChoice:
     rule: str = ""
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "widths": list(self.widths)}
+        return {**asdict(self), "widths": list(self.widths), "spans": [list(s) for s in self.spans]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> KernelChoice:
+        return cls(**{**data, "widths": tuple(data.get("widths", ())),
+                      "spans": tuple(tuple(s) for s in data.get("spans", ()))})
+
+    def label(self) -> str:
+        """The path in a few words, for a table's column: "default", "onednn", "mixed (oneDNN 4–64 rows)"."""
+        return spans_label(self.spans)
 
     def onednn_ratios(self) -> list[float]:
         """oneDNN's time ÷ MKL's at each timed width (empty: not timed)."""
         return [o / d for o, d in zip(self.ms.get("onednn", []), self.ms.get("default", []))]
 
     def text(self) -> str:
-        """One line: "<model>: mixed (oneDNN from <n> rows) (auto, timed: oneDNN ÷ MKL <ratio>x at <width>
-        rows, ..., <threads> thread(s); <seconds> s)"."""
+        """One line: "smollm2-135m: mixed (oneDNN 4–64 rows) (auto, timed: oneDNN ÷ MKL 0.97x at 1 rows,
+        1.24x at 2 rows, 0.78x at 4 rows, 1 thread(s); 1.2 s)"."""
         detail = self.reason
         if self.ms:
             ratios = ", ".join(f"{r:.2f}x at {n} rows" for r, n in zip(self.onednn_ratios(), self.widths))
             spent = f"; {self.decide_s:.1f} s" if self.reason == "timed" else ""
             detail += f": oneDNN ÷ MKL {ratios}, {self.threads} thread(s){spent}"
-        path = f"mixed (oneDNN from {self.min_rows} rows)" if self.path == "mixed" else self.path
-        return f"{self.model}: {path} ({self.asked}, {detail})"
+        return f"{self.model}: {self.label()} ({self.asked}, {detail})"
+
+
+def rows_text(spans) -> str:
+    """"1 and 4–64 rows" for spans ((1, 1), (4, 64))."""
+    parts = [f"{lo}" if lo == hi else f"{lo}–{hi}" for lo, hi in spans]
+    return (" and ".join([", ".join(parts[:-1]), parts[-1]]) if len(parts) > 1 else parts[0]) + " rows"
+
+
+def spans_label(spans) -> str:
+    """"default" (no row to oneDNN), "onednn" (every row from 1 to ``MAX_ROWS``) or "mixed (oneDNN …)"."""
+    spans = tuple(tuple(s) for s in spans)
+    if not spans:
+        return "default"
+    return "onednn" if spans == ((1, MAX_ROWS),) else f"mixed (oneDNN {rows_text(spans)})"
+
+
+def route_breaks(model) -> tuple[int, ...]:
+    """The row counts at which ``model``'s linear layers change kernel (2 always: MKL's
+    matrix-vector kernel gives way to its GEMM there, and oneDNN's may too), e.g. (2, 4, 65) for
+    oneDNN at 1 and 4–64 rows; a cost model prices each stretch between two on its own."""
+    breaks = {2}
+    for m in model.modules() if isinstance(model, torch.nn.Module) else ():
+        if isinstance(m, PackedLinear):
+            breaks |= {b for lo, hi in m.spans for b in (lo, hi + 1) if b > 1}
+    return tuple(sorted(breaks))
+
+
+def kernel_label(model) -> str:
+    """What a model's bias-free linear layers run on, read from the layers themselves (an early exit
+    or a head borrowing the verifier's layers says what they run): ``spans_label`` of each distinct
+    routing, joined by "; "; "" for a draft without layers (prompt lookup)."""
+    if not isinstance(model, torch.nn.Module):
+        return ""
+    routes = {m.spans if isinstance(m, PackedLinear) else () for m in model.modules()
+              if isinstance(m, PackedLinear) or (type(m) is torch.nn.Linear and m.bias is None)}
+    return "; ".join(spans_label(s) for s in sorted(routes)) or "default"
 
 
 class PackedLinear(torch.nn.Module):
-    """A bias-free fp32 linear with a oneDNN-prepacked copy of its weight, used for ``min_rows`` to
-    ``max_rows`` rows (MKL's kernels for fewer or more). x [*, K] -> [*, N]"""
+    """A bias-free fp32 linear with a oneDNN-prepacked copy of its weight, used for the row counts in
+    ``spans`` (inclusive (first, last) ranges; by default ``min_rows`` to ``max_rows``), MKL's kernels
+    for any other. x [*, K] -> [*, N]"""
 
-    def __init__(self, weight: torch.Tensor, max_rows: int = 64, min_rows: int = 2):
+    def __init__(self, weight: torch.Tensor, max_rows: int = MAX_ROWS, min_rows: int = 1, spans=None):
         super().__init__()
         self.weight = weight  # [N, K], shared with the module it replaces (a tied embedding stays tied)
         self.max_rows = max_rows
-        self.min_rows = min_rows
+        self.spans = tuple(tuple(s) for s in spans) if spans is not None else ((min_rows, max_rows),)
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), 16)
 
+    @property
+    def min_rows(self) -> int:
+        return self.spans[0][0] if self.spans else 0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows < self.min_rows or rows > self.max_rows:
+        if not any(lo <= rows <= hi for lo, hi in self.spans):
             return F.linear(x, self.weight)
         y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed, None, "none", [], "")
         return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -127,10 +182,10 @@ def check_kernels(kernels: str) -> str:
     return kernels
 
 
-def use_kernels(model, kernels: str = "default", max_rows: int = 64, min_rows: int = 2):
+def use_kernels(model, kernels: str = "default", max_rows: int = MAX_ROWS, min_rows: int = 1, spans=None):
     """``model`` with its linear layers on ``kernels`` (in place; returns it). "onednn" needs fp32 on
-    the CPU (``min_rows``: the fewest rows it takes, 2 unless auto chose "mixed"); "auto" decides by
-    ``choose_kernels``; "default" leaves the model as it is."""
+    the CPU (``min_rows`` to ``max_rows`` rows go to it, or the row ranges ``spans`` that auto chose);
+    "auto" decides by ``choose_kernels``; "default" leaves the model as it is."""
     if check_kernels(kernels) == "auto":
         choose_kernels(model)
         return model
@@ -142,7 +197,7 @@ def use_kernels(model, kernels: str = "default", max_rows: int = 64, min_rows: i
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear and child.bias is None:
-                setattr(module, name, PackedLinear(child.weight, max_rows, min_rows))
+                setattr(module, name, PackedLinear(child.weight, max_rows, min_rows, spans))
     model.kernels = kernels
     return model
 
@@ -171,8 +226,9 @@ def apply_kernels(model, kernels: str = "auto", name: str = "model") -> KernelCh
     if check_kernels(kernels) == "auto":
         return choose_kernels(model, name)
     use_kernels(model, kernels)
+    spans = ((1, MAX_ROWS),) if kernels == "onednn" else ()
     return _remember(model, KernelChoice(model=name, path=kernels, asked=kernels, reason="asked",
-                                         min_rows=2 if kernels == "onednn" else 0))
+                                         min_rows=1 if spans else 0, spans=spans))
 
 
 def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: float = AUTO_BUDGET_S,
@@ -188,38 +244,48 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: flo
     key = _cache_key(layers, tuple(widths))
     known = _read_cache().get(key) if cache else None
     if known is not None:
-        choice = KernelChoice(**{**known, "model": name, "widths": tuple(known["widths"]), "reason": "cached"})
-        if choice.min_rows:
-            use_kernels(model, "onednn", min_rows=choice.min_rows)
+        choice = KernelChoice.from_dict({**known, "model": name, "reason": "cached"})
+        if choice.spans:
+            use_kernels(model, "onednn", spans=choice.spans)
         return _remember(model, choice)
     use_kernels(model, "onednn")  # timed in place: the packed weights are kept if oneDNN wins anywhere
     started = time.perf_counter()
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     ms, done = time_paths(packed, tuple(widths), budget_s)
-    path, min_rows = decide(ms, tuple(widths)) if done else ("default", 0)
+    path, spans = decide(ms, tuple(widths)) if done else ("default", ())
     choice = KernelChoice(model=name, path=path, asked="auto", reason="timed" if done else "too busy to time",
-                          min_rows=min_rows, widths=tuple(widths), ms=ms,
-                          repeats=done, decide_s=time.perf_counter() - started, threads=torch.get_num_threads(),
-                          rule=RULE)
+                          min_rows=spans[0][0] if spans else 0,
+                          spans=spans, widths=tuple(widths), ms=ms, repeats=done,
+                          decide_s=time.perf_counter() - started, threads=torch.get_num_threads(), rule=RULE)
     if path == "default":
         unpack(model)
-    elif path == "mixed":
+    else:
         for m in packed:
-            m.min_rows = min_rows
+            m.spans = spans
     if cache and done >= AUTO_REPEATS:  # a decision squeezed into fewer rounds is not trusted for later loads
         _write_cache(key, choice)
     return _remember(model, choice)
 
 
-def decide(ms: dict[str, list[float]], widths: tuple[int, ...] = AUTO_WIDTHS) -> tuple[str, int]:
-    """The rule (``RULE``): (path, the fewest rows sent to oneDNN, 0 for none). oneDNN is used from the
-    smallest timed width from which it is clearly faster at every larger timed width too; row counts
-    between two timed widths go with the larger one's verdict only from it on (MKL until then)."""
+def decide(ms: dict[str, list[float]], widths: tuple[int, ...] = AUTO_WIDTHS,
+           max_rows: int = MAX_ROWS) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """The rule (``RULE``): (path, the row ranges sent to oneDNN). oneDNN gets every timed width at
+    which it is clearly faster; a row count between two timed widths goes to it only when both win
+    (MKL's is the path to keep where the timings say nothing), one past the widest timed width up to
+    ``max_rows`` when that width wins. "onednn" when that is every row count from 1."""
     wins = [o <= AUTO_MARGIN * d for o, d in zip(ms["onednn"], ms["default"])]
-    start = next((i for i in range(len(widths)) if all(wins[i:])), None)
-    if start is None:
-        return "default", 0
-    return ("onednn", 2) if start == 0 else ("mixed", widths[start])
+    spans: list[tuple[int, int]] = []
+    for i, (n, won) in enumerate(zip(widths, wins)):
+        if not won:
+            continue
+        last = max_rows if i == len(widths) - 1 else n
+        if spans and i > 0 and wins[i - 1]:
+            spans[-1] = (spans[-1][0], last)
+        else:
+            spans.append((n, last))
+    if not spans:
+        return "default", ()
+    return ("onednn" if spans == [(1, max_rows)] else "mixed"), tuple(spans)
 
 
 def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], budget_s: float = AUTO_BUDGET_S,
@@ -261,8 +327,7 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], budget_s: fl
 
 def describe_kernels(choices: dict[str, dict]) -> str:
     """One line per model of what ``load_drafts`` recorded (``Pair.kernels``), for a notebook to show."""
-    return "\n".join("linear kernels: " + KernelChoice(**{**c, "widths": tuple(c["widths"])}).text()
-                     for c in choices.values())
+    return "\n".join("linear kernels: " + KernelChoice.from_dict(c).text() for c in choices.values())
 
 
 def _remember(model, choice: KernelChoice) -> KernelChoice:

@@ -8,7 +8,10 @@ and the reason (``GenerationResult.gamma_reason``, the ``gamma_reason`` column o
 
 Where the profile comes from (``auto_gamma``): the one passed in, else the one cached for this
 machine (``$SPECNB_CACHE/profiles``, keyed by verifier and a digest of ``describe_machine``), else a
-short calibration now (``ensure_calibrated``), cached for the next time. A user who asks for this
+short calibration now (``ensure_calibrated``), cached for the next time. A cached profile whose
+models were priced on other kernel paths than the loaded ones run (``kernels``: ``Pair.kernels``;
+``costs.path_mismatches``), or one of an older format, is measured afresh: the predictor must price
+what ``generate`` runs. A user who asks for this
 machine's best γ wants this machine's numbers, and calibrating is a one-time cost per machine,
 verifier and draft: 197 s for smollm2-135m with smollm2-eagle (3 prompts, 48 tokens, one torch
 thread on a Xeon shared with other jobs), about 1.5 s per batch size for the prediction after it.
@@ -27,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specnb.core.devices import describe_machine, resolve_device
+from specnb.core.errors import ParameterError
 from specnb.core.intervals import interval_text
-from specnb.predict.costs import HardwareProfile, load_profile, save_profile
+from specnb.predict.costs import HardwareProfile, load_profile, path_mismatches, save_profile
 from specnb.predict.predictor import Prediction, predict
 
 FALLBACK_GAMMA = 4  # without a profile: the engine's default γ
@@ -85,20 +89,29 @@ def profile_path(verifier: str, device) -> Path:
     return cache_dir() / "profiles" / f"{verifier.replace('/', '--')}-{digest}.json"
 
 
-def cached_profile(verifier: str, device="auto") -> HardwareProfile | None:
+def cached_profile(verifier: str, device="auto", kernels: dict | None = None) -> HardwareProfile | None:
+    """This machine's cached profile, or None: none cached, unreadable or of an older format (it is
+    then calibrated afresh), or priced on other kernel paths than ``kernels`` (``Pair.kernels``) run."""
     path = profile_path(verifier, device)
-    return load_profile(path) if path.exists() else None
+    try:
+        profile = load_profile(path) if path.exists() else None
+    except ParameterError:
+        return None
+    if profile is not None and kernels and path_mismatches(profile, kernels):
+        return None
+    return profile
 
 
 def auto_gamma(verifier: str, draft: str, *, profile: HardwareProfile | None = None, device="auto",
                confidence: float = 0.0, max_new_tokens: int | None = None, calibrate: bool = True,
-               progress: bool = True) -> AutoGamma:
+               progress: bool = True, kernels: dict | None = None) -> AutoGamma:
     """``gamma="auto"`` for ``draft`` with ``verifier`` (their names, as ``load_pair`` takes them): pass
-    the result as ``generate(..., gamma=...)``. The profile: ``profile``, else this machine's cached one,
-    else calibrated now and cached (``calibrate=False``: the fallback γ instead)."""
+    the result as ``generate(..., gamma=...)``. The profile: ``profile``, else this machine's cached one
+    if it priced the kernel paths the loaded models run (``kernels``: ``Pair.kernels``), else
+    calibrated now and cached (``calibrate=False``: the fallback γ instead)."""
     from specnb.predict.calibrate import ensure_calibrated
 
-    profile = profile or cached_profile(verifier, device)
+    profile = profile or cached_profile(verifier, device, kernels)
     covered = profile is not None and draft in profile.drafts and draft in profile.traces
     if not covered and calibrate:
         profile = ensure_calibrated(verifier, draft, profile, device=device, progress=progress)

@@ -50,10 +50,14 @@ def measure_costs(shapes: list[GridShapes], batch_sizes, context_len: int, prefi
     return pd.concat([decode, prefill], ignore_index=True).drop(columns="samples_ms")
 
 
-def fit_costs(grid: pd.DataFrame, name: str) -> tuple[CostModel, CostModel]:
-    """(decode, prefill) cost models of one model's rows of a ``measure_costs`` grid."""
+def fit_costs(grid: pd.DataFrame, name: str, model=None) -> tuple[CostModel, CostModel]:
+    """(decode, prefill) cost models of one model's rows of a ``measure_costs`` grid, the decode one
+    priced per stretch of row counts ``model``'s linear layers run on one kernel (``route_breaks``)."""
+    from specnb.models.kernels import route_breaks
+
     rows = grid[grid["model"] == name]
-    return fit_cost_model(rows[rows["kind"] == "decode"]), fit_cost_model(rows[rows["kind"] == "prefill"])
+    return (fit_cost_model(rows[rows["kind"] == "decode"], route_breaks(model)),
+            fit_cost_model(rows[rows["kind"] == "prefill"]))
 
 
 def draft_shapes(traits: dict[str, DraftTraits]) -> list[GridShapes]:
@@ -67,7 +71,7 @@ def draft_cost(traits: DraftTraits, name: str, grid: pd.DataFrame, verifier) -> 
     """A draft's fitted forward costs from the grid; one that runs no forward (prompt lookup, Medusa
     heads) is priced by host time per step or per drafted token instead (from ``time_steps``)."""
     flops = draft_flops(traits.module, verifier) if traits.module is not None else 0.0
-    decode, prefill = fit_costs(grid, name) if traits.pricing == FORWARDS else (None, None)
+    decode, prefill = fit_costs(grid, name, traits.module) if traits.pricing == FORWARDS else (None, None)
     return DraftCosts(kind=traits.pricing, decode=decode, prefill=prefill, flops_per_token=flops,
                       catch_up=traits.catch_up)
 
@@ -155,7 +159,7 @@ def calibrate(
     verifier = GridShapes(name=pair.verifier_name, model=pair.verifier, n_tokens=tuple(range(1, gamma + 2)))
     shapes = [verifier] + draft_shapes(traits)
     grid = measure_costs(shapes, batch_sizes, context, int(width), repeats, pair.device)
-    v_decode, v_prefill = fit_costs(grid, pair.verifier_name)
+    v_decode, v_prefill = fit_costs(grid, pair.verifier_name, pair.verifier)
     costs = {name: draft_cost(t, name, grid, pair.verifier) for name, t in traits.items()}
     traces = measure_traces(pair, models, frame, max_new_tokens, progress=progress)
     records, overhead = time_steps(

@@ -30,7 +30,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import AcceptanceProfile
 from specnb.predict.traces import AcceptanceTrace
 
-PROFILE_FORMAT = "specnb-hardware-profile/3"
+PROFILE_FORMAT = "specnb-hardware-profile/4"  # 4: kernel choices record the rows each model sends to oneDNN
 # how a draft step is priced (``DraftKind.pricing``, specnb.engine.kinds.kind): its forwards, a fixed
 # host time per step, or a host time per drafted token
 
@@ -44,14 +44,18 @@ class CostModel:
     measured medians it was fitted on.
 
     What ``curve`` prices is not that line but the measured points, read by the tokens a forward
-    carries in all (M = n · b): a one-token forward (M = 1) at its own measured time, and every
-    larger one on a line through all measured forwards of M ≥ 2, pooled over batch sizes. Why: on
-    a CPU the forward of 2 tokens costs far more than 1 more token's worth (matrix-vector products
-    become matrix-matrix products, with their packing overhead), a jump that one line through
-    1..γ+1 tokens smooths away, and it is exactly the cost of a verification step; past that jump
-    2 to 18 tokens cost nearly alike, whichever rows they sit in. Read cell by cell, one noisy
-    median (on a shared machine one cell in ten lands 15% off) decides a verification's price;
-    pooled, each price rests on every multi-token forward of the grid.
+    carries in all (M = n · b), one piece per kernel: the row counts from each of ``breaks`` to the
+    next run one kernel (``specnb.models.kernels.route_breaks``), so each piece is priced on its own
+    — one measured point at its median, several on a robust line through them, pooled over batch
+    sizes. M = 1 is always a piece of its own (2 is always a break). Why: on a CPU the forward of 2
+    tokens costs far more than 1 more token's worth on MKL (matrix-vector products become
+    matrix-matrix products, with their packing overhead), and where a model sends some row counts
+    to oneDNN and others to MKL (``kernels="auto"`` on a mixed path: on the AMD EPYC one day oneDNN
+    for 1 and 4+ rows, MKL's GEMM for 2–3) verifying 2 tokens cost 1.9x one token and 4 tokens 1.0x;
+    one line through every M ≥ 2 priced both at 1.2x and over-predicted γ = 1 by half. Within one
+    kernel 2 to 18 tokens cost nearly alike, so pooling a piece's points keeps one noisy median (on
+    a shared machine one cell in ten lands 15% off) from deciding a verification's price. A piece
+    the grid has no point in is priced on the line through every M ≥ 2.
     """
 
     t0_ms: float
@@ -59,27 +63,42 @@ class CostModel:
     r2: float = float("nan")
     n_points: int = 0
     measured: list = field(default_factory=list)  # [[n_tokens, batch_size, median_ms], ...]
+    breaks: list = field(default_factory=lambda: [2])  # first M of each piece after M = 1
 
     def curve(self, batch_size=1) -> Callable[[np.ndarray], np.ndarray]:
         """ms per forward as a function of n at one batch size (the simulation calls it every step)."""
-        one, multi = self.pieces()
+        starts, lines = self.pieces()
+        intercepts, slopes = np.array([a for a, _ in lines]), np.array([b for _, b in lines])
 
         def ms(n_tokens):
             tokens = np.asarray(n_tokens, dtype=float) * batch_size  # M = n · b
-            return np.where(tokens <= 1, one, multi[0] + multi[1] * tokens)
+            piece = np.searchsorted(starts, tokens, side="right") - 1
+            return intercepts[piece] + slopes[piece] * tokens
 
         return ms
 
-    def pieces(self) -> tuple[float, tuple[float, float]]:
-        """(ms of a one-token forward, (intercept, slope) of a robust line over the forwards of M ≥ 2
-        tokens); the fitted line stands in for a piece the grid has too few points for."""
+    def pieces(self) -> tuple[np.ndarray, list[tuple[float, float]]]:
+        """(first M of each piece: 1 and the breaks, [(intercept, slope) per piece]): a piece's one
+        measured M at its median (slope 0), several on a Theil-Sen line; a piece without points on
+        the line over all M ≥ 2 (or the fitted line when the grid has fewer than two such M)."""
         rows = np.array(self.measured, dtype=float).reshape(-1, 3)
         tokens, ms = rows[:, 0] * rows[:, 1], rows[:, 2]
-        one = float(np.median(ms[tokens == 1])) if (tokens == 1).any() else self.t0_ms + self.ms_per_token
         many = tokens >= 2
-        if len(np.unique(tokens[many])) < 2:
-            return one, (self.t0_ms, self.ms_per_token)
-        return one, theil_sen(tokens[many], ms[many])
+        fallback = ((self.t0_ms, self.ms_per_token) if len(np.unique(tokens[many])) < 2
+                    else theil_sen(tokens[many], ms[many]))
+        starts = np.array([1.0, *sorted({float(b) for b in self.breaks if b > 1} | {2.0})])
+        ends = [*starts[1:], np.inf]
+        lines = []
+        for lo, hi in zip(starts, ends):
+            inside = (tokens >= lo) & (tokens < hi)
+            distinct = np.unique(tokens[inside])
+            if len(distinct) >= 2:
+                lines.append(theil_sen(tokens[inside], ms[inside]))
+            elif len(distinct) == 1:
+                lines.append((float(np.median(ms[inside])), 0.0))
+            else:
+                lines.append(fallback)
+        return starts, lines
 
     def forward_ms(self, n_tokens, batch_size=1):
         return self.curve(batch_size)(n_tokens)
@@ -95,8 +114,9 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(np.median(y - slope * x)), slope
 
 
-def fit_cost_model(grid: pd.DataFrame) -> CostModel:
-    """Least squares of ``median_ms`` on tokens × batch (columns n_tokens, batch_size, median_ms)."""
+def fit_cost_model(grid: pd.DataFrame, breaks=(2,)) -> CostModel:
+    """Least squares of ``median_ms`` on tokens × batch (columns n_tokens, batch_size, median_ms);
+    ``breaks``: where the model's kernel changes with the row count (``CostModel``)."""
     from specnb.measure.forward import fit_line
 
     x = (grid["n_tokens"] * grid["batch_size"]).to_numpy(dtype=float)
@@ -105,7 +125,8 @@ def fit_cost_model(grid: pd.DataFrame) -> CostModel:
                              f"got {sorted(set(x))}")
     t0, k, r2 = fit_line(x, grid["median_ms"])
     measured = grid[["n_tokens", "batch_size", "median_ms"]].to_numpy(dtype=float).tolist()
-    return CostModel(t0_ms=t0, ms_per_token=max(k, 0.0), r2=r2, n_points=len(x), measured=measured)
+    return CostModel(t0_ms=t0, ms_per_token=max(k, 0.0), r2=r2, n_points=len(x), measured=measured,
+                     breaks=[int(b) for b in breaks])
 
 
 # ---------------------------------------------------------------------------- hardware profile
@@ -146,6 +167,26 @@ class HardwareProfile:
     created_utc: str = ""
     specnb_version: str = ""
     notes: list[str] = field(default_factory=list)
+
+
+def priced_paths(profile: HardwareProfile) -> dict[str, str]:
+    """Model name -> the kernel path its costs were measured on (``specnb.models.kernels.spans_label``)."""
+    from specnb.models.kernels import KernelChoice
+
+    return {name: KernelChoice.from_dict(c).label() for name, c in profile.machine.get("kernels", {}).items()}
+
+
+def path_mismatches(profile: HardwareProfile, kernels: dict[str, dict]) -> list[str]:
+    """What a loaded pair runs (``Pair.kernels``) that the profile did not price: one "model: priced
+    X, runs Y" per model both know of whose path differs. Why it matters: on an AMD EPYC verifying 2
+    tokens on oneDNN costs 0.77x one token on MKL; a profile priced on one path predicts for
+    another a speedup the run does not get."""
+    from specnb.models.kernels import KernelChoice
+
+    priced = priced_paths(profile)
+    runs = {name: KernelChoice.from_dict(c).label() for name, c in kernels.items()}
+    return [f"{name}: priced {priced[name]}, runs {runs[name]}" for name in runs
+            if name in priced and priced[name] != runs[name]]
 
 
 def cost_model_table(profile: HardwareProfile) -> pd.DataFrame:

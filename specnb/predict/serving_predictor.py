@@ -17,7 +17,8 @@ The model (one engine step serves every running sequence at once):
 - Acceptance (d, τ') is taken at the calibration level only; the other levels are predictions, and
   ``validate_serving`` reports the median error there against the measured TPOT speedup.
   ``validate_held_out`` cross-fits on prompts (two folds with the same mix of categories, from
-  llama.cpp's per-request draft counts): every level, on prompts the predictor never saw.
+  llama.cpp's per-request draft counts, or from vLLM's counters over runs that held one fold's
+  prompts only): every level, on prompts the predictor never saw.
 
 Why speedup falls with load: t grows with the tokens in the batch once the machine stops being
 memory-bound, and speculation multiplies those tokens by 1 + d while dividing steps only by τ'.
@@ -144,22 +145,52 @@ def folds(records: pd.DataFrame) -> pd.Series:
     return key.map(dict(zip(firsts["_key"], rank)))
 
 
+COUNTER_COLUMNS = ("tokens_predicted", "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
+
+
+def counter_summary(records: pd.DataFrame, runs: pd.DataFrame, in_fold: pd.Series) -> pd.DataFrame:
+    """``request_summary`` for an engine that counts drafts per run, not per request (vLLM): mean TPOT
+    from the fold's requests, the counters summed over the runs whose every request is in the fold (a
+    run's counters cannot be split by request). A speculative configuration's level without such a
+    run is left out, so it is calibrated at its lowest level that has one; spec-off keeps every level
+    (only its TPOT prices a step)."""
+    keys = ["config", "concurrency", "round", "chunk"]
+    whole = records.assign(_in=in_fold.to_numpy()).groupby(keys, as_index=False)["_in"].all()
+    inside = runs.merge(whole[whole["_in"]][keys], on=keys)
+    counted = inside.groupby(["config", "concurrency"], as_index=False)[list(COUNTER_COLUMNS)].sum()
+    ok = records[in_fold & records["success"]]
+    tpot = (ok.groupby(["config", "concurrency"], as_index=False)["tpot"].mean()
+            .assign(mean_tpot_ms=lambda f: f["tpot"] * 1e3).drop(columns="tpot"))
+    frame = tpot.merge(counted, on=["config", "concurrency"], how="left")
+    return frame[(frame["config"] == BASELINE_CONFIG) | frame["tokens_predicted"].notna()].reset_index(drop=True)
+
+
+def per_request_counts(records: pd.DataFrame) -> bool:
+    """Whether requests carry their own draft counts (llama.cpp's ``timings``)."""
+    return records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() > 0
+
+
 def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
-                      n_boot: int = 500, seed: int = 0, probe: pd.DataFrame | None = None) -> pd.DataFrame:
+                      n_boot: int = 500, seed: int = 0, probe: pd.DataFrame | None = None,
+                      runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Two-fold cross-fit on prompts: calibrate on one fold (``folds``), predict the TPOT speedup at
     every level and compare with the one measured on the other fold, then the other way round —
     every prediction is for prompts the predictor never saw (``calibration`` False everywhere).
-    Needs per-request draft counts (llama.cpp); empty without them."""
+    Acceptance comes from per-request draft counts (llama.cpp) or, given the sweep's ``runs``, from
+    the engine's counters of runs that held one fold's prompts only (``counter_summary``; vLLM);
+    empty with neither."""
     from specnb.measure.serving_summary import paired_requests, speedup_ci
 
     closed_loop_levels(records)
-    if records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() == 0:
+    by_request = per_request_counts(records)
+    if not by_request and (runs is None or runs.empty or "chunk" not in records or "chunk" not in runs):
         return pd.DataFrame()
     fold = folds(records)
     rng = np.random.default_rng(seed)
     frames = []
     for calibrate_on in (0, 1):
-        calibration = request_summary(records[fold == calibrate_on])
+        calibration = request_summary(records[fold == calibrate_on]) if by_request else \
+            counter_summary(records, runs, fold == calibrate_on)
         held = records[fold != calibrate_on]
         held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
         for config, draft_model in configs.items():
@@ -221,12 +252,23 @@ def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]
     return ranges
 
 
-def vllm_config(policy: pd.DataFrame, method: str, model: str = "") -> str:
-    """The ``--speculative-config`` JSON for vLLM with the policy as ``num_speculative_tokens_per_batch_size``."""
+def speculative_config(policy: pd.DataFrame, method: str, model: str = "") -> dict:
+    """vLLM's ``--speculative-config`` for the policy, its ranges as ``num_speculative_tokens_per_batch_size``
+    and ``num_speculative_tokens`` their largest k; {} where no level speculates, since vLLM then runs
+    best with no speculative config at all (a schedule of zeros still loads and calls the proposer)."""
     ranges = policy_ranges(policy)
-    config = {"method": method, "num_speculative_tokens": max([r[2] for r in ranges] + [1]),
-              "num_speculative_tokens_per_batch_size": ranges}
-    return json.dumps(config | ({"model": model} if model else {}))
+    k_max = max((k for *_, k in ranges), default=0)
+    if not k_max:
+        return {}
+    config = {"method": method, "num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": ranges}
+    return config | ({"model": model} if model else {})
+
+
+def vllm_config(policy: pd.DataFrame, method: str, model: str = "") -> str:
+    """``speculative_config`` as the JSON a vLLM user pastes; "" where no level speculates (no
+    ``--speculative-config``)."""
+    config = speculative_config(policy, method, model)
+    return json.dumps(config) if config else ""
 
 
 def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]:
@@ -240,3 +282,14 @@ def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]
         what = "no --spec-type (spec-off)" if k == 0 else flags.get(by_k.loc[k, "config"], f"--spec-draft-n-max {k}")
         lines.append(f"{span} concurrent: {what}")
     return lines
+
+
+def policy_switch(policy: pd.DataFrame) -> float:
+    """The load where the policy stops speculating: the geometric mean of its last level that drafts
+    and the next one, which does not; NaN where it never switches off (or never drafts)."""
+    levels = policy.sort_values("concurrency")
+    on = levels["k"].to_numpy() > 0
+    for i in range(1, len(levels)):
+        if on[i - 1] and not on[i]:
+            return float(math.sqrt(levels["concurrency"].iloc[i - 1] * levels["concurrency"].iloc[i]))
+    return math.nan

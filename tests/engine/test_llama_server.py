@@ -15,7 +15,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from specnb.engine.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args, servers
+from specnb.engine.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args
+from specnb.engine.servers import servers
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import Target, run_sweep, sweep_servers
 
@@ -48,8 +49,8 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
                             ctx_per_slot=512,
                             threads=1)]
     with servers(configs, timeout_s=START_S) as running:
-        pids = [s.pid for s in running.values()]
-        targets = [Target(name=name, url=s.url) for name, s in running.items()]
+        pids = [s.pid for s in running.servers.values()]
+        targets = [Target(name=name, url=s.url) for name, s in running.servers.items()]
         sweep = run_sweep(targets, PROMPTS, [1], max_tokens=24, ignore_eos=False, warmup=False, probe_upto=2)
     assert all(gone(pid) for pid in pids)
     assert list(sweep.probe["tokens"]) == [1, 2] and (sweep.probe["forward_ms"] > 0).all()
@@ -91,16 +92,16 @@ def test_a_port_the_caller_names_that_is_taken_is_one_line_with_the_last_log_lin
 def test_a_port_taken_between_picking_and_binding_is_retried_on_another(verifier, monkeypatch):
     """The race, forced: the port the project picks is already held by another llama-server, which
     answers /health too. The new server must not take that one for its own, but retry elsewhere."""
-    from specnb.engine import llama_server
+    from specnb.engine import server_process
 
     with Server(tiny("first", verifier), timeout_s=START_S) as first:
         picks = iter([first.port])
-        real = llama_server.free_port
-        monkeypatch.setattr(llama_server, "free_port", lambda: next(picks, None) or real())
+        real = server_process.free_port
+        monkeypatch.setattr(server_process, "free_port", lambda: next(picks, None) or real())
         with Server(tiny("second", verifier), timeout_s=START_S) as second:
             assert second.port != first.port and second.healthy()
-            assert llama_server.owns_port(second.pid, second.port) and not llama_server.owns_port(second.pid,
-                                                                                                   first.port)
+            assert server_process.owns_port(second.pid, second.port)
+            assert not server_process.owns_port(second.pid, first.port)
 
 
 def test_server_arguments_are_loopback_with_the_speculation_flags():

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import WORDS, perturbed_copy, synthetic
+from helpers import WORDS, perturbed_copy, synthetic, word_pair
 
 from specnb.core.errors import ParameterError
 from specnb.measure import runs
@@ -128,3 +128,22 @@ def test_tree_candidates_static_and_dynamic_only_for_drafts_that_grow_them(pair)
     assert set(names) == {"verifier-only", "eagle γ=2", "eagle tree=3x2", "eagle tree=dynamic4w3n8", "noisy γ=2",
                           "lookup γ=2"}
     assert names["eagle tree=dynamic4w3n8"].gamma == 4 and names["eagle tree=3x2"].gamma == 2
+
+
+def test_every_record_and_summary_row_says_which_kernels_each_side_ran(prompts):
+    """The baseline's verifier runs the kernels the speculative side's verifier runs, and the tables say so."""
+    import copy
+
+    from specnb.models.kernels import use_kernels
+
+    packed = copy.copy(word_pair())
+    packed.verifier = use_kernels(copy.deepcopy(packed.verifier), "onednn", spans=((1, 1), (4, 64)))
+    drafts = {"noisy": perturbed_copy(word_pair().verifier, 0.3, 1), "lookup": PromptLookup()}
+    got = runs.run_interleaved(packed, prompts.iloc[:2], runs.make_candidates(drafts, gammas=[2]), max_new_tokens=4,
+                               progress=False, warmup=False)
+    assert set(got["verifier_kernels"]) == {"mixed (oneDNN 1 and 4–64 rows)"}
+    assert dict(zip(got["candidate"], got["draft_kernels"])) == {"verifier-only": "", "noisy γ=2": "default",
+                                                                  "lookup γ=2": ""}
+    summary = runs.summarise(got).set_index("candidate")
+    assert set(summary["baseline_kernels"]) == set(summary["verifier_kernels"]) == {"mixed (oneDNN 1 and 4–64 rows)"}
+    assert set(runs.KERNEL_COLUMNS) <= set(summary.columns)

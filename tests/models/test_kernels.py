@@ -20,9 +20,24 @@ def test_packed_linear_matches_the_default_for_every_row_count():
     torch.manual_seed(0)
     weight = torch.randn(96, 64)
     packed = PackedLinear(weight, max_rows=8)
-    for rows in (1, 2, 3, 8, 9, 40):  # 1: MKL's matrix-vector kernel; 2..8: oneDNN; more: MKL's GEMM
+    mixed = PackedLinear(weight, max_rows=8, spans=((1, 1), (4, 8)))
+    for rows in (1, 2, 3, 8, 9, 40):  # 1..8: oneDNN (mixed: 2, 3 on MKL); more: MKL's GEMM
         x = torch.randn(2, rows, 64) if rows == 40 else torch.randn(rows, 64)
         torch.testing.assert_close(packed(x), x @ weight.T, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(mixed(x), x @ weight.T, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_linear_sends_exactly_its_spans_to_onednn(monkeypatch):
+    """Which kernel each row count reaches: oneDNN's op for the rows in ``spans``, F.linear for the rest."""
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(kernels.torch.ops.mkldnn, "_linear_pointwise",
+                        lambda x, *a: calls.append(x.shape[0]) or real(x, *a), raising=False)
+    layer = PackedLinear(torch.randn(16, 8), max_rows=8, spans=((1, 1), (4, 8)))
+    for rows in range(1, 11):
+        layer(torch.randn(rows, 8))
+    assert calls == [1, 4, 5, 6, 7, 8]
+    assert PackedLinear(torch.randn(16, 8), max_rows=8).spans == ((1, 8),)  # the default: every row to oneDNN
 
 
 def test_a_swapped_model_keeps_its_ties_and_its_outputs():
@@ -86,40 +101,42 @@ def test_auto_decodes_exactly_what_the_default_decodes(decisions, monkeypatch, f
     assert generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=12).tokens == expected
 
 
-def test_the_rule_prefers_the_default_unless_onednn_is_clearly_faster():
-    def decide(default, onednn, widths=(2, 4)):
-        return kernels.decide({"default": default, "onednn": onednn}, widths)
+def test_the_rule_sends_each_row_count_to_the_clearly_faster_path():
+    def decide(default, onednn, widths=(1, 2, 4)):
+        return kernels.decide({"default": default, "onednn": onednn}, widths, max_rows=64)
 
-    assert decide([10.0, 20.0], [9.5, 19.0]) == ("default", 0)  # 5% faster: noise
-    assert decide([10.0, 20.0], [8.0, 17.0]) == ("onednn", 2)  # clearly faster at both widths
-    assert decide([10.0, 20.0], [14.0, 16.0]) == ("mixed", 4)  # MKL at 2 rows, oneDNN from 4 (the Xeon here)
-    assert decide([10.0, 20.0], [8.0, 21.0]) == ("default", 0)  # faster at 2 rows only: not from 2 rows on
-    assert decide([10.0, 20.0, 30.0], [11.0, 17.0, 20.0], (2, 4, 8)) == ("mixed", 4)
-    assert decide([10.0, 20.0, 30.0], [11.0, 17.0, 29.0], (2, 4, 8)) == ("default", 0)
+    assert decide([10.0, 10.0, 20.0], [9.5, 9.5, 19.0]) == ("default", ())  # 5% faster: noise
+    assert decide([10.0, 10.0, 20.0], [8.0, 8.0, 17.0]) == ("onednn", ((1, 64),))  # clearly faster everywhere
+    assert decide([10.0, 20.0, 40.0], [8.0, 30.0, 30.0]) == ("mixed", ((1, 1), (4, 64)))  # not at 2 rows (a Xeon)
+    assert decide([10.0, 10.0, 20.0], [10.0, 14.0, 16.0]) == ("mixed", ((4, 64),))  # oneDNN from 4 rows only
+    assert decide([10.0, 10.0, 20.0], [8.0, 8.0, 21.0]) == ("mixed", ((1, 2),))  # 3 rows: MKL, as at 4
+    assert decide([10.0, 20.0, 30.0], [11.0, 17.0, 20.0], (2, 4, 8)) == ("mixed", ((4, 64),))
+    assert decide([10.0, 20.0, 30.0], [11.0, 17.0, 29.0], (2, 4, 8)) == ("mixed", ((4, 4),))
+    assert decide([10.0, 20.0], [8.0, 17.0], (2, 4)) == ("mixed", ((2, 64),))  # one row untimed: MKL
 
 
 def test_mixed_sends_only_the_wider_forwards_to_onednn(decisions, monkeypatch):
     def mixed(layers, widths, budget_s=1.0):
-        return {"default": [1.0, 2.0], "onednn": [1.5, 1.0]}, 3
+        return {"default": [1.0, 1.0, 2.0], "onednn": [1.0, 1.5, 1.0]}, 3
 
     monkeypatch.setattr(kernels, "time_paths", mixed)
     verifier, draft = peaked_pair("llama")
     ids, mask = ragged_prompts()
     expected = generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=12).tokens
     choice = kernels.apply_kernels(verifier, "auto", "verifier")
-    assert (choice.path, choice.min_rows, verifier.kernels) == ("mixed", 4, "mixed")
-    assert {m.min_rows for m in verifier.modules() if isinstance(m, PackedLinear)} == {4}
-    assert "mixed (oneDNN from 4 rows)" in choice.text()
+    assert (choice.path, choice.min_rows, choice.spans, verifier.kernels) == ("mixed", 4, ((4, 64),), "mixed")
+    assert {m.spans for m in verifier.modules() if isinstance(m, PackedLinear)} == {((4, 64),)}
+    assert "mixed (oneDNN 4–64 rows)" in choice.text() and kernels.kernel_label(verifier) == "mixed (oneDNN 4–64 rows)"
     assert generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=12).tokens == expected
     again = tiny_model(peaked=8.0)  # same shapes: the cached decision, min_rows included
     assert kernels.apply_kernels(again, "auto").reason == "cached"
-    assert {m.min_rows for m in again.modules() if isinstance(m, PackedLinear)} == {4}
+    assert {m.spans for m in again.modules() if isinstance(m, PackedLinear)} == {((4, 64),)}
 
 
 def test_a_timed_decision_is_cached_per_machine_and_reused(decisions, monkeypatch):
     monkeypatch.setattr(kernels, "time_paths", faster("onednn"))
     first = kernels.apply_kernels(tiny_model(), "auto", "a")
-    assert first.reason == "timed" and first.ms["onednn"] == [1.0, 1.0] and first.rule
+    assert first.reason == "timed" and first.ms["onednn"] == [1.0, 1.0, 1.0] and first.rule
     assert decisions.is_file()
     monkeypatch.setattr(kernels, "time_paths", lambda *a, **k: pytest.fail("a cached decision is not re-timed"))
     again = kernels.apply_kernels(tiny_model(seed=1), "auto", "b")  # same shapes, other weights

@@ -404,8 +404,10 @@ def test_load_drafts_records_each_models_kernel_choice(tmp_path, tokenizer_dir, 
     assert json.loads(json.dumps(pair.kernels)) == pair.kernels
     assert list(pair.kernels) == [v, d, "exit:1"] and len(timed) == 2
     assert (pair.kernels[v]["path"], pair.kernels[v]["reason"], pair.verifier.kernels) == ("onednn", "timed", "onednn")
-    assert pair.kernels[v]["ms"] == {"default": [2.0, 2.0], "onednn": [1.0, 1.0]}
+    assert pair.kernels[v]["ms"] == {"default": [2.0] * 3, "onednn": [1.0] * 3}  # 1, 2 and 4 rows
     assert (pair.kernels[d]["path"], drafts[d].kernels) == ("default", "default")
     assert pair.kernels["exit:1"]["path"] == "onednn" and pair.kernels["exit:1"]["reason"] == "shared with the verifier"
+    labels = [kernels.kernel_label(m) for m in (pair.verifier, drafts[d], drafts["exit:1"], drafts["prompt-lookup"])]
+    assert labels == ["onednn", "default", "onednn", ""]  # read off the layers each one runs
     named = pairs.load_pair(v, d, device="cpu", dtype="float32", kernels="default")
     assert {c["reason"] for c in named.kernels.values()} == {"asked"} and len(timed) == 2

@@ -156,6 +156,32 @@ def test_the_serving_notebook_without_an_engine_is_a_note_not_a_failure(tmp_path
 
 
 @pytest.mark.slow
+def test_the_serving_notebook_on_vllm_without_vllm_is_a_note_not_a_failure(tmp_path):
+    """engine vllm and no endpoint where setup left vLLM out: notebook 08 says why in one line and still
+    ends with its conclusion; no server is started."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1",
+                                                                               "SPECNB_SKIP_VLLM": "1"}
+    done = subprocess.run([sys.executable, "-m", "specnb", "run", "08", "--smoke", "-p", "engine", "vllm", "--json",
+                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    executed = nbformat.read(tmp_path / "08_serving.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in code_cells(executed) for o in c.outputs)
+    assert "note: vLLM left out: SPECNB_SKIP_VLLM=1" in text and ", vLLM 0.32.0 (CPU) with " in text
+    conclusion = code_cells(executed)[-1].outputs
+    assert any("vLLM left out" in str(o.get("data", {})) for o in conclusion)
+
+
+@pytest.mark.slow
+def test_a_bad_level_is_refused_before_any_server_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "specnb", "run", "08", "-p", "concurrency", "[0]",
+                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("specnb")]
+    assert len(ours) == 1 and "ParameterError: concurrency levels must be whole numbers >= 1" in ours[0], ours
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(llama_server.missing_note() is not None, reason="no llama-server built")
 def test_ctrl_c_during_the_serving_sweep_stops_its_servers_and_keeps_the_records(tmp_path):
     """`specnb run 08` on a tiny sweep that would run for minutes, interrupted as a terminal's Ctrl-C

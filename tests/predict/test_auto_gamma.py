@@ -78,3 +78,30 @@ def test_run_records_say_auto_chose_which_gamma(profile):
     assert summary.loc["noisy γ=2", "gamma_reason"] == ""
     drafted = summary.loc[[c.name for c in candidates[1:]], "drafted_per_step"]
     assert drafted.between(0.5, 3).all()
+
+
+def test_a_cached_profile_priced_on_other_kernels_or_an_older_format_is_not_used(tmp_path, monkeypatch, profile):
+    """The predictor prices what generate runs: a profile whose verifier was timed on MKL does not choose γ
+    for a verifier that now runs oneDNN (it is calibrated afresh), nor does a profile of an older format."""
+    import copy
+    import json
+
+    from specnb.models.kernels import KernelChoice
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    on = {"onednn": KernelChoice(model="v", path="onednn", asked="auto", reason="timed", min_rows=1,
+                                 spans=((1, 64),)).as_dict(),
+          "default": KernelChoice(model="v", path="default", asked="auto", reason="timed").as_dict()}
+    priced = copy.deepcopy(profile)
+    priced.machine = {**priced.machine, "kernels": {priced.verifier: {**on["default"], "model": priced.verifier}}}
+    path = costs.save_profile(priced, auto_gamma.profile_path(priced.verifier, "cpu"))
+    runs_on = {kind: {priced.verifier: {**choice, "model": priced.verifier}} for kind, choice in on.items()}
+    assert costs.path_mismatches(priced, runs_on["onednn"]) == [f"{priced.verifier}: priced default, runs onednn"]
+    assert costs.path_mismatches(priced, runs_on["default"]) == []
+    assert auto_gamma.cached_profile(priced.verifier, "cpu", runs_on["default"]) is not None
+    assert auto_gamma.cached_profile(priced.verifier, "cpu", runs_on["onednn"]) is None
+    chosen = auto_gamma.auto_gamma(priced.verifier, draft_of(priced), device="cpu", calibrate=False,
+                                   kernels=runs_on["onednn"])
+    assert chosen.profile is None and "no profile" in chosen.choose(1)[1]
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": "specnb-hardware-profile/3"}))
+    assert auto_gamma.cached_profile(priced.verifier, "cpu") is None

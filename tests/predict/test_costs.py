@@ -15,15 +15,15 @@ from specnb.predict import costs
 def test_the_curve_prices_one_token_at_its_own_time_and_more_on_a_line():
     measured = [[1, 1, 5.0], [2, 1, 9.0], [4, 1, 10.0], [8, 1, 12.0], [2, 2, 10.0]]
     model = costs.CostModel(t0_ms=4.0, ms_per_token=1.0, measured=measured)
-    one, (t0, slope) = model.pieces()
-    assert one == 5.0 and slope == pytest.approx(0.5) and t0 == pytest.approx(8.0)
-    assert model.forward_ms(1) == 5.0 and model.forward_ms(6) == pytest.approx(11.0)
+    assert model.forward_ms(1) == 5.0  # the measured one-token forward, not the line's 5.5
+    assert model.forward_ms(6) == pytest.approx(11.0)  # the Theil-Sen line over M >= 2: 8 + 0.5 M
     assert model.curve(batch_size=2)(3) == pytest.approx(11.0)  # M = n · b = 6
 
 
-def test_without_enough_points_the_fitted_line_stands_in():
+def test_without_points_the_fitted_line_stands_in():
     model = costs.CostModel(t0_ms=2.0, ms_per_token=0.5, measured=[[2, 1, 3.0]])
-    assert model.pieces() == (2.5, (2.0, 0.5))
+    assert model.forward_ms(1) == pytest.approx(2.5)  # no one-token point: t0 + 1 · slope
+    assert model.forward_ms(2) == pytest.approx(3.0)  # one measured M: its time
 
 
 def test_theil_sen_ignores_one_slow_cell_and_never_slopes_down():

@@ -3,6 +3,9 @@ the recommendation, the hand-entered reference profile, profile JSON, and bad in
 Synthetic numbers, plus one end-to-end run on tiny random models."""
 
 
+import json
+from dataclasses import asdict
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -21,6 +24,32 @@ from specnb.predict import costs, predictor, reference_replay, traces, what_if
 
 
 
+
+
+def test_cost_model_prices_each_kernel_stretch_on_its_own():
+    """A mixed path (oneDNN at 1 and 4..64 rows, MKL's GEMM at 2..3): verifying 2 tokens costs 1.9x one,
+    4 tokens 1.0x. One line through every M >= 2 prices both alike (here: as the majority, 4+); each stretch on its own
+    prices what runs, and a batch's tokens in all pick the stretch."""
+    grid = pd.DataFrame({"n_tokens": [1, 2, 3, 4, 5, 6, 7], "batch_size": 1,
+                         "median_ms": [60.0, 114, 116, 60, 61, 62, 63]})
+    pooled = costs.fit_cost_model(grid)
+    split = costs.fit_cost_model(grid, breaks=(2, 4, 65))
+    assert split.forward_ms(np.array([1, 2, 3, 4, 7])) == pytest.approx([60.0, 114, 116, 60, 63])
+    assert split.forward_ms(2, 2) == pytest.approx(60.0)  # 2 tokens x 2 rows: the oneDNN stretch
+    assert split.forward_ms(40, 2) == pytest.approx(pooled.forward_ms(40, 2))  # past 64 rows, no point: the pooled line
+    assert abs(pooled.forward_ms(2) - 114) > 40  # what it fixes: the pooled line prices 2 tokens as 4
+    assert costs.CostModel(**json.loads(json.dumps(asdict(split)))).forward_ms(3) == pytest.approx(116.0)
+
+
+def test_route_breaks_follow_the_rows_each_kernel_takes():
+    from helpers import tiny_model
+
+    from specnb.models.kernels import route_breaks, use_kernels
+
+    assert route_breaks(tiny_model()) == (2,)  # MKL: matrix-vector at 1 row, GEMM from 2
+    assert route_breaks(use_kernels(tiny_model(), "onednn")) == (2, 65)
+    assert route_breaks(use_kernels(tiny_model(), "onednn", spans=((1, 1), (4, 64)))) == (2, 4, 65)
+    assert route_breaks(None) == (2,)  # prompt lookup: nothing runs
 
 
 def test_fit_needs_two_sizes():

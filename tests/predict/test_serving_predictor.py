@@ -2,6 +2,7 @@
 and notebook 08's parameter parsing."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -13,8 +14,10 @@ from specnb.predict.serving_predictor import (
     llama_server_flags,
     median_error,
     policy_ranges,
+    policy_switch,
     predict_serving,
     serving_policy,
+    speculative_config,
     step_cost,
     step_ms,
     validate_held_out,
@@ -92,6 +95,19 @@ def test_policy_ranges_and_pasteable_forms():
     assert flags[2] == "16 or more concurrent: no --spec-type (spec-off)"
 
 
+def test_a_policy_that_never_speculates_is_no_speculative_config():
+    summary = pd.DataFrame({"config": ["ngram k=4"] * 2, "concurrency": [1, 8], "speedup_tpot": [0.95, 0.88],
+                            "speedup_tpot_lo": [0.89, 0.8]})
+    policy = serving_policy(summary, {"ngram k=4": 4})
+    assert list(policy["k"]) == [0, 0]
+    assert speculative_config(policy, "ngram") == {} and vllm_config(policy, "ngram") == ""
+    paying = serving_policy(summary.assign(speedup_tpot_lo=[1.1, 0.8]), {"ngram k=4": 4})
+    assert speculative_config(paying, "ngram", "draft") == {"method": "ngram", "num_speculative_tokens": 4,
+                                                            "num_speculative_tokens_per_batch_size": [[1, 7, 4],
+                                                                                                      [8, 4096, 0]],
+                                                            "model": "draft"}
+
+
 def test_endpoints_are_loopback_by_default_and_named(monkeypatch):
     monkeypatch.delenv("SPECNB_ALLOW_REMOTE", raising=False)
     [only] = endpoint_targets("http://127.0.0.1:8000/", "vllm")
@@ -136,6 +152,37 @@ def test_held_out_validation_cross_fits_on_prompt_folds():
     assert validate_held_out(one_per_category, {"ngram k=2": False}).empty
 
 
+def test_held_out_validation_from_engine_counters_uses_runs_within_one_fold():
+    # vLLM counts drafts per run, not per request: prompts p0, p1 (fold 0) and p2, p3 (fold 1); at
+    # concurrency 1 each fold is a run of its own, at 2 one run holds all four and calibrates nothing.
+    records, runs = [], []
+    counts = {0: (8.0, 24.0), 1: (2.0, 24.0)}  # chunk -> (accepted, drafted) of its 22 tokens
+    for config, tpot in (("spec-off", 0.010), ("ngram k=2", 0.008)):
+        for level, chunk_of in ((1, [0, 0, 1, 1]), (2, [0, 0, 0, 0])):
+            for index, chunk in enumerate(chunk_of):
+                records.append({"config": config, "concurrency": level, "round": 0, "chunk": chunk,
+                                "prompt_index": index, "prompt_id": f"p{index}", "category": "ab"[index % 2],
+                                "success": True, "output_tokens": 11, "ttft": 0.1, "latency": 0.1 + 10 * tpot,
+                                "tpot": tpot, "draft_n": 0, "draft_n_accepted": 0, "generated_text": "same"})
+            for chunk in sorted(set(chunk_of)):
+                accepted, drafted = counts[chunk] if config != "spec-off" and level == 1 else (5.0, 48.0)
+                runs.append({"config": config, "concurrency": level, "round": 0, "chunk": chunk,
+                             "tokens_predicted": 11.0 * chunk_of.count(chunk),
+                             "spec_decode_draft_tokens": drafted if config != "spec-off" else 0.0,
+                             "spec_decode_accepted_tokens": accepted if config != "spec-off" else 0.0})
+    records, runs = pd.DataFrame(records), pd.DataFrame(runs)
+    assert list(folds(records[records["concurrency"] == 1].head(4))) == [0, 0, 1, 1]
+    validation = validate_held_out(records, {"ngram k=2": False}, n_boot=20, runs=runs).set_index(["fold",
+                                                                                                   "concurrency"])
+    # predicting fold 1 from fold 0's run: 22 tokens, 8 accepted -> 14 steps, 24 drafted; fold 0 from fold 1's
+    assert validation.loc[(1, 1), "tokens_per_step"] == pytest.approx(22 / 14)
+    assert validation.loc[(0, 1), "tokens_per_step"] == pytest.approx(22 / 20)
+    assert validation.loc[(0, 1), "draft_per_step"] == pytest.approx(24 / 20)
+    assert (validation["calibrated_at"] == 1).all() and set(validation.reset_index()["concurrency"]) == {1, 2}
+    assert validate_held_out(records.drop(columns="chunk"), {"ngram k=2": False}, runs=runs).empty
+    assert validate_held_out(records, {"ngram k=2": False}).empty  # no runs, no per-request counts
+
+
 def test_endpoint_configurations_are_read_from_their_names():
     from specnb.app.serving_setup import draft_kinds, draft_lengths, vllm_method
 
@@ -152,3 +199,9 @@ def test_a_poisson_sweep_is_refused_by_the_predictor_and_the_policy():
     for call in calls:
         with pytest.raises(ParameterError, match="closed-loop concurrency levels.*Poisson"):
             call()
+
+
+def test_the_policy_switches_off_between_its_last_drafting_level_and_the_next():
+    policy = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 2, 0, 0]})
+    assert policy_switch(policy) == pytest.approx(8.0)
+    assert math.isnan(policy_switch(policy.assign(k=0))) and math.isnan(policy_switch(policy.assign(k=3)))

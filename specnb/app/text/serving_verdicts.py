@@ -3,20 +3,20 @@ predictor's error, the policy (vLLM's and llama-server's forms) and the conclusi
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
 
-from specnb.app.serving_setup import vllm_method
+from specnb.app.serving_setup import vllm_policy
 from specnb.app.text.conclusions import Report, bullets
-from specnb.core.intervals import speedup_text
+from specnb.core.intervals import interval_text, speedup_text
 from specnb.engine.llama_server import ServerConfig, spec_flags
 from specnb.measure.serving_load import LEVEL_UNITS, level_column, level_text
 from specnb.measure.serving_summary import BASELINE_CONFIG
 from specnb.predict.serving_predictor import (
     llama_server_flags,
     median_error,
-    serving_policy,
     step_cost,
     step_ms,
     vllm_config,
@@ -58,6 +58,18 @@ def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | No
             f"{row['mean_tpot_ms']:.1f} ms against {t1:.1f} ms")
 
 
+def identical_share(group: pd.DataFrame) -> float:
+    """The share of a configuration's requests, over every level, whose greedy text is spec-off's on
+    the same prompt: measured, never assumed (CPU kernels may round differently across batch shapes)."""
+    paired = float(group["paired_requests"].sum())
+    return float(group["identical_outputs"].sum()) / paired if paired else math.nan
+
+
+def identical_line(group: pd.DataFrame) -> str:
+    return (f"{int(group['identical_outputs'].sum())}/{int(group['paired_requests'].sum())} outputs identical to "
+            f"spec-off over every level ({identical_share(group):.0%})")
+
+
 def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFrame | None = None) -> Report:
     if "speedup_tpot" not in summary:
         return Report("No spec-off configuration to compare with: the tables show each configuration alone.", {})
@@ -69,7 +81,8 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
                      f"{fmt_ci(first, 'speedup_tpot')} at {level_text(column, first[column])}, "
                      f"{fmt_ci(last, 'speedup_tpot')} at {level_text(column, last[column])}; output throughput "
                      f"{fmt_ci(first, 'speedup_output_throughput')} → {fmt_ci(last, 'speedup_output_throughput')}; "
-                     f"{int(first['identical_outputs'])}/{int(first['paired_requests'])} outputs identical to spec-off")
+                     f"{identical_line(group)}")
+        values[f"{config} identical share"] = identical_share(group)
         values[f"{config} speedup_tpot first"] = float(first["speedup_tpot"])
         values[f"{config} speedup_tpot last"] = float(last["speedup_tpot"])
     for row in crossings.to_dict("records"):
@@ -104,27 +117,27 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
-def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int],
-                configs: list[ServerConfig]) -> Report:
+def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int], configs: list) -> Report:
     """The policy per level, then as vLLM's ``--speculative-config`` (one method per server: the
-    schedule of the method chosen most often, re-chosen among its own configurations) and as
-    llama-server flags."""
+    schedule of the method chosen most often, re-chosen among its own configurations) and, unless
+    the sweep ran on vLLM configurations, as llama-server flags."""
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
     flags = {c.name: " ".join("<draft GGUF>" if c.draft and f == str(c.draft) else f for f in spec_flags(c))
-             for c in configs}
-    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
-    method = vllm_method(max(set(chosen), key=chosen.count))
-    family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
-    own = serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+             for c in configs if isinstance(c, ServerConfig)}
+    on_llama = bool(flags) or not configs  # launched llama-servers, or an endpoint (its engine unknown here)
+    method, own = vllm_policy(summary, policy, lengths)
     vllm = vllm_config(own, method)
-    lines = llama_server_flags(policy, flags)
+    lines = llama_server_flags(policy, flags) if on_llama else []
+    vllm_part = (f"vLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```" if vllm
+                 else f"vLLM: no `--speculative-config` ({method} did not pay at any level measured, so launch vLLM "
+                      "without speculation)")
     body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
                      for r in policy.to_dict("records")])
-            + f"\n\nvLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```\n\n"
-            + "llama-server (speculation is fixed per launch: pick by the load you expect):\n\n"
-            + bullets(lines))
-    return Report(body, {"policy_vllm": vllm, "policy_llama_server": lines})
+            + f"\n\n{vllm_part}"
+            + ("\n\nllama-server (speculation is fixed per launch: pick by the load you expect):\n\n" + bullets(lines)
+               if lines else ""))
+    return Report(body, {"policy_vllm": vllm or "no --speculative-config", "policy_llama_server": lines})
 
 
 def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,
@@ -139,7 +152,43 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
         if len(policy):
             on = policy[policy["k"] > 0]["concurrency"].tolist()
             lines.append("policy: " + (f"speculate at concurrency {', '.join(map(str, on))}, spec-off elsewhere" if on
-                                       else "spec-off at every level measured"))
+                                       else "spec-off at every level measured: no `--speculative-config` for vLLM, "
+                                            "no `--spec-type` for llama-server"))
     if note:
         lines.append(note)
     return Report(bullets(lines), {"machine": machine})
+
+
+def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop) -> Report:
+    """The policy launched as its own configuration (``serving_loop.ClosedLoop``): its TPOT speedup
+    against the best static configuration per level (target ≥ 0.95x of it) and its mean TPOT over
+    the bursty trace against every static configuration (target: lower than each)."""
+    if loop is None:
+        return Report("The closed loop (the policy launched as its own vLLM, `adaptive`) runs when notebook 08 starts "
+                      "vLLM itself on closed-loop levels.", {})
+    if loop.adaptive is None:
+        return Report(f"No `adaptive` launch: {loop.note}.", {"adaptive": "none"})
+    spec = json.dumps({"method": loop.adaptive.method, "num_speculative_tokens": loop.adaptive.k,
+                       "num_speculative_tokens_per_batch_size": [list(r) for r in loop.adaptive.schedule]})
+    lines = [f"launched as `--speculative-config '{spec}'`, measured again at every level beside spec-off and the "
+             "static configurations"]
+    values = {"adaptive": spec}
+    for row in check.to_dict("records"):
+        lines.append(f"{row['concurrency']:g} concurrent: adaptive {fmt_ci(row, 'speedup_tpot')} against "
+                     f"{row['best_static']} {row['best_static_speedup_tpot']:.2f}x: {row['ratio']:.2f} of it "
+                     f"({'meets' if row['meets'] else 'misses'} ≥ 0.95)")
+    if len(check):
+        values["adaptive_meets_every_level"] = bool(check["meets"].all())
+        values["adaptive_min_ratio"] = float(check["ratio"].min())
+    if len(trace):
+        others = ", ".join(f"{r['config']} {r['mean_tpot_ms']:.1f} ms (adaptive {r['adaptive_speedup_tpot']:.2f}x "
+                           f"[{interval_text(r['adaptive_speedup_tpot_lo'], r['adaptive_speedup_tpot_hi'])}])"
+                           for r in trace.to_dict("records"))
+        lines.append(f"bursty trace at {loop.rate:.2f} requests/s on average: adaptive's mean TPOT "
+                     f"{trace['adaptive_mean_tpot_ms'].iloc[0]:.1f} ms against {others}; "
+                     + ("lower than every static configuration" if trace["beats"].all()
+                        else "not lower than " + ", ".join(trace.loc[~trace["beats"], "config"])))
+        values["adaptive_beats_every_static_on_trace"] = bool(trace["beats"].all())
+    if loop.note:
+        lines.append(f"note: {loop.note}")
+    return Report(bullets(lines), values)

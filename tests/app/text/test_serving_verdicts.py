@@ -6,8 +6,9 @@ import json
 import pandas as pd
 
 from specnb.app.charts import load_curves
-from specnb.app.text.serving_verdicts import crossover_line, sweep_text
+from specnb.app.text.serving_verdicts import crossover_line, policy_text, serving_conclusion, sweep_text
 from specnb.measure.serving_summary import crossover
+from specnb.predict.serving_predictor import serving_policy
 
 
 def summary(column: str) -> pd.DataFrame:
@@ -49,3 +50,57 @@ def test_closed_loop_levels_read_as_concurrent_requests():
     assert "at 1 concurrent" in sweep_text(levels, crossings).markdown
     assert "concurrent requests" in chart_text(load_curves.speedup_chart(levels))
     assert "req/s" not in sweep_text(levels, crossings).markdown
+
+
+def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
+    levels = summary("concurrency")
+    levels.loc[levels["config"] != "spec-off", "speedup_tpot_lo"] = 0.8
+    policy = serving_policy(levels, {"ngram k=3": 3})
+    report = policy_text(levels, policy, {"ngram k=3": 3}, [])
+    assert "no `--speculative-config`" in report.markdown and "num_speculative_tokens" not in report.markdown
+    assert "no --spec-type (spec-off)" in report.markdown
+    assert report.values["policy_vllm"] == "no --speculative-config"
+    end = serving_conclusion(levels, crossover(levels, "speedup_tpot"), pd.DataFrame(), policy, "AMD EPYC").markdown
+    assert "no `--speculative-config` for vLLM" in end
+
+
+def test_a_paying_policy_prints_the_schedule():
+    levels = summary("concurrency")
+    policy = serving_policy(levels, {"ngram k=3": 3})
+    report = policy_text(levels, policy, {"ngram k=3": 3}, [])
+    config = json.loads(report.values["policy_vllm"])
+    assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
+
+
+def test_the_identical_share_is_counted_over_every_level():
+    levels = summary("concurrency")
+    levels.loc[(levels["config"] == "ngram k=3") & (levels["concurrency"] == 4), "identical_outputs"] = 1
+    report = sweep_text(levels, crossover(levels, "speedup_tpot"))
+    assert "9/12 outputs identical to spec-off over every level (75%)" in report.markdown
+    assert report.values["ngram k=3 identical share"] == 0.75
+
+
+def test_the_adaptive_text_states_the_launch_each_level_and_the_trace():
+    from specnb.app.serving_loop import ClosedLoop
+    from specnb.app.text.serving_verdicts import adaptive_text
+    from specnb.engine.vllm_server import VllmConfig
+    from specnb.measure.serving_sweep import Sweep
+
+    launched = VllmConfig(name="adaptive", model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096,
+                                                                                                            0)])
+    loop = ClosedLoop(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), adaptive=launched, rate=1.5)
+    check = pd.DataFrame({"concurrency": [1, 4], "speedup_tpot": [1.3, 0.9], "speedup_tpot_lo": [1.1, 0.8],
+                          "speedup_tpot_hi": [1.5, 1.0], "best_static": ["ngram k=4", "spec-off"],
+                          "best_static_speedup_tpot": [1.35, 1.0], "ratio": [1.3 / 1.35, 0.9], "meets": [True, False]})
+    trace = pd.DataFrame({"config": ["spec-off", "ngram k=4"], "mean_tpot_ms": [80.0, 90.0],
+                          "adaptive_mean_tpot_ms": [70.0, 70.0], "adaptive_speedup_tpot": [1.1, 1.2],
+                          "adaptive_speedup_tpot_lo": [1.0, 1.1], "adaptive_speedup_tpot_hi": [1.2, 1.3],
+                          "beats": [True, True]})
+    report = adaptive_text(check, trace, loop)
+    assert '"num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 4096, 0]]' in report.markdown
+    line = "4 concurrent: adaptive 0.90x [0.80–1.00] against spec-off 1.00x: 0.90 of it (misses ≥ 0.95)"
+    assert line in report.markdown
+    assert "lower than every static configuration" in report.markdown and report.values["adaptive_min_ratio"] == 0.9
+    assert not report.values["adaptive_meets_every_level"] and report.values["adaptive_beats_every_static_on_trace"]
+    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), ClosedLoop(sweep=loop.sweep, note="ngram did not pay"))
+    assert none.markdown == "No `adaptive` launch: ngram did not pay." and none.values == {"adaptive": "none"}

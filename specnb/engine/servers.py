@@ -1,0 +1,51 @@
+"""Servers for a list of configurations, whichever engine each is for: ``ServerConfig`` launches a
+llama-server, ``VllmConfig`` a vLLM. One place that knows which class serves which configuration."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from specnb.engine.llama_server import Server, ServerConfig
+from specnb.engine.server_process import ServerFailed, ServerProcess
+from specnb.engine.vllm_server import VllmConfig, VllmServer
+
+ENGINE_OF = {ServerConfig: "llama.cpp", VllmConfig: "vllm"}  # a configuration's engine, as targets name it
+
+
+def engine_of(config) -> str:
+    return ENGINE_OF[type(config)]
+
+
+def server_for(config, timeout_s: float | None = None) -> ServerProcess:
+    """The (not yet started) server of one configuration; ``timeout_s`` None: the engine's default."""
+    kind = {ServerConfig: Server, VllmConfig: VllmServer}[type(config)]
+    return kind(config) if timeout_s is None else kind(config, timeout_s=timeout_s)
+
+
+@dataclass
+class Running:
+    """The servers that started, by configuration name, and one line per configuration that did not."""
+
+    servers: dict[str, ServerProcess] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def servers(configs: list, timeout_s: float | None = None, keep_going: bool = False):
+    """Start every configuration's server (one after another), yield ``Running``, stop them all however
+    the block ends. With ``keep_going``, a speculative configuration that fails to start (an engine
+    refusing a method) is left out with its one line in ``failed``; the first configuration (the
+    baseline) failing, or every other one, raises ``ServerFailed`` all the same."""
+    running = Running()
+    with contextlib.ExitStack() as stack:
+        for i, config in enumerate(configs):
+            try:
+                running.servers[config.name] = stack.enter_context(server_for(config, timeout_s))
+            except ServerFailed as err:
+                if not keep_going or i == 0:
+                    raise
+                running.failed[config.name] = str(err)
+        if keep_going and len(configs) > 1 and len(running.servers) == 1:
+            raise ServerFailed(next(iter(running.failed.values())))
+        yield running

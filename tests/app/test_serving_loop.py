@@ -1,0 +1,94 @@
+"""The closed loop's order of things without vLLM: servers, sweeps and summaries stood in for, so what
+is launched, measured beside what, and stopped is what the test sees."""
+
+import contextlib
+from dataclasses import dataclass
+
+import pandas as pd
+import pytest
+
+from specnb.app import serving_loop
+from specnb.engine.servers import Running
+from specnb.measure.serving_sweep import Sweep
+
+
+@dataclass
+class Config:  # the fields of VllmConfig the loop reads
+    name: str
+    method: str = "none"
+    k: int = 4
+    schedule: list | None = None
+
+
+class Server:
+    def __init__(self, name):
+        self.url, self.model = f"http://127.0.0.1/{name}", "m"
+
+    def exit_note(self):
+        return ""
+
+
+def measured(speedups_lo):
+    """spec-off and ngram k=4 at 1, 4 and 16 concurrent: ngram's lower TPOT bounds as given."""
+    rows = [{"config": "spec-off", "concurrency": c, "speedup_tpot": 1.0, "speedup_tpot_lo": 1.0,
+             "request_throughput": 0.25 * c} for c in (1, 4, 16)]
+    rows += [{"config": "ngram k=4", "concurrency": c, "speedup_tpot": lo + 0.1, "speedup_tpot_lo": lo,
+              "request_throughput": 0.3 * c} for c, lo in zip((1, 4, 16), speedups_lo)]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def loop(monkeypatch):
+    seen = {"started": [], "stopped": [], "sweeps": []}
+
+    @contextlib.contextmanager
+    def start(configs, keep_going=False):
+        seen["started"].append([c.name for c in configs])
+        try:
+            yield Running({c.name: Server(c.name) for c in configs})
+        finally:
+            seen["stopped"].append([c.name for c in configs])
+
+    def run_sweep(targets, prompts, levels, **settings):
+        seen["sweeps"].append({"targets": [t.name for t in targets], "levels": levels, "prompts": len(prompts),
+                               "mode": settings.get("mode"), "burstiness": settings.get("burstiness")})
+        return Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
+
+    monkeypatch.setattr(serving_loop, "run_sweep", run_sweep)
+    configs = [Config("spec-off"), Config("ngram k=4", "ngram", 4)]
+    prompts = pd.DataFrame({"prompt": ["a", "b", "c", "d"], "id": list("abcd"), "category": "x"})
+
+    def run(speedups_lo):
+        monkeypatch.setattr(serving_loop, "summarise_sweep", lambda records, runs: measured(speedups_lo))
+        return serving_loop.closed_loop(configs, prompts, [1, 4, 16], {"ngram k=4": 4}, start=start,
+                                        mode="closed"), seen
+    return run
+
+
+def test_a_paying_policy_is_launched_as_adaptive_and_measured_beside_the_static_ones(loop):
+    result, seen = loop([1.2, 1.05, 0.8])
+    assert result.adaptive.name == "adaptive" and result.adaptive.method == "ngram" and result.adaptive.k == 4
+    assert result.adaptive.schedule == [(1, 15, 4), (16, 4096, 0)]
+    assert seen["started"] == [["spec-off", "ngram k=4"], ["adaptive"]]
+    assert sorted(map(sorted, seen["stopped"])) == [["adaptive"], ["ngram k=4", "spec-off"]]
+    first, check, trace = seen["sweeps"]
+    assert first["targets"] == ["spec-off", "ngram k=4"] and check["targets"] == ["spec-off", "ngram k=4", "adaptive"]
+    assert check["levels"] == [1, 4, 16] and check["mode"] == "closed"
+    # the policy switches off between 4 and 16, at 8: halfway in log concurrency, spec-off's 1 and 4 requests/s
+    assert trace["mode"] == "poisson" and trace["burstiness"] == 0.25 and trace["levels"] == [pytest.approx(2.5)]
+    assert trace["prompts"] == 8 and result.rate == pytest.approx(2.5) and result.note == ""
+
+
+def test_where_no_level_pays_nothing_is_launched_and_the_note_says_no_speculative_config(loop):
+    result, seen = loop([0.9, 0.8, 0.7])
+    assert result.adaptive is None and seen["started"] == [["spec-off", "ngram k=4"]]
+    assert len(seen["sweeps"]) == 1 and seen["stopped"] == [["spec-off", "ngram k=4"]]
+    assert "without --speculative-config" in result.note
+
+
+def test_adaptive_takes_the_family_member_with_the_largest_k():
+    policy = pd.DataFrame({"concurrency": [1, 4], "k": [2, 0]})
+    configs = [Config("spec-off"), Config("ngram k=2", "ngram", 2), Config("ngram k=4", "ngram", 4)]
+    adaptive = serving_loop.adaptive_config(configs, policy, "ngram")
+    assert (adaptive.k, adaptive.schedule) == (2, [(1, 3, 2), (4, 4096, 0)])
+    assert serving_loop.adaptive_config(configs, policy.assign(k=0), "ngram") is None

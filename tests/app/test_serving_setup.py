@@ -1,0 +1,86 @@
+"""Notebook 08's parameters are checked before any server starts: levels, engines and speculation
+entries are refused in one line naming the parameter and what it accepts; vLLM's configurations are
+built from the embedded models' folders."""
+
+import pytest
+
+from specnb.app import serving_setup as setup
+from specnb.core.errors import ParameterError
+
+
+@pytest.mark.parametrize("levels, mode, message", [
+    ([0], "closed", "concurrency levels must be whole numbers >= 1 .*got 0 in \\[0\\]"),
+    ([1, -2], "closed", "got -2"),
+    ([1.5], "closed", "got 1.5"),
+    (["4"], "closed", "got '4'"),
+    ([], "closed", "concurrency must be a non-empty list"),
+    (4, "closed", "concurrency must be a non-empty list"),
+    ([0], "poisson", "rates levels must be numbers > 0"),
+])
+def test_bad_levels_are_refused_naming_the_parameter(levels, mode, message):
+    with pytest.raises(ParameterError, match=message) as err:
+        setup.check_levels(levels, mode)
+    assert "\n" not in str(err.value)
+
+
+def test_good_levels_pass():
+    assert setup.check_levels([1, 2.0, 8], "closed") == [1, 2, 8]
+    assert setup.check_levels([0.5, 2], "poisson") == [0.5, 2]
+
+
+def test_engines_are_checked_and_sglang_needs_an_endpoint():
+    with pytest.raises(ParameterError, match="engine must be one of llama.cpp, vllm, sglang, got 'tgi'"):
+        setup.check_engine("tgi")
+    with pytest.raises(ParameterError, match="engine 'sglang' runs only as an endpoint here"):
+        setup.check_engine("sglang")
+    assert setup.check_engine("sglang", "http://127.0.0.1:30000") == "sglang"
+
+
+def test_an_unknown_speculation_type_is_refused_before_any_export(monkeypatch):
+    def no_export(*args, **kwargs):
+        raise AssertionError("nothing may be exported or started for a bad entry")
+
+    monkeypatch.setattr("specnb.models.gguf.embedded_gguf", no_export)
+    with pytest.raises(ParameterError, match="unknown type 'ngram-foo'; this engine takes ngram-simple, ngram-map-k"):
+        setup.server_configs("smollm2-135m", "q4_1", ["ngram-foo:4"], 4, 512)
+    with pytest.raises(ParameterError, match="unknown type 'ngram-simple'; this engine takes ngram, suffix, eagle3"):
+        setup.vllm_configs("smollm2-135m", ["ngram-simple:4"], max_num_seqs=4)
+    with pytest.raises(ParameterError, match="TYPE:K or DRAFT:K with K >= 1"):
+        setup.vllm_configs("smollm2-135m", ["ngram:0"], max_num_seqs=4)
+    with pytest.raises(ParameterError, match="speculation must be a list"):
+        setup.serving_speculation("vllm", "ngram:4")
+
+
+def test_each_engine_has_its_own_default_ngram():
+    assert setup.serving_speculation("llama.cpp", None) == ["ngram-simple:4"]
+    assert setup.serving_speculation("vllm", None, smoke=True) == ["ngram:3"]
+    assert setup.serving_speculation("vllm", ["suffix:8"]) == ["suffix:8"]
+
+
+def test_vllm_configurations_come_from_the_embedded_folders(monkeypatch, tmp_path):
+    monkeypatch.setattr(setup, "hf_folder", lambda name: tmp_path / name)
+    configs = setup.vllm_configs("smollm2-135m", ["ngram:4", "suffix:6", "smollm2-draft-xs:3"], max_num_seqs=8)
+    assert [c.name for c in configs] == ["spec-off", "ngram k=4", "suffix k=6", "smollm2-draft-xs k=3"]
+    assert [c.method for c in configs] == ["none", "ngram", "suffix", "draft_model"]
+    assert configs[3].draft == str(tmp_path / "smollm2-draft-xs") and configs[0].model == str(tmp_path / "smollm2-135m")
+    assert all(c.max_num_seqs == 8 for c in configs)
+    assert setup.draft_lengths([], configs) == {"ngram k=4": 4, "suffix k=6": 6, "smollm2-draft-xs k=3": 3}
+    assert setup.draft_kinds([], configs) == {"ngram k=4": False, "suffix k=6": False, "smollm2-draft-xs k=3": True}
+    assert setup.probe_upto([1, 8], configs) == 8 * 7
+
+
+def test_eagle3_is_a_hook_refused_until_a_head_in_vllms_layout_exists(monkeypatch, tmp_path):
+    monkeypatch.setattr(setup, "hf_folder", lambda name: tmp_path / name)
+    with pytest.raises(ParameterError, match="eagle3: no EAGLE-3 head for 'smollm2-135m' in vLLM's layout yet"):
+        setup.vllm_configs("smollm2-135m", ["eagle3:3"], max_num_seqs=4)
+
+
+def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
+    from specnb.core.devices import cpu_name
+
+    line = setup.machine_line("vllm", [], "http://127.0.0.1:8000")
+    assert line.startswith(cpu_name()) and "vllm" in line and "127.0.0.1" not in line
+    from specnb.engine.vllm_server import VllmConfig
+
+    assert setup.machine_line("vllm", [VllmConfig(name="spec-off", model="/m", threads=2)]) == \
+        f"{cpu_name()}, vLLM 0.32.0 (CPU) with 2 unbound torch thread(s)"
