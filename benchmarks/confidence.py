@@ -18,10 +18,10 @@ import argparse
 import pandas as pd
 import torch
 
+from specnb.engine.pairs import load_drafts
 from specnb.engine.trees import DynamicTree
 from specnb.measure import runs
 from specnb.measure.prompts import split_prompts
-from specnb.models.load import load_drafts
 
 EAGLE = "smollm2-eagle"
 GAMMAS, THRESHOLDS = (4, 6), (0.0, 0.3, 0.5)

@@ -23,8 +23,8 @@ from engine import pick_prompts, write_readme_section  # benchmarks/engine.py
 from specnb.app.runner import describe_environment
 from specnb.engine.generate import generate
 from specnb.engine.inputs import encode_prompts
+from specnb.engine.pairs import load_pair
 from specnb.engine.timing import StageTimer
-from specnb.models.load import load_pair
 from specnb.models.registry import embedded_draft_names
 
 

@@ -29,10 +29,10 @@ import torch
 
 from specnb.app.defaults import notebook_drafts
 from specnb.app.runner import describe_environment, write_marked_section
+from specnb.engine.kinds.by_name import flops_table
+from specnb.engine.pairs import load_drafts
 from specnb.measure import analysis, runs
 from specnb.measure.prompts import select_prompts
-from specnb.models.load import load_drafts
-from specnb.models.registry import flops_table
 
 HERE = Path(__file__).parent
 QUICK = {"prompts": 2, "max_new_tokens": 12, "gammas": [1, 2]}

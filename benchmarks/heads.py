@@ -27,13 +27,13 @@ from drafts import table_lines  # benchmarks/drafts.py
 from engine import write_readme_section  # benchmarks/engine.py
 
 from specnb.app.runner import describe_environment
+from specnb.engine.kinds.by_name import flops_table
+from specnb.engine.pairs import load_drafts
 from specnb.engine.trees import DynamicTree
 from specnb.measure import analysis, runs
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import select_prompts
 from specnb.models.kernels import describe_kernels
-from specnb.models.load import load_drafts
-from specnb.models.registry import flops_table
 
 HERE = Path(__file__).resolve().parent
 EAGLE, MEDUSA, LOOKUP = "smollm2-eagle", "smollm2-medusa", "prompt-lookup"

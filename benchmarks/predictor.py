@@ -148,8 +148,9 @@ def held_out(args) -> tuple[pd.DataFrame, dict]:
     for name in models:
         p = predict(profile, name, PREDICTED_GAMMAS)
         chosen[name] = sorted({1, p.recommended_gamma or p.best_gamma}), p.recommended_gamma
-    candidates = [runs.Candidate(runs.BASELINE, None, None, 0)] + [
-        runs.Candidate(f"{name} γ={g}", models[name], name, g) for name, (gammas, _) in chosen.items() for g in gammas]
+    candidates = [runs.Candidate(name=runs.BASELINE, draft=None, draft_name=None, gamma=0)] + [
+        runs.Candidate(name=f"{name} γ={g}", draft=models[name], draft_name=name, gamma=g)
+        for name, (gammas, _) in chosen.items() for g in gammas]
     records = runs.run_interleaved(pair, validation, candidates, repeats=args.repeats,
                                    max_new_tokens=args.max_new_tokens)
     table = grid_table(profile, pair, models, records, {1: validation}, args.max_new_tokens)

@@ -43,11 +43,11 @@ SETTINGS = {
 
 
 def launch(name: str, overrides: dict, round_index: int) -> dict:
-    config = replace(VllmConfig(name, str(embedded_verifier_path()), max_num_seqs=4), **overrides)
+    config = replace(VllmConfig(name=name, model=str(embedded_verifier_path()), max_num_seqs=4), **overrides)
     started = time.monotonic()
     with VllmServer(config, timeout_s=900) as server:
         start_s = time.monotonic() - started
-        target = Target(name, server.url, "vllm", server.model)
+        target = Target(name=name, url=server.url, engine="vllm", model=server.model)
         run_async(closed_loop(target, [PROMPT], 1, 4))  # warm-up
         done, _ = run_async(closed_loop(target, [PROMPT] * REQUESTS, 1, TOKENS, True))
     tpots = [d.tpot for d in done if d.success]

@@ -6,11 +6,14 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``theory``), sampling and padding, token sequences (``sequences``), the reference
                run's figures, devices, configs, typed errors
     models/    getting models into memory: draft names (``registry``), the embedded verifier and
-               drafts, loading pairs (``load``), early exits, trimmed heads, prompt lookup, FLOPs
-               counted on a meta-device forward (``flop_count``);
+               drafts, finding and reading weights (``load``), early exits, trimmed heads, prompt
+               lookup, FLOPs counted on a meta-device forward (``flop_count``);
                ``models/training`` distils the drafts and trains the EAGLE / Medusa heads
     engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
-               (``drafters``), KV caches, accept/reject (``accept``), the stage timer (``timing``),
+               (``drafters``), the draft kinds, one module each, in one table (``kinds/``: drafter,
+               loader, trace and pricing side by side; CONTRIBUTING.md), loading a verifier and its
+               drafts by kind (``pairs``), γ settled in one place (``gamma``), KV caches,
+               accept/reject (``accept``), the stage timer (``timing``),
                llama.cpp built for this CPU and run in a child process (``llama_build``,
                ``isolation``, ``llama_cpp``), a serving engine's process (``serving``)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs
@@ -18,9 +21,9 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                the notebooks' tables (``analysis``),
                load on a serving engine, its sweep and summaries (``serving_load``, ``serving``,
                ``serving_summary``), vLLM's own load client beside ours (``vllm_bench``)
-    predict/   acceptance traces, the cost model and hardware profile (``costs``), the predictor,
-               ``gamma="auto"`` (``auto_gamma``), calibration and validation, speculation under
-               serving load (``serving``)
+    predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
+               (``costs``), the predictor, ``gamma="auto"`` (``auto_gamma``), calibration and
+               validation, speculation under serving load (``serving``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
                papermill runner and the ``specnb`` command
     notebooks/ (beside the package) the narrative, calling into all of the above
@@ -38,7 +41,7 @@ __version__ = "0.1.0"
 
 _API = {
     # models
-    "load_pair": "specnb.models.load", "load_drafts": "specnb.models.load", "load_model": "specnb.models.load",
+    "load_pair": "specnb.engine.pairs", "load_drafts": "specnb.engine.pairs", "load_model": "specnb.engine.pairs",
     "Pair": "specnb.models.load", "PromptLookup": "specnb.models.lookup",
     # engine
     "generate": "specnb.engine.generate", "GenerationResult": "specnb.engine.generate",

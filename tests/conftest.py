@@ -12,3 +12,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """``helpers.word_pair``: a tiny verifier over the word tokenizer, as ``load_pair`` returns it without a
+    draft. A module that needs another pair (a parametrized architecture, a draft beside it) defines its own."""
+    from helpers import word_pair
+
+    return word_pair()

@@ -1,5 +1,6 @@
-"""What several test modules share: the one tiny-model factory, a word-level tokenizer, drafts that
-agree with their verifier often but not always, ragged prompts, synthetic run records, and checks
+"""What several test modules share: the one tiny-model factory, a word-level tokenizer, a synthetic
+hardware profile (``synthetic_profile``), drafts that agree with their verifier often but not always,
+ragged prompts, synthetic run records, and checks
 (a trace replays the engine's steps; confidence stopping is lossless and stops chains; an HTML page
 fetches nothing from the network).
 
@@ -49,7 +50,8 @@ def word_pair(seed: int = 0):
     """``word_model`` and ``tiny_tokenizer`` as ``load_pair`` returns a verifier without a draft."""
     from specnb.models.load import Pair
 
-    return Pair(word_model(seed), None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    return Pair(verifier=word_model(seed), tokenizer=tiny_tokenizer(), device=torch.device("cpu"), dtype=torch.float32,
+                verifier_name="tiny")
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
@@ -169,7 +171,8 @@ def check_replay(verifier, draft, ids, mask, gamma: int, confidence: float = 0.0
         generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
         runs, proposed, confidences = draft_traits(draft).trace(
             context, generated, 16, verifier_features(verifier, context + generated[:-1], layers))
-        trace = AcceptanceTrace("p", runs, proposed, 16, True, confidences)
+        trace = AcceptanceTrace(prompt_id="p", runs=runs, proposed=proposed, cap=16, hit_budget=True,
+                                confidence=confidences)
         packed = pack([trace], len(generated), confidence)
         got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
         result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14,
@@ -206,3 +209,34 @@ def assert_offline(html: str) -> None:
     remote = re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)=["'](https?:)?//""", html)
     assert remote == []
     assert "cdn" not in " ".join(re.findall(r"<script[^>]*>", html)).lower()
+
+
+DRAFT = "tiny-draft"
+
+
+def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0, 0.5), overhead=(0.5, 1.0),
+                      n_new=48):
+    """A ``HardwareProfile`` built from known numbers: linear costs and i.i.d. acceptance α (synthetic traces)."""
+    from specnb.engine.kinds.kind import FORWARDS
+    from specnb.predict import costs, what_if
+
+    profile = costs.HardwareProfile(
+        verifier="tiny",
+        device="cpu",
+        machine={},
+        verifier_decode=costs.CostModel(t0_ms=t_v[0], ms_per_token=t_v[1]),
+        verifier_prefill=costs.CostModel(t0_ms=prefill[0], ms_per_token=prefill[1]),
+        verifier_flops_per_token=1e9,
+        drafts={
+            DRAFT: costs.DraftCosts(kind=FORWARDS, decode=costs.CostModel(t0_ms=t_d[0], ms_per_token=t_d[1]),
+                                    prefill=costs.CostModel(t0_ms=prefill[0] / 4,
+                                                            ms_per_token=prefill[1] / 4), flops_per_token=1e8)
+        },
+        acceptance={},
+        traces={},
+        overhead_ms={"verifier-only": overhead[0], DRAFT: overhead[1]},
+        max_new_tokens=n_new,
+        prompt_tokens=40.0,
+    )
+    what_if.set_flat_acceptance(profile, DRAFT, alpha, n_new)
+    return profile

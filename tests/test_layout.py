@@ -128,3 +128,63 @@ def test_the_test_tree_mirrors_the_package():
             names = mirror_names(source)
             assert any(stem == n or stem.startswith(n + "_") for n in names), (
                 f"tests/{path.relative_to(TESTS)} names no module of {source.relative_to(PACKAGE.parent)}")
+
+
+def dataclass_decorator(node: ast.ClassDef):
+    for d in node.decorator_list:
+        f = d.func if isinstance(d, ast.Call) else d
+        if (f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")) == "dataclass":
+            return d
+    return None
+
+
+def test_records_of_more_than_three_fields_are_built_by_keyword():
+    """A record read by field names is written by field names: ``@dataclass(kw_only=True)``."""
+    positional = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            deco = dataclass_decorator(node) if isinstance(node, ast.ClassDef) else None
+            if deco is None:
+                continue
+            fields = [s for s in node.body
+                      if isinstance(s, ast.AnnAssign) and "ClassVar" not in ast.unparse(s.annotation)]
+            kw_only = isinstance(deco, ast.Call) and any(
+                k.arg == "kw_only" and getattr(k.value, "value", False) for k in deco.keywords)
+            if len(fields) > 3 and not kw_only:
+                positional.append(f"{name}.{node.name}")
+    assert positional == []
+
+
+def test_public_functions_take_at_most_eight_positional_parameters():
+    """Beyond eight, a call is a row of unnamed values: take a settings object or keyword-only arguments."""
+    long = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                params = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+                if len(params) > 8:
+                    long.append(f"{name}.{node.name} ({len(params)})")
+    assert long == []
+
+
+def keyword_records() -> set[str]:
+    return {node.name for path in MODULES.values() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef) and isinstance(deco := dataclass_decorator(node), ast.Call)
+            and any(k.arg == "kw_only" for k in deco.keywords)}
+
+
+def test_the_notebooks_build_keyword_records_by_keyword():
+    """A notebook is code no import checks: a positional field there fails only when the cell runs."""
+    import json
+
+    records, positional = keyword_records(), []
+    for path in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                func = node.func if isinstance(node, ast.Call) and node.args else None
+                name = getattr(func, "id", None) or getattr(func, "attr", None)
+                if name in records:
+                    positional.append(f"{path.name} cell {i}: {name}")
+    assert positional == []

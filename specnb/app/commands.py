@@ -130,7 +130,7 @@ def _args_ratio(p: argparse.ArgumentParser) -> None:
 
 @command("ratio", "cost ratio c = draft FLOPs / verifier FLOPs per token", _args_ratio)
 def run_ratio(args: argparse.Namespace) -> dict:
-    from specnb.models.registry import flops_table
+    from specnb.engine.kinds.by_name import flops_table
 
     # draft names mean what they mean everywhere (an EAGLE or Medusa head priced as the draft table prices it)
     table = flops_table(args.verifier, [args.draft], args.context).set_index("role")
@@ -187,7 +187,7 @@ def _args_models(p: argparse.ArgumentParser) -> None:
 @command("models", "list the embedded models: role, parameters, FLOPs/token and local folder (builds caches)",
          _args_models)
 def run_models(args: argparse.Namespace) -> list[dict]:
-    from specnb.models.embedded import list_embedded
+    from specnb.engine.kinds.by_name import list_embedded
 
     return list_embedded()
 
@@ -228,26 +228,24 @@ _DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
          _args_generate)
 def run_generate(args: argparse.Namespace) -> dict:
     from specnb.core.sampling import SamplingConfig
+    from specnb.engine.gamma import settle_gamma
     from specnb.engine.generate import check_settings, generate
     from specnb.engine.inputs import encode_prompts
+    from specnb.engine.kinds.by_name import pick_verifier
+    from specnb.engine.pairs import load_pair
     from specnb.engine.timing import StageTimer
-    from specnb.engine.trees import TreeShape
     from specnb.models.kernels import check_kernels
-    from specnb.models.load import load_pair
-    from specnb.models.registry import default_gamma, pick_verifier
 
-    args.gamma = default_gamma(args.draft, args.tree) if args.gamma is None else args.gamma
-    sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
     if args.gamma == "auto" and (args.tree or not args.draft):
         raise ParameterError("--gamma auto picks a chain's length for a draft: pass --draft and drop --tree")
-    static = isinstance(args.tree, tuple)
-    gamma = TreeShape(args.tree).depth if static else 1 if args.gamma == "auto" else args.gamma  # fails before loading
-    check_settings(gamma, args.max_new_tokens, sampling, args.confidence)
+    gamma = settle_gamma(args.gamma, args.tree, args.draft)
+    sampling = SamplingConfig(args.temperature, args.top_p, args.seed) if args.sample else None
+    check_settings(1 if gamma == "auto" else gamma, args.max_new_tokens, sampling, args.confidence)  # before loading
     check_kernels(args.kernels)
     prompts = args.prompt or [_DEFAULT_PROMPT]
     verifier = pick_verifier(args.draft, args.verifier)
     pair = load_pair(verifier, args.draft, device=args.device, dtype=args.dtype, kernels=args.kernels)
-    if args.gamma == "auto":  # this machine's profile, calibrated once if there is none (minutes)
+    if gamma == "auto":  # this machine's profile, calibrated once if there is none (minutes)
         from specnb.predict.auto_gamma import auto_gamma
 
         gamma = auto_gamma(verifier, args.draft, device=args.device, confidence=args.confidence,

@@ -12,25 +12,19 @@ import json
 from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.core.theory import optimal_gamma
-from specnb.models.registry import (
-    EMBEDDED_EXITS,
-    EMBEDDED_VERIFIER,
-    PROMPT_LOOKUP,
-    embedded_draft_names,
-    flops_table,
-    resolve_draft,
-)
+from specnb.engine.kinds.by_name import flops_table, kind_of_name
+from specnb.models.registry import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP, embedded_draft_names
 
 
 def distilled_draft_names() -> list[str]:
     """The committed distilled drafts (causal LMs), not the EAGLE / Medusa heads beside them."""
-    return [name for name in embedded_draft_names() if resolve_draft(name).kind == "model"]
+    return [name for name in embedded_draft_names() if not kind_of_name(name).reads_features]
 
 
 def head_draft_names() -> list[str]:
     """The committed heads that draft from the verifier's features: EAGLE first, then Medusa."""
-    heads = [name for name in embedded_draft_names() if resolve_draft(name).kind in ("eagle", "medusa")]
-    return sorted(heads, key=lambda name: resolve_draft(name).kind)
+    heads = [name for name in embedded_draft_names() if kind_of_name(name).reads_features]
+    return sorted(heads, key=lambda name: kind_of_name(name).name)
 
 
 def default_draft(verifier: str) -> str:

@@ -50,7 +50,7 @@ class RunInterrupted(SpecnbError, RuntimeError):
         self.run, self.runs = run, runs
 
 
-@dataclass
+@dataclass(kw_only=True)
 class NotebookRun:
     """What happened to one notebook in a run (tidy: one record per notebook)."""
 
@@ -238,7 +238,8 @@ def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progre
     seconds = time.perf_counter() - started
     html = export_html(ipynb) if ipynb.exists() else None
     files = sorted(p.name for p in run_dir.glob(f"{path.stem}.*"))
-    run = NotebookRun(path.stem, str(ipynb), html and str(html), error is None, seconds, params, error, files)
+    run = NotebookRun(name=path.stem, ipynb=str(ipynb), html=html and str(html), ok=error is None, seconds=seconds,
+                      parameters=params, error=error, files=files)
     write_summary(run_dir, run)
     if interrupted and stopping is None:
         raise RunInterrupted(run)

@@ -32,10 +32,10 @@ from specnb.predict.serving_predictor import policy_ranges, policy_switch, servi
 
 
 def empty() -> Sweep:
-    return Sweep(pd.DataFrame(), pd.DataFrame())
+    return Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ClosedLoop:
     """``sweep``: the static configurations; ``check`` and ``trace``: every configuration with the
     adaptive one beside them (empty where it was not launched); ``adaptive``: its launch (None: none);
@@ -62,7 +62,7 @@ def adaptive_config(configs: list, policy: pd.DataFrame, method: str):
 
 
 def targets_of(servers: dict) -> list[Target]:
-    return [Target(name, server.url, "vllm", server.model) for name, server in servers.items()]
+    return [Target(name=name, url=server.url, engine="vllm", model=server.model) for name, server in servers.items()]
 
 
 def closed_loop(configs: list, prompts: pd.DataFrame, levels: list[int], lengths: dict[str, int], *,
@@ -82,13 +82,14 @@ def closed_loop(configs: list, prompts: pd.DataFrame, levels: list[int], lengths
         sweep = run_sweep(targets_of(every), prompts, levels, down=down, on_run=on_run("sweep"), **settings)
         ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
         if ended_early:
-            return ClosedLoop(sweep, note="no adaptive configuration: the sweep ended early")
+            return ClosedLoop(sweep=sweep, note="no adaptive configuration: the sweep ended early")
         summary = summarise_sweep(sweep.records, sweep.runs)
         lengths = {name: k for name, k in lengths.items() if name in every}
         method, policy = vllm_policy(summary, serving_policy(summary, lengths), lengths)
         adaptive = adaptive_config([c for c in configs if c.name in every], policy, method)
         if adaptive is None:
-            return ClosedLoop(sweep, note=f"no adaptive configuration: {method} did not pay at any level measured, "
+            return ClosedLoop(sweep=sweep,
+                              note=f"no adaptive configuration: {method} did not pay at any level measured, "
                                           "so the policy is vLLM without --speculative-config")
         with start([adaptive]) as extra:
             every |= extra.servers
@@ -99,4 +100,5 @@ def closed_loop(configs: list, prompts: pd.DataFrame, levels: list[int], lengths
             trace = empty() if check.stopped else run_sweep(
                 targets_of(every), trace_prompts, [rate], down=down, on_run=on_run("trace"),
                 **(settings | {"mode": "poisson", "burstiness": burstiness, "probe_upto": 0}))
-        return ClosedLoop(sweep, check, trace, adaptive, rate, check.stopped or trace.stopped)
+        return ClosedLoop(sweep=sweep, check=check, trace=trace, adaptive=adaptive, rate=rate,
+                          note=check.stopped or trace.stopped)

@@ -75,9 +75,9 @@ def speculation_entry(spec: str, accepted: tuple[str, ...]) -> tuple[str, int]:
 
 def distilled_drafts() -> list[str]:
     """The embedded drafts that are models of their own (not heads): what an engine can load as a draft."""
-    from specnb.models.registry import embedded_draft_names, resolve_draft
+    from specnb.app.defaults import distilled_draft_names
 
-    return [name for name in embedded_draft_names() if resolve_draft(name).kind == "model"]
+    return distilled_draft_names()
 
 
 # ---------------------------------------------------------------- configurations
@@ -100,13 +100,13 @@ def server_configs(verifier: str, precision: str, speculation: list[str], slots:
     entries = [speculation_entry(spec, (*LLAMA_TYPES, *distilled_drafts())) for spec in speculation]
     model = str(embedded_gguf(verifier, precision))
     common = {"model": model, "slots": slots, "ctx_per_slot": ctx_per_slot, "threads": threads or default_threads()}
-    configs = [ServerConfig(BASELINE_CONFIG, **common)]
+    configs = [ServerConfig(name=BASELINE_CONFIG, **common)]
     for kind, k in entries:
         if kind in LLAMA_TYPES:
-            configs.append(ServerConfig(f"{kind} k={k}", spec_type=kind, n_max=k, **common))
+            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type=kind, n_max=k, **common))
         else:
             draft = str(embedded_gguf(kind, "q4_1" if precision == "q4_1" else "f32"))
-            configs.append(ServerConfig(f"{kind} k={k}", spec_type="draft-simple", draft=draft, n_max=k, **common))
+            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type="draft-simple", draft=draft, n_max=k, **common))
     return configs
 
 
@@ -121,13 +121,13 @@ def vllm_configs(verifier: str, speculation: list[str], max_num_seqs: int, max_m
     entries = [speculation_entry(spec, (*VLLM_TYPES, *distilled_drafts())) for spec in speculation]
     model = str(hf_folder(verifier))
     common = {"model": model, "max_num_seqs": max_num_seqs, "max_model_len": max_model_len, "threads": threads}
-    configs = [VllmConfig(BASELINE_CONFIG, **common)]
+    configs = [VllmConfig(name=BASELINE_CONFIG, **common)]
     for kind, k in entries:
         if kind in ("ngram", "suffix"):
-            configs.append(VllmConfig(f"{kind} k={k}", method=kind, k=k, **common))
+            configs.append(VllmConfig(name=f"{kind} k={k}", method=kind, k=k, **common))
         else:  # a head (eagle3) or a distilled draft, from its folder
             method, draft = ("eagle3", eagle3_head(verifier)) if kind == "eagle3" else ("draft_model", hf_folder(kind))
-            configs.append(VllmConfig(f"{kind} k={k}", method=method, draft=str(draft), k=k, **common))
+            configs.append(VllmConfig(name=f"{kind} k={k}", method=method, draft=str(draft), k=k, **common))
     return configs
 
 
@@ -190,7 +190,7 @@ def endpoint_targets(endpoint: str, engine: str) -> list[Target]:
         host = url.split("://", 1)[1].split("/")[0].rsplit(":", 1)[0].strip("[]")
         if host not in ("127.0.0.1", "localhost", "::1") and os.environ.get("SPECNB_ALLOW_REMOTE") != "1":
             raise ParameterError(f"endpoint host {host!r} is not loopback; set SPECNB_ALLOW_REMOTE=1 to measure it")
-        targets.append(Target(name or (BASELINE_CONFIG if i == 0 else f"config {i + 1}"), url, engine))
+        targets.append(Target(name=name or (BASELINE_CONFIG if i == 0 else f"config {i + 1}"), url=url, engine=engine))
     if not targets:
         raise ParameterError("endpoint is empty; pass http://host:port or name=URL,name=URL")
     return targets

@@ -31,7 +31,7 @@ from specnb.core.errors import ConfigError, ParameterError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelDims:
     """The handful of config numbers that decide FLOPs and parameters of a Llama-style decoder."""
 
@@ -50,7 +50,7 @@ class ModelDims:
     qk_norm: bool
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FlopsReport:
     """Analytic FLOPs per generated token (seed convention) and the parameter count, from a config."""
 
@@ -216,7 +216,7 @@ def flops_table(verifier_config, drafts: dict, context: int = 128, verifier: str
 
     ``drafts`` maps a name to its config, to a ready ``FlopsReport`` (a head counted by
     ``specnb.models.heads``), or to None for a draft with no model (prompt lookup: no weights, no
-    FLOPs). ``specnb.models.registry.flops_table`` takes names instead and resolves them.
+    FLOPs). ``specnb.engine.kinds.by_name.flops_table`` takes names instead and resolves them.
     """
     import pandas as pd
 

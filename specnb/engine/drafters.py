@@ -12,14 +12,14 @@ What a step did to the drafter's own cache travels in the ``Proposal`` it return
 ``commit``. ``needs_features``: the loop keeps the verifier's hidden states for it
 (``state.features``): its final ones, or with ``feature_layers`` those layers' outputs concatenated
 (an EAGLE-3 draft's; ``specnb.models.features``); ``trees``: it can draft a static tree; an optional
-``dynamic_trees``: it can grow EAGLE-2's dynamic tree (``specnb.engine.trees.DynamicTree``). What only
-the predictor needs (traces, how a draft's cost is priced) is ``specnb.predict.drafts``.
+``dynamic_trees``: it can grow EAGLE-2's dynamic tree (``specnb.engine.trees.DynamicTree``).
 
-Kinds: drafts from tokens (``model_drafters``: a causal LM with its own cache, an early exit, prompt
-lookup) and drafts from the verifier's features (``head_drafters``: EAGLE, Medusa). ``make_drafter``
-turns what ``load_pair`` returns into a drafter by the object's ``draft_kind`` (a plain causal LM is
-a "model"); an object that already implements the protocol is used as it is (its ``begin`` must
-reset it, since it then serves every generation).
+Drafters: from tokens (``model_drafters``: a causal LM with its own cache, an early exit, prompt
+lookup) and from the verifier's features (``head_drafters``: EAGLE, Medusa). Each belongs to a draft
+kind (``specnb.engine.kinds``: its loader, trace and pricing beside it); ``make_drafter`` turns what
+``load_pair`` returns into a drafter through the object's registered kind; an object that already
+implements the protocol is used as it is (its ``begin`` must reset it, since it then serves every
+generation).
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from specnb.engine.head_drafters import EagleDrafter, MedusaDrafter
-from specnb.engine.model_drafters import LookupDrafter, ModelDrafter
+from specnb.engine.kinds import kind_of
 from specnb.engine.state import DecodeState, Proposal, Step
 from specnb.engine.trees import TreeShape
 
@@ -48,13 +47,9 @@ class Drafter(Protocol):
     def commit(self, state: DecodeState, proposal: Proposal, step: Step) -> None: ...
 
 
-DRAFTERS = {"model": ModelDrafter, "exit": ModelDrafter, "lookup": LookupDrafter, "eagle": EagleDrafter,
-            "medusa": MedusaDrafter}  # by the draft object's ``draft_kind``
-
-
 def make_drafter(draft, vocab_size: int | None = None) -> Drafter:
-    """A fresh drafter for what ``load_pair`` returns as a draft (or any causal LM), chosen by the
-    object's ``draft_kind``; an object that implements ``Drafter`` itself is used as it is."""
+    """A fresh drafter for what ``load_pair`` returns as a draft (or any causal LM), from its registered
+    kind (``specnb.engine.kinds.kind_of``); an object that implements ``Drafter`` itself is used as it is."""
     if isinstance(draft, Drafter):
         return draft
-    return DRAFTERS[getattr(draft, "draft_kind", "model")](draft, vocab_size)
+    return kind_of(draft).drafter(draft, vocab_size)

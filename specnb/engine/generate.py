@@ -6,7 +6,7 @@ Decoding"; Chen et al. 2023, "Accelerating LLM Decoding with Speculative Samplin
 
 Public API::
 
-    generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma=4, max_new_tokens=64,
+    generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma=None, max_new_tokens=64,
              sampling=None, eos_token_id=None, timer=None, vocab_size=None, tree=None,
              confidence=0.0) -> GenerationResult
 
@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -61,13 +60,14 @@ from specnb.core.errors import IncompatibleModelsError, ParameterError
 from specnb.core.sampling import SamplingConfig, pick_token
 from specnb.engine.accept import accept_reject, accept_tree
 from specnb.engine.drafters import Drafter, make_drafter
+from specnb.engine.gamma import GammaChoice, as_tree, choose_gamma, settle_gamma
 from specnb.engine.kvcache import ModelKV
 from specnb.engine.state import DecodeState, Proposal, Rows, Step
 from specnb.engine.timing import NULL_TIMER, StageTimer, synchronize
 from specnb.engine.trees import DynamicTree, TreeShape
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GenerationResult:
     """One batch: generated tokens per row plus the raw per-step records every summary derives from."""
 
@@ -261,43 +261,6 @@ def check_vocab(verifier, draft, vocab_size: int | None) -> int | None:
     return vocab_size
 
 
-@runtime_checkable
-class GammaChoice(Protocol):
-    """Picks γ for the batch size at hand and says why (``specnb.predict.auto_gamma.AutoGamma``)."""
-
-    def choose(self, batch_size: int) -> tuple[int, str]: ...
-
-
-def choose_gamma(gamma, batch_size: int) -> tuple[int, str]:
-    """(γ, why): a number is used as given; a ``GammaChoice`` picks one for ``batch_size``. The string
-    "auto" needs the draft's calibration on this machine, which the engine cannot see (it knows models,
-    not their names), so it asks for the choice object that the prediction layer builds."""
-    if isinstance(gamma, GammaChoice):
-        chosen, reason = gamma.choose(batch_size)
-        return int(chosen), reason
-    if isinstance(gamma, str):
-        raise ParameterError(
-            f"gamma={gamma!r} is not a number; for the predictor's best γ on this machine pass "
-            "gamma=specnb.auto_gamma(verifier_name, draft_name) (it reads or measures this machine's profile), "
-            "or give gamma as a whole number >= 1")
-    return gamma, ""
-
-
-def as_tree(branching, gamma) -> TreeShape | DynamicTree | None:
-    """A static tree from its branching per depth, e.g. ``(3, 2, 1)``; ``"dynamic"``: EAGLE-2's dynamic
-    tree ``gamma`` deep with the default width and node budget; a ``DynamicTree`` as given; None stays None."""
-    if branching is None or isinstance(branching, DynamicTree):
-        return branching
-    if isinstance(branching, str):
-        if branching != "dynamic" or not isinstance(gamma, int):
-            raise ParameterError(f"tree={branching!r} with gamma={gamma!r}: use tree=\"dynamic\" with a whole "
-                                 "gamma (its depth), a DynamicTree, or a branching per depth such as (3, 2, 1)")
-        return DynamicTree(gamma)
-    if not len(branching):
-        raise ParameterError("a tree needs at least one depth, e.g. tree=(3, 2, 1); drop tree= to draft a chain")
-    return TreeShape(tuple(int(b) for b in branching))
-
-
 def check_tree(tree: TreeShape | DynamicTree | None, drafter, sampling) -> None:
     if tree is None:
         return
@@ -340,7 +303,7 @@ def real_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
     return [[t for t, m in zip(ids, ms) if m] for ids, ms in zip(input_ids.tolist(), mask.tolist())]
 
 
-def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int | GammaChoice = 4,
+def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int | GammaChoice | None = None,
              max_new_tokens: int = 64, sampling: SamplingConfig | None = None, eos_token_id=None, timer=None,
              vocab_size: int | None = None, tree=None, confidence: float = 0.0) -> GenerationResult:
     """Generate up to ``max_new_tokens`` per row; speculative when ``draft`` is given (see module doc).
@@ -351,8 +314,9 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
     width and node budget). Trees are verified greedily (``sampling=None``).
     ``confidence``: chains stop at the first position whose draft top probability is below it, that
     position's token included (as HF's ``assistant_confidence_threshold``); prompt lookup and trees
-    (static or dynamic) ignore it. ``gamma``: a number, or a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
-    for this batch size; the result records the γ used and why."""
+    (static or dynamic) ignore it. ``gamma``: a number, a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
+    for this batch size, or None for the default (``settle_gamma``); the result records the γ used and why."""
+    gamma = settle_gamma(gamma, tree)
     tree = as_tree(tree, gamma)
     if tree is not None:
         gamma, gamma_reason = tree.depth, ""

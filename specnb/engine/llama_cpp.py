@@ -197,22 +197,21 @@ def gguf_draft(path, gamma: int, threads: int, head_tokens=None, n_ctx: int = 10
     return GGUFDraft()
 
 
-@dataclass(frozen=True)
-class DraftSpec:
-    """llama.cpp's own speculation, as data that can cross into the child: ``kind`` "lookup"
-    (prompt lookup) or "gguf" (a draft model file, with the trimmed head's ``head_tokens``)."""
+@dataclass(frozen=True, kw_only=True)
+class LlamaDraftSpec:
+    """llama.cpp's own speculation, as data that can cross into the child: a draft model file ``path``
+    (with the trimmed head's ``head_tokens``), or prompt lookup when ``path`` is None."""
 
-    kind: str
     gamma: int
-    path: str = ""
+    path: str | None = None
     head_tokens: tuple[int, ...] | None = None
 
 
-def open_model(path: str, threads: int, n_ctx: int, draft: DraftSpec | None) -> LlamaCpp:
+def open_model(path: str, threads: int, n_ctx: int, draft: LlamaDraftSpec | None) -> LlamaCpp:
     """Build a ``LlamaCpp`` with its draft: the factory an ``IsolatedLlamaCpp`` runs in its child."""
     if draft is None:
         return LlamaCpp(path, threads, n_ctx)
-    if draft.kind == "lookup":
+    if draft.path is None:
         return LlamaCpp(path, threads, n_ctx, draft=lookup_draft(draft.gamma))
     return LlamaCpp(path, threads, n_ctx, draft=gguf_draft(draft.path, draft.gamma, threads, draft.head_tokens, n_ctx))
 
@@ -221,7 +220,7 @@ class IsolatedLlamaCpp:
     """A ``LlamaCpp`` in a child process, with the same ``generate`` and ``probe``: a crash there
     raises ``specnb.engine.isolation.EngineCrashed`` (one line naming the signal) in the caller."""
 
-    def __init__(self, path, threads: int, n_ctx: int = 1024, draft: DraftSpec | None = None):
+    def __init__(self, path, threads: int, n_ctx: int = 1024, draft: LlamaDraftSpec | None = None):
         self.path = str(path)
         self.child = Child("specnb.engine.llama_cpp:open_model", self.path, threads, n_ctx, draft,
                            what=f"llama.cpp ({Path(self.path).name})")

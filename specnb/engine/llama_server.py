@@ -27,7 +27,7 @@ BUILD_HINT = ("llama-server not found: build it with `make setup` (or `python -m
 SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache", "draft-eagle3")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServerConfig:
     """One server launch: the verifier GGUF, the speculation (``spec_type`` "none" for spec-off,
     ``draft`` a GGUF for "draft-simple"), draft length ``n_max`` (≥ ``n_min``), slots and threads.

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specnb.core.sequences import eos_ids
 from specnb.engine.trees import TreeShape
 
 
@@ -15,8 +16,7 @@ class Rows:
     """Per-row output lists, stop conditions (EOS, budget) and statistics."""
 
     def __init__(self, batch: int, max_new_tokens: int, eos_token_id):
-        eos = eos_token_id if isinstance(eos_token_id, (list, tuple, set)) else [eos_token_id]
-        self.eos = {int(e) for e in eos if e is not None}
+        self.eos = eos_ids(eos_token_id)
         self.max_new = max_new_tokens
         self.out: list[list[int]] = [[] for _ in range(batch)]
         self.done = [False] * batch
@@ -44,7 +44,7 @@ class Rows:
             self.emit(i, tokens[i])
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DecodeState:
     """One generation in flight: the verifier's cache, per-row outputs and positions, the sampling
     settings, and each prompt's real tokens (a draft that copies from the context reads them)."""
@@ -66,7 +66,7 @@ class DecodeState:
         return self.contexts[row] + self.rows.out[row]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Proposal:
     """What a draft proposes in one step, and what its cache did to propose it (read back by its
     ``commit``): per-step state travels here, not in the drafter."""
@@ -85,7 +85,7 @@ class Proposal:
                    n_drafted=torch.zeros(batch, dtype=torch.long, device=device), forwards=0)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Step:
     """What the accept stage decided, per row: read by the rollback of the verifier and of the draft.
     A row that finished before this step takes the best row's count and a prefix path, so that it

@@ -39,7 +39,7 @@ TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/x86_
 ERROR_LINE = re.compile(r"(^|\) )(ERROR |[\w.]*(Error|Exception): )")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class VllmConfig:
     """One vLLM launch: the verifier's HF folder, the speculation (``method`` "none" for spec-off;
     ``draft`` the draft model's or head's HF folder for ``NEEDS_MODEL``), ``k`` draft tokens

@@ -35,7 +35,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AcceptanceProfile:
     """Counts per position i = 1..gamma: how often position i was *reached* (drafted with every
     earlier position accepted) and accepted, pooled and per prompt (rows of ``per_prompt``)."""
@@ -62,7 +62,7 @@ class AcceptanceProfile:
                              "rate": np.cumprod(cond)})
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CounterRates:
     """Acceptance from a serving engine's counters: α = accepted ÷ draft tokens; τ = 1 + accepted ÷
     drafts (mean tokens per verification step, bonus token included: vLLM's mean acceptance length);
@@ -87,14 +87,16 @@ def counter_rates(drafts: float, draft_tokens: float, accepted: float, accepted_
     ``gauges`` = (accept rate, accept length) as the engine reported them, never derived."""
     nan = math.nan
     if drafts:
-        return CounterRates(accepted / draft_tokens if draft_tokens else nan, 1 + accepted / drafts,
-                            [a / drafts for a in accepted_per_pos], "counters")
+        return CounterRates(alpha=accepted / draft_tokens if draft_tokens else nan, tau=1 + accepted / drafts,
+                            per_position=[a / drafts for a in accepted_per_pos], source="counters")
     alpha = accepted / draft_tokens if draft_tokens else nan
     if verify_steps:
-        return CounterRates(alpha, verified_tokens / verify_steps, [], "verify counts")
+        return CounterRates(alpha=alpha, tau=verified_tokens / verify_steps, per_position=[], source="verify counts")
     if not all(math.isnan(g) for g in gauges):
-        return CounterRates(gauges[0] if math.isnan(alpha) else alpha, gauges[1], [], "gauges")
-    return CounterRates(alpha, nan, [nan for _ in accepted_per_pos], "counters" if draft_tokens else "")
+        return CounterRates(alpha=gauges[0] if math.isnan(alpha) else alpha, tau=gauges[1], per_position=[],
+                            source="gauges")
+    return CounterRates(alpha=alpha, tau=nan, per_position=[nan for _ in accepted_per_pos],
+                        source="counters" if draft_tokens else "")
 
 
 def rates(accepted: np.ndarray, reached: np.ndarray) -> np.ndarray:
@@ -171,13 +173,13 @@ def profile_from_records(records: pd.DataFrame, draft: str) -> AcceptanceProfile
 
 def flat_profile(alpha: float, gamma: int = 8) -> AcceptanceProfile:
     """An i.i.d. profile (every a_i = α exactly), as 1000 pseudo-steps per position."""
-    return AcceptanceProfile(gamma, [1000] * gamma, [round(1000 * alpha)] * gamma)
+    return AcceptanceProfile(gamma=gamma, reached=[1000] * gamma, accepted=[round(1000 * alpha)] * gamma)
 
 
 def pooled_profile(gamma: int, per_prompt: list[dict]) -> AcceptanceProfile:
     reached = np.sum([p["reached"] for p in per_prompt], axis=0).astype(int).tolist()
     accepted = np.sum([p["accepted"] for p in per_prompt], axis=0).astype(int).tolist()
-    return AcceptanceProfile(gamma, reached, accepted, per_prompt)
+    return AcceptanceProfile(gamma=gamma, reached=reached, accepted=accepted, per_prompt=per_prompt)
 
 
 def profile_frames(profiles: dict[str, AcceptanceProfile]) -> tuple[pd.DataFrame, pd.DataFrame]:

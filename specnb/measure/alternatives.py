@@ -28,7 +28,7 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
@@ -44,7 +44,7 @@ from specnb.measure.runs import bootstrap_speedup, paired_speedup
 BASELINE_METHOD = "verifier-only · PyTorch eager · fp32"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Method:
     """One way to answer a prompt. ``run(prompt_ids, max_new_tokens)`` returns a ``Generated``
     (greedy, prefill included in its wall time). ``lossless``: the output is the fp32 verifier's
@@ -74,14 +74,16 @@ def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *,
         return Generated(result.tokens[0], result.wall_ms, result.verifier_forwards)
 
     shape = "tree=" + "x".join(map(str, tree)) if tree else f"γ={gamma}"
-    return Method(name, engine, precision, f"{draft_name} {shape}" if draft is not None else "", lossless, run, model)
+    return Method(name=name, engine=engine, precision=precision,
+                  speculation=f"{draft_name} {shape}" if draft is not None else "", lossless=lossless, run=run,
+                  model=model)
 
 
 def llama_cpp_method(name: str, model, precision: str, speculation: str = "", lossless: bool = False,
                      eos=()) -> Method:
     """A method that runs a ``specnb.engine.llama_cpp.IsolatedLlamaCpp`` (with its draft, if it has one)."""
-    return Method(name, "llama.cpp", precision, speculation, lossless,
-                  lambda prompt, max_new_tokens: model.generate(prompt, max_new_tokens, eos), model)
+    return Method(name=name, engine="llama.cpp", precision=precision, speculation=speculation, lossless=lossless,
+                  run=lambda prompt, max_new_tokens: model.generate(prompt, max_new_tokens, eos), model=model)
 
 
 def add_compiled(methods: list[Method], pair) -> str:
@@ -179,7 +181,7 @@ def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisi
 def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_ctx: int, notes: list) -> list[Method]:
     """llama.cpp rows on the embedded models' GGUF files (see ``build_methods``), each model in its
     own child process: one that cannot even load here (a crash at load) becomes a note."""
-    from specnb.engine.llama_cpp import DraftSpec, IsolatedLlamaCpp
+    from specnb.engine.llama_cpp import IsolatedLlamaCpp, LlamaDraftSpec
     from specnb.models.gguf import embedded_gguf
     from specnb.models.registry import EMBEDDED_VERIFIER
     from specnb.models.trimmed_head import read_head_tokens
@@ -191,7 +193,7 @@ def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_
     eos = [pair.tokenizer.eos_token_id]
     methods = []
 
-    def add(name: str, path, label: str, speculation: str, lossless: bool, draft: DraftSpec | None = None):
+    def add(name: str, path, label: str, speculation: str, lossless: bool, draft: LlamaDraftSpec | None = None):
         try:
             model = IsolatedLlamaCpp(path, threads, n_ctx, draft)
         except (EngineCrashed, RuntimeError) as err:
@@ -206,7 +208,7 @@ def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_
         add(f"verifier-only · llama.cpp · {label}", path, label, "", lossless)
         for g in lookup_gammas:
             add(f"prompt-lookup γ={g} · llama.cpp · {label}", path, label, f"prompt-lookup γ={g}", lossless,
-                DraftSpec("lookup", g))
+                LlamaDraftSpec(gamma=g))
         if llama_draft and key == "q4_1":
             draft_path = embedded_gguf(llama_draft, "q4_1")
             from specnb.models.embedded import embedded_draft_path
@@ -214,7 +216,8 @@ def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_
             head = read_head_tokens(embedded_draft_path(llama_draft))
             g = lookup_gammas[0]
             add(f"{llama_draft} γ={g} · llama.cpp · {label}", path, label, f"{llama_draft} γ={g}", lossless,
-                DraftSpec("gguf", g, str(draft_path), tuple(int(t) for t in head) if head is not None else None))
+                LlamaDraftSpec(gamma=g, path=str(draft_path),
+                               head_tokens=tuple(int(t) for t in head) if head is not None else None))
     return methods
 
 
@@ -374,6 +377,3 @@ def load_measured(verifier: str) -> dict | None:
         return None
     return data if data.get("machine") == machine_key() else None
 
-
-def as_dicts(methods: list[Method]) -> list[dict]:
-    return [{k: v for k, v in asdict(m).items() if k != "run"} for m in methods]

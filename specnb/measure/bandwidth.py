@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Bandwidth:
     """Median GB/s (1e9 bytes/s) of each probe and the settings that produced them."""
 
@@ -57,8 +57,8 @@ def measure_bandwidth(buffer_mib: int = 256, repeats: int = 9, inner: int = 3, c
     for _ in range(repeats):
         for name, (fn, nbytes) in probes.items():
             samples[name].append(nbytes / seconds_per_call(fn, inner) / 1e9)
-    return Bandwidth(statistics.median(samples["matvec"]), statistics.median(samples["copy"]),
-                     torch.get_num_threads(), buffer_mib, samples["matvec"])
+    return Bandwidth(matvec_gbs=statistics.median(samples["matvec"]), copy_gbs=statistics.median(samples["copy"]),
+                     threads=torch.get_num_threads(), buffer_mib=buffer_mib, matvec_samples=samples["matvec"])
 
 
 def step_bytes(model) -> int:

@@ -39,7 +39,7 @@ def compare(reference: list[int], other: list[int]) -> Agreement:
     return Agreement(n, first)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Fidelity:
     """Agreement over a prompt set: how many prompts came out identical, the token-weighted prefix
     share, and where the divergences fell."""
@@ -60,4 +60,5 @@ def fidelity(pairs: list[tuple[list[int], list[int]]]) -> Fidelity:
     total = sum(a.reference_len for a in found)
     share = sum(a.prefix_share * a.reference_len for a in found) / total if total else 1.0
     diverged = sorted(a.first_divergence for a in found if a.first_divergence is not None)
-    return Fidelity(len(found), len(found) - len(diverged), share, diverged)
+    return Fidelity(prompts=len(found), identical=len(found) - len(diverged), prefix_share=share,
+                    first_divergences=diverged)

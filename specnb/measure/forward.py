@@ -22,7 +22,7 @@ from specnb.engine.kvcache import crop_cache, forward_arguments
 from specnb.engine.timing import synchronize
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ForwardTiming:
     """Per-forward latency of ``n_tokens`` new tokens on top of ``context_len`` cached tokens."""
 
@@ -100,8 +100,9 @@ class ForwardProbe:
         return elapsed
 
     def timing(self, samples_ms: list[float]) -> ForwardTiming:
-        return ForwardTiming(self.n_tokens, self.batch_size, self.context_len, statistics.median(samples_ms),
-                             list(samples_ms))
+        return ForwardTiming(n_tokens=self.n_tokens, batch_size=self.batch_size, context_len=self.context_len,
+                             median_ms=statistics.median(samples_ms),
+                             samples_ms=list(samples_ms))
 
 
 def measure_forward_ms(model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128,
@@ -118,7 +119,7 @@ def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context
                          name: str | None = None, device=None, warmup: int = 2) -> pd.DataFrame:
     """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache
     (one model; see ``measure_forward_grids``)."""
-    shapes = [GridShapes(name or type(model).__name__, model, tuple(n_tokens))]
+    shapes = [GridShapes(name=name or type(model).__name__, model=model, n_tokens=tuple(n_tokens))]
     return measure_forward_grids(shapes, batch_sizes, context_len, repeats, device, warmup)
 
 
@@ -134,7 +135,7 @@ def make_probe(model, n_tokens: int, batch_size: int, context_len: int, device=N
     return ForwardProbe(model, n_tokens, batch_size, context_len, device, keep, share)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GridShapes:
     """One model's shapes in a forward grid: tokens per forward, and the logits each keeps (None: all)."""
 
@@ -180,7 +181,7 @@ def measure_forward_grids(shapes: list[GridShapes], batch_sizes=(1,), context_le
     return pd.DataFrame(rows)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DispatchFit:
     """t_forward = t0 + k·FLOPs across models: fixed dispatch cost plus a compute/bandwidth term."""
 
@@ -225,7 +226,7 @@ def fit_dispatch(grid: pd.DataFrame, flops_per_token) -> DispatchFit:
     if len(np.unique(x)) < 2:
         raise ParameterError("fit_dispatch needs forwards of at least two different sizes (tokens or models)")
     t0, k, r2 = fit_line(x, grid["median_ms"])
-    return DispatchFit(t0, k, r2, len(x))
+    return DispatchFit(t0_ms=t0, ms_per_gflop=k, r2=r2, n_points=len(x))
 
 
 def wall_clock_c(grid: pd.DataFrame, draft: str, verifier: str, n_tokens: int = 1, batch_size: int = 1) -> float:

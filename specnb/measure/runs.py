@@ -39,11 +39,11 @@ STAGE_COLUMNS = stage_columns()
 KERNEL_COLUMNS = ["baseline_kernels", "verifier_kernels", "draft_kernels"]  # the path each side ran (``kernel_paths``)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Candidate:
     """One way to generate: verifier-only (``draft=None, gamma=0``), a draft at a γ, or a head draft
     with a static tree (``tree``: branching per depth; ``gamma`` is then its depth). ``gamma`` may be a
-    choice made per batch size (``specnb.engine.generate.GammaChoice``: ``gamma="auto"``);
+    choice made per batch size (``specnb.engine.gamma.GammaChoice``: ``gamma="auto"``);
     ``confidence``: chains stop where the draft is unsure (``specnb.engine.confidence``)."""
 
     name: str
@@ -72,18 +72,21 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
     if any(not 0.0 <= c <= 1.0 for c in confidences):
         raise ParameterError(f"confidence thresholds must be between 0 and 1, got {list(confidences)}")
     trees = [t if isinstance(t, DynamicTree) else tuple(int(b) for b in t) for t in trees]
-    found = [Candidate(BASELINE, None, None, 0)] if baseline else []
+    found = [Candidate(name=BASELINE, draft=None, draft_name=None, gamma=0)] if baseline else []
     for name, draft in drafts.items():
         for c in confidences:
             suffix = f" conf={c:g}" if c else ""
-            found += [Candidate(f"{name} γ={int(g)}{suffix}", draft, name, int(g), confidence=c) for g in gammas]
+            found += [Candidate(name=f"{name} γ={int(g)}{suffix}", draft=draft, draft_name=name, gamma=int(g),
+                                confidence=c) for g in gammas]
             if wants_auto:
-                found.append(Candidate(f"{name} γ=auto{suffix}", draft, name, auto(name, c), confidence=c))
+                found.append(Candidate(name=f"{name} γ=auto{suffix}", draft=draft, draft_name=name,
+                                       gamma=auto(name, c), confidence=c))
         drafter = make_drafter(draft) if trees else None
         for t in trees:
             grows = drafter.trees and (getattr(drafter, "dynamic_trees", False) or not isinstance(t, DynamicTree))
             if grows:
-                found.append(Candidate(f"{name} tree={shape_of(t).label()}", draft, name, shape_of(t).depth, t))
+                found.append(Candidate(name=f"{name} tree={shape_of(t).label()}", draft=draft, draft_name=name,
+                                       gamma=shape_of(t).depth, tree=t))
     return found
 
 

@@ -45,7 +45,7 @@ def level_text(column: str, value) -> str:
     return f"{value:g} req/s" if column == "request_rate" else f"{value:g} concurrent"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Target:
     """One configuration's server: ``name`` ("spec-off", "ngram k=4"), its base ``url``, the
     ``engine`` family ("llama.cpp", "vllm", "sglang") and the ``model`` name requests carry."""
@@ -56,7 +56,7 @@ class Target:
     model: str = ""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RequestRecord:
     """One request, named as in vLLM's ``RequestFuncOutput`` (times in seconds)."""
 

@@ -49,7 +49,7 @@ class EndpointError(SpecnbError, RuntimeError):
     """An endpoint is unreachable or does not speak the OpenAI API; the message says which and why."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Counters:
     """Spec-decode counters of one scrape (or the difference of two)."""
 
@@ -128,7 +128,8 @@ def check_target(target: Target, timeout_s: float = 10.0) -> Target:
     except (ValueError, KeyError, TypeError) as err:
         raise EndpointError(f"{target.name}: {target.url}/v1/models is not an OpenAI-compatible answer "
                             f"(HTTP {response.status_code})") from err
-    return Target(target.name, target.url, target.engine, target.model or (models[0] if models else ""))
+    return Target(name=target.name, url=target.url, engine=target.engine,
+                  model=target.model or (models[0] if models else ""))
 
 
 def reachable(target: Target, timeout_s: float = 5.0) -> bool:
@@ -141,7 +142,7 @@ def reachable(target: Target, timeout_s: float = 5.0) -> bool:
         return False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Sweep:
     """A sweep's raw data: ``records`` (one row per request), ``runs`` (one row per target, level
     and round, with differenced counters), ``stopped``: one line when it ended early, and ``probe``:
@@ -222,7 +223,7 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
         warm_up(targets, texts)
     probed = [t for t in targets if t.engine == "llama.cpp"][:1] if probe_upto else []
     probe = probe_forward(probed[0], probe_tokens(probe_upto), seed=seed) if probed else pd.DataFrame()
-    sweep = Sweep(pd.DataFrame(), pd.DataFrame(), probe=probe)
+    sweep = Sweep(records=pd.DataFrame(), runs=pd.DataFrame(), probe=probe)
     where = lambda level: level_text(LEVELS[mode], level)  # noqa: E731
     for li, level in enumerate(levels):
         sent = requests_for(texts, level, mode)
@@ -250,7 +251,7 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
                                 for i, d in zip(part, done)]
                     runs.append(run_row(target, mode, level, r, duration, done, counters, partial=bool(why))
                                 | {"chunk": c})
-                    sweep = Sweep(pd.DataFrame(records), pd.DataFrame(runs), probe=probe)
+                    sweep = Sweep(records=pd.DataFrame(records), runs=pd.DataFrame(runs), probe=probe)
                     if progress:
                         print(f"{name} at {where(level)}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
                     if on_run:
@@ -335,7 +336,7 @@ def sweep_servers(configs, prompts: pd.DataFrame, levels: list[int], **settings)
 
     with servers(configs, keep_going=True) as running:
         engines = {c.name: engine_of(c) for c in configs}
-        targets = [Target(name, server.url, engines[name], getattr(server, "model", ""))
+        targets = [Target(name=name, url=server.url, engine=engines[name], model=getattr(server, "model", ""))
                    for name, server in running.servers.items()]
         sweep = run_sweep(targets, prompts, levels, down=lambda name: running.servers[name].exit_note(), **settings)
     skipped = "; ".join(f"{name} left out: {line}" for name, line in running.failed.items())

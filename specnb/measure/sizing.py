@@ -29,7 +29,7 @@ from specnb.measure.runs import BASELINE
 Z95 = 1.96  # two-sided 95%, the level of every CI specnb reports
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Spread:
     """The pilot's spread of one unit's log speedup, pooled over candidates."""
 

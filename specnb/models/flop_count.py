@@ -18,7 +18,7 @@ from specnb.core.flops import ModelDims, check_context, model_dims
 COUNTERS = ("fvcore", "flop_counter")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MeasuredFlops:
     """One new token counted by a FLOP counter, split into matrix multiplies and attention (2 per MAC)."""
 

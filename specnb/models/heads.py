@@ -56,12 +56,12 @@ def weight_names(path: Path) -> set[str]:
 
 
 def head_kind(folder) -> str | None:
-    """"eagle" or "medusa" when ``folder`` holds a draft head (specnb's layout or the published EAGLE
-    one), None for anything else (an ordinary checkpoint, a missing folder)."""
+    """The draft kind ``folder`` holds when it is a head ("eagle" or "medusa": specnb's layout, or the
+    published EAGLE one), None for anything else (an ordinary checkpoint, a missing folder)."""
     config = read_config(folder)
     if config is None:
         return None
-    if config.get("kind") in ("eagle", "medusa"):
+    if isinstance(config.get("kind"), str):  # specnb's layout names its kind (``specnb.engine.kinds``)
         return config["kind"]
     weights = published_weights(folder)
     if weights is not None and config.get("num_hidden_layers") == 1 and \
@@ -70,18 +70,17 @@ def head_kind(folder) -> str | None:
     return None
 
 
-def load_head(folder, verifier, dtype=None):
-    """The head in ``folder`` attached to ``verifier`` (its embedding and lm_head), in eval mode."""
-    from specnb.models.eagle import EagleDraft
-    from specnb.models.medusa import MedusaHeads
-
+def load_head(folder, verifier, head_class, dtype=None):
+    """The head in ``folder`` attached to ``verifier`` (its embedding and lm_head), in eval mode:
+    ``head_class`` (the kind's module: ``EagleDraft``, ``MedusaHeads``) reads specnb's layout; the
+    published EAGLE layout is read by ``read_published``."""
     folder, kind = Path(folder), head_kind(folder)
     if kind is None:
         raise ModelNotFoundError(f"{str(folder)!r} holds no EAGLE or Medusa head (config.json and weights)")
     check_fits(folder, verifier.config, folder.name)
     dtype = dtype or next(verifier.parameters()).dtype
     if (read_config(folder) or {}).get("kind") == kind:
-        head = (EagleDraft if kind == "eagle" else MedusaHeads).load(folder, dtype=dtype)
+        head = head_class.load(folder, dtype=dtype)
     else:
         head = read_published(folder, dtype)
     return head.attach(verifier).to(next(verifier.parameters()).device).eval()
@@ -183,11 +182,10 @@ def write_published(draft, folder, bias: bool = True) -> Path:
     return folder
 
 
-def head_flops(kind: str, config: dict, verifier_config):
-    """FLOPs per drafted token of a head on ``verifier_config``'s features (2 per multiply-add, as
-    ``specnb.core.flops``): EAGLE is its fc (2d × d; 3d × d when it reads prompt-lookup matches), one
-    decoder layer and its head; a Medusa head is its residual blocks (d × d each) and its head.
-    ``config``: the head's config.json (head width ``head_tokens``, Medusa's ``blocks``, EAGLE-3's
+def eagle_flops(config: dict, verifier_config):
+    """FLOPs per drafted token of an EAGLE head on ``verifier_config``'s features (2 per multiply-add,
+    as ``specnb.core.flops``): its fc (2d × d; 3d × d when it reads prompt-lookup matches), one decoder
+    layer and its head. ``config``: the head's config.json (head width ``head_tokens``, EAGLE-3's
     ``feature_layers``); a head with no config counts the full vocabulary. An EAGLE-3 head's fusion
     (k·d × d for k fused layers) is in its parameters, not its FLOPs per drafted token: it runs once
     per *verified* token, on the verifier's features, while drafted tokens feed the head's own
@@ -198,21 +196,34 @@ def head_flops(kind: str, config: dict, verifier_config):
     from specnb.models.early_exit import exit_config
 
     d = verifier_config.hidden_size
-    head = int(config.get("head_tokens") or verifier_config.vocab_size)
-    if kind == "eagle":
-        layer = exit_config(verifier_config, 1)
-        layer.head_tokens = head
-        base = analytic_flops(layer)
-        inputs = 3 if config.get("lookup_ngram") else 2  # [f ; e (; e(prompt-lookup match))]
-        fc = 2 * (inputs * d * d)
-        fused = len(config.get("feature_layers") or ())
-        fusion = fused * d * d + fused * d if fused else 0  # the fuse linear and its per-layer norm weights
-        return replace(base, model="eagle", flops_per_token=base.flops_per_token + fc,
-                       flops_per_token_at_context=base.flops_per_token_at_context + fc,
-                       params=base.params - verifier_config.vocab_size * d + inputs * d * d + d + fusion)
+    layer = exit_config(verifier_config, 1)
+    layer.head_tokens = head_width(config, verifier_config)
+    base = analytic_flops(layer)
+    inputs = 3 if config.get("lookup_ngram") else 2  # [f ; e (; e(prompt-lookup match))]
+    fc = 2 * (inputs * d * d)
+    fused = len(config.get("feature_layers") or ())
+    fusion = fused * d * d + fused * d if fused else 0  # the fuse linear and its per-layer norm weights
+    return replace(base, model="eagle", flops_per_token=base.flops_per_token + fc,
+                   flops_per_token_at_context=base.flops_per_token_at_context + fc,
+                   params=base.params - verifier_config.vocab_size * d + inputs * d * d + d + fusion)
+
+
+def medusa_flops(config: dict, verifier_config):
+    """FLOPs per drafted token of Medusa heads: their residual blocks (d × d each) and their head
+    (``config`` as for ``eagle_flops``, with Medusa's ``blocks``)."""
+    from dataclasses import replace
+
+    from specnb.core.flops import analytic_flops
+
+    d, head = verifier_config.hidden_size, head_width(config, verifier_config)
     blocks = int(config.get("blocks", 1))
     flops = 2 * (blocks * d * d + head * d)
     base = analytic_flops(verifier_config)
     return replace(base, model="medusa", flops_per_token=flops, flops_per_token_at_context=flops, layers=0,
                    attention_flops_per_position=0, lm_head_flops_per_token=2 * head * d,
                    params=int(config.get("num_heads", 1)) * blocks * (d * d + d))
+
+
+def head_width(config: dict, verifier_config) -> int:
+    """Rows of a head's lm_head: its trimmed vocabulary, else the verifier's."""
+    return int(config.get("head_tokens") or verifier_config.vocab_size)

@@ -7,9 +7,9 @@ MKL: for one row a matrix-vector kernel at streaming bandwidth, for two rows or 
 path, which on some CPUs packs the weight into its panel layout on every call and runs small M far
 below both bandwidth and arithmetic peak, so verifying 2 tokens costs about twice one. That jump is
 a kernel's tax, not physics. oneDNN's brgemm on a weight reordered once
-(``torch.ops.mkldnn._reorder_linear_weight``) streams each weight block once for all rows: on an
-AMD EPYC flat from 1 to 2 rows and about 1.5x at 8 (benchmarks/README.md, "Kernel paths for one
-linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
+(``torch.ops.mkldnn._reorder_linear_weight``) streams each weight block once for all rows, so its
+cost grows far more slowly with the row count (measured in benchmarks/README.md, "Kernel paths for
+one linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
 
 Which path wins depends on the CPU, the thread count, the model's shapes and the row count (on
 the AMD EPYC oneDNN halves the verifier's cost of verifying 3 tokens and is faster at one row too;
@@ -66,7 +66,7 @@ CACHE_FILE = "kernels.json"
 _CACHE_VERSION = 3  # bump when the rule or what is timed changes: old decisions are then ignored
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KernelChoice:
     """What ``kernels=`` decided for one model. ``reason``: "timed", "cached" (a timed decision read
     back), "asked" (named by the caller), "not fp32 on the CPU", "no linear layers", "shared with the
@@ -227,7 +227,8 @@ def apply_kernels(model, kernels: str = "auto", name: str = "model") -> KernelCh
         return choose_kernels(model, name)
     use_kernels(model, kernels)
     spans = ((1, MAX_ROWS),) if kernels == "onednn" else ()
-    return _remember(model, KernelChoice(name, kernels, kernels, "asked", 1 if spans else 0, spans))
+    return _remember(model, KernelChoice(model=name, path=kernels, asked=kernels, reason="asked",
+                                         min_rows=1 if spans else 0, spans=spans))
 
 
 def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: float = AUTO_BUDGET_S,
@@ -236,10 +237,10 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: flo
     rule (a cached decision for the same shapes on this machine is reused; one timed in fewer than
     ``AUTO_REPEATS`` rounds, on a busy machine, is used but not cached); returns the choice."""
     if not on_cpu_fp32(model):
-        return _remember(model, KernelChoice(name, "default", "auto", "not fp32 on the CPU"))
+        return _remember(model, KernelChoice(model=name, path="default", asked="auto", reason="not fp32 on the CPU"))
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear and m.bias is None]
     if not layers:
-        return _remember(model, KernelChoice(name, "default", "auto", "no linear layers"))
+        return _remember(model, KernelChoice(model=name, path="default", asked="auto", reason="no linear layers"))
     key = _cache_key(layers, tuple(widths))
     known = _read_cache().get(key) if cache else None
     if known is not None:
@@ -252,8 +253,10 @@ def choose_kernels(model, name: str = "model", widths=AUTO_WIDTHS, budget_s: flo
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     ms, done = time_paths(packed, tuple(widths), budget_s)
     path, spans = decide(ms, tuple(widths)) if done else ("default", ())
-    choice = KernelChoice(name, path, "auto", "timed" if done else "too busy to time", spans[0][0] if spans else 0,
-                          spans, tuple(widths), ms, done, time.perf_counter() - started, torch.get_num_threads(), RULE)
+    choice = KernelChoice(model=name, path=path, asked="auto", reason="timed" if done else "too busy to time",
+                          min_rows=spans[0][0] if spans else 0,
+                          spans=spans, widths=tuple(widths), ms=ms, repeats=done,
+                          decide_s=time.perf_counter() - started, threads=torch.get_num_threads(), rule=RULE)
     if path == "default":
         unpack(model)
     else:
@@ -291,9 +294,9 @@ def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], budget_s: fl
     path and width, interleaved with the order rotated each round: as many rounds as the first one
     says fit in ``budget_s`` (at least one, at most ``AUTO_MAX_REPEATS``: a small model's round takes
     a millisecond, where one preempted sample would decide). Returns ({path: [ms per width]}, rounds
-    done), or ({}, 0) when the first round alone overruns twice the budget (two threads on two busy
-    cores made one sweep of the verifier take 3.4 s instead of 0.06): too busy to tell. ``now``: the
-    clock in seconds (a test scripts it to reach that branch on purpose)."""
+    done), or ({}, 0) when the first round alone overruns twice the budget (on busy cores one sweep
+    can take fifty times its quiet time): too busy to tell. ``now``: the clock in seconds (a test
+    scripts it to reach that branch on purpose)."""
     inputs = {n: {k: torch.randn(n, k) for k in {m.weight.shape[1] for m in layers}} for n in widths}
 
     def sweep(path: str, n: int, some=layers) -> float:

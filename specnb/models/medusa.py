@@ -29,7 +29,7 @@ from torch import nn
 from specnb.models.eagle import load_head, save_head  # one folder layout for heads
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MedusaConfig:
     hidden_size: int = 576
     num_heads: int = 4  # K: head k predicts x_{t+k+1}

@@ -4,8 +4,9 @@ A draft is named in one of five ways, and ``resolve_draft`` is the only place th
 apart: ``prompt-lookup`` (no model, Saxena 2023), ``exit:K`` or an embedded ``smollm2-exit-K``
 (the verifier's first K layers; Elhoushi et al. 2024 "LayerSkip", Zhang et al. 2023 "Draft &
 Verify"), an embedded draft (distilled model, EAGLE or Medusa head), a local folder (a checkpoint or
-a head, ``specnb.models.heads.head_kind``), or a hub id. Loading (``specnb.models.load``), FLOPs
-tables and the notebooks' draft lists all go through it.
+a head, ``specnb.models.heads.head_kind``), or a hub id. Loading (``specnb.engine.pairs``), FLOPs
+tables (``specnb.engine.kinds.by_name``) and the notebooks' draft lists all go through it; what a kind
+does is its module's (``specnb.engine.kinds``).
 """
 
 from __future__ import annotations
@@ -15,19 +16,17 @@ from pathlib import Path
 
 from specnb.core import paths
 from specnb.core.errors import ParameterError
-from specnb.models.heads import head_flops, head_kind, read_config
+from specnb.models.heads import head_kind, read_config
 
 EMBEDDED_VERIFIER = "smollm2-135m"
 PROMPT_LOOKUP = "prompt-lookup"
 # Early exits of the embedded verifier (30 layers), untrained: they show the speculation tax and why
 # drafts need training (their acceptance is in benchmarks/README.md).
 EMBEDDED_EXITS = {"smollm2-exit-4": 4, "smollm2-exit-12": 12, "smollm2-exit-24": 24}
-KINDS = ("model", "exit", "lookup", "eagle", "medusa")  # what ``DraftRef.kind`` can be
-HEAD_KINDS = ("eagle", "medusa")  # drafts that read the verifier's features
 DEFAULT_GAMMA = 4  # draft tokens per step when neither the user nor the draft says otherwise
 # γ an embedded draft decodes best at, chosen on development prompts (the last 10 of
-# ``build_instructions(200, seed=777)``, never the evaluation prompts; batch 1, greedy, 48 tokens):
-# ``smollm2-eagle`` γ 2 1.11x, γ 3 0.88x, γ 4 0.86x (benchmarks/README.md, *Building the heads*).
+# ``build_instructions(200, seed=777)``, never the evaluation prompts; batch 1, greedy, 48 tokens);
+# the speedups at each γ are in benchmarks/README.md, *Building the heads*.
 DRAFT_GAMMA = {"smollm2-eagle": 2}
 
 
@@ -40,7 +39,7 @@ def embedded_names() -> list[str]:
     return [EMBEDDED_VERIFIER, *embedded_draft_names(), *EMBEDDED_EXITS, PROMPT_LOOKUP]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DraftRef:
     """A draft name resolved without loading anything.
 
@@ -57,11 +56,13 @@ class DraftRef:
 
 
 def resolve_draft(name: str, verifier: str | None = None) -> DraftRef:
-    """The one place that says what a draft name means (``verifier``: the name it drafts for)."""
+    """The one place that says what a draft name means (``verifier``: the name it drafts for). It
+    names kinds because a name is where a kind comes from; everything after asks the registered kind
+    (``specnb.engine.kinds``)."""
     if name == PROMPT_LOOKUP:
-        return DraftRef(name, "lookup")
+        return DraftRef(name=name, kind="lookup")
     if name in EMBEDDED_EXITS:
-        return DraftRef(name, "exit", EMBEDDED_EXITS[name], EMBEDDED_VERIFIER)
+        return DraftRef(name=name, kind="exit", exit_layers=EMBEDDED_EXITS[name], base=EMBEDDED_VERIFIER)
     if name.startswith("exit:"):
         try:
             k = int(name.split(":", 1)[1])
@@ -69,15 +70,15 @@ def resolve_draft(name: str, verifier: str | None = None) -> DraftRef:
             raise ParameterError(
                 f"early-exit draft {name!r} must look like exit:K with an integer K, e.g. exit:4"
             ) from None
-        return DraftRef(name, "exit", k, verifier)
-    folder = paths.DRAFTS_DIR / name if name in embedded_draft_names() else Path(name).expanduser()
+        return DraftRef(name=name, kind="exit", exit_layers=k, base=verifier)
+    folder = draft_folder(name)
     kind = head_kind(folder) if folder.is_dir() else None
-    return DraftRef(name, kind or "model")
+    return DraftRef(name=name, kind=kind or "model")  # any other name is a causal LM's (a hub id, a checkpoint)
 
 
-def shares_verifier(ref: DraftRef, verifier: str) -> bool:
-    """An exit of the verifier itself reuses its loaded tensors; any other draft loads its own."""
-    return ref.kind == "exit" and ref.base == verifier
+def draft_folder(name: str) -> Path:
+    """Where a draft name's files would be: its committed folder, or the local path it names."""
+    return paths.DRAFTS_DIR / name if name in embedded_draft_names() else Path(name).expanduser()
 
 
 def made_for(draft: str | None) -> str | None:
@@ -93,55 +94,7 @@ def made_for(draft: str | None) -> str | None:
     return verifier if isinstance(verifier, str) and verifier else None
 
 
-def pick_verifier(draft: str | None, verifier: str | None = None) -> str:
-    """The verifier to run ``draft`` with: ``verifier`` when named, else the one the draft was made for,
-    else the embedded verifier. A head (EAGLE, Medusa) reads its verifier's features, so naming another
-    verifier than the one it was made for is a one-line error; a distilled draft or an exit drafts for
-    any verifier that shares its tokenizer (``specnb.models.load`` checks that)."""
-    own = made_for(draft)
-    if verifier is None:
-        return own or EMBEDDED_VERIFIER
-    if own is not None and own != verifier and resolve_draft(draft).kind in HEAD_KINDS:
-        raise ParameterError(f"head {draft!r} was made for verifier {own!r}, not {verifier!r}; drop --verifier "
-                             f"or pass {own!r}")
-    return verifier
-
-
 def default_gamma(draft: str | None, tree=None) -> int:
     """γ when none is given: a chain runs at the draft's own (``DRAFT_GAMMA``), anything else (a tree's
     depth included: not tuned per draft) at ``DEFAULT_GAMMA``."""
     return DRAFT_GAMMA.get(draft or "", DEFAULT_GAMMA) if tree is None else DEFAULT_GAMMA
-
-
-def check_verifier_name(name: str) -> None:
-    """A draft-only name passed as the verifier is a one-line error, not a failed download."""
-    if resolve_draft(name).kind != "model":
-        raise ParameterError(f"{name!r} is a draft, not a verifier; pass it as the draft")
-
-
-def draft_config(verifier_config, ref: DraftRef, verifier: str | None = None):
-    """The config a draft's FLOPs are counted from: an exit is its base's config (``verifier_config``
-    when the base is the verifier ``verifier``) cut to K layers; a head's FLOPs come counted
-    (``specnb.models.heads.head_flops``); None for prompt lookup (no model)."""
-    from specnb.core.configs import resolve_config
-    from specnb.models.early_exit import exit_config
-
-    if ref.kind == "lookup":
-        return None
-    if ref.kind in HEAD_KINDS:
-        folder = paths.DRAFTS_DIR / ref.name if ref.name in embedded_draft_names() else Path(ref.name).expanduser()
-        return head_flops(ref.kind, (read_config(folder) or {}) if folder.is_dir() else {}, verifier_config)
-    if ref.kind == "exit":
-        base = verifier_config if ref.base in (None, verifier) else resolve_config(ref.base)
-        return exit_config(base, ref.exit_layers)
-    return resolve_config(ref.name)
-
-
-def flops_table(verifier: str, drafts: list[str], context: int = 128):
-    """``specnb.core.flops.flops_table`` for a verifier and drafts given by name."""
-    from specnb.core.configs import resolve_config
-    from specnb.core.flops import flops_table as table
-
-    v_config = resolve_config(verifier)
-    configs = {name: draft_config(v_config, resolve_draft(name, verifier), verifier) for name in drafts}
-    return table(v_config, configs, context, verifier)

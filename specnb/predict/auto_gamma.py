@@ -1,6 +1,6 @@
 """``gamma="auto"``: the predictor's best γ for the batch size at hand, on this machine.
 
-``AutoGamma(profile, draft)`` is the choice the engine asks (``specnb.engine.generate.GammaChoice``):
+``AutoGamma(profile=..., draft=...)`` is the choice the engine asks (``specnb.engine.gamma.GammaChoice``):
 ``choose(batch_size)`` predicts γ = 1..8 for that batch size with the run's confidence threshold
 (``specnb.predict.predictor.predict``) and returns the best γ and why. The engine never imports the
 predictor: it takes any object with ``choose``, and this layer builds it; a run records the γ chosen
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from specnb.core.devices import describe_machine, resolve_device
 from specnb.core.errors import ParameterError
+from specnb.core.intervals import interval_text
 from specnb.predict.costs import HardwareProfile, load_profile, path_mismatches, save_profile
 from specnb.predict.predictor import Prediction, predict
 
@@ -38,7 +39,7 @@ FALLBACK_GAMMA = 4  # without a profile: the engine's default γ
 GAMMAS = tuple(range(1, 9))  # the γ ``choose`` picks among
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AutoGamma:
     """The predictor's γ per batch size for one draft (a ``GammaChoice``); ``profile=None`` falls back
     to ``FALLBACK_GAMMA``."""
@@ -67,7 +68,8 @@ def reason(prediction: Prediction, profile: HardwareProfile) -> str:
     """Why ``prediction.best_gamma``: its predicted speedup and band at this batch size, on which profile."""
     p = prediction
     stop = f", chains stopping below confidence {p.confidence:g}" if p.confidence else ""
-    text = (f"auto: γ={p.best_gamma} predicts {p.predicted_speedup:.2f}x (band {p.speedup_lo:.2f}–{p.speedup_hi:.2f}) "
+    text = (f"auto: γ={p.best_gamma} predicts {p.predicted_speedup:.2f}x "
+            f"(band {interval_text(p.speedup_lo, p.speedup_hi)}) "
             f"at batch {p.batch_size}{stop}, best of γ={GAMMAS[0]}..{GAMMAS[-1]} on {profile.device} "
             f"(profile of {profile.created_utc})")
     if p.recommended_gamma is None:
@@ -116,7 +118,7 @@ def auto_gamma(verifier: str, draft: str, *, profile: HardwareProfile | None = N
         save_profile(profile, profile_path(verifier, profile.device))
     elif not covered:
         profile = None
-    return AutoGamma(profile, draft, confidence, max_new_tokens)
+    return AutoGamma(profile=profile, draft=draft, confidence=confidence, max_new_tokens=max_new_tokens)
 
 
 def chooser(verifier: str, **settings):

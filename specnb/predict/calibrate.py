@@ -22,13 +22,14 @@ import pandas as pd
 
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError
+from specnb.engine.kinds.kind import FORWARDS, PER_STEP, PER_TOKEN
+from specnb.engine.pairs import load_drafts
 from specnb.engine.timing import BOOKKEEPING, stage_columns
 from specnb.measure.forward import GridShapes, measure_forward_grids
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens, split_prompts
 from specnb.measure.runs import BASELINE, make_candidates, run_interleaved
-from specnb.models.load import load_drafts
 from specnb.predict.costs import CostModel, DraftCosts, HardwareProfile, fit_cost_model
-from specnb.predict.drafts import FORWARDS, PER_STEP, PER_TOKEN, DraftTraits, draft_traits
+from specnb.predict.drafts import DraftTraits, draft_traits
 from specnb.predict.traces import emitted_per_step, measure_traces, pack, profile_from_traces, replay
 
 OVERHEAD = stage_columns(BOOKKEEPING)  # a step's host time beyond its forwards
@@ -115,16 +116,11 @@ def flops_per_token(model) -> float:
 
 
 def draft_flops(model, verifier) -> float:
-    """FLOPs per drafted token: a head's as ``specnb.models.heads.head_flops`` counts them, any other
-    model's from its config."""
-    from dataclasses import asdict
+    """FLOPs per drafted token, as the draft's kind counts them (a head's from its config, any other
+    model's from its transformers config)."""
+    from specnb.engine.kinds import kind_of
 
-    from specnb.models.heads import head_flops
-
-    kind = getattr(model, "draft_kind", None)
-    if kind in ("eagle", "medusa"):
-        return float(head_flops(kind, asdict(model.config), verifier.config).flops_per_token)
-    return flops_per_token(model)
+    return float(kind_of(model).flops_of(model, verifier.config).flops_per_token)
 
 
 def calibrate(
@@ -145,7 +141,7 @@ def calibrate(
     """Measure a ``HardwareProfile`` for a verifier and its drafts; returns it and the raw records
     of the short speculative run (per-step overhead; ``replay_check`` compares it with the traces).
 
-    ``loaded`` = (pair, {name: draft}) from ``specnb.models.load.load_drafts`` reuses models already in
+    ``loaded`` = (pair, {name: draft}) from ``specnb.engine.pairs.load_drafts`` reuses models already in
     memory; ``prompts`` is a frame/list, or None for 3 prompts of the shipped set; acceptance
     traces are measured on all of them, the speculative run on the first ``overhead_prompts``;
     ``kernels`` as for ``load_drafts`` when it loads them (the profile's ``machine`` records each

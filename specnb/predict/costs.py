@@ -31,14 +31,14 @@ from specnb.measure.acceptance import AcceptanceProfile
 from specnb.predict.traces import AcceptanceTrace
 
 PROFILE_FORMAT = "specnb-hardware-profile/4"  # 4: kernel choices record the rows each model sends to oneDNN
-# how a draft step is priced (``DraftTraits.pricing``, specnb.predict.drafts): its forwards, a fixed
+# how a draft step is priced (``DraftKind.pricing``, specnb.engine.kinds.kind): its forwards, a fixed
 # host time per step, or a host time per drafted token
 
 
 # ---------------------------------------------------------------------------- cost model
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CostModel:
     """t(n, b) = t0_ms + ms_per_token · n · b for one forward of ``n`` tokens in ``b`` rows, and the
     measured medians it was fitted on.
@@ -132,7 +132,7 @@ def fit_cost_model(grid: pd.DataFrame, breaks=(2,)) -> CostModel:
 # ---------------------------------------------------------------------------- hardware profile
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DraftCosts:
     """What a draft costs: the cost models of the forwards it runs (``FORWARDS``: a model, an EAGLE
     draft), or host time per step (``PER_STEP``: prompt lookup) or per drafted token (``PER_TOKEN``:
@@ -146,7 +146,7 @@ class DraftCosts:
     catch_up: str = "tokens"  # width of a step's first forward: "tokens" (1 or 2) or "features" (accepted + 1)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HardwareProfile:
     """Everything ``predict`` needs, as plain JSON (``save_profile`` / ``load_profile``)."""
 

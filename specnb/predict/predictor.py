@@ -48,9 +48,10 @@ import pandas as pd
 
 from specnb.core import theory
 from specnb.core.errors import ParameterError
+from specnb.core.intervals import interval_text
+from specnb.engine.kinds.kind import PER_STEP, PER_TOKEN
 from specnb.measure.runs import BASELINE
 from specnb.predict.costs import HardwareProfile
-from specnb.predict.drafts import PER_STEP, PER_TOKEN
 from specnb.predict.traces import AcceptanceTrace, PackedTraces, flat_packed, pack, replay
 
 BAND = (10, 90)  # percentiles of the bootstrap distribution shown as the uncertainty band
@@ -59,7 +60,7 @@ BAND = (10, 90)  # percentiles of the bootstrap distribution shown as the uncert
 # ---------------------------------------------------------------------------- simulation
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ForwardCosts:
     """Vectorised per-forward costs for one (draft, batch size)."""
 
@@ -110,7 +111,7 @@ def simulate_ms(costs: ForwardCosts, packed: PackedTraces, rows: np.ndarray, gam
 # ---------------------------------------------------------------------------- prediction
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prediction:
     """The verdict for one (draft, batch size): recommended γ (None: don't speculate) and the table.
 
@@ -171,6 +172,7 @@ def predict(
     batch_size: int = 1,
     max_new_tokens: int | None = None,
     prompt_tokens: float | None = None,
+    *,
     n_boot: int = 200,
     sims_per_boot: int = 16,
     seed: int = 0,
@@ -259,7 +261,7 @@ def trace_cap(traces: list[AcceptanceTrace]) -> float:
     return min((t.cap for t in traces if t.cap is not None), default=math.inf)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Scenario:
     """What every γ of one prediction shares: the draft's costs, its traces, the bootstrapped batches."""
 
@@ -359,7 +361,7 @@ def verdict_table(predictions: dict[tuple[str, int], Prediction], profile: Hardw
                 "batch_size": b,
                 "recommended_gamma": p.recommended_gamma,
                 "predicted_speedup": p.predicted_speedup,
-                "band": f"{p.speedup_lo:.2f}–{p.speedup_hi:.2f}",
+                "band": interval_text(p.speedup_lo, p.speedup_hi),
                 "break_even_alpha": p.break_even_alpha,
                 "measured_alpha_iid": profile.acceptance[name].alpha_iid(),
             }

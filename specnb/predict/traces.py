@@ -5,8 +5,8 @@ the draft would propose and have accepted if a step started there. Under greedy 
 speculative output equals the verifier's own output, so a step that starts after token j proposes
 the draft's greedy continuation of the verifier's text, and its position i is accepted exactly when
 it matches the verifier's token j + i. One verifier-only generation plus the draft's ``trace``
-(``specnb.predict.drafts``: a teacher-forced forward for a model draft, the lookups for prompt
-lookup) give the whole trace, and ``replay`` turns it into the exact steps speculative decoding
+(its kind's, ``specnb.engine.kinds``: a teacher-forced forward for a model draft, the lookups for
+prompt lookup) give the whole trace, and ``replay`` turns it into the exact steps speculative decoding
 takes at *any* γ and batch size (the same steps ``specnb.engine.generate`` takes, token for token;
 tested).
 
@@ -34,8 +34,9 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
+from specnb.core.sequences import eos_ids, run_lengths
 from specnb.measure.acceptance import AcceptanceProfile, pooled_profile
-from specnb.predict.drafts import draft_traits, run_lengths
+from specnb.predict.drafts import draft_traits
 
 LOOKUP_CAP = 16  # longest prompt-lookup proposal a trace records (γ beyond this is extrapolated)
 
@@ -43,7 +44,7 @@ LOOKUP_CAP = 16  # longest prompt-lookup proposal a trace records (γ beyond thi
 # ---------------------------------------------------------------------------- traces
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AcceptanceTrace:
     """One prompt's generation seen from the draft. Index j = tokens already generated (j >= 1:
     the prefill emits token 0); a step starting there would have the draft propose ``proposed[j]``
@@ -80,8 +81,7 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
     from specnb.engine.generate import generate
     from specnb.engine.inputs import encode_prompts
 
-    eos = pair.tokenizer.eos_token_id
-    eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
+    eos = eos_ids(pair.tokenizer.eos_token_id)
     traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in drafts.items()}
     layer_sets = {t.feature_layers for t in traits.values() if t.needs_features}  # one forward per kind of feature
     traces: dict[str, list[AcceptanceTrace]] = {name: [] for name in drafts}
@@ -122,7 +122,7 @@ def verifier_features(verifier, tokens: list[int], layers: tuple[int, ...] = ())
 # ---------------------------------------------------------------------------- replay
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PackedTraces:
     """Traces as padded arrays, fitted to one generation budget."""
 
@@ -178,7 +178,7 @@ def flat_packed(alphas, n_new: int, n_traces: int = 32, seed: int = 0) -> Packed
                         extended=False)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Replay:
     """The steps of S simulated batches of B rows; arrays over steps T (``live`` False once a batch is done)."""
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import peaked_pair
 
-import specnb.models.load
+import specnb.engine.pairs
 from specnb.app.cli import main
 from specnb.engine.generate import generate
 from specnb.engine.timing import STAGES
@@ -40,10 +40,11 @@ def tiny_pair(monkeypatch):
 
     def fake_load_pair(v, d=None, device="auto", dtype="auto", kernels="auto"):
         calls.append((v, d, device, dtype, kernels))
-        return Pair(verifier, draft if d else None, CharTokenizer(), torch.device("cpu"), torch.float32, None, v, d,
-                    {v: {"model": v, "path": "default", "asked": kernels}})
+        return Pair(verifier=verifier, draft=draft if d else None, tokenizer=CharTokenizer(),
+                    device=torch.device("cpu"), dtype=torch.float32, verifier_name=v, draft_name=d,
+                    kernels={v: {"model": v, "path": "default", "asked": kernels}})
 
-    monkeypatch.setattr(specnb.models.load, "load_pair", fake_load_pair)
+    monkeypatch.setattr(specnb.engine.pairs, "load_pair", fake_load_pair)
     return verifier, draft, calls
 
 

@@ -52,7 +52,7 @@ def loop(monkeypatch):
     def run_sweep(targets, prompts, levels, **settings):
         seen["sweeps"].append({"targets": [t.name for t in targets], "levels": levels, "prompts": len(prompts),
                                "mode": settings.get("mode"), "burstiness": settings.get("burstiness")})
-        return Sweep(pd.DataFrame(), pd.DataFrame())
+        return Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
 
     monkeypatch.setattr(serving_loop, "run_sweep", run_sweep)
     configs = [Config("spec-off"), Config("ngram k=4", "ngram", 4)]

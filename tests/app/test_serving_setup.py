@@ -82,5 +82,5 @@ def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
     assert line.startswith(cpu_name()) and "vllm" in line and "127.0.0.1" not in line
     from specnb.engine.vllm_server import VllmConfig
 
-    assert setup.machine_line("vllm", [VllmConfig("spec-off", "/m", threads=2)]) == \
+    assert setup.machine_line("vllm", [VllmConfig(name="spec-off", model="/m", threads=2)]) == \
         f"{cpu_name()}, vLLM 0.32.0 (CPU) with 2 unbound torch thread(s)"

@@ -220,3 +220,4 @@ def test_encode_prompts_left_pads_and_applies_chat_template():
     assert mask.tolist() == [[0, 0] + [1] * 5, [1] * 7]
     ids, _ = encode_prompts(Tok(), ["ab"], chat=False)
     assert ids.tolist() == [[ord("a"), ord("b")]]
+

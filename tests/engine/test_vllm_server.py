@@ -24,8 +24,8 @@ def test_ngram_speculation_on_vllm_is_lossless_counts_acceptance_and_leaves_no_p
     from specnb.models.embedded import embedded_verifier_path
 
     model = str(embedded_verifier_path())
-    configs = [VllmConfig("spec-off", model, max_num_seqs=2),
-               VllmConfig("ngram k=4", model, method="ngram", k=4, max_num_seqs=2)]
+    configs = [VllmConfig(name="spec-off", model=model, max_num_seqs=2),
+               VllmConfig(name="ngram k=4", model=model, method="ngram", k=4, max_num_seqs=2)]
     seen = {}
     real = engine_servers.server_for
 
@@ -66,7 +66,7 @@ def test_a_port_taken_is_one_line_with_vllms_cause_and_leaves_no_process():
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        server = VllmServer(VllmConfig("spec-off", str(embedded_verifier_path())), port=port, timeout_s=900)
+        server = VllmServer(VllmConfig(name="spec-off", model=str(embedded_verifier_path())), port=port, timeout_s=900)
         exited = f"spec-off: vLLM exited with code -?\\d+ at start on port {port}: "
         with pytest.raises(ServerFailed, match=exited) as err:
             server.start()

@@ -4,25 +4,20 @@ the ones a run records, and i.i.d. traces agree with the closed forms."""
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import WORDS, perturbed_copy, synthetic, word_pair
+from helpers import WORDS, perturbed_copy, synthetic
 
 from specnb.core import theory
 from specnb.core.errors import ParameterError
+from specnb.core.sequences import runs_from_matches
 from specnb.engine.generate import generate
 from specnb.engine.inputs import encode_prompts
 from specnb.measure import acceptance, runs
 from specnb.models.lookup import PromptLookup
 from specnb.predict import traces as tr
-from specnb.predict.drafts import runs_from_matches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 N_NEW = 20
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return word_pair()
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +115,8 @@ def test_flat_packed_is_monotone_in_alpha():
 
 
 def test_pack_truncates_extends_and_keeps_eos():
-    eos = tr.AcceptanceTrace("eos", [0, 1, 0, 2], [9, 9, 9, 9], 9, hit_budget=False)
-    cut = tr.AcceptanceTrace("cut", [0, 3, 2, 1], [9, 9, 9, 9], 9, hit_budget=True)
+    eos = tr.AcceptanceTrace(prompt_id="eos", runs=[0, 1, 0, 2], proposed=[9, 9, 9, 9], cap=9, hit_budget=False)
+    cut = tr.AcceptanceTrace(prompt_id="cut", runs=[0, 3, 2, 1], proposed=[9, 9, 9, 9], cap=9, hit_budget=True)
     packed = tr.pack([eos, cut], 7)
     assert packed.lengths.tolist() == [4, 7] and packed.extended
     assert packed.runs[1, :7].tolist() == [0, 3, 2, 1, 3, 2, 1]  # steps after the first token repeat

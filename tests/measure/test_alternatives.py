@@ -194,7 +194,8 @@ def test_a_method_whose_engine_crashes_is_left_out_with_a_note_and_the_others_ru
             raise EngineCrashed("llama.cpp (model.gguf) died with SIGILL (illegal instruction) in libggml-cpu.so")
         return methods[0].run(prompt, max_new_tokens)
 
-    methods.append(alternatives.Method("crashing", "llama.cpp", "Q4_1", "", False, crash_on_second_call))
+    methods.append(alternatives.Method(name="crashing", engine="llama.cpp", precision="Q4_1", speculation="",
+                                       lossless=False, run=crash_on_second_call))
     prompts = pd.DataFrame({"id": ["a", "b"], "category": ["x", "y"]})
     records = alternatives.run_methods(methods, prompts, [[5, 6, 7, 5], [9, 8, 7, 6]], max_new_tokens=6,
                                        progress=False)

@@ -95,7 +95,8 @@ def test_draft_table_on_tiny_models():
     """End to end on real records: every column filled and the α's consistent."""
     torch.set_num_threads(1)
     verifier = word_model(0)
-    pair = Pair(verifier, None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    pair = Pair(verifier=verifier, tokenizer=tiny_tokenizer(), device=torch.device("cpu"), dtype=torch.float32,
+                verifier_name="tiny")
     prompts = pd.DataFrame(
         {"id": ["a", "b"], "category": ["x", "y"], "prompt": [" ".join(WORDS[i : i + 8]) for i in (0, 5)]}
     )

@@ -124,7 +124,8 @@ def test_on_real_engine_records_the_counts_add_up():
     """Batch 2 on tiny random models: a step's parts sum to its time, idle + live row-steps
     = rows × forwards, and the charts build."""
     verifier = word_model(0)
-    pair = Pair(verifier, None, tiny_tokenizer(), torch.device("cpu"), torch.float32, None, "tiny", None)
+    pair = Pair(verifier=verifier, tokenizer=tiny_tokenizer(), device=torch.device("cpu"), dtype=torch.float32,
+                verifier_name="tiny")
     rng = np.random.default_rng(4)
     prompts = pd.DataFrame(
         {

@@ -3,18 +3,13 @@ prefill), the dispatch line and what it says of smaller against faster drafts.""
 
 import pandas as pd
 import pytest
-from helpers import perturbed_copy, tiny_model, word_pair
+from helpers import perturbed_copy, tiny_model
 
 from specnb.core.errors import ParameterError
 from specnb.measure import forward
 from specnb.measure.forward import measure_forward_ms
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return word_pair()
 
 
 def test_measure_forward_ms_on_tiny_model():
@@ -55,7 +50,8 @@ def test_forward_grids_interleave_models_and_batch_sizes_and_keep_the_loops_logi
     for name, model in (("v", pair.verifier), ("d", draft)):
         model.register_forward_hook(lambda m, args, kwargs, out, name=name: calls.append(
             (name, *kwargs["input_ids"].shape, out.logits.shape[1])), with_kwargs=True)
-    shapes = [forward.GridShapes("v", pair.verifier, (1, 3)), forward.GridShapes("d", draft, (1, 2), keep=1)]
+    shapes = [forward.GridShapes(name="v", model=pair.verifier, n_tokens=(1, 3)),
+              forward.GridShapes(name="d", model=draft, n_tokens=(1, 2), keep=1)]
     grid = forward.measure_forward_grids(shapes, batch_sizes=(1, 2), context_len=5, repeats=2, warmup=1)
     assert grid[["model", "n_tokens", "batch_size"]].values.tolist() == [
         ["v", 1, 1], ["v", 3, 1], ["d", 1, 1], ["d", 2, 1], ["v", 1, 2], ["v", 3, 2], ["d", 1, 2], ["d", 2, 2]]
@@ -81,7 +77,8 @@ def test_smaller_vs_faster_follows_the_dispatch_line():
     fit = forward.DispatchFit(t0_ms=5.0, ms_per_gflop=2.0, r2=1.0, n_points=6)
     curve = forward.smaller_vs_faster(fit, 6e9, factors=[1, 6, 1e6])
     assert curve["times_faster"].tolist() == pytest.approx([1.0, 17.0 / 7.0, 17.0 / 5.0], rel=1e-4)  # → 1 + kF/t0
-    no_dispatch = forward.smaller_vs_faster(forward.DispatchFit(0.0, 2.0, 1.0, 6), 6e9, factors=[6])
+    no_dispatch = forward.smaller_vs_faster(forward.DispatchFit(t0_ms=0.0, ms_per_gflop=2.0, r2=1.0, n_points=6), 6e9,
+                                            factors=[6])
     assert no_dispatch["times_faster"].iloc[0] == pytest.approx(6.0)
     with pytest.raises(ParameterError, match="positive"):
         forward.smaller_vs_faster(fit, 6e9, factors=[0])

@@ -14,11 +14,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return word_pair()
-
-
-@pytest.fixture(scope="module")
 def prompts():
     rng = np.random.default_rng(1)
     texts = [" ".join(rng.choice(WORDS[:20], size=n)) for n in (6, 9, 7, 12)]

@@ -59,4 +59,5 @@ def test_the_pooled_interval_uses_students_t_at_the_pooled_df():
     spread = sizing.Spread(sd=0.2, df=24, units=32, tokens_per_unit=16, wall_ms_per_unit=500.0)
     lo, hi = sizing.pooled_interval(1.1, spread, 4)  # ± t · 0.2 / 2 on the log scale
     assert lo == pytest.approx(1.1 * math.exp(-sizing.t95(24) * 0.1)) and hi * lo == pytest.approx(1.1**2)
-    assert all(math.isnan(v) for v in sizing.pooled_interval(1.1, sizing.Spread(float("nan"), 0, 1, 16, 1.0), 4))
+    one_unit = sizing.Spread(sd=float("nan"), df=0, units=1, tokens_per_unit=16, wall_ms_per_unit=1.0)
+    assert all(math.isnan(v) for v in sizing.pooled_interval(1.1, one_unit, 4))

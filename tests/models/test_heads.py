@@ -9,10 +9,10 @@ from helpers import tiny_tokenizer, word_model
 from specnb.app.cli import main
 from specnb.core.errors import IncompatibleModelsError, ParameterError
 from specnb.engine.generate import generate
+from specnb.engine.pairs import load_pair
 from specnb.models import registry
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.heads import head_kind, write_published
-from specnb.models.load import load_pair
 from specnb.models.medusa import MedusaConfig, MedusaHeads
 
 pytestmark = pytest.mark.usefixtures("one_thread")

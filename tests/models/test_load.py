@@ -20,6 +20,7 @@ from transformers import (
 
 from specnb.core import devices
 from specnb.core.errors import DeviceError, IncompatibleModelsError, ModelNotFoundError, ParameterError
+from specnb.engine import pairs
 from specnb.models import embedded, load, registry
 from specnb.models.early_exit import exit_draft
 from specnb.models.lookup import PromptLookup
@@ -68,21 +69,21 @@ def fake_cache(tmp_path, tokenizer_dir, monkeypatch):
 
 def test_local_folder_loads_in_eval_mode(tmp_path, tokenizer_dir):
     folder = save_tiny(tmp_path / "tiny", tokenizer_dir)
-    model, tokenizer = load.load_model(str(folder), device="cpu", dtype="float32")
+    model, tokenizer = pairs.load_model(str(folder), device="cpu", dtype="float32")
     assert not model.training and model.dtype == torch.float32 and model.device.type == "cpu"
     assert len(tokenizer) == VOCAB and tokenizer.eos_token_id == 2
 
 
 def test_dtype_is_applied(tmp_path, tokenizer_dir):
     folder = save_tiny(tmp_path / "tiny", tokenizer_dir)
-    model, _ = load.load_model(str(folder), device="cpu", dtype="bfloat16")
+    model, _ = pairs.load_model(str(folder), device="cpu", dtype="bfloat16")
     assert model.dtype == torch.bfloat16
 
 
 def test_pair_of_folders_with_same_vocab(tmp_path, tokenizer_dir):
     v = save_tiny(tmp_path / "v", tokenizer_dir, layers=2)
     d = save_tiny(tmp_path / "d", tokenizer_dir, layers=1, seed=1)
-    pair = load.load_pair(str(v), str(d), device="cpu")
+    pair = pairs.load_pair(str(v), str(d), device="cpu")
     assert pair.vocab_size is None and pair.dtype == torch.float32
     assert pair.draft.config.num_hidden_layers == 1 and not pair.draft.training
     assert (pair.verifier_name, pair.draft_name) == (str(v), str(d))
@@ -92,7 +93,7 @@ def test_padded_embedding_sets_vocab_size(tmp_path, tokenizer_dir):
     """Same tokenizer, different logit widths (like Qwen2.5-7B vs 0.5B): slice to the tokenizer."""
     v = save_tiny(tmp_path / "v", tokenizer_dir, vocab=VOCAB + 64)
     d = save_tiny(tmp_path / "d", tokenizer_dir)
-    pair = load.load_pair(str(v), str(d), device="cpu")
+    pair = pairs.load_pair(str(v), str(d), device="cpu")
     assert pair.vocab_size == len(pair.tokenizer) == VOCAB
 
 
@@ -112,25 +113,25 @@ def test_mismatched_tokenizers_fail_before_weights(tmp_path, tokenizer_dir, monk
     other_tokenizer(d)
     monkeypatch.setattr(load, "load_weights", lambda *a: pytest.fail("weights loaded before the vocab check"))
     with pytest.raises(IncompatibleModelsError, match="different tokenizers"):
-        load.load_pair(str(v), str(d), device="cpu")
+        pairs.load_pair(str(v), str(d), device="cpu")
 
 
 def test_draft_without_tokenizer_uses_verifiers_when_sizes_agree(tmp_path, tokenizer_dir):
     v = save_tiny(tmp_path / "v", tokenizer_dir)
     d = save_tiny(tmp_path / "d", tokenizer_dir, with_tokenizer=False)
-    assert load.load_pair(str(v), str(d), device="cpu").vocab_size is None
+    assert pairs.load_pair(str(v), str(d), device="cpu").vocab_size is None
     bad = save_tiny(tmp_path / "bad", tokenizer_dir, vocab=VOCAB + 64, with_tokenizer=False)
     with pytest.raises(IncompatibleModelsError, match="vocab_size"):
-        load.load_pair(str(v), str(bad), device="cpu")
+        pairs.load_pair(str(v), str(bad), device="cpu")
 
 
 def test_prompt_lookup_draft(tmp_path, tokenizer_dir):
     from specnb.models.lookup import PromptLookup
 
     v = save_tiny(tmp_path / "v", tokenizer_dir)
-    pair = load.load_pair(str(v), "prompt-lookup", device="cpu")
+    pair = pairs.load_pair(str(v), "prompt-lookup", device="cpu")
     assert isinstance(pair.draft, PromptLookup) and pair.draft_name == "prompt-lookup"
-    assert load.load_pair(str(v), None, device="cpu").draft is None
+    assert pairs.load_pair(str(v), None, device="cpu").draft is None
 
 
 # ---------------------------------------------------------------- bad inputs
@@ -138,19 +139,19 @@ def test_prompt_lookup_draft(tmp_path, tokenizer_dir):
 def test_folder_without_tokenizer(tmp_path, tokenizer_dir):
     folder = save_tiny(tmp_path / "tiny", tokenizer_dir, with_tokenizer=False)
     with pytest.raises(ModelNotFoundError, match="no tokenizer.*save_pretrained"):
-        load.load_model(str(folder), device="cpu")
+        pairs.load_model(str(folder), device="cpu")
 
 
 def test_folder_without_config_and_missing_folder(tmp_path):
     with pytest.raises(ModelNotFoundError, match="no config.json"):
-        load.load_model(str(tmp_path), device="cpu")
+        pairs.load_model(str(tmp_path), device="cpu")
     with pytest.raises(ModelNotFoundError, match="not a folder"):
-        load.load_model(str(tmp_path / "nope"), device="cpu")
+        pairs.load_model(str(tmp_path / "nope"), device="cpu")
 
 
 def test_unknown_embedded_name_lists_known_ones():
     with pytest.raises(ModelNotFoundError, match="smollm2-135m.*prompt-lookup"):
-        load.load_model("smollm2-huge", device="cpu")
+        pairs.load_model("smollm2-huge", device="cpu")
     with pytest.raises(ModelNotFoundError, match="known: smollm2-135m"):
         embedded.model_path("smollm2-huge")
 
@@ -161,7 +162,7 @@ def test_missing_hub_id_offline_says_what_was_tried(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", lambda *a: pytest.fail("a connection was tried offline"))
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("a connection was tried offline"))
     with pytest.raises(ModelNotFoundError) as err:
-        load.load_pair("no-such-org-xyz/no-such-model-123", device="cpu")
+        pairs.load_pair("no-such-org-xyz/no-such-model-123", device="cpu")
     message = str(err.value)
     for fragment in ("offline", "embedded names", "local folder", "Hugging Face cache", "go online"):
         assert fragment in message
@@ -173,22 +174,22 @@ def test_unreachable_hub_fails_fast(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
     assert not load.hub_reachable()
     with pytest.raises(ModelNotFoundError, match="unreachable.*local folder"):
-        load.load_model("no-such-org-xyz/no-such-model-123", device="cpu")
+        pairs.load_model("no-such-org-xyz/no-such-model-123", device="cpu")
 
 
 def test_drafts_are_not_verifiers_and_need_one():
     with pytest.raises(ParameterError, match="needs a verifier"):
-        load.load_model("exit:4", device="cpu")
+        pairs.load_model("exit:4", device="cpu")
     with pytest.raises(ParameterError, match="not a verifier"):
-        load.load_pair("prompt-lookup", device="cpu")
+        pairs.load_pair("prompt-lookup", device="cpu")
 
 
 def test_bad_exit_spec(tmp_path, tokenizer_dir):
     v = save_tiny(tmp_path / "v", tokenizer_dir)
     with pytest.raises(ParameterError, match="exit:K"):
-        load.load_pair(str(v), "exit:four", device="cpu")
+        pairs.load_pair(str(v), "exit:four", device="cpu")
     with pytest.raises(ParameterError, match="1..2"):
-        load.load_pair(str(v), "exit:3", device="cpu")
+        pairs.load_pair(str(v), "exit:3", device="cpu")
 
 
 # ---------------------------------------------------------------- device and dtype
@@ -220,7 +221,7 @@ def test_nonsense_device():
 def test_verifier_cache_builds_once_then_reuses(fake_cache):
     path = embedded.embedded_verifier_path()
     assert embedded.embedded_verifier_path() == path and len(fake_cache) == 1
-    model, tokenizer = load.load_model("smollm2-135m", device="cpu")
+    model, tokenizer = pairs.load_model("smollm2-135m", device="cpu")
     assert model.config.num_hidden_layers == 2 and len(fake_cache) == 1
 
 
@@ -291,7 +292,7 @@ def test_draft_assembly_is_standalone_and_rebuilt_on_new_weights(fake_cache, tmp
     expected = verifier_embed @ new_state["embed_proj.weight"].float().T
     assert torch.allclose(redrafted.model.embed_tokens.weight, expected, atol=1e-5)
 
-    pair = load.load_pair("smollm2-135m", "tiny-draft", device="cpu")
+    pair = pairs.load_pair("smollm2-135m", "tiny-draft", device="cpu")
     assert pair.draft.config.hidden_size == 32 and pair.vocab_size is None
 
 
@@ -325,7 +326,7 @@ def test_full_depth_exit_equals_verifier_and_shares_tensors(arch):
 
 
 def test_exit_pair_shares_the_loaded_verifier(fake_cache):
-    pair = load.load_pair("smollm2-135m", "exit:1", device="cpu")
+    pair = pairs.load_pair("smollm2-135m", "exit:1", device="cpu")
     assert pair.draft.model.layers[0] is pair.verifier.model.layers[0]
     assert pair.draft.model.embed_tokens is pair.verifier.model.embed_tokens
 
@@ -336,9 +337,9 @@ def test_exit_pair_shares_the_loaded_verifier(fake_cache):
 def test_real_embedded_verifier_loads_from_its_cache_without_converting_again(monkeypatch):
     embedded.embedded_verifier_path()  # build if needed (one time)
     monkeypatch.setattr(embedded, "convert_gguf", lambda *a: pytest.fail("a cached verifier was converted again"))
-    model, tokenizer = load.load_model("smollm2-135m", device="cpu")
+    model, tokenizer = pairs.load_model("smollm2-135m", device="cpu")
     assert model.config.num_hidden_layers == 30 and tokenizer.eos_token_id == 2
-    draft, _ = load.load_model("smollm2-exit-4", device="cpu")
+    draft, _ = pairs.load_model("smollm2-exit-4", device="cpu")
     assert draft.config.num_hidden_layers == 4
 
 
@@ -370,14 +371,14 @@ def test_load_drafts_loads_verifier_once_and_each_draft(tmp_path, monkeypatch):
         pair.tokenizer.save_pretrained(where)
     loaded, real = [], load.load_weights
     monkeypatch.setattr(load, "load_weights", lambda source, *a: loaded.append(source.name) or real(source, *a))
-    got, drafts = load.load_drafts(str(verifier), ["prompt-lookup", "exit:1", str(folder), "prompt-lookup"], "cpu")
+    got, drafts = pairs.load_drafts(str(verifier), ["prompt-lookup", "exit:1", str(folder), "prompt-lookup"], "cpu")
     assert loaded == [str(verifier), str(folder)] and list(drafts) == ["prompt-lookup", "exit:1", str(folder)]
     assert isinstance(drafts["prompt-lookup"], PromptLookup)
     assert drafts["exit:1"].config.num_hidden_layers == 1
     assert drafts["exit:1"].model.layers[0] is got.verifier.model.layers[0]  # shared, not copied
     assert isinstance(drafts[str(folder)], type(got.verifier))
     with pytest.raises(ParameterError, match="exit:K"):
-        load.load_drafts(str(verifier), ["exit:four"], "cpu")
+        pairs.load_drafts(str(verifier), ["exit:four"], "cpu")
 
 
 # ---------------------------------------------------------------- kernels
@@ -399,7 +400,7 @@ def test_load_drafts_records_each_models_kernel_choice(tmp_path, tokenizer_dir, 
     monkeypatch.setattr(kernels, "time_paths", onednn_for_the_verifier)
     v = str(save_tiny(tmp_path / "v", tokenizer_dir))
     d = str(save_tiny(tmp_path / "d", tokenizer_dir, seed=1, num_hidden_layers=1))
-    pair, drafts = load.load_drafts(v, [d, "exit:1", "prompt-lookup"], device="cpu", dtype="float32")
+    pair, drafts = pairs.load_drafts(v, [d, "exit:1", "prompt-lookup"], device="cpu", dtype="float32")
     assert json.loads(json.dumps(pair.kernels)) == pair.kernels
     assert list(pair.kernels) == [v, d, "exit:1"] and len(timed) == 2
     assert (pair.kernels[v]["path"], pair.kernels[v]["reason"], pair.verifier.kernels) == ("onednn", "timed", "onednn")
@@ -408,5 +409,5 @@ def test_load_drafts_records_each_models_kernel_choice(tmp_path, tokenizer_dir, 
     assert pair.kernels["exit:1"]["path"] == "onednn" and pair.kernels["exit:1"]["reason"] == "shared with the verifier"
     labels = [kernels.kernel_label(m) for m in (pair.verifier, drafts[d], drafts["exit:1"], drafts["prompt-lookup"])]
     assert labels == ["onednn", "default", "onednn", ""]  # read off the layers each one runs
-    named = load.load_pair(v, d, device="cpu", dtype="float32", kernels="default")
+    named = pairs.load_pair(v, d, device="cpu", dtype="float32", kernels="default")
     assert {c["reason"] for c in named.kernels.values()} == {"asked"} and len(timed) == 2

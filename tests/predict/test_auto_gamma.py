@@ -25,7 +25,7 @@ def draft_of(profile) -> str:
 
 
 def test_auto_is_the_predictors_best_gamma_for_the_batch_size(profile):
-    choice = auto_gamma.AutoGamma(profile, draft_of(profile), max_new_tokens=N_NEW)
+    choice = auto_gamma.AutoGamma(profile=profile, draft=draft_of(profile), max_new_tokens=N_NEW)
     for batch in (1, 4):
         gamma, reason = choice.choose(batch)
         best = predictor.predict(profile, draft_of(profile), auto_gamma.GAMMAS, batch, N_NEW, n_boot=100).best_gamma
@@ -36,7 +36,7 @@ def test_generate_records_the_gamma_chosen_and_why(profile):
     verifier = tiny_model(vocab=200, peaked=8.0)
     draft = perturbed_copy(verifier, 0.01, 2)
     ids, mask = ragged_prompts(batch=2, seed=4)
-    choice = auto_gamma.AutoGamma(profile, draft_of(profile), max_new_tokens=N_NEW)
+    choice = auto_gamma.AutoGamma(profile=profile, draft=draft_of(profile), max_new_tokens=N_NEW)
     gamma, reason = choice.choose(2)
     result = generate(verifier, ids, mask, draft=draft, gamma=choice, max_new_tokens=12)
     assert result.gamma == gamma and result.gamma_reason == reason
@@ -55,7 +55,8 @@ def test_without_a_profile_auto_falls_back_or_uses_the_one_cached_for_this_machi
     cached = auto_gamma.auto_gamma(profile.verifier, draft_of(profile), device="cpu", max_new_tokens=N_NEW,
                                    calibrate=False)
     assert cached.profile is not None
-    assert cached.choose(1) == auto_gamma.AutoGamma(profile, draft_of(profile), max_new_tokens=N_NEW).choose(1)
+    assert cached.choose(1) == auto_gamma.AutoGamma(profile=profile, draft=draft_of(profile),
+                                                    max_new_tokens=N_NEW).choose(1)
 
 
 def test_run_records_say_auto_chose_which_gamma(profile):
@@ -64,7 +65,8 @@ def test_run_records_say_auto_chose_which_gamma(profile):
     with pytest.raises(ParameterError, match="auto"):
         runs.make_candidates({"noisy": noisy}, ["auto"])
     candidates = runs.make_candidates({"noisy": noisy}, [2, "auto"], confidences=(0.0, 0.5),
-                                      auto=lambda name, c: auto_gamma.AutoGamma(profile, draft_of(profile), c, N_NEW))
+                                      auto=lambda name, c: auto_gamma.AutoGamma(
+                                          profile=profile, draft=draft_of(profile), confidence=c, max_new_tokens=N_NEW))
     assert [c.name for c in candidates] == ["verifier-only", "noisy γ=2", "noisy γ=auto", "noisy γ=2 conf=0.5",
                                             "noisy γ=auto conf=0.5"]
     prompts = [" ".join(WORDS[:8]), " ".join(WORDS[5:11])]
@@ -87,8 +89,9 @@ def test_a_cached_profile_priced_on_other_kernels_or_an_older_format_is_not_used
     from specnb.models.kernels import KernelChoice
 
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
-    on = {"onednn": KernelChoice("v", "onednn", "auto", "timed", 1, ((1, 64),)).as_dict(),
-          "default": KernelChoice("v", "default", "auto", "timed").as_dict()}
+    on = {"onednn": KernelChoice(model="v", path="onednn", asked="auto", reason="timed", min_rows=1,
+                                 spans=((1, 64),)).as_dict(),
+          "default": KernelChoice(model="v", path="default", asked="auto", reason="timed").as_dict()}
     priced = copy.deepcopy(profile)
     priced.machine = {**priced.machine, "kernels": {priced.verifier: {**on["default"], "model": priced.verifier}}}
     path = costs.save_profile(priced, auto_gamma.profile_path(priced.verifier, "cpu"))

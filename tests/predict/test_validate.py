@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 from helpers import sweep_record
 
+from specnb.core.errors import ParameterError
 from specnb.measure.sizing import Spread
 from specnb.predict.validate import add_errors, check_choice, more_repeats, validation_summary
 
@@ -98,3 +99,74 @@ def test_the_budget_buys_repeats_for_the_wide_points_only(monkeypatch):
     assert table.set_index("gamma").loc[1, "units"] == 4 * (1 + extra)
     _, no_budget = module.validate(None, (None, {"d": None}), prompts, (1, 3), (1,), 16)
     assert len(calls) == 3 and (no_budget["units"] == 4).all()  # no budget: the first pass alone
+
+
+def hand_validation_table() -> pd.DataFrame:
+    """Four measured points with their CIs, errors worked out by hand: (predicted − measured) ÷ measured."""
+    from specnb.predict.validate import add_errors
+
+    rows = [  # draft, γ, predicted, band lo, band hi, measured, its CI, FLOPs-c Leviathan, wall-clock Leviathan
+        ("a", 1, 1.20, 1.05, 1.30, 1.00, 0.95, 1.05, 1.50, 1.10),  # error +0.20, 0.15 beyond the CI; recommended
+        ("a", 2, 1.10, 1.02, 1.20, 1.10, 1.00, 1.20, 0.77, 1.21),  # error 0, inside
+        ("b", 1, 0.90, 0.80, 0.95, 0.90, 0.85, 0.95, 0.99, 0.99),  # error 0, inside
+        ("b", 2, 0.95, 0.85, 1.05, 1.20, 1.10, 1.30, 1.68, 1.32),  # error −0.2083, 0.125 beyond; best measured
+    ]
+    table = pd.DataFrame(rows, columns=["draft", "gamma", "predicted_speedup", "predicted_lo", "predicted_hi",
+                                        "measured_speedup", "measured_lo", "measured_hi", "flops_leviathan_speedup",
+                                        "wallclock_leviathan_speedup"])
+    return add_errors(table.assign(batch_size=1, units=4, units_needed=17))
+
+
+def test_validation_summary_on_a_hand_worked_table():
+    from specnb.predict.validate import validation_summary
+
+    summary = validation_summary(hand_validation_table())
+    assert summary["grid_points"] == 4
+    assert summary["median_abs_error"] == pytest.approx(0.10)  # |errors| 0, 0, 0.20, 0.2083: median (0 + 0.20)/2
+    assert summary["max_abs_error"] == pytest.approx(0.25 / 1.2)
+    assert summary["flops_leviathan_median_abs_error"] == pytest.approx((0.3 + 0.4) / 2)  # 0.5, 0.3, 0.1, 0.4
+    assert summary["wallclock_leviathan_median_abs_error"] == pytest.approx(0.1)  # 0.1, 0.1, 0.1, 0.1
+    assert summary["within_band"] == pytest.approx(0.5)  # a γ=2 and b γ=1
+    assert summary["ci_overlaps_band"] == pytest.approx(0.75)  # all but b γ=2 ([1.10, 1.30] vs [0.85, 1.05])
+    assert summary["within_ci"] == pytest.approx(0.5)
+    assert summary["median_error_beyond_ci"] == pytest.approx((0 + 0.125) / 2)  # 0, 0, 0.15, 0.15/1.2
+    assert summary["median_ci_half_width"] == pytest.approx((0.05 / 0.9 + 0.1 / 1.2) / 2)
+    assert summary["points_sized"] == "0/4"
+    assert summary["error_verdict"] == "met" and summary["target_error_met"] is True  # 0.10 ≤ 0.10
+    assert summary["recommendations_within_5pct"] == "0/3" and summary["target_recommendation_met"] is False
+    assert summary["recommendations_wrong"] == "2/3" and summary["recommendation_verdict"] == "missed"
+    assert summary["recommendation_worst_ratio"] == pytest.approx(1.0 / 1.2)
+
+
+def test_recommendation_check_on_a_hand_worked_table():
+    from specnb.predict.validate import recommendation_check
+
+    checks = recommendation_check(hand_validation_table()).set_index("draft")
+    # a: a γ=1 is predicted best and its band clears 1.0 -> recommended, measured 1.00 against a γ=2's 1.10
+    assert checks.loc["a", "recommended"] == "a γ=1"
+    assert checks.loc["a", "ratio_to_best"] == pytest.approx(1.0 / 1.1) and not checks.loc["a", "within_5pct"]
+    assert not checks.loc["a", "wrong"]  # a γ=2's CI [1.00, 1.20] overlaps a γ=1's [0.95, 1.05]: within noise
+    # b: the best prediction (0.95) loses -> verifier-only, worth 1.0x, against b γ=2's measured 1.20
+    assert pd.isna(checks.loc["b", "recommended"]) and checks.loc["b", "recommended_measured_speedup"] == 1.0
+    assert checks.loc["b", "best_measured"] == "b γ=2" and checks.loc["b", "ratio_to_best"] == pytest.approx(1 / 1.2)
+    assert checks.loc["b", "wrong"]  # b γ=2's CI starts at 1.10, above verifier-only's exact 1.0
+    # any draft: a γ=1 again (highest prediction overall), best measured b γ=2
+    assert checks.loc["any", "recommended"] == "a γ=1" and checks.loc["any", "best_measured"] == "b γ=2"
+    # when nothing measured beats 1.0x, verifier-only is the best option and declining is within 5%
+    losing = hand_validation_table().query("draft == 'b' and gamma == 1")
+    check = recommendation_check(losing).iloc[0]
+    assert check["recommended"] is None and check["best_measured"] == "verifier-only" and check["within_5pct"]
+
+
+def test_calibration_and_validation_prompts_are_disjoint_and_share_categories():
+    from specnb.measure.prompts import split_prompts
+
+    calibration, validation = split_prompts("all", 4, 4)
+    assert not set(calibration["id"]) & set(validation["id"])
+    assert list(calibration["category"]) == list(validation["category"])
+    calibration, validation = split_prompts("all", 8, 4)  # more calibration prompts: the same 4 categories, twice
+    assert sorted(calibration["category"]) == sorted(list(validation["category"]) * 2)
+    calibration, _ = split_prompts("all", 8, 0)  # calibration alone: every category
+    assert calibration["category"].nunique() == 8
+    with pytest.raises(ParameterError, match="need 9 \\+ 1"):
+        split_prompts("code", 9, 1)

@@ -9,6 +9,7 @@ import json
 import altair as alt
 import pandas as pd
 
+from specnb.core.intervals import speedup_text
 from specnb.measure.serving_load import LEVEL_UNITS, level_column
 from specnb.measure.serving_summary import BASELINE_CONFIG
 
@@ -24,7 +25,7 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
         if name not in row or pd.isna(row.get(name)) or row["config"] == BASELINE_CONFIG:
             return ""
         lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
-        return f"{row[name]:.2f}x" + (f" [{lo:.2f}–{hi:.2f}]" if not pd.isna(lo) else "")
+        return speedup_text(row[name], None if pd.isna(lo) else lo, hi)
 
     order = {name: i for i, name in enumerate(dict.fromkeys([BASELINE_CONFIG, *summary["config"]]))}
     column = level_column(summary)

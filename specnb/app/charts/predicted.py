@@ -23,7 +23,8 @@ def cost_model_chart(grid, fits, title: str | None = None) -> alt.Chart:
         span = points[points["model"] == fit.model]["tokens"]
         if span.empty:
             continue
-        priced = CostModel(fit.t0_ms, fit.ms_per_token, fit.r2, fit.n_points, fit.measured).curve()
+        priced = CostModel(t0_ms=fit.t0_ms, ms_per_token=fit.ms_per_token, r2=fit.r2, n_points=fit.n_points,
+                           measured=fit.measured).curve()
         for tokens in sorted({1, 2, int(span.max())}):
             lines.append({"model": fit.model, "tokens": tokens, "priced_ms": float(priced(tokens))})
     base = alt.Chart(points).mark_point(filled=True, size=50).encode(

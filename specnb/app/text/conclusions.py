@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from specnb.core import theory
+from specnb.core.intervals import interval_text, speedup_text
 from specnb.core.reference import REFERENCE_MPS
 
 
@@ -40,8 +41,8 @@ def bullets(lines, closing: str = "") -> str:
 
 
 def reference_theory(ref_table: pd.DataFrame, gammas=range(3, 9)) -> Report:
-    """The reference pair by FLOPs (``registry.flops_table`` of the reference verifier, its 0.5B and
-    1.5B drafts): c, Leviathan's speedup at the reported α and γ = 4, and the 1.5B draft's break-even α."""
+    """The reference pair by FLOPs (``specnb.engine.kinds.by_name.flops_table`` of the reference verifier,
+    its 0.5B and 1.5B drafts): c, Leviathan's speedup at the reported α and γ = 4, and the 1.5B draft's break-even α."""
     v_gflops, d_gflops = (ref_table["flops_per_token"].iloc[i] / 1e9 for i in (0, 1))
     c_small, c_large = (float(ref_table["c_flops"].iloc[i]) for i in (1, 2))
     alpha = REFERENCE_MPS["alpha"]
@@ -163,9 +164,9 @@ def gamma_sweep_conclusion(
     errors = (errors["speedup"] - errors["speedup_measured"]).abs().groupby(errors["kind"]).mean()
     lines = [
         f"{setting}: verifier-only ran at {base_tok_s:.1f} tok/s.",
-        f"Best: {best['candidate']}, {best['tok_s']:.1f} tok/s, {best['speedup']:.2f}x [{best['speedup_lo']:.2f}, "
-        f"{best['speedup_hi']:.2f}] at α = {best['alpha']:.2f} (per token {best['alpha_token']:.2f}), "
-        f"τ = {best['tau']:.2f}.",
+        f"Best: {best['candidate']}, {best['tok_s']:.1f} tok/s, "
+        f"{speedup_text(best['speedup'], best['speedup_lo'], best['speedup_hi'], sep=', ')} at "
+        f"α = {best['alpha']:.2f} (per token {best['alpha_token']:.2f}), τ = {best['tau']:.2f}.",
     ]
     for name, trend in trends.items():
         mine = verdicts[verdicts["draft"] == name]
@@ -221,7 +222,7 @@ def draft_size_conclusion(table: pd.DataFrame, spread: pd.DataFrame, short_run_p
     faster = table[table["verdict"] == VERDICTS[0]]
     lines = [
         f"Fastest: **{winner['draft']}** at γ = {winner['best_gamma']}: {winner['speedup']:.2f}x (95% CI "
-        f"{winner['speedup_lo']:.2f}–{winner['speedup_hi']:.2f}) over verifier-only, α = {winner['alpha']:.2f} "
+        f"{interval_text(winner['speedup_lo'], winner['speedup_hi'])}) over verifier-only, α = {winner['alpha']:.2f} "
         f"(per token {winner['alpha_token']:.2f}), c = {winner['c_wall']:.3f} by wall clock and "
         f"{winner['c_flops']:.3f} by FLOPs ({winner['verdict']}); {explain_draft(winner)}. Drafts faster beyond "
         f"noise: {', '.join(faster['draft']) or 'none'}."

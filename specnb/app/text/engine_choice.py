@@ -4,11 +4,10 @@ and the decision framework end with."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from specnb.app.text.conclusions import Report, bullets
+from specnb.core.intervals import speedup_text
 from specnb.measure.alternatives import BASELINE_METHOD
 
 
@@ -27,8 +26,7 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
     rows = summary.sort_values("speedup", ascending=False)
     return pd.DataFrame({
         "method": rows["method"], "tok/s": rows["tok_s"].round(1),
-        "speedup": [f"{r.speedup:.2f}x [{r.speedup_lo:.2f}–{r.speedup_hi:.2f}]" if not math.isnan(r.speedup_lo)
-                    else f"{r.speedup:.2f}x" for r in rows.itertuples()],
+        "speedup": [speedup_text(r.speedup, r.speedup_lo, r.speedup_hi) for r in rows.itertuples()],
         "tokens / verifier forward": rows["tokens_per_forward"].round(2),
         "fidelity to fp32 greedy": [fidelity_text(r) for r in rows.itertuples()],
     })
@@ -39,8 +37,8 @@ def best(rows: pd.DataFrame):
 
 
 def rate(row) -> str:
-    ci = "" if pd.isna(row.speedup_lo) else f" [{row.speedup_lo:.2f}–{row.speedup_hi:.2f}]"
-    return f"**{row.method}** {row.speedup:.2f}x{ci} ({row.tok_s:.1f} tok/s)"
+    speedup = speedup_text(row.speedup, None if pd.isna(row.speedup_lo) else row.speedup_lo, row.speedup_hi)
+    return f"**{row.method}** {speedup} ({row.tok_s:.1f} tok/s)"
 
 
 def choices(summary: pd.DataFrame) -> dict:

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
+from specnb.core.intervals import interval_text
 
 
 def step_trend(steps: pd.DataFrame, token_alpha: pd.DataFrame, draft: str) -> str:
@@ -42,7 +43,8 @@ def with_reasons(verdicts: pd.DataFrame) -> pd.DataFrame:
 def gamma_reason(r) -> str:
     """Why one candidate (a ``measure.analysis.gamma_verdicts`` row) won or lost: what a step costs in
     verifier-only tokens and what it yields."""
-    ci = f" [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]" if np.isfinite(r.speedup_lo) else " (no CI: one prompt batch)"
+    ci = (f" [{interval_text(r.speedup_lo, r.speedup_hi, ', ')}]" if np.isfinite(r.speedup_lo)
+          else " (no CI: one prompt batch)")
     yields = "yields" if r.tokens_per_step > r.break_even_tokens else "yields only"
     return (
         f"{r.candidate}, batch {r.batch_size}: {r.speedup:.2f}x{ci}, {r.verdict}. A step costs the time of "

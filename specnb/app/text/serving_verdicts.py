@@ -10,6 +10,7 @@ import pandas as pd
 
 from specnb.app.serving_setup import vllm_policy
 from specnb.app.text.conclusions import Report, bullets
+from specnb.core.intervals import interval_text, speedup_text
 from specnb.engine.llama_server import ServerConfig, spec_flags
 from specnb.measure.serving_load import LEVEL_UNITS, level_column, level_text
 from specnb.measure.serving_summary import BASELINE_CONFIG
@@ -24,7 +25,7 @@ from specnb.predict.serving_predictor import (
 
 def fmt_ci(row, metric: str) -> str:
     lo, hi = row[f"{metric}_lo"], row[f"{metric}_hi"]
-    return f"{row[metric]:.2f}x" + ("" if pd.isna(lo) else f" [{lo:.2f}–{hi:.2f}]")
+    return speedup_text(row[metric], None if pd.isna(lo) else lo, hi)
 
 
 def crossover_line(row) -> str:
@@ -181,7 +182,7 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop) -> Report:
         values["adaptive_min_ratio"] = float(check["ratio"].min())
     if len(trace):
         others = ", ".join(f"{r['config']} {r['mean_tpot_ms']:.1f} ms (adaptive {r['adaptive_speedup_tpot']:.2f}x "
-                           f"[{r['adaptive_speedup_tpot_lo']:.2f}–{r['adaptive_speedup_tpot_hi']:.2f}])"
+                           f"[{interval_text(r['adaptive_speedup_tpot_lo'], r['adaptive_speedup_tpot_hi'])}])"
                            for r in trace.to_dict("records"))
         lines.append(f"bursty trace at {loop.rate:.2f} requests/s on average: adaptive's mean TPOT "
                      f"{trace['adaptive_mean_tpot_ms'].iloc[0]:.1f} ms against {others}; "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specnb.app.text.conclusions import Report, bullets
+from specnb.core.intervals import interval_text
 from specnb.core.reference import REFERENCE_MPS
 
 
@@ -165,16 +166,16 @@ def ci_text(lo: float, hi: float) -> str:
         return "[no CI: one unit]"
     if lo == hi:
         return "[exact]"
-    return f"[{lo:.2f}–{hi:.2f}]"
+    return f"[{interval_text(lo, hi)}]"
 
 
 def prediction_verdict(p) -> str:
     """A ``Prediction``'s recommendation in one line: speculate with which γ, or why not."""
     if p.recommended_gamma is not None:
         return (f"speculate with γ = {p.recommended_gamma} ({p.predicted_speedup:.2f}x, band "
-                f"{p.speedup_lo:.2f}–{p.speedup_hi:.2f})")
+                f"{interval_text(p.speedup_lo, p.speedup_hi)})")
     if p.predicted_speedup <= 1.0:
         return (f"don't speculate: no γ beats verifier-only (best γ = {p.best_gamma} gives "
                 f"{p.predicted_speedup:.2f}x)")
     return (f"don't speculate: γ = {p.best_gamma} wins on average ({p.predicted_speedup:.2f}x), but its band "
-            f"{p.speedup_lo:.2f}–{p.speedup_hi:.2f}x includes 1.0")
+            f"{interval_text(p.speedup_lo, p.speedup_hi)}x includes 1.0")

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Sample:
     """One verifier answer: ids [P+R] and teacher top-k logits for the R answer tokens."""
 
@@ -44,13 +44,13 @@ def generate_batch(verifier, prompts: list[list[int]], cfg) -> list[Sample]:
     """Greedy answers for a batch of prompts, keeping the top-k logits the answer came from."""
     import torch
 
+    from specnb.core.padding import left_pad_ids
+    from specnb.core.sequences import eos_ids
+
     pad = verifier.config.pad_token_id if verifier.config.pad_token_id is not None else 0
-    eos = verifier.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    width = max(len(p) for p in prompts)
-    # left padding so every answer starts at the same column
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # [B, P]
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [B, P]
+    stops = eos_ids(verifier.generation_config.eos_token_id)
+    ids, mask = left_pad_ids(prompts, pad)  # [B, P] each: left padded, so every answer starts at the same column
+    width = ids.shape[1]
     with torch.no_grad():
         out = verifier.generate(input_ids=ids, attention_mask=mask, max_new_tokens=cfg.max_new_tokens,
                                 do_sample=False, output_logits=True, return_dict_in_generate=True,
@@ -62,11 +62,12 @@ def generate_batch(verifier, prompts: list[list[int]], cfg) -> list[Sample]:
     for b, prompt in enumerate(prompts):
         length = answers.shape[1]
         for t, tok in enumerate(answers[b].tolist()):
-            if tok in eos_ids:
+            if tok in stops:
                 length = t + 1  # keep the eos: predicting the stop is part of the job
                 break
         full = torch.tensor(prompt + answers[b, :length].tolist())
-        samples.append(Sample(full, len(prompt), vals[b, :length].half(), idx[b, :length].int()))
+        samples.append(Sample(ids=full, prompt_len=len(prompt), top_vals=vals[b, :length].half(),
+                              top_idx=idx[b, :length].int()))
     return samples
 
 
@@ -116,7 +117,8 @@ def teacher_forced_batch(verifier, chunks: list[list[int]], cfg) -> list[Sample]
     with torch.no_grad():
         logits = verifier(torch.tensor(chunks)).logits[:, :-1].float()  # [B, L-1, V]
     vals, idx = logits.topk(cfg.top_k, dim=-1)  # [B, L-1, k]
-    return [Sample(torch.tensor(c), 1, v.half(), i.int()) for c, v, i in zip(chunks, vals, idx)]
+    return [Sample(ids=torch.tensor(c), prompt_len=1, top_vals=v.half(), top_idx=i.int()) for c, v, i in zip(chunks,
+                                                                                                             vals, idx)]
 
 
 def text_chunks(tokenizer, n: int, length: int) -> list[list[int]]:

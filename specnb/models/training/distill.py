@@ -25,6 +25,7 @@ from pathlib import Path
 
 from specnb.core import paths
 from specnb.core.errors import ParameterError
+from specnb.core.sequences import eos_ids
 from specnb.models.training.corpus import Sample, chat_prompts, corpus_key, generate_corpus, text_chunks, text_corpus
 from specnb.models.training.student import (
     DRAFT_SPECS,
@@ -39,7 +40,7 @@ from specnb.models.training.student import (
 from specnb.models.trimmed_head import most_frequent_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DistillConfig:
     """Corpus and training settings; ``QUICK`` shrinks them for tests and smoke runs."""
 
@@ -73,7 +74,7 @@ QUICK = DistillConfig(
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DraftReport:
     """What one build produced and measured."""
 
@@ -242,6 +243,7 @@ def build_family(
     prompts: list[list[int]],
     cfg: DistillConfig,
     out: Path,
+    *,
     names: list[str] | None = None,
     specs: dict[str, DraftSpec] | None = None,
     cache: Path | None = None,
@@ -284,16 +286,16 @@ def build_family(
         folder = save_draft(Path(out) / name, config, state, meta, None if head is None else head.tolist())
         reports.append(
             DraftReport(
-                name,
-                non_emb,
-                total,
-                round((folder / "weights.safetensors").stat().st_size / 1e6, 2),
-                stats["agreement_before"],
-                stats["agreement_after"],
-                stats["losses"][0],
-                stats["losses"][-1],
-                stats["train_s"],
-                str(folder),
+                name=name,
+                params_non_embedding=non_emb,
+                params_total=total,
+                committed_mb=round((folder / "weights.safetensors").stat().st_size / 1e6, 2),
+                agreement_before=stats["agreement_before"],
+                agreement_after=stats["agreement_after"],
+                loss_first=stats["losses"][0],
+                loss_last=stats["losses"][-1],
+                train_s=stats["train_s"],
+                folder=str(folder),
             )
         )
     return reports
@@ -309,8 +311,7 @@ def choose_head(verifier, train: list[Sample], n: int):
     vocab = verifier.config.vocab_size
     counts = torch.bincount(torch.cat([s.top_idx[:, 0].long() for s in train]), minlength=vocab)  # [V]
     eos = verifier.generation_config.eos_token_id
-    always = [int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])]
-    return torch.tensor(most_frequent_tokens(counts, min(n, vocab), always))
+    return torch.tensor(most_frequent_tokens(counts, min(n, vocab), sorted(eos_ids(eos))))
 
 
 def head_coverage(head, heldout: list[Sample]) -> dict:
@@ -384,5 +385,6 @@ def build_drafts(
         f"{len(text)} windows of {cfg.text_len} tokens of Python's pydoc_data.topics; top-{cfg.top_k} logits"
     )
     return build_family(
-        verifier, prompts, cfg, Path(out) if out else paths.DRAFTS_DIR, only, cache=cache, corpus_note=note, text=text
+        verifier, prompts, cfg, Path(out) if out else paths.DRAFTS_DIR, names=only, cache=cache, corpus_note=note,
+        text=text,
     )

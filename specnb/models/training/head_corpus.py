@@ -90,7 +90,7 @@ SEEDS: dict[str, list[str]] = {
 SAMPLE_TOP = 256  # the instruction is sampled among the verifier's 256 most likely tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HeadCorpusConfig:
     """Generation settings; ``key()`` names the cache folder (``n_chats`` only says how many batches)."""
 
@@ -117,7 +117,7 @@ class HeadCorpusConfig:
         return hashlib.sha256(json.dumps(gen, sort_keys=True).encode()).hexdigest()[:12]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FeatureSeq:
     """One conversation: ids [L] int32, feats [L', d] fp16 (L' = L, or L - 1 when the last token, a
     stop, was never fed), ``fused`` [L', k*d] fp16 (the ``feature_layers`` outputs, or None),
@@ -171,7 +171,7 @@ def plan_openers(cfg: HeadCorpusConfig) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------- one batch
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ChatRow:
     """Where one row of a batch is: 0 instruction (sampled), 1 header (forced), 2 answer (greedy), 3 done."""
 
@@ -217,7 +217,7 @@ def chat_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpus
     header = tokenizer(suffix, add_special_tokens=False)["input_ids"]
     stops = {header[0], tokenizer.eos_token_id}
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else header[0]
-    rows = [ChatRow(tokenizer(prefix + opener, add_special_tokens=False)["input_ids"]) for _, opener in plan]
+    rows = [ChatRow(ids=tokenizer(prefix + opener, add_special_tokens=False)["input_ids"]) for _, opener in plan]
     lengths = [len(r.ids) for r in rows]
     width = max(lengths)
     ids, mask = left_pad_ids([r.ids for r in rows], pad)  # [B, P] each
@@ -251,8 +251,9 @@ def chat_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpus
                 if layers:
                     fused[b].append(captured["features"][b, :1].half())
                 n_feats[b] += 1
-    return [FeatureSeq(torch.tensor(r.ids, dtype=torch.int32), torch.cat(f), loss_from, r.answer_from or len(r.ids),
-                       kind, r.truncated, torch.cat(fused[b]) if layers else None)
+    return [FeatureSeq(ids=torch.tensor(r.ids, dtype=torch.int32), feats=torch.cat(f), loss_from=loss_from,
+                       answer_from=r.answer_from or len(r.ids),
+                       kind=kind, truncated=r.truncated, fused=torch.cat(fused[b]) if layers else None)
             for b, (r, f, (kind, _)) in enumerate(zip(rows, feats, plan))]
 
 
@@ -317,10 +318,10 @@ def build_head_corpus(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path |
 
     ``workers`` > 1 (with ``folder``): that many one-thread loops side by side, this process and
     ``workers - 1`` helpers, each building every ``workers``-th batch. A decode step at batch 96 is
-    GEMMs of 96 rows, which two threads speed up far less than twofold: on 2 cores two one-thread
-    loops build two batches 1.3x faster than one two-thread loop builds them one after the other
-    (benchmarks/README.md, *Building the heads*). A batch a helper failed to build is built here; the corpus is the same
-    either way."""
+    GEMMs of 96 rows, which two threads speed up far less than twofold, so two one-thread loops
+    build two batches faster than one two-thread loop builds them one after the other (measured in
+    benchmarks/README.md, *Building the heads*). A batch a helper failed to build is built here; the
+    corpus is the same either way."""
     from tqdm.auto import tqdm
 
     plan, count = plan_openers(cfg), cfg.batches

@@ -22,7 +22,7 @@ from torch import nn
 from specnb.models.lookup import all_matches
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HeadBatch:
     """Right-padded tensors for B sequences of at most T positions."""
 
@@ -59,7 +59,7 @@ def collate(seqs: list, lookups: list | None) -> HeadBatch:
         weight[b, :n] = (t + 1 >= s.loss_from).float()  # position t predicts x_{t+1} onwards
         if lookups:
             cand[b, :m], length[b, :m] = (x[:m] for x in lookups[b])
-    return HeadBatch(feats, fused, ids, weight, (cand, length) if lookups else None)
+    return HeadBatch(feats=feats, fused=fused, ids=ids, weight=weight, lookup=(cand, length) if lookups else None)
 
 
 def soft_ce(target_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

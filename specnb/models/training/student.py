@@ -21,7 +21,7 @@ _NO_VOCAB = {"vocab_size": 1, "pad_token_id": None, "bos_token_id": None, "eos_t
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DraftSpec:
     """Shape of one draft; ``init_layers`` copies those verifier layers (width must match)."""
 
@@ -36,9 +36,12 @@ class DraftSpec:
 
 
 DRAFT_SPECS = {
-    "smollm2-draft-xs": DraftSpec("smollm2-draft-xs", 256, 2, 4, 1, 768, (), 3e-3),
-    "smollm2-draft-s": DraftSpec("smollm2-draft-s", 576, 1, 9, 3, 1536, (0,), 3e-3),
-    "smollm2-draft-m": DraftSpec("smollm2-draft-m", 576, 3, 9, 3, 1536, (0, 1, 2), 2e-3),
+    "smollm2-draft-xs": DraftSpec(name="smollm2-draft-xs", hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=1,
+                                  intermediate_size=768, init_layers=(), lr=3e-3),
+    "smollm2-draft-s": DraftSpec(name="smollm2-draft-s", hidden_size=576, num_layers=1, num_heads=9, num_kv_heads=3,
+                                 intermediate_size=1536, init_layers=(0,), lr=3e-3),
+    "smollm2-draft-m": DraftSpec(name="smollm2-draft-m", hidden_size=576, num_layers=3, num_heads=9, num_kv_heads=3,
+                                 intermediate_size=1536, init_layers=(0, 1, 2), lr=2e-3),
 }
 
 

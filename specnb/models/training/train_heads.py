@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -35,7 +36,7 @@ from specnb.models.trimmed_head import most_frequent_tokens
 SPECIAL_IDS = (0, 1, 2)  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>: a head must be able to stop
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HeadTrainConfig:
     """Training settings of one head; ``HEADS`` holds the committed ones."""
 
@@ -67,9 +68,9 @@ EAGLE3_LAYERS = (1, 14, 26)  # ``specnb.models.features.eagle3_layers(30)``: Smo
 HEADS = {
     # 2 epochs over 672 chats: 3.5x the data of the 8-epoch head on 192 chats at about the same training time
     # (the budget); held-out agreement in benchmarks/README.md ("Building the heads")
-    "smollm2-eagle": HeadTrainConfig("eagle", epochs=2, feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0,
+    "smollm2-eagle": HeadTrainConfig(kind="eagle", epochs=2, feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0,
                                      w_cls=1.0, noise=0.0),
-    "smollm2-medusa": HeadTrainConfig("medusa", epochs=1, batch_positions=1024, lr=2e-3, lookup_ngram=0,
+    "smollm2-medusa": HeadTrainConfig(kind="medusa", epochs=1, batch_positions=1024, lr=2e-3, lookup_ngram=0,
                                       copy_bias=False),
 }
 CORPUS = HeadCorpusConfig(n_chats=672, batch=84,  # 8 batches: 4 for each of two one-thread loops
@@ -78,7 +79,7 @@ CORPUS_WORKERS = 2  # one-thread corpus loops side by side, one per core (``head
 QUICK_CORPUS = HeadCorpusConfig(n_chats=8, batch=4, instr_cap=16, steps=32, feature_layers=EAGLE3_LAYERS)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HeadReport:
     """What one head's training did: steps, time, and the mean stats of its first and last 20 steps."""
 
@@ -130,6 +131,22 @@ def new_medusa(verifier, head_ids, cfg: HeadTrainConfig):
     return MedusaHeads(config, head_ids=head_ids).attach(verifier)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """How a head of one kind is built and trained."""
+
+    new: Callable  # (verifier, head_ids, cfg) -> the untrained head, attached to the verifier
+    loss: Callable  # (cfg) -> the loss function its batches are scored by
+    reads_lookup: bool  # its inputs include each token's prompt-lookup match
+
+
+# A table by kind because a config names the kind it trains (its config.json says it too); the loaded
+# heads are the draft kinds' (``specnb.engine.kinds``), which training, a layer below, cannot import.
+RECIPES = {"eagle": Recipe(new=new_eagle, loss=lambda cfg: eagle3_loss if cfg.feature_layers else eagle_loss,
+                           reads_lookup=True),
+           "medusa": Recipe(new=new_medusa, loss=lambda cfg: medusa_loss, reads_lookup=False)}
+
+
 # ----------------------------------------------------------------------------- the loop
 
 
@@ -171,8 +188,9 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     plan = [b for epoch in range(cfg.epochs) for b in make_batches(seqs, cfg.batch_positions, cfg.seed, epoch)]
-    lookups = [lookup_of(s.ids, cfg.lookup_ngram) for s in seqs] if cfg.kind == "eagle" and cfg.lookup_ngram else None
-    loss_fn = medusa_loss if cfg.kind == "medusa" else eagle3_loss if cfg.feature_layers else eagle_loss
+    recipe = RECIPES[cfg.kind]
+    lookups = [lookup_of(s.ids, cfg.lookup_ngram) for s in seqs] if recipe.reads_lookup and cfg.lookup_ngram else None
+    loss_fn = recipe.loss(cfg)
     model.train()
     history, start = [], time.perf_counter()
     for step, idx in enumerate(tqdm(plan, desc=f"train {name or cfg.kind}", unit="step", disable=not progress)):
@@ -186,8 +204,8 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
         opt.step()
         history.append({"loss": loss.item(), **stats})
     model.eval()
-    return HeadReport(name, cfg.kind, len(history), round(time.perf_counter() - start, 1),
-                      mean_stats(history[:20]), mean_stats(history[-20:]))
+    return HeadReport(name=name, kind=cfg.kind, steps=len(history), train_s=round(time.perf_counter() - start, 1),
+                      first=mean_stats(history[:20]), last=mean_stats(history[-20:]))
 
 
 # ----------------------------------------------------------------------------- building
@@ -217,7 +235,7 @@ def train_heads(verifier, seqs: list, names: list[str], out: Path, corpus: HeadC
     for name in names:
         cfg = configs[name]
         head_ids = head_token_ids(seqs, cfg.head_tokens, verifier.config.vocab_size)
-        model = (new_eagle if cfg.kind == "eagle" else new_medusa)(verifier, head_ids, cfg)
+        model = RECIPES[cfg.kind].new(verifier, head_ids, cfg)
         report = train_head(model, seqs, cfg, name, progress)
         meta = {"train": asdict(cfg), "corpus": {**asdict(corpus), "key": corpus.key(), "sequences": len(seqs),
                                                   "positions": sum(len(s.feats) for s in seqs)},

@@ -86,8 +86,9 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace():
     from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_sweep import Sweep
 
-    launched = VllmConfig("adaptive", "/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096, 0)])
-    loop = ClosedLoop(Sweep(pd.DataFrame(), pd.DataFrame()), adaptive=launched, rate=1.5)
+    launched = VllmConfig(name="adaptive", model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096,
+                                                                                                            0)])
+    loop = ClosedLoop(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), adaptive=launched, rate=1.5)
     check = pd.DataFrame({"concurrency": [1, 4], "speedup_tpot": [1.3, 0.9], "speedup_tpot_lo": [1.1, 0.8],
                           "speedup_tpot_hi": [1.5, 1.0], "best_static": ["ngram k=4", "spec-off"],
                           "best_static_speedup_tpot": [1.35, 1.0], "ratio": [1.3 / 1.35, 0.9], "meets": [True, False]})
@@ -101,5 +102,5 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace():
     assert line in report.markdown
     assert "lower than every static configuration" in report.markdown and report.values["adaptive_min_ratio"] == 0.9
     assert not report.values["adaptive_meets_every_level"] and report.values["adaptive_beats_every_static_on_trace"]
-    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), ClosedLoop(loop.sweep, note="ngram did not pay"))
+    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), ClosedLoop(sweep=loop.sweep, note="ngram did not pay"))
     assert none.markdown == "No `adaptive` launch: ngram did not pay." and none.values == {"adaptive": "none"}

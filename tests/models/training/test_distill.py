@@ -23,8 +23,10 @@ from specnb.models.training.train_prompts import build_instructions
 from specnb.models.trimmed_head import read_head_tokens
 
 SPECS = {
-    "narrow": DraftSpec("narrow", 32, 1, 2, 1, 64, (), 1e-2),
-    "wide": DraftSpec("wide", 64, 1, 4, 2, 128, (0,), 3e-3),
+    "narrow": DraftSpec(name="narrow", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                        init_layers=(), lr=1e-2),
+    "wide": DraftSpec(name="wide", hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=128,
+                      init_layers=(0,), lr=3e-3),
 }
 CFG = DistillConfig(n_prompts=12, max_new_tokens=10, gen_batch=6, top_k=16, heldout_frac=0.25, epochs=3,
                     batch_seqs=3, warmup_steps=2, threads=1, head_tokens=0)

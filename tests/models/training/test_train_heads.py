@@ -13,8 +13,10 @@ from helpers import tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specnb.app import cli
+from specnb.models.eagle import EagleDraft
 from specnb.models.features import capture_hidden
 from specnb.models.heads import head_kind, load_head
+from specnb.models.medusa import MedusaHeads
 from specnb.models.training import head_corpus
 from specnb.models.training import train_heads as T
 from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, plan_openers
@@ -116,12 +118,12 @@ def test_heads_are_saved_loadable_and_the_same_for_the_same_seed(verifier, corpu
     for out, seed in (("a", 0), ("b", 0), ("c", 1)):
         seeded = {n: replace(c, seed=seed) for n, c in configs.items()}
         T.train_heads(verifier, corpus, ["e", "m"], tmp_path / out, CORPUS, seeded, progress=False)
-    for name, kind in (("e", "eagle"), ("m", "medusa")):
+    for name, kind, cls in (("e", "eagle", EagleDraft), ("m", "medusa", MedusaHeads)):
         read = {o: (tmp_path / o / name / "weights.safetensors").read_bytes() for o in "abc"}
         assert read["a"] == read["b"] != read["c"]
         folder = tmp_path / "a" / name
         assert head_kind(folder) == kind and json.loads((folder / "config.json").read_text())["head_tokens"] == 64
-        head = load_head(folder, verifier)
+        head = load_head(folder, verifier, cls)
         assert head.head_weight.shape == (64, 64)
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["e", "m"]  # no temporary folders left
 
@@ -134,7 +136,7 @@ def test_unknown_head_name_is_one_line_and_exit_2(capsys):
 
 @pytest.mark.parametrize("name, kind", [("smollm2-eagle", "eagle"), ("smollm2-medusa", "medusa")])
 def test_the_committed_heads_resolve_by_name(name, kind):
-    from specnb.models.embedded import list_embedded
+    from specnb.engine.kinds.by_name import list_embedded
     from specnb.models.load import locate
     from specnb.models.registry import embedded_draft_names, resolve_draft
 
