@@ -11,9 +11,8 @@ a kernel's tax, not physics. oneDNN's brgemm on a weight reordered once
 cost grows far more slowly with the row count (measured in benchmarks/README.md, "Kernel paths for
 one linear layer"). It is fp32 throughout, so decoding stays exact up to float rounding.
 
-Which path wins depends on the CPU, the thread count, the model's shapes and the row count (on
-the AMD EPYC oneDNN halves the verifier's cost of verifying 3 tokens and is faster at one row too;
-on an Intel Xeon MKL's GEMM is faster at 2–3 rows and oneDNN from 4), so ``kernels="auto"`` measures
+Which path wins depends on the CPU, the thread count, the model's shapes and the row count (what
+each CPU measured is in benchmarks/README.md, "A whole decode forward on each path"), so ``kernels="auto"`` measures
 it per model (``choose_kernels``): every bias-free linear layer of the model, in order, at the row
 counts the loop runs (``AUTO_WIDTHS``: one row, what verifier-only and a draft's chain run; a
 draft's catch-up or a short verify; a verify of γ ≥ 3), both paths interleaved and rotated, as many
