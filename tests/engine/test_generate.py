@@ -17,7 +17,7 @@ from specnb.models.lookup import PromptLookup
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
-def pair(request):
+def peaked(request):
     return peaked_pair(request.param)
 
 
@@ -41,8 +41,8 @@ def test_crop_cache_equals_fresh_cache():
         assert cropped.get_seq_length() == 7
 
 
-def test_verifier_only_greedy_matches_hf_generate(pair):
-    verifier, _ = pair
+def test_verifier_only_greedy_matches_hf_generate(peaked):
+    verifier, _ = peaked
     ids, mask = ragged_prompts()
     ours = generate(verifier, ids, mask, max_new_tokens=16)
     with torch.inference_mode():
@@ -52,8 +52,8 @@ def test_verifier_only_greedy_matches_hf_generate(pair):
     assert ours.verifier_forwards == 16 and ours.draft_forwards == 0
 
 
-def test_batch_equals_one_by_one(pair):
-    verifier, draft = pair
+def test_batch_equals_one_by_one(peaked):
+    verifier, draft = peaked
     ids, mask = ragged_prompts()
     for d in (None, draft):
         batched = generate(verifier, ids, mask, draft=d, gamma=3, max_new_tokens=12)
@@ -62,8 +62,8 @@ def test_batch_equals_one_by_one(pair):
         assert batched.tokens == single
 
 
-def test_speculative_greedy_is_token_identical_for_gamma_1_to_6(pair):
-    verifier, draft = pair
+def test_speculative_greedy_is_token_identical_for_gamma_1_to_6(peaked):
+    verifier, draft = peaked
     ids, mask = ragged_prompts(seed=3)
     accepted = drafted = 0
     for batch in (1, 2, 3, 4):
@@ -79,16 +79,16 @@ def test_speculative_greedy_is_token_identical_for_gamma_1_to_6(pair):
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-def test_confidence_stops_a_model_drafts_chain_and_stays_lossless(pair, batch):
-    verifier, draft = pair
+def test_confidence_stops_a_model_drafts_chain_and_stays_lossless(peaked, batch):
+    verifier, draft = peaked
     ids, mask = ragged_prompts(seed=3)
     result = check_confidence_stops(verifier, draft, ids[-batch:], mask[-batch:], 5, 0.05)
     steps = max(map(len, result.drafted_per_step))
     assert result.draft_forwards < 1 + 5 * steps  # one forward per position drafted, not γ
 
 
-def test_prompt_lookup_has_no_confidence_to_stop_at(pair):
-    verifier, _ = pair
+def test_prompt_lookup_has_no_confidence_to_stop_at(peaked):
+    verifier, _ = peaked
     ids, mask = ragged_prompts(seed=5)
     ids, mask = torch.cat([ids, ids[:, -6:]], 1), torch.cat([mask, mask[:, -6:]], 1)
     plain = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=12)
@@ -96,8 +96,8 @@ def test_prompt_lookup_has_no_confidence_to_stop_at(pair):
     assert unsure.tokens == plain.tokens and unsure.drafted_per_step == plain.drafted_per_step
 
 
-def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(pair):
-    verifier, _ = pair
+def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(peaked):
+    verifier, _ = peaked
     ids, mask = ragged_prompts(seed=5)
     ids = torch.cat([ids, ids[:, -6:]], 1)  # repeated text gives the n-gram lookup something to find
     mask = torch.cat([mask, mask[:, -6:]], 1)
@@ -109,8 +109,8 @@ def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(pair):
     assert drafted > 0 and 0 < sum(map(sum, result.accepted_per_step)) <= drafted
 
 
-def test_statistics_are_consistent(pair):
-    verifier, draft = pair
+def test_statistics_are_consistent(peaked):
+    verifier, draft = peaked
     ids, mask = ragged_prompts()
     r = generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=20)
     steps = [len(a) for a in r.accepted_per_step]
@@ -126,8 +126,8 @@ def test_statistics_are_consistent(pair):
 
 
 @pytest.mark.parametrize("use_draft", [False, True])
-def test_eos_and_budget_are_exact(pair, use_draft):
-    verifier, draft = pair
+def test_eos_and_budget_are_exact(peaked, use_draft):
+    verifier, draft = peaked
     ids, mask = ragged_prompts()
     d = draft if use_draft else None
     free = generate(verifier, ids, mask, draft=d, gamma=3, max_new_tokens=18).tokens
@@ -150,11 +150,11 @@ def ticking():
 
 
 @pytest.mark.parametrize("use_draft", [True, False])
-def test_each_step_enters_each_of_its_stages_once(pair, use_draft):
+def test_each_step_enters_each_of_its_stages_once(peaked, use_draft):
     """On a ticking clock every interval between two boundaries is 1 ms: prefill once; per speculative
     step draft, verify, accept and rollback once (verifier-only: verify and accept); and "other"
     between each two stages, before the first and after the last."""
-    verifier, draft = pair
+    verifier, draft = peaked
     ids, mask = ragged_prompts()
     timer = StageTimer("cpu", now=ticking())
     r = generate(verifier, ids, mask, draft=draft if use_draft else None, gamma=3, max_new_tokens=16, timer=timer)
@@ -165,9 +165,9 @@ def test_each_step_enters_each_of_its_stages_once(pair, use_draft):
     assert r.stages_ms == pytest.approx(expected)
 
 
-def test_stage_times_lie_within_the_wall_time(pair):
+def test_stage_times_lie_within_the_wall_time(peaked):
     """On the real clock, only what holds under any load: the timer runs inside the wall-time reading."""
-    verifier, draft = pair
+    verifier, draft = peaked
     ids, mask = ragged_prompts()
     r = generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=16, timer=True)
     assert set(r.stages_ms) == set(STAGES)

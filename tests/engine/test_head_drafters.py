@@ -88,13 +88,13 @@ PAIRS = {"eagle": eagle_pair, "eagle3": eagle3_pair, "medusa": medusa_pair}
 
 
 @pytest.fixture(scope="module", params=list(PAIRS))
-def pair(request):
+def head_pair(request):
     return request.param, *PAIRS[request.param]()
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-def test_greedy_chain_and_tree_are_token_identical(pair, batch):
-    kind, verifier, draft = pair
+def test_greedy_chain_and_tree_are_token_identical(head_pair, batch):
+    kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=3)
     ids, mask = ids[-batch:], mask[-batch:]
     expected = generate(verifier, ids, mask, max_new_tokens=16).tokens
@@ -111,8 +111,8 @@ CONFIDENCE = {"eagle": 0.04, "eagle3": 0.04, "medusa": 0.1}  # stops some chains
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-def test_confidence_stops_chains_where_the_head_is_unsure_and_stays_lossless(pair, batch):
-    kind, verifier, draft = pair
+def test_confidence_stops_chains_where_the_head_is_unsure_and_stays_lossless(head_pair, batch):
+    kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=3)
     result = check_confidence_stops(verifier, draft, ids[-batch:], mask[-batch:], 5, CONFIDENCE[kind])
     if kind.startswith("eagle"):  # the chain stops when every row is unsure: fewer forwards than γ per step
@@ -120,18 +120,18 @@ def test_confidence_stops_chains_where_the_head_is_unsure_and_stays_lossless(pai
         assert result.draft_forwards < 1 + 5 * steps
 
 
-def test_static_trees_ignore_a_confidence_threshold(pair):
-    kind, verifier, draft = pair
+def test_static_trees_ignore_a_confidence_threshold(head_pair):
+    kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=3)
     plain = generate(verifier, ids, mask, draft=draft, tree=(2, 2), max_new_tokens=10)
     unsure = generate(verifier, ids, mask, draft=draft, tree=(2, 2), max_new_tokens=10, confidence=0.99)
     assert unsure.tokens == plain.tokens and unsure.drafted_per_step == plain.drafted_per_step
 
 
-def test_a_tree_accepts_at_least_what_its_first_branch_would(pair):
+def test_a_tree_accepts_at_least_what_its_first_branch_would(head_pair):
     """A tree whose branching is 1 everywhere is the chain; a wider tree of the same depth takes at
     least as few verifier steps on these prompts (its first branch is that chain)."""
-    kind, verifier, draft = pair
+    kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=4)
     chain = generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=16)
     as_tree = generate(verifier, ids, mask, draft=draft, tree=(1, 1, 1), max_new_tokens=16)
@@ -241,17 +241,17 @@ def test_tree_shape_worked_by_hand():
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 5])
-def test_replayed_traces_take_the_engines_steps(pair, gamma):
+def test_replayed_traces_take_the_engines_steps(head_pair, gamma):
     """The predictor's view of a head draft (its trace, replayed) is the engine's, step for step."""
-    kind, verifier, draft = pair
+    kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=6)
     assert min(check_replay(verifier, draft, ids, mask, gamma)) > 0, kind
 
 
 @pytest.mark.parametrize("gamma", [3, 5])
-def test_replayed_traces_stop_where_the_engine_stops(pair, gamma):
+def test_replayed_traces_stop_where_the_engine_stops(head_pair, gamma):
     """With a confidence threshold the trace's recorded confidences stop the replayed chains at the
     depths the engine's chains stop at, token for token."""
-    kind, verifier, draft = pair
+    kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=6)
     assert min(check_replay(verifier, draft, ids, mask, gamma, CONFIDENCE[kind])) > 0, kind

@@ -50,7 +50,7 @@ def repetitive_prompts(batch: int = 4, seed: int = 0):
 
 
 @pytest.fixture(scope="module")
-def pair():
+def lookup_models():
     return lookup_pair()
 
 
@@ -69,8 +69,8 @@ def test_match_index_agrees_with_next_match():
 
 
 @pytest.mark.parametrize("batch", [1, 4])
-def test_greedy_chain_and_tree_are_token_identical(pair, batch):
-    verifier, draft = pair
+def test_greedy_chain_and_tree_are_token_identical(lookup_models, batch):
+    verifier, draft = lookup_models
     ids, mask = repetitive_prompts()
     ids, mask = ids[-batch:], mask[-batch:]
     expected = generate(verifier, ids, mask, max_new_tokens=20).tokens
@@ -80,9 +80,9 @@ def test_greedy_chain_and_tree_are_token_identical(pair, batch):
         assert sum(map(sum, result.accepted_per_step)) > 0, (batch, setting)  # the accept path is taken
 
 
-def test_the_copy_bonus_is_what_gets_tokens_accepted(pair):
+def test_the_copy_bonus_is_what_gets_tokens_accepted(lookup_models):
     """The same draft without its bonus proposes its random guesses, which the verifier rejects."""
-    verifier, draft = pair
+    verifier, draft = lookup_models
     ids, mask = repetitive_prompts()
     with_bonus = generate(verifier, ids, mask, draft=draft, gamma=2, max_new_tokens=20).acceptance_rate
     _, plain = lookup_pair(copy_bonus=-30.0)
@@ -91,10 +91,10 @@ def test_the_copy_bonus_is_what_gets_tokens_accepted(pair):
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 5])
-def test_replayed_traces_take_the_engines_steps(pair, gamma):
+def test_replayed_traces_take_the_engines_steps(lookup_models, gamma):
     """The predictor's view of a lookup draft (its trace, replayed) is the engine's, step for step:
     the trace feeds every chain the same matches as the loop."""
-    verifier, draft = pair
+    verifier, draft = lookup_models
     ids, mask = repetitive_prompts(seed=6)
     assert sum(check_replay(verifier, draft, ids, mask, gamma)) > 0
 
@@ -132,9 +132,9 @@ def test_the_loop_feeds_the_match_of_the_context_up_to_each_token(gamma):
         assert result.tokens == generate(verifier, torch.tensor([context]), max_new_tokens=16).tokens
 
 
-def test_a_one_wide_tree_drafts_the_chain(pair):
+def test_a_one_wide_tree_drafts_the_chain(lookup_models):
     """A tree of branching 1 reads the same matches as the chain, so it takes the same steps."""
-    verifier, draft = pair
+    verifier, draft = lookup_models
     ids, mask = repetitive_prompts(seed=4)
     chain = generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=16)
     as_tree = generate(verifier, ids, mask, draft=draft, tree=(1, 1, 1), max_new_tokens=16)
