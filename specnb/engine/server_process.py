@@ -184,7 +184,9 @@ class ServerProcess:
             if self.process.poll() is not None:
                 raise ServerFailed(f"{self.name}: {self.engine} exited with code {self.process.returncode} "
                                    f"at start on port {self.port}: {self.log_summary()}")
-            if self.healthy() and self.owns_port() is not False:
+            # alive after the port was read: a server that exits right then (its bind failed, another
+            # server answering /health) leaves /proc unreadable, and "cannot say" must not count as ours
+            if self.healthy() and self.owns_port() is not False and self.process.poll() is None:
                 return
             time.sleep(0.2)
         raise ServerFailed(f"{self.name}: {self.engine} did not answer /health within {self.timeout_s:.0f} s: "
