@@ -165,6 +165,11 @@ class EagleDraft(nn.Module):
         self.head_weight = head if self.head_ids is None else head[self.head_ids].contiguous()
         return self
 
+    @property
+    def teacher_weight(self) -> torch.Tensor:
+        """The verifier's lm_head rows this head scores (training's teacher): its own borrowed head."""
+        return self.head_weight
+
     def init_from_verifier(self, verifier, layer: int = -1) -> EagleDraft:
         """Copy a verifier decoder layer (and its final norm) as the starting point; fc = [I, 0]."""
         src = verifier.model.layers[layer]

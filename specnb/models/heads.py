@@ -1,10 +1,12 @@
 """Draft heads on the verifier's features (EAGLE, Medusa): what a folder holds, loading it onto a
 verifier, and the layout that published EAGLE checkpoints use.
 
-Two file layouts are read:
+Three file layouts are read:
 
-- specnb's own (``specnb/data/drafts/smollm2-eagle``, ``smollm2-medusa``): ``config.json`` with a
-  ``kind`` ("eagle" or "medusa") and the module's settings, ``weights.safetensors`` with only the
+- the standard EAGLE-3 layout (``specnb.models.eagle3``: llama.cpp's, vLLM's and published EAGLE-3
+  heads'), which the embedded ``smollm2-eagle`` uses;
+- specnb's own (``smollm2-medusa``, and EAGLE heads trained before the standard layout): ``config.json``
+  with a ``kind`` ("eagle" or "medusa") and the module's settings, ``weights.safetensors`` with only the
   trained tensors (the verifier's embedding and lm_head are borrowed at load time);
 - the published EAGLE-1/-2 layout (Li et al. 2024; github.com/SafeAILab/EAGLE, ``cnets1.py``):
   ``config.json`` is a Llama config with ``num_hidden_layers: 1`` (and ``bias`` for the fc layer),
@@ -25,6 +27,7 @@ from pathlib import Path
 import torch
 
 from specnb.core.errors import IncompatibleModelsError, ModelNotFoundError, ParameterError
+from specnb.models.eagle3 import Eagle3Draft, is_eagle3
 
 PUBLISHED_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _PUBLISHED_LAYER = {  # published name -> ours (specnb.models.eagle.EagleDraft)
@@ -64,6 +67,8 @@ def head_kind(folder) -> str | None:
     if isinstance(config.get("kind"), str):  # specnb's layout names its kind (``specnb.engine.kinds``)
         return config["kind"]
     weights = published_weights(folder)
+    if weights is not None and is_eagle3(config) and "fc.weight" in weight_names(weights):
+        return "eagle"  # the standard EAGLE-3 layout (``specnb.models.eagle3``), the embedded head's own
     if weights is not None and config.get("num_hidden_layers") == 1 and \
             {"fc.weight", "layers.0.self_attn.q_proj.weight"} <= weight_names(weights):
         return "eagle"
@@ -79,8 +84,11 @@ def load_head(folder, verifier, head_class, dtype=None):
         raise ModelNotFoundError(f"{str(folder)!r} holds no EAGLE or Medusa head (config.json and weights)")
     check_fits(folder, verifier.config, folder.name)
     dtype = dtype or next(verifier.parameters()).dtype
-    if (read_config(folder) or {}).get("kind") == kind:
+    config = read_config(folder) or {}
+    if config.get("kind") == kind:
         head = head_class.load(folder, dtype=dtype)
+    elif is_eagle3(config):
+        head = Eagle3Draft.load(folder, dtype=dtype)
     else:
         head = read_published(folder, dtype)
     return head.attach(verifier).to(next(verifier.parameters()).device).eval()
@@ -91,6 +99,13 @@ def check_fits(folder, verifier_config, name: str) -> None:
     any weights load: hidden size, vocabulary, the ids of a trimmed head."""
     config, problems = read_config(folder) or {}, []
     hidden, vocab = config.get("hidden_size"), config.get("vocab_size")
+    if is_eagle3(config):  # its own width may differ; what it reads is the verifier's
+        hidden = config.get("target_hidden_size") or hidden
+        ids = config.get("eagle_aux_hidden_state_layer_ids") or \
+            (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or []
+        layers = verifier_config.num_hidden_layers
+        if any(not 1 <= int(i) <= layers for i in ids):
+            problems.append(f"verifier layers {list(ids)} vs the verifier's {layers}")
     if hidden != verifier_config.hidden_size:
         problems.append(f"hidden size {hidden} vs the verifier's {verifier_config.hidden_size}")
     if vocab != verifier_config.vocab_size:
@@ -199,6 +214,14 @@ def eagle_flops(config: dict, verifier_config):
     layer = exit_config(verifier_config, 1)
     layer.head_tokens = head_width(config, verifier_config)
     base = analytic_flops(layer)
+    if is_eagle3(config):  # q/k/v read [embedding ; g] (2d); no fc per drafted token; its own lm_head
+        heads, kv = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+        width = config.get("head_dim") or d // heads
+        qkv = d * width * (heads + 2 * kv)  # the extra d-wide half of q, k and v
+        fused = len(config.get("eagle_aux_hidden_state_layer_ids") or (0, 0, 0))
+        return replace(base, model="eagle", flops_per_token=base.flops_per_token + 2 * qkv,
+                       flops_per_token_at_context=base.flops_per_token_at_context + 2 * qkv,
+                       params=base.params - verifier_config.vocab_size * d + qkv + fused * d * d + 2 * d)
     inputs = 3 if config.get("lookup_ngram") else 2  # [f ; e (; e(prompt-lookup match))]
     fc = 2 * (inputs * d * d)
     fused = len(config.get("feature_layers") or ())
@@ -226,4 +249,4 @@ def medusa_flops(config: dict, verifier_config):
 
 def head_width(config: dict, verifier_config) -> int:
     """Rows of a head's lm_head: its trimmed vocabulary, else the verifier's."""
-    return int(config.get("head_tokens") or verifier_config.vocab_size)
+    return int(config.get("head_tokens") or config.get("draft_vocab_size") or verifier_config.vocab_size)

@@ -1,5 +1,6 @@
-"""An EAGLE head (Li et al. 2024; EAGLE-3 when it fuses several verifier layers): one decoder layer on
-the verifier's features, drafting with its own slot cache (``specnb.engine.head_drafters.EagleDrafter``,
+"""An EAGLE head (Li et al. 2024; EAGLE-3 when it fuses several verifier layers, in the standard layout
+of ``specnb.models.eagle3`` or specnb's older one): one decoder layer on the verifier's features,
+drafting with its own slot cache (``specnb.engine.head_drafters.EagleDrafter``,
 static and dynamic trees). Its catch-up chunks are 1..γ+1 wide, so its cost model fits a line over
 forwards of 1, 2 and 4 tokens."""
 
@@ -95,11 +96,16 @@ def chain_matches(ngram: int, text: list[int], first: int, drafts: torch.Tensor)
     return table[:, 0], table[:, 1]
 
 
+def config_of(draft) -> dict:
+    """The head's config as its config.json says it (the standard EAGLE-3 layout's, or specnb's own)."""
+    return draft.config.to_json() if hasattr(draft.config, "to_json") else asdict(draft.config)
+
+
 KIND = register(DraftKind(
     name="eagle", drafter=EagleDrafter,
     load=lambda pair, ref, source, folder: load_head(folder, pair.verifier, EagleDraft, pair.dtype),
     weights=lambda ref, verifier: ref.name,
     flops=lambda verifier_config, ref, verifier=None: eagle_flops(head_config(ref), verifier_config),
-    flops_of=lambda draft, verifier_config: eagle_flops(asdict(draft.config), verifier_config),
+    flops_of=lambda draft, verifier_config: eagle_flops(config_of(draft), verifier_config),
     trace=trace_eagle, forward_tokens=(1, 2, 4), catch_up=FEATURES, reads_features=True,
     feature_layers=lambda draft: draft.config.feature_layers))

@@ -141,7 +141,7 @@ def eagle3_loss(draft, batch: HeadBatch, cfg, gen: torch.Generator) -> tuple[tor
     chains = width - 1  # anchors a = 0..T-2 (input x_{a+1} exists, f_{a+1} is a target)
     anchors = torch.arange(chains)
     with torch.no_grad():
-        teacher = batch.feats @ draft.head_weight.T  # [B, T, N]: the verifier's logits for x_{p+1}
+        teacher = batch.feats @ draft.teacher_weight.T  # [B, T, N]: the verifier's logits for x_{p+1}
     first = (batch.fused if draft.config.feature_layers else batch.feats)[:, :chains]  # [B, C, k*d or d]
     ids = nn.functional.pad(batch.ids, (0, cfg.ttt_steps))  # room for the last unrolls' (masked) tokens
     lookup = None if batch.lookup is None else tuple(nn.functional.pad(x, (0, cfg.ttt_steps), value=v)

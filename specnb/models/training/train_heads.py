@@ -59,6 +59,9 @@ class HeadTrainConfig:
     feature_layers: tuple[int, ...] = ()  # EAGLE-3: fuse these verifier layers' outputs (needs them in the corpus)
     ttt_steps: int = 1  # EAGLE-3 training-time test: unrolls of the draft on its own outputs
     ttt_decay: float = 0.8  # weight of unroll s's loss: decay ** s
+    standard: bool = False  # EAGLE-3 in the standard layout (``specnb.models.eagle3``; needs feature_layers)
+    norm_before_fc: bool = False  # standard layout: RMSNorm over the concatenated layers before fc
+    head_lr: float = 1.0  # the standard head's own lm_head learns at head_lr * lr (it starts as the verifier's)
     # Medusa
     medusa_heads: int = 4
     medusa_blocks: int = 1
@@ -69,7 +72,7 @@ HEADS = {
     # 2 epochs over 672 chats: 3.5x the data of the 8-epoch head on 192 chats at about the same training time
     # (the budget); held-out agreement in benchmarks/README.md ("Building the heads")
     "smollm2-eagle": HeadTrainConfig(kind="eagle", epochs=2, feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0,
-                                     w_cls=1.0, noise=0.0),
+                                     w_cls=1.0, noise=0.0, standard=True, lookup_ngram=0, copy_bias=False),
     "smollm2-medusa": HeadTrainConfig(kind="medusa", epochs=1, batch_positions=1024, lr=2e-3, lookup_ngram=0,
                                       copy_bias=False),
 }
@@ -121,6 +124,22 @@ def new_eagle(verifier, head_ids, cfg: HeadTrainConfig):
     return draft.attach(verifier)
 
 
+def new_eagle3(verifier, head_ids, cfg: HeadTrainConfig):
+    """A standard-layout EAGLE-3 head (``specnb.models.eagle3``) that starts from the verifier: its
+    decoder layer ``cfg.init_layer``, final norm and lm_head rows, fc reading the highest fused layer."""
+    from specnb.models.eagle3 import Eagle3Config, Eagle3Draft
+
+    vocab = verifier.config.vocab_size
+    config = Eagle3Config.from_verifier(verifier.config, draft_vocab_size=vocab if head_ids is None else len(head_ids),
+                                        aux_layer_ids=tuple(i + 1 for i in cfg.feature_layers),
+                                        norm_before_fc=cfg.norm_before_fc)
+    torch.manual_seed(cfg.seed)
+    draft = Eagle3Draft(config)
+    if head_ids is not None:
+        draft.set_vocabulary(head_ids)
+    return draft.init_from_verifier(verifier, cfg.init_layer)
+
+
 def new_medusa(verifier, head_ids, cfg: HeadTrainConfig):
     from specnb.models.medusa import MedusaConfig, MedusaHeads
 
@@ -142,8 +161,9 @@ class Recipe:
 
 # A table by kind because a config names the kind it trains (its config.json says it too); the loaded
 # heads are the draft kinds' (``specnb.engine.kinds``), which training, a layer below, cannot import.
-RECIPES = {"eagle": Recipe(new=new_eagle, loss=lambda cfg: eagle3_loss if cfg.feature_layers else eagle_loss,
-                           reads_lookup=True),
+RECIPES = {"eagle": Recipe(new=lambda verifier, head_ids, cfg: (new_eagle3 if cfg.standard else new_eagle)(
+                               verifier, head_ids, cfg),
+                           loss=lambda cfg: eagle3_loss if cfg.feature_layers else eagle_loss, reads_lookup=True),
            "medusa": Recipe(new=new_medusa, loss=lambda cfg: medusa_loss, reads_lookup=False)}
 
 
@@ -186,7 +206,11 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
     torch.set_num_threads(cfg.threads)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    head = getattr(model, "lm_head", None)
+    own = {id(p) for p in head.parameters()} if head is not None else set()
+    groups = [{"params": [p for p in params if id(p) not in own], "scale": 1.0},
+              {"params": [p for p in params if id(p) in own], "scale": cfg.head_lr}]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     plan = [b for epoch in range(cfg.epochs) for b in make_batches(seqs, cfg.batch_positions, cfg.seed, epoch)]
     recipe = RECIPES[cfg.kind]
     lookups = [lookup_of(s.ids, cfg.lookup_ngram) for s in seqs] if recipe.reads_lookup and cfg.lookup_ngram else None
@@ -195,7 +219,7 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
     history, start = [], time.perf_counter()
     for step, idx in enumerate(tqdm(plan, desc=f"train {name or cfg.kind}", unit="step", disable=not progress)):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, len(plan), cfg)
+            group["lr"] = lr_at(step, len(plan), cfg) * group["scale"]
         batch = collate([seqs[i] for i in idx], [lookups[i] for i in idx] if lookups else None)
         loss, stats = loss_fn(model, batch, cfg, gen)
         opt.zero_grad(set_to_none=True)
@@ -219,7 +243,8 @@ def save_head(model, folder: Path, report: HeadReport, meta: dict) -> HeadReport
     folder.chmod(0o755)  # the temporary folder was private; the package's data is readable by all
     for path in folder.iterdir():
         path.chmod(0o644)
-    report.weights_mb = round((folder / "weights.safetensors").stat().st_size / 1e6, 2)
+    weights = next(p for p in (folder / "weights.safetensors", folder / "model.safetensors") if p.is_file())
+    report.weights_mb = round(weights.stat().st_size / 1e6, 2)
     report.folder = str(folder)
     return report
 
