@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specnb.app import cli
 from specnb.models.eagle import EagleDraft
+from specnb.models.eagle3 import Eagle3Draft
 from specnb.models.features import capture_hidden
 from specnb.models.heads import head_kind, load_head
 from specnb.models.medusa import MedusaHeads
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 CORPUS = HeadCorpusConfig(n_chats=4, batch=2, instr_cap=6, steps=24, feature_layers=(1, 0))
 EAGLE = replace(T.HEADS["smollm2-eagle"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, threads=1)
 CONFIGS = {
-    "eagle": replace(EAGLE, feature_layers=(), ttt_steps=1, w_reg=1.0, w_cls=0.1, noise=0.1),  # EAGLE-1/2 style
+    "eagle": replace(EAGLE, feature_layers=(), ttt_steps=1, w_reg=1.0, w_cls=0.1, noise=0.1, standard=False,
+                     lookup_ngram=3, copy_bias=True),  # EAGLE-1/2 style, specnb's own layout
     "eagle3": replace(EAGLE, feature_layers=(1, 0), ttt_steps=3),
     "medusa": replace(T.HEADS["smollm2-medusa"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, lr=5e-3,
                      threads=1),
@@ -107,17 +109,24 @@ def test_training_lowers_the_loss(verifier, corpus, kind):
     cfg = CONFIGS[kind]
     head_ids = T.head_token_ids(corpus, cfg.head_tokens, verifier.config.vocab_size)
     assert len(head_ids) == 64 and {0, 1, 2} <= set(head_ids.tolist())
-    model = (T.new_medusa if kind == "medusa" else T.new_eagle)(verifier, head_ids, cfg)
+    model = T.RECIPES[cfg.kind].new(verifier, head_ids, cfg)
+    assert isinstance(model, Eagle3Draft) == (kind == "eagle3")  # the standard layout (specnb.models.eagle3)
     report = T.train_head(model, corpus, cfg, progress=False)
     assert report.steps == cfg.epochs * len(T.make_batches(corpus, cfg.batch_positions, cfg.seed, 0))
     assert report.last["loss"] < 0.8 * report.first["loss"]
 
 
 def test_heads_are_saved_loadable_and_the_same_for_the_same_seed(verifier, corpus, tmp_path):
-    configs = {"e": replace(CONFIGS["eagle"], epochs=1), "m": replace(CONFIGS["medusa"], epochs=1)}
+    configs = {"e": replace(CONFIGS["eagle"], epochs=1), "m": replace(CONFIGS["medusa"], epochs=1),
+               "e3": replace(CONFIGS["eagle3"], epochs=1)}
     for out, seed in (("a", 0), ("b", 0), ("c", 1)):
         seeded = {n: replace(c, seed=seed) for n, c in configs.items()}
-        T.train_heads(verifier, corpus, ["e", "m"], tmp_path / out, CORPUS, seeded, progress=False)
+        T.train_heads(verifier, corpus, ["e", "m", "e3"], tmp_path / out, CORPUS, seeded, progress=False)
+    read = {o: (tmp_path / o / "e3" / "model.safetensors").read_bytes() for o in "abc"}
+    assert read["a"] == read["b"] != read["c"]
+    standard = load_head(tmp_path / "a" / "e3", verifier, EagleDraft)
+    assert isinstance(standard, Eagle3Draft) and standard.head_ids.tolist() == \
+        T.head_token_ids(corpus, 64, verifier.config.vocab_size).tolist()
     for name, kind, cls in (("e", "eagle", EagleDraft), ("m", "medusa", MedusaHeads)):
         read = {o: (tmp_path / o / name / "weights.safetensors").read_bytes() for o in "abc"}
         assert read["a"] == read["b"] != read["c"]
@@ -125,7 +134,7 @@ def test_heads_are_saved_loadable_and_the_same_for_the_same_seed(verifier, corpu
         assert head_kind(folder) == kind and json.loads((folder / "config.json").read_text())["head_tokens"] == 64
         head = load_head(folder, verifier, cls)
         assert head.head_weight.shape == (64, 64)
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["e", "m"]  # no temporary folders left
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["e", "e3", "m"]  # no temporary folders left
 
 
 def test_unknown_head_name_is_one_line_and_exit_2(capsys):
@@ -153,12 +162,14 @@ def test_ttt_mask_worked_by_hand():
                     [1, 1, 1, 0, 0, 1, 0, 0, 1]]
 
 
-def test_training_time_test_unroll_is_what_the_draft_computes_when_it_drafts(verifier):
+@pytest.mark.parametrize("standard", [False, True])
+def test_training_time_test_unroll_is_what_the_draft_computes_when_it_drafts(verifier, standard):
     """Unroll s of chain a is the draft's step s+1 at decoding time: a cache of the true entries up to a,
     then its own outputs fed back (with the true tokens, i.e. when every earlier draft was right)."""
     from transformers import DynamicCache
 
-    draft = T.new_eagle(verifier, None, replace(CONFIGS["eagle3"], lookup_ngram=0, copy_bias=False)).eval()
+    new = T.new_eagle3 if standard else T.new_eagle
+    draft = new(verifier, None, replace(CONFIGS["eagle3"], lookup_ngram=0, copy_bias=False, standard=standard)).eval()
     torch.manual_seed(0)
     with torch.no_grad():
         for p in draft.parameters():
