@@ -68,6 +68,7 @@ _API = {
     "SpecnbError": "specnb.core.errors", "ParameterError": "specnb.core.errors",
     "ModelNotFoundError": "specnb.core.errors", "IncompatibleModelsError": "specnb.core.errors",
     "DeviceError": "specnb.core.errors", "ConfigError": "specnb.core.errors",
+    "ConversionError": "specnb.core.errors",
 }
 __all__ = sorted(_API)
 
