@@ -15,7 +15,8 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                drafts by kind (``pairs``), γ settled in one place (``gamma``), KV caches,
                accept/reject (``accept``), the stage timer (``timing``),
                llama.cpp built for this CPU and run in a child process (``llama_build``,
-               ``isolation``, ``llama_cpp``), a serving engine's process (``serving``)
+               ``isolation``, ``llama_cpp``), a serving engine's process (``serving``), an EAGLE-3
+               head in the serving engines' formats (``head_export``)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs
                (``sizing``), per-position acceptance, forward-pass microbenchmarks (``forward``),
                the notebooks' tables (``analysis``),
@@ -68,6 +69,7 @@ _API = {
     "SpecnbError": "specnb.core.errors", "ParameterError": "specnb.core.errors",
     "ModelNotFoundError": "specnb.core.errors", "IncompatibleModelsError": "specnb.core.errors",
     "DeviceError": "specnb.core.errors", "ConfigError": "specnb.core.errors",
+    "ConversionError": "specnb.core.errors",
 }
 __all__ = sorted(_API)
 

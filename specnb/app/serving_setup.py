@@ -21,6 +21,7 @@ LAUNCHED = ("llama.cpp", "vllm")  # engines notebook 08 starts itself; sglang on
 LLAMA_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
 VLLM_TYPES = ("ngram", "suffix", "eagle3")  # vLLM methods without a distilled draft (eagle3: a head, see below)
 DEFAULT_NGRAM = {"llama.cpp": "ngram-simple", "vllm": "ngram"}  # each engine's prompt lookup
+LLAMA_EAGLE3_HEAD = "smollm2-eagle"  # what llama-server's "eagle3:K" runs for the embedded verifier
 
 # ---------------------------------------------------------------- checks before anything starts
 
@@ -94,20 +95,51 @@ def launch_configs(engine: str, verifier: str, precision: str, speculation: list
 def server_configs(verifier: str, precision: str, speculation: list[str], slots: int, ctx_per_slot: int,
                    threads: int = 0) -> list[ServerConfig]:
     """spec-off, then one server per ``speculation`` entry: ``"ngram-simple:4"`` (an n-gram type and
-    its draft length) or ``"smollm2-draft-s:3"`` (an embedded draft, exported to GGUF, at k = 3)."""
+    its draft length), ``"smollm2-draft-s:3"`` (an embedded draft, exported to GGUF, at k = 3) or
+    ``"eagle3:3"`` / ``"smollm2-eagle:3"`` (the EAGLE-3 head, ``draft-eagle3``, exported to GGUF by
+    llama.cpp's converter and cached per head file hash, ``specnb.engine.head_export.head_gguf``).
+    Every entry and head is checked before anything is exported."""
+    from specnb.engine.head_export import head_gguf
     from specnb.models.gguf import embedded_gguf
 
-    entries = [speculation_entry(spec, (*LLAMA_TYPES, *distilled_drafts())) for spec in speculation]
+    heads = eagle_heads()
+    entries = [speculation_entry(spec, (*LLAMA_TYPES, *distilled_drafts(), "eagle3", *heads)) for spec in speculation]
+    head_of = {kind: llama_head(kind, verifier) for kind, _ in entries if kind == "eagle3" or kind in heads}
     model = str(embedded_gguf(verifier, precision))
     common = {"model": model, "slots": slots, "ctx_per_slot": ctx_per_slot, "threads": threads or default_threads()}
     configs = [ServerConfig(name=BASELINE_CONFIG, **common)]
     for kind, k in entries:
         if kind in LLAMA_TYPES:
             configs.append(ServerConfig(name=f"{kind} k={k}", spec_type=kind, n_max=k, **common))
+        elif kind in head_of:
+            draft = str(head_gguf(head_of[kind], verifier))
+            configs.append(ServerConfig(name=f"{kind} k={k}", spec_type="draft-eagle3", draft=draft, n_max=k, **common))
         else:
             draft = str(embedded_gguf(kind, "q4_1" if precision == "q4_1" else "f32"))
             configs.append(ServerConfig(name=f"{kind} k={k}", spec_type="draft-simple", draft=draft, n_max=k, **common))
     return configs
+
+
+def eagle_heads() -> list[str]:
+    """The embedded EAGLE heads, by name: what a llama-server entry may name besides ``eagle3``."""
+    from specnb.app.defaults import head_draft_names
+    from specnb.engine.kinds.by_name import kind_of_name
+
+    return [name for name in head_draft_names() if kind_of_name(name).name == "eagle"]
+
+
+def llama_head(kind: str, verifier: str) -> str:
+    """The head a llama-server entry runs: ``eagle3`` is the embedded verifier's own (``LLAMA_EAGLE3_HEAD``),
+    a head's name that head; it must be in the standard EAGLE-3 layout (one line otherwise)."""
+    from specnb.engine.head_export import head_folder
+    from specnb.models.registry import EMBEDDED_VERIFIER
+
+    if kind == "eagle3" and verifier != EMBEDDED_VERIFIER:
+        raise ParameterError(f"speculation eagle3: no EAGLE-3 head for {verifier!r} here; use an n-gram type "
+                             f"({', '.join(LLAMA_TYPES)}) as TYPE:K")
+    head = LLAMA_EAGLE3_HEAD if kind == "eagle3" else kind
+    head_folder(head)
+    return head
 
 
 def vllm_configs(verifier: str, speculation: list[str], max_num_seqs: int, max_model_len: int = 1024,

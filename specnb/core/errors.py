@@ -28,3 +28,7 @@ class DeviceError(SpecnbError, RuntimeError):
 
 class IncompatibleModelsError(SpecnbError, ValueError):
     """Draft and verifier cannot be paired (different vocabularies, tokenizers)."""
+
+
+class ConversionError(SpecnbError, RuntimeError):
+    """Another project's converter (llama.cpp's ``convert_hf_to_gguf.py``) is missing or failed."""

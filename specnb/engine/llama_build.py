@@ -94,6 +94,12 @@ def status_path() -> Path:
     return home() / "selftest.json"
 
 
+def converter_path() -> Path:
+    """llama.cpp's ``convert_hf_to_gguf.py`` in the pinned source (``fetch_source`` unpacks it at setup),
+    with its own ``gguf-py`` beside it: the GGUF writer the built server reads."""
+    return home() / "src" / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py"
+
+
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     """The instruction-set flags of this CPU as the kernel reports them (empty where it does not)."""
     if cpuinfo is None:

@@ -30,7 +30,8 @@ SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-mod"
 @dataclass(kw_only=True)
 class ServerConfig:
     """One server launch: the verifier GGUF, the speculation (``spec_type`` "none" for spec-off,
-    ``draft`` a GGUF for "draft-simple"), draft length ``n_max`` (≥ ``n_min``), slots and threads.
+    ``draft`` a GGUF for "draft-simple", an EAGLE-3 head's GGUF for "draft-eagle3"), draft length
+    ``n_max`` (≥ ``n_min``), slots and threads.
     ``extra``: more llama-server flags, verbatim."""
 
     name: str
@@ -136,8 +137,8 @@ class Server(ServerProcess):
     def command(self) -> list[str]:
         return [str(self.binary), *server_args(self.config, self.port)]
 
-    def is_error_line(self, line: str) -> bool:
-        return " E " in line  # llama.cpp's log level column
+    def is_error_line(self, line: str) -> bool:  # llama.cpp's log level column, less what it calls normal
+        return " E " in line and "this warning is normal" not in line  # draft-eagle3's context during fitting
 
     def bind_failed(self, log: str) -> bool:
         return "bind" in log.lower()  # "couldn't bind HTTP server socket"

@@ -5,7 +5,7 @@ built from the embedded models' folders."""
 import pytest
 
 from specnb.app import serving_setup as setup
-from specnb.core.errors import ParameterError
+from specnb.core.errors import ModelNotFoundError, ParameterError
 
 
 @pytest.mark.parametrize("levels, mode, message", [
@@ -84,3 +84,34 @@ def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
 
     assert setup.machine_line("vllm", [VllmConfig(name="spec-off", model="/m", threads=2)]) == \
         f"{cpu_name()}, vLLM 0.32.0 (CPU) with 2 unbound torch thread(s)"
+
+
+def test_eagle3_runs_the_head_as_draft_eagle3_exported_once(monkeypatch, tmp_path):
+    from specnb.core.configs import resolve_config
+    from specnb.models.eagle3 import Eagle3Config, Eagle3Draft
+
+    Eagle3Draft(Eagle3Config.from_verifier(resolve_config("smollm2-135m"), draft_vocab_size=64)).save(tmp_path / "h")
+    exported = []
+    monkeypatch.setattr("specnb.models.gguf.embedded_gguf", lambda name, precision: tmp_path / f"{name}-{precision}")
+    monkeypatch.setattr("specnb.engine.head_export.head_gguf",
+                        lambda head, verifier: exported.append((head, verifier)) or tmp_path / "head.gguf")
+    monkeypatch.setattr(setup, "LLAMA_EAGLE3_HEAD", str(tmp_path / "h"))
+    configs = setup.server_configs("smollm2-135m", "f32", ["eagle3:3", "ngram-simple:4"], 2, 512, threads=1)
+    assert [c.name for c in configs] == ["spec-off", "eagle3 k=3", "ngram-simple k=4"]
+    eagle = configs[1]
+    assert (eagle.spec_type, eagle.draft, eagle.n_max, eagle.model) == \
+        ("draft-eagle3", str(tmp_path / "head.gguf"), 3, str(tmp_path / "smollm2-135m-f32"))
+    assert exported == [(str(tmp_path / "h"), "smollm2-135m")] and eagle.drafts_with_model
+
+
+def test_eagle3_on_llama_server_is_refused_before_any_export(monkeypatch):
+    def no_export(*args, **kwargs):
+        raise AssertionError("nothing may be exported for a bad head")
+
+    monkeypatch.setattr("specnb.models.gguf.embedded_gguf", no_export)
+    monkeypatch.setattr("specnb.engine.head_export.head_gguf", no_export)
+    monkeypatch.setattr(setup, "LLAMA_EAGLE3_HEAD", "smollm2-medusa")
+    with pytest.raises(ModelNotFoundError, match="'smollm2-medusa' is not an EAGLE-3 head in the standard layout"):
+        setup.server_configs("smollm2-135m", "f32", ["eagle3:3"], 1, 512)
+    with pytest.raises(ParameterError, match="speculation eagle3: no EAGLE-3 head for 'other'"):
+        setup.server_configs("other", "f32", ["eagle3:3"], 1, 512)

@@ -1,0 +1,26 @@
+"""`specnb export-head`: an EAGLE-3 head in the files a serving engine loads (``specnb.engine.head_export``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from specnb.app.commands.command_table import command
+
+
+def _args_export_head(p: argparse.ArgumentParser) -> None:
+    p.add_argument("head", help="an embedded EAGLE-3 head (e.g. smollm2-eagle) or a head folder in the standard "
+                                "layout (config.json + model.safetensors)")
+    p.add_argument("--format", required=True, metavar="FORMAT",
+                   help="eagle3: the folder vLLM's \"method\": \"eagle3\" loads; gguf: the file llama-server's "
+                        "--spec-type draft-eagle3 -md FILE loads (made by llama.cpp's own converter)")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) folder to write into")
+    p.add_argument("--verifier", default="smollm2-135m",
+                   help="the verifier the head drafts for: embedded name or HF folder (default smollm2-135m)")
+
+
+@command("export-head", "export an EAGLE-3 head for vLLM (--format eagle3) or llama-server (--format gguf)",
+         _args_export_head)
+def run_export_head(args: argparse.Namespace) -> dict:
+    from specnb.engine.head_export import export_head
+
+    return export_head(args.head, args.format, args.out, verifier=args.verifier)

@@ -1,0 +1,90 @@
+"""llama-server drafting with the EAGLE-3 head (``--spec-type draft-eagle3``, the head converted to GGUF by
+llama.cpp's own converter): greedy text identical to spec-off, drafts accepted, and no server left.
+
+The head is the embedded ``smollm2-eagle`` once that folder holds the standard EAGLE-3 layout; until
+then an untrained head started from the verifier (``Eagle3Draft.init_from_verifier``), which gets some
+drafts accepted all the same. Each server runs alone, one after the other."""
+
+import os
+import re
+
+import httpx
+import pytest
+
+from specnb.app import serving_setup as setup
+from specnb.engine.llama_build import converter_path
+from specnb.engine.llama_server import Server, missing_note
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built"),
+              pytest.mark.skipif(not converter_path().is_file(), reason="no llama.cpp source (make setup)")]
+
+PROMPTS = ["Copy this sentence word for word: The committee will meet on Tuesday to discuss the budget for the "
+           "new library.", "Write one sentence about rivers.", "List three colours of the rainbow."]
+MAX_TOKENS = 32
+START_S = 600  # /health is polled: a slow start on a loaded machine passes, a dead one fails at once
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = open(f"/proc/{pid}/status").read() if os.path.exists(f"/proc/{pid}/status") else ""
+    return "zombie" in status
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory) -> str:
+    import torch
+
+    from specnb.core import paths
+    from specnb.models.eagle3 import Eagle3Config, Eagle3Draft, is_eagle3
+    from specnb.models.heads import read_config
+    from specnb.models.training.head_corpus import embedded_verifier
+
+    if is_eagle3(read_config(paths.DRAFTS_DIR / "smollm2-eagle")):
+        return "smollm2-eagle"
+    verifier, _ = embedded_verifier(1)
+    config = Eagle3Config.from_verifier(verifier.config, draft_vocab_size=8192, aux_layer_ids=(2, 15, 27))
+    draft = Eagle3Draft(config)
+    draft.set_vocabulary(torch.arange(8192))
+    draft.init_from_verifier(verifier, 0)
+    folder = tmp_path_factory.mktemp("eagle3") / "init-head"
+    draft.save(folder)
+    return str(folder)
+
+
+def complete(url: str, prompt: str) -> dict:
+    reply = httpx.post(f"{url}/v1/completions", timeout=600,
+                       json={"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0, "seed": 0})
+    reply.raise_for_status()
+    return reply.json()
+
+
+def counter(url: str, name: str) -> float:
+    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    match = re.search(rf"^llamacpp:{name} (\S+)$", metrics, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_the_eagle3_head_drafts_on_llama_server_losslessly(head, monkeypatch, capsys):
+    monkeypatch.setattr(setup, "LLAMA_EAGLE3_HEAD", head)
+    configs = setup.server_configs("smollm2-135m", "f32", ["eagle3:3"], slots=1, ctx_per_slot=512, threads=1)
+    assert [c.spec_type for c in configs] == ["none", "draft-eagle3"]
+    seen = {}
+    for config in configs:
+        with Server(config, timeout_s=START_S) as server:
+            pid = server.pid
+            replies = [complete(server.url, prompt) for prompt in PROMPTS]
+            seen[config.spec_type] = {
+                "texts": [r["choices"][0]["text"] for r in replies],
+                "tpot_ms": [r["timings"]["predicted_per_token_ms"] for r in replies],
+                "accepted": counter(server.url, "spec_decode_num_accepted_tokens_total"),
+                "drafted": counter(server.url, "spec_decode_num_draft_tokens_total")}
+        assert gone(pid)
+    off, eagle = seen["none"], seen["draft-eagle3"]
+    assert eagle["texts"] == off["texts"]  # greedy: the verifier's tokens whatever the head drafts
+    assert eagle["accepted"] > 0 and eagle["drafted"] >= eagle["accepted"] and off["drafted"] == 0
+    with capsys.disabled():  # what the run saw (a loaded machine's TPOT, never compared)
+        print(f"\nhead {head}: accepted {eagle['accepted']:.0f} of {eagle['drafted']:.0f} drafted; TPOT ms "
+              f"(loaded) spec-off {off['tpot_ms']}, draft-eagle3 {eagle['tpot_ms']}")
