@@ -21,7 +21,8 @@ LAUNCHED = ("llama.cpp", "vllm")  # engines notebook 08 starts itself; sglang on
 LLAMA_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
 VLLM_TYPES = ("ngram", "suffix", "eagle3")  # vLLM methods without a distilled draft (eagle3: a head, see below)
 DEFAULT_NGRAM = {"llama.cpp": "ngram-simple", "vllm": "ngram"}  # each engine's prompt lookup
-LLAMA_EAGLE3_HEAD = "smollm2-eagle"  # what llama-server's "eagle3:K" runs for the embedded verifier
+DEFAULT_EAGLE3 = "eagle3:3"  # on vLLM, beside the n-gram, where the verifier's head is in the standard layout
+EAGLE3_HEAD = "smollm2-eagle"  # what "eagle3:K" runs for the embedded verifier, on either engine
 
 # ---------------------------------------------------------------- checks before anything starts
 
@@ -51,15 +52,31 @@ def check_levels(levels, mode: str) -> list:
     return [int(v) for v in values] if name == "concurrency" else values
 
 
-def serving_speculation(engine: str, speculation, smoke: bool = False) -> list[str]:
+def serving_speculation(engine: str, speculation, smoke: bool = False, verifier: str = "") -> list[str]:
     """The speculation entries to run: the ones given, or (None) the engine's n-gram at k = 4 (3 in a
-    smoke run): ``ngram-simple`` on llama-server, ``ngram`` on vLLM."""
+    smoke run): ``ngram-simple`` on llama-server, ``ngram`` on vLLM, where vLLM also runs the verifier's
+    EAGLE-3 head (``DEFAULT_EAGLE3``) when it has one in the standard layout (``eagle3_head``), so the
+    sweep shows where a drafting model stops paying next to a free n-gram. A smoke run keeps the n-gram
+    alone: one server fewer."""
     if speculation is None:
-        return [f"{DEFAULT_NGRAM.get(engine, 'ngram')}:{3 if smoke else 4}"]
+        default = [f"{DEFAULT_NGRAM.get(engine, 'ngram')}:{3 if smoke else 4}"]
+        with_head = default_head(engine, smoke, verifier) and not eagle3_missing(verifier)
+        return default + ([DEFAULT_EAGLE3] if with_head else [])
     if not isinstance(speculation, (list, tuple)) or not all(isinstance(s, str) for s in speculation):
         raise ParameterError(f"speculation must be a list of TYPE:K or DRAFT:K entries, e.g. [\"ngram:4\"], got "
                              f"{speculation!r}")
     return list(speculation)
+
+
+def default_head(engine: str, smoke: bool, verifier: str) -> bool:
+    """Whether the default speculation looks for the verifier's EAGLE-3 head: vLLM, not a smoke run."""
+    return engine == "vllm" and not smoke and bool(verifier)
+
+
+def speculation_note(engine: str, speculation, smoke: bool, verifier: str) -> str:
+    """"" unless the default speculation left the EAGLE-3 head out: then why, in one line."""
+    why = eagle3_missing(verifier) if speculation is None and default_head(engine, smoke, verifier) else ""
+    return f"{DEFAULT_EAGLE3} left out of vLLM's default speculation: {why}" if why else ""
 
 
 def speculation_entry(spec: str, accepted: tuple[str, ...]) -> tuple[str, int]:
@@ -129,7 +146,7 @@ def eagle_heads() -> list[str]:
 
 
 def llama_head(kind: str, verifier: str) -> str:
-    """The head a llama-server entry runs: ``eagle3`` is the embedded verifier's own (``LLAMA_EAGLE3_HEAD``),
+    """The head a llama-server entry runs: ``eagle3`` is the embedded verifier's own (``EAGLE3_HEAD``),
     a head's name that head; it must be in the standard EAGLE-3 layout (one line otherwise)."""
     from specnb.engine.head_export import head_folder
     from specnb.models.registry import EMBEDDED_VERIFIER
@@ -137,7 +154,7 @@ def llama_head(kind: str, verifier: str) -> str:
     if kind == "eagle3" and verifier != EMBEDDED_VERIFIER:
         raise ParameterError(f"speculation eagle3: no EAGLE-3 head for {verifier!r} here; use an n-gram type "
                              f"({', '.join(LLAMA_TYPES)}) as TYPE:K")
-    head = LLAMA_EAGLE3_HEAD if kind == "eagle3" else kind
+    head = EAGLE3_HEAD if kind == "eagle3" else kind
     head_folder(head)
     return head
 
@@ -172,17 +189,32 @@ def hf_folder(name: str) -> Path:
 
 
 def eagle3_head(verifier: str) -> Path:
-    """The hook for vLLM's ``eagle3``: the embedded verifier's EAGLE-3 head in the layout vLLM loads
-    (a ``config.json`` naming ``LlamaForCausalLMEagle3`` beside its weights). specnb's own heads are
-    not in that layout yet; until one is, the entry is refused here, before any server starts."""
-    from specnb.core import paths
+    """The folder vLLM's ``eagle3`` loads for ``verifier``: its embedded EAGLE-3 head (``EAGLE3_HEAD``) as
+    it is, since the standard layout (``config.json`` + ``model.safetensors``, ``specnb.models.eagle3``)
+    is the one vLLM reads; where there is none, one line saying why, before any server starts."""
+    from specnb.models.registry import draft_folder
 
-    folder = paths.DRAFTS_DIR / "smollm2-eagle3-vllm"
-    if (folder / "config.json").is_file():
-        return folder
-    raise ParameterError(f"speculation eagle3: no EAGLE-3 head for {verifier!r} in vLLM's layout yet (expected "
-                         f"{folder.relative_to(paths.REPO_ROOT)}/config.json); use ngram:K, suffix:K or a distilled "
-                         f"draft ({', '.join(distilled_drafts())}) as DRAFT:K")
+    why = eagle3_missing(verifier)
+    if why:
+        raise ParameterError(f"speculation eagle3: {why}; use ngram:K, suffix:K or a distilled draft "
+                             f"({', '.join(distilled_drafts())}) as DRAFT:K")
+    return draft_folder(EAGLE3_HEAD)
+
+
+def eagle3_missing(verifier: str) -> str:
+    """"" where ``verifier`` has an EAGLE-3 head vLLM loads, else why not: another verifier, or a head
+    folder in another layout (``specnb.engine.head_export.what_it_is`` says which)."""
+    from specnb.engine.head_export import what_it_is
+    from specnb.models.eagle3 import WEIGHTS_FILE, is_eagle3
+    from specnb.models.heads import read_config
+    from specnb.models.registry import EMBEDDED_VERIFIER, draft_folder
+
+    if verifier != EMBEDDED_VERIFIER:
+        return f"no EAGLE-3 head for {verifier!r} here"
+    folder = draft_folder(EAGLE3_HEAD)
+    if is_eagle3(read_config(folder)) and (folder / WEIGHTS_FILE).is_file():
+        return ""
+    return f"{EAGLE3_HEAD} is not an EAGLE-3 head in the standard layout vLLM loads ({what_it_is(folder)})"
 
 
 def missing_note(engine: str) -> str | None:
@@ -265,6 +297,19 @@ def vllm_policy(summary, policy, lengths: dict[str, int]):
     method = vllm_method(max(set(chosen), key=chosen.count))
     family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
     return method, serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+
+
+def policy_model(policy, method: str, configs: list) -> str:
+    """The ``model`` a pasted vLLM policy names for ``method``: the folder of the launched configuration
+    its levels chose most (an EAGLE-3 head's, a draft model's); a placeholder where the sweep ran on an
+    endpoint, whose folder only its operator knows; "" for a method that drafts without one."""
+    from specnb.engine.vllm_server import NEEDS_MODEL
+
+    drafts = {c.name: str(c.draft) for c in configs if isinstance(c, VllmConfig) and c.method == method and c.draft}
+    if drafts:
+        chosen = [c for c in policy["config"] if c in drafts] or list(drafts)
+        return drafts[max(sorted(set(chosen)), key=chosen.count)]
+    return f"<the {method} model's folder>" if method in (*NEEDS_MODEL, "eagle") else ""
 
 
 def saver(rec, commit: str | None, phase: str = ""):

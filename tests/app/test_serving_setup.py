@@ -2,6 +2,9 @@
 entries are refused in one line naming the parameter and what it accepts; vLLM's configurations are
 built from the embedded models' folders."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from specnb.app import serving_setup as setup
@@ -69,10 +72,71 @@ def test_vllm_configurations_come_from_the_embedded_folders(monkeypatch, tmp_pat
     assert setup.probe_upto([1, 8], configs) == 8 * 7
 
 
-def test_eagle3_is_a_hook_refused_until_a_head_in_vllms_layout_exists(monkeypatch, tmp_path):
+def standard_head(folder):
+    """A folder in the standard EAGLE-3 layout as far as a check before launch looks (vLLM reads the rest)."""
+    from specnb.models.eagle3 import Eagle3Config
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(Eagle3Config(draft_vocab_size=64).to_json()))
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def test_eagle3_on_vllm_runs_the_heads_folder_as_it_is(monkeypatch, tmp_path):
     monkeypatch.setattr(setup, "hf_folder", lambda name: tmp_path / name)
-    with pytest.raises(ParameterError, match="eagle3: no EAGLE-3 head for 'smollm2-135m' in vLLM's layout yet"):
-        setup.vllm_configs("smollm2-135m", ["eagle3:3"], max_num_seqs=4)
+    monkeypatch.setattr(setup, "EAGLE3_HEAD", str(standard_head(tmp_path / "head")))
+    configs = setup.vllm_configs("smollm2-135m", ["ngram:4", "eagle3:3"], max_num_seqs=4)
+    eagle = configs[2]
+    assert (eagle.name, eagle.method, eagle.draft, eagle.k) == ("eagle3 k=3", "eagle3", str(tmp_path / "head"), 3)
+    assert setup.draft_kinds([], configs) == {"ngram k=4": False, "eagle3 k=3": True}  # priced as a drafting model
+    assert setup.draft_kinds(["spec-off", "eagle3 k=3"], []) == {"eagle3 k=3": True}  # an endpoint's, by its name
+
+
+@pytest.mark.parametrize("head, verifier, why", [
+    ("smollm2-eagle-old", "smollm2-135m", "smollm2-eagle-old is not an EAGLE-3 head in the standard layout vLLM "
+                                          "loads \\(an EAGLE head in specnb's own layout"),
+    ("smollm2-medusa", "smollm2-135m", "smollm2-medusa is not an EAGLE-3 head .*\\(a Medusa head\\)"),
+    ("no-such-head", "smollm2-135m", "\\(no embedded head or folder of that name\\)"),
+    ("smollm2-medusa", "other", "no EAGLE-3 head for 'other' here"),
+])
+def test_eagle3_on_vllm_without_a_standard_head_is_one_line_saying_why(monkeypatch, tmp_path, head, verifier, why):
+    if head == "smollm2-eagle-old":  # specnb's own layout, as the embedded head was before its retraining
+        head = str(tmp_path / head)
+        Path(head).mkdir()
+        (Path(head) / "config.json").write_text(json.dumps({"kind": "eagle", "hidden_size": 576}))
+        (Path(head) / "weights.safetensors").write_bytes(b"")
+    monkeypatch.setattr(setup, "hf_folder", lambda name: tmp_path / name)
+    monkeypatch.setattr(setup, "EAGLE3_HEAD", head)
+    with pytest.raises(ParameterError, match=f"^speculation eagle3: .*{why}.*; use ngram:K, suffix:K") as err:
+        setup.vllm_configs(verifier, ["eagle3:3"], max_num_seqs=4)
+    assert "\n" not in str(err.value)
+
+
+def test_vllms_default_runs_the_head_beside_the_ngram_where_there_is_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(setup, "EAGLE3_HEAD", str(standard_head(tmp_path / "head")))
+    assert setup.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4", "eagle3:3"]
+    assert setup.speculation_note("vllm", None, False, "smollm2-135m") == ""
+    assert setup.serving_speculation("vllm", None, smoke=True, verifier="smollm2-135m") == ["ngram:3"]  # 1 server less
+    assert setup.serving_speculation("llama.cpp", None, verifier="smollm2-135m") == ["ngram-simple:4"]
+    assert setup.serving_speculation("vllm", ["ngram:2"], verifier="smollm2-135m") == ["ngram:2"]
+    monkeypatch.setattr(setup, "EAGLE3_HEAD", "smollm2-medusa")
+    assert setup.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4"]
+    note = setup.speculation_note("vllm", None, False, "smollm2-135m")
+    assert note.startswith("eagle3:3 left out of vLLM's default speculation: smollm2-medusa is not an EAGLE-3 head")
+    assert setup.speculation_note("vllm", ["ngram:4"], False, "smollm2-135m") == ""
+
+
+def test_the_policy_names_the_launched_heads_folder_or_a_placeholder_at_an_endpoint():
+    import pandas as pd
+
+    from specnb.engine.vllm_server import VllmConfig
+
+    configs = [VllmConfig(name="spec-off", model="/m"), VllmConfig(name="ngram k=4", model="/m", method="ngram"),
+               VllmConfig(name="eagle3 k=3", model="/m", method="eagle3", draft="/heads/e3", k=3)]
+    policy = pd.DataFrame({"concurrency": [1, 4], "config": ["eagle3 k=3", "spec-off"], "k": [3, 0]})
+    assert setup.policy_model(policy, "eagle3", configs) == "/heads/e3"
+    assert setup.policy_model(policy, "ngram", configs) == ""
+    assert setup.policy_model(policy, "eagle3", []) == "<the eagle3 model's folder>"
 
 
 def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
@@ -95,7 +159,7 @@ def test_eagle3_runs_the_head_as_draft_eagle3_exported_once(monkeypatch, tmp_pat
     monkeypatch.setattr("specnb.models.gguf.embedded_gguf", lambda name, precision: tmp_path / f"{name}-{precision}")
     monkeypatch.setattr("specnb.engine.head_export.head_gguf",
                         lambda head, verifier: exported.append((head, verifier)) or tmp_path / "head.gguf")
-    monkeypatch.setattr(setup, "LLAMA_EAGLE3_HEAD", str(tmp_path / "h"))
+    monkeypatch.setattr(setup, "EAGLE3_HEAD", str(tmp_path / "h"))
     configs = setup.server_configs("smollm2-135m", "f32", ["eagle3:3", "ngram-simple:4"], 2, 512, threads=1)
     assert [c.name for c in configs] == ["spec-off", "eagle3 k=3", "ngram-simple k=4"]
     eagle = configs[1]
@@ -110,7 +174,7 @@ def test_eagle3_on_llama_server_is_refused_before_any_export(monkeypatch):
 
     monkeypatch.setattr("specnb.models.gguf.embedded_gguf", no_export)
     monkeypatch.setattr("specnb.engine.head_export.head_gguf", no_export)
-    monkeypatch.setattr(setup, "LLAMA_EAGLE3_HEAD", "smollm2-medusa")
+    monkeypatch.setattr(setup, "EAGLE3_HEAD", "smollm2-medusa")
     with pytest.raises(ModelNotFoundError, match="'smollm2-medusa' is not an EAGLE-3 head in the standard layout"):
         setup.server_configs("smollm2-135m", "f32", ["eagle3:3"], 1, 512)
     with pytest.raises(ParameterError, match="speculation eagle3: no EAGLE-3 head for 'other'"):

@@ -68,7 +68,7 @@ def counter(url: str, name: str) -> float:
 
 
 def test_the_eagle3_head_drafts_on_llama_server_losslessly(head, monkeypatch, capsys):
-    monkeypatch.setattr(setup, "LLAMA_EAGLE3_HEAD", head)
+    monkeypatch.setattr(setup, "EAGLE3_HEAD", head)
     configs = setup.server_configs("smollm2-135m", "f32", ["eagle3:3"], slots=1, ctx_per_slot=512, threads=1)
     assert [c.spec_type for c in configs] == ["none", "draft-eagle3"]
     seen = {}

@@ -8,10 +8,11 @@ import math
 
 import pandas as pd
 
-from specnb.app.serving_setup import vllm_policy
+from specnb.app.serving_setup import policy_model, vllm_policy
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.engine.llama_server import ServerConfig, spec_flags
+from specnb.engine.vllm_server import speculative_config
 from specnb.measure.serving_load import LEVEL_UNITS, level_column, level_text
 from specnb.measure.serving_summary import BASELINE_CONFIG
 from specnb.predict.serving_predictor import (
@@ -119,15 +120,16 @@ def prediction_text(validation: pd.DataFrame) -> Report:
 
 def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int], configs: list) -> Report:
     """The policy per level, then as vLLM's ``--speculative-config`` (one method per server: the
-    schedule of the method chosen most often, re-chosen among its own configurations) and, unless
-    the sweep ran on vLLM configurations, as llama-server flags."""
+    schedule of the method chosen most often, re-chosen among its own configurations, with the
+    ``model`` folder of a head or draft model, ``policy_model``) and, unless the sweep ran on vLLM
+    configurations, as llama-server flags."""
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
     flags = {c.name: " ".join("<draft GGUF>" if c.draft and f == str(c.draft) else f for f in spec_flags(c))
              for c in configs if isinstance(c, ServerConfig)}
     on_llama = bool(flags) or not configs  # launched llama-servers, or an endpoint (its engine unknown here)
     method, own = vllm_policy(summary, policy, lengths)
-    vllm = vllm_config(own, method)
+    vllm = vllm_config(own, method, policy_model(own, method, configs))
     lines = llama_server_flags(policy, flags) if on_llama else []
     vllm_part = (f"vLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```" if vllm
                  else f"vLLM: no `--speculative-config` ({method} did not pay at any level measured, so launch vLLM "
@@ -168,8 +170,7 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop) -> Report:
                       "vLLM itself on closed-loop levels.", {})
     if loop.adaptive is None:
         return Report(f"No `adaptive` launch: {loop.note}.", {"adaptive": "none"})
-    spec = json.dumps({"method": loop.adaptive.method, "num_speculative_tokens": loop.adaptive.k,
-                       "num_speculative_tokens_per_batch_size": [list(r) for r in loop.adaptive.schedule]})
+    spec = json.dumps(speculative_config(loop.adaptive))  # as launched: a head's or draft's folder included
     lines = [f"launched as `--speculative-config '{spec}'`, measured again at every level beside spec-off and the "
              "static configurations"]
     values = {"adaptive": spec}

@@ -2,6 +2,7 @@
 requests/s for Poisson arrivals (a rate read as a concurrency would misstate every level)."""
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 
@@ -72,6 +73,22 @@ def test_a_paying_policy_prints_the_schedule():
     assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
 
 
+def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder():
+    from specnb.engine.vllm_server import VllmConfig
+
+    levels = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}})
+    configs = [VllmConfig(name="spec-off", model="/hf/verifier"),
+               VllmConfig(name="eagle3 k=3", model="/hf/verifier", method="eagle3", draft="/heads/smollm2-eagle", k=3)]
+    policy = serving_policy(levels, {"eagle3 k=3": 3})
+    report = policy_text(levels, policy, {"eagle3 k=3": 3}, configs)
+    config = json.loads(report.values["policy_vllm"])
+    assert config == {"method": "eagle3", "num_speculative_tokens": 3, "model": "/heads/smollm2-eagle",
+                      "num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4096, 0]]}
+    assert "eagle3" in report.markdown and "llama-server" not in report.markdown  # launched on vLLM only
+    at_endpoint = json.loads(policy_text(levels, policy, {"eagle3 k=3": 3}, []).values["policy_vllm"])
+    assert at_endpoint["method"] == "eagle3" and at_endpoint["model"] == "<the eagle3 model's folder>"
+
+
 def test_the_identical_share_is_counted_over_every_level():
     levels = summary("concurrency")
     levels.loc[(levels["config"] == "ngram k=3") & (levels["concurrency"] == 4), "identical_outputs"] = 1
@@ -80,7 +97,7 @@ def test_the_identical_share_is_counted_over_every_level():
     assert report.values["ngram k=3 identical share"] == 0.75
 
 
-def test_the_adaptive_text_states_the_launch_each_level_and_the_trace():
+def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     from specnb.app.serving_loop import ClosedLoop
     from specnb.app.text.serving_verdicts import adaptive_text
     from specnb.engine.vllm_server import VllmConfig
@@ -102,5 +119,9 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace():
     assert line in report.markdown
     assert "lower than every static configuration" in report.markdown and report.values["adaptive_min_ratio"] == 0.9
     assert not report.values["adaptive_meets_every_level"] and report.values["adaptive_beats_every_static_on_trace"]
+    head = replace(launched, method="eagle3", draft=str(tmp_path), k=3, schedule=[(1, 3, 3), (4, 4096, 0)])
+    (tmp_path / "config.json").write_text("{}")
+    spec = json.loads(adaptive_text(check, trace, replace(loop, adaptive=head)).values["adaptive"])
+    assert spec["method"] == "eagle3" and spec["model"] == str(tmp_path)  # what was launched, the head included
     none = adaptive_text(pd.DataFrame(), pd.DataFrame(), ClosedLoop(sweep=loop.sweep, note="ngram did not pay"))
     assert none.markdown == "No `adaptive` launch: ngram did not pay." and none.values == {"adaptive": "none"}
