@@ -1,8 +1,8 @@
-"""What several test modules share: the one tiny-model factory, a word-level tokenizer, a synthetic
-hardware profile (``synthetic_profile``), drafts that agree with their verifier often but not always,
-ragged prompts, synthetic run records, and checks
-(a trace replays the engine's steps; confidence stopping is lossless and stops chains; an HTML page
-fetches nothing from the network).
+"""What several test modules share: the one tiny-model factory, the EAGLE-3 head the engine tests run,
+a word-level tokenizer, a synthetic hardware profile (``synthetic_profile``), drafts that agree with their
+verifier often but not always, ragged prompts, synthetic run records, and checks (a trace replays the
+engine's steps; confidence stopping is lossless and stops chains; an HTML page fetches nothing from the
+network).
 
 Test modules import it as ``helpers`` (``tests/`` is on ``sys.path`` through its ``conftest.py``);
 fixtures live in ``conftest.py``.
@@ -38,6 +38,27 @@ def tiny_model(arch: str = "llama", vocab: int = 200, hidden: int = 64, layers: 
         with torch.no_grad():
             model.lm_head.weight.mul_(peaked)
     return model
+
+
+def engine_eagle3_head(folder) -> str:
+    """The EAGLE-3 head the engine tests run (a name or a folder, as ``serving_setup.EAGLE3_HEAD`` takes
+    either): the embedded ``smollm2-eagle`` once that folder holds the standard layout, else an untrained
+    head started from the embedded verifier (``Eagle3Draft.init_from_verifier``), saved in ``folder``,
+    which gets some drafts accepted all the same."""
+    from specnb.core import paths
+    from specnb.models.eagle3 import Eagle3Config, Eagle3Draft, is_eagle3
+    from specnb.models.heads import read_config
+    from specnb.models.training.head_corpus import embedded_verifier
+
+    if is_eagle3(read_config(paths.DRAFTS_DIR / "smollm2-eagle")):
+        return "smollm2-eagle"
+    verifier, _ = embedded_verifier(1)
+    config = Eagle3Config.from_verifier(verifier.config, draft_vocab_size=8192, aux_layer_ids=(2, 15, 27))
+    draft = Eagle3Draft(config)
+    draft.set_vocabulary(torch.arange(8192))
+    draft.init_from_verifier(verifier, 0)
+    draft.save(folder)
+    return str(folder)
 
 
 def word_model(seed: int, layers: int = 2):

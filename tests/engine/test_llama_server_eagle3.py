@@ -10,6 +10,7 @@ import re
 
 import httpx
 import pytest
+from helpers import engine_eagle3_head
 
 from specnb.app import serving_setup as setup
 from specnb.engine.llama_build import converter_path
@@ -35,23 +36,7 @@ def gone(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory) -> str:
-    import torch
-
-    from specnb.core import paths
-    from specnb.models.eagle3 import Eagle3Config, Eagle3Draft, is_eagle3
-    from specnb.models.heads import read_config
-    from specnb.models.training.head_corpus import embedded_verifier
-
-    if is_eagle3(read_config(paths.DRAFTS_DIR / "smollm2-eagle")):
-        return "smollm2-eagle"
-    verifier, _ = embedded_verifier(1)
-    config = Eagle3Config.from_verifier(verifier.config, draft_vocab_size=8192, aux_layer_ids=(2, 15, 27))
-    draft = Eagle3Draft(config)
-    draft.set_vocabulary(torch.arange(8192))
-    draft.init_from_verifier(verifier, 0)
-    folder = tmp_path_factory.mktemp("eagle3") / "init-head"
-    draft.save(folder)
-    return str(folder)
+    return engine_eagle3_head(tmp_path_factory.mktemp("eagle3") / "init-head")
 
 
 def complete(url: str, prompt: str) -> dict:
