@@ -1,7 +1,8 @@
 """The head drafts against their targets: chains, chains that stop when the head is unsure, static and
 dynamic trees, with the default settings (or named kernel paths).
 
-    python benchmarks/heads.py [--prompts 8] [--max-new-tokens 48] [--batch-size 1] [--kernels auto ...] [--no-write]
+    python benchmarks/heads.py [--prompts 8] [--max-new-tokens 48] [--batch-size 1] [--kernels auto ...]
+                               [--compare FOLDER ...] [--no-write]
 
 For the embedded verifier, on prompts round-robin over every category, greedy: verifier-only,
 ``smollm2-eagle`` at several γ, with a confidence threshold, on a static and on EAGLE-2's dynamic
@@ -42,17 +43,21 @@ EAGLE, MEDUSA, LOOKUP = "smollm2-eagle", "smollm2-medusa", "prompt-lookup"
 CONFIDENCE = 0.3  # the threshold the confidence candidates stop chains at
 
 
-def candidates(drafts: dict, batch_size: int) -> list:
+def candidates(drafts: dict, batch_size: int, compare: tuple[str, ...] = ()) -> list:
     trees = [(3, 2), DynamicTree(4)] if batch_size == 1 else [(3, 2)]
     found = runs.make_candidates({EAGLE: drafts[EAGLE]}, [2, 3, 4], trees=trees, confidences=(0.0, CONFIDENCE))
+    for other in compare:  # another EAGLE head (a folder), on the same chains, side by side
+        found += runs.make_candidates({other: drafts[other]}, [2, 3, 4], baseline=False)
     found += runs.make_candidates({MEDUSA: drafts[MEDUSA]}, [2], trees=[(3, 2)], baseline=False)
     return found + runs.make_candidates({LOOKUP: drafts[LOOKUP]}, [3], baseline=False)
 
 
-def measure(kernels: str, prompts, max_new_tokens: int, batch_size: int) -> tuple[pd.DataFrame, dict]:
+def measure(kernels: str, prompts, max_new_tokens: int, batch_size: int,
+            compare: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict]:
     torch.manual_seed(0)
-    pair, drafts = load_drafts("smollm2-135m", [EAGLE, MEDUSA, LOOKUP], kernels=kernels)
-    records = runs.run_interleaved(pair, prompts, candidates(drafts, batch_size), max_new_tokens=max_new_tokens,
+    pair, drafts = load_drafts("smollm2-135m", [EAGLE, MEDUSA, LOOKUP, *compare], kernels=kernels)
+    found = candidates(drafts, batch_size, compare)
+    records = runs.run_interleaved(pair, prompts, found, max_new_tokens=max_new_tokens,
                                    batch_size=batch_size, progress=True)
     return records.assign(kernels=kernels), pair.kernels
 
@@ -108,12 +113,15 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--batch-size", type=int, nargs="+", default=[1], help="batch sizes, each its own run")
     ap.add_argument("--kernels", nargs="+", default=["auto"], help="kernel paths, each its own run (default auto)")
+    ap.add_argument("--compare", nargs="+", default=[], metavar="FOLDER",
+                    help="other EAGLE head folders to run beside smollm2-eagle (chains at γ 2, 3, 4)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     started = time.time()
     prompts = select_prompts("all", args.prompts)
     env = describe_environment()
-    measured = [measure(k, prompts, args.max_new_tokens, b) for b in args.batch_size for k in args.kernels]
+    measured = [measure(k, prompts, args.max_new_tokens, b, tuple(args.compare))
+                for b in args.batch_size for k in args.kernels]
     frames = [records for records, _ in measured]
     sections = [line for records, choices in measured for line in [*section(records), kernel_line(choices), ""]]
     markdown = "\n".join([

@@ -5,12 +5,14 @@ Both heads read a trimmed vocabulary of the corpus's 8,192 most frequent tokens 
 "FR-Spec"), borrow the verifier's embedding and lm_head, and are saved by their own ``save()``
 (``config.json`` with ``kind`` + fp16 ``weights.safetensors``, ``specnb.models.heads``).
 
-The EAGLE draft is EAGLE-3-style (Li et al. 2025): it reads the verifier's layers 1, 14 and 26
-(low, middle, high of 30), fused, and is trained for 2 epochs with four unrolls on its own outputs
-("training-time test", ``head_losses.eagle3_loss``), token loss only. It starts from the verifier's
-first decoder layer with ``fc = [I/2, I/2]`` (half feature, half embedding), the fusion reading the
-highest layer, and also reads the prompt-lookup match of each input token with a learned copy bonus
-(``specnb.models.eagle``). Medusa trains on the same corpus (its final features).
+The EAGLE draft is EAGLE-3 in the standard layout (Li et al. 2025; ``specnb.models.eagle3``, what
+llama.cpp and vLLM run): it reads the verifier's layers 1, 14 and 26 (low, middle, high of 30; the inputs
+of layers 2, 15 and 27 in the engines' count), fused by ``fc``, and is trained for 2 epochs with four unrolls
+on its own outputs ("training-time test", ``head_losses.eagle3_loss``), token loss only. It starts from
+the verifier's first decoder layer (q/k/v reading half embedding, half feature), fc reading the highest
+layer, and the verifier's final norm and lm_head rows as its own norm and lm_head, which it trains.
+(specnb's older layout, ``specnb.models.eagle``, with a prompt-lookup input and copy bonus, trains with
+``standard=False``.) Medusa trains on the same corpus (its final features).
 
 Determinism: ``torch.manual_seed(seed)``, a seeded order of length-bucketed batches and a fixed thread
 count (two: the budget is 20 min on 2 cores) give the same weights for the same torch version and CPU.
