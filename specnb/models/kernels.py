@@ -106,12 +106,13 @@ class KernelChoice:
 
     def text(self) -> str:
         """One line: "smollm2-135m: mixed (oneDNN 4–64 rows) (auto, timed: oneDNN ÷ MKL 0.97x at 1 rows,
-        1.24x at 2 rows, 0.78x at 4 rows, 1 thread(s); 1.2 s)"."""
+        1.24x at 2 rows, 0.78x at 4 rows, 1 thread(s), 25 rounds; 1.2 s)". The rounds say how much to
+        trust it: one or two on a small model mean every round was slow, the cores busy throughout."""
         detail = self.reason
         if self.ms:
             ratios = ", ".join(f"{r:.2f}x at {n} rows" for r, n in zip(self.onednn_ratios(), self.widths))
             spent = f"; {self.decide_s:.1f} s" if self.reason == "timed" else ""
-            detail += f": oneDNN ÷ MKL {ratios}, {self.threads} thread(s){spent}"
+            detail += f": oneDNN ÷ MKL {ratios}, {self.threads} thread(s), {self.repeats} rounds{spent}"
         return f"{self.model}: {self.label()} ({self.asked}, {detail})"
 
 

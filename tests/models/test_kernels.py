@@ -275,3 +275,4 @@ def test_timing_a_real_tiny_model_records_its_evidence(decisions):
     assert set(choice.ms) == set(kernels.TIMED) and all(len(v) == len(kernels.AUTO_WIDTHS) for v in choice.ms.values())
     assert choice.decide_s > 0 and choice.threads == torch.get_num_threads() and decisions.is_file()
     assert choice.text().startswith("tiny: ") and "x at 2 rows, " in choice.text() and "x at 4 rows" in choice.text()
+    assert f"thread(s), {choice.repeats} rounds; " in choice.text()
