@@ -15,11 +15,13 @@ Which path wins depends on the CPU, the thread count, the model's shapes and the
 each CPU measured is in benchmarks/README.md, "A whole decode forward on each path"), so ``kernels="auto"`` measures
 it per model (``choose_kernels``): every bias-free linear layer of the model, in order, at the row
 counts the loop runs (``AUTO_WIDTHS``: one row, what verifier-only and a draft's chain run; a
-draft's catch-up or a short verify; a verify of γ ≥ 3), both paths interleaved and rotated, as many
-rounds as fit in ``AUTO_BUDGET_S`` (1 to 25). One row is timed like the others because the baseline
-must run the fastest path too: a speedup measured against a verifier-only run denied a faster
-kernel is partly that kernel's. The rule (``decide``): oneDNN counts as clearly faster at a width
-when its median is at most ``AUTO_MARGIN`` of the default's; the row counts it wins are sent to it
+draft's catch-up or a short verify; a verify of γ ≥ 3), both paths interleaved and rotated, each
+timed sweep right after an untimed one of its own (as a decode step follows the last), rounds
+repeated for ``AUTO_BUDGET_S`` (1 to 25), the fastest kept (``time_paths`` says why). One row is
+timed like the others because the baseline must run the fastest path too: a speedup measured
+against a verifier-only run denied a faster kernel is partly that kernel's. The rule (``decide``):
+oneDNN counts as clearly faster at a width when its fastest round takes at most ``AUTO_MARGIN`` of
+the default's; the row counts it wins are sent to it
 (``PackedLinear.spans``: a row count between two timed widths goes to oneDNN only when both win,
 one past the widest timed width follows it), the rest to MKL. Clearly faster at every width:
 "onednn"; at some: "mixed"; otherwise, on a tie or in noise, "default". Off the CPU and for dtypes
@@ -39,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -57,12 +58,12 @@ AUTO_WIDTHS = (1, 2, 4)  # rows per forward timed: a decode step, a catch-up / s
 AUTO_REPEATS = 3  # rounds a decision needs to be cached (fewer: a busy machine, re-timed next load)
 AUTO_MAX_REPEATS = 25
 AUTO_MARGIN = 0.9  # oneDNN must take at most 90% of the default's time to be chosen
-AUTO_BUDGET_S = 1.0  # timing budget per model, at least one round (packing the weights comes on top)
+AUTO_BUDGET_S = 1.0  # timed sweeps per model, at least one round (their lead-ins and packing come on top)
 MAX_ROWS = 64  # more rows than this (a prefill) go to MKL's GEMM on every path
-RULE = (f"per width, oneDNN wins if its median <= {AUTO_MARGIN} x MKL's; the rows it wins go to it; wins at every "
-        "width: onednn; at some: mixed; else default")
+RULE = (f"per width, oneDNN wins if its fastest round <= {AUTO_MARGIN} x MKL's; the rows it wins go to it; "
+        "wins at every width: onednn; at some: mixed; else default")
 CACHE_FILE = "kernels.json"
-_CACHE_VERSION = 3  # bump when the rule or what is timed changes: old decisions are then ignored
+_CACHE_VERSION = 4  # bump when the rule or what is timed changes: old decisions are then ignored
 
 
 @dataclass(kw_only=True)
@@ -71,8 +72,8 @@ class KernelChoice:
     back), "asked" (named by the caller), "not fp32 on the CPU", "no linear layers", "shared with the
     verifier" (an early exit), "too busy to time" (the default). ``min_rows``: the fewest rows a
     forward sends to oneDNN (0: none); ``spans``: every row count sent to it, as inclusive
-    (first, last) ranges. ``ms``: kernel -> median ms of all the model's linear layers at each of
-    ``widths`` rows (empty unless timed)."""
+    (first, last) ranges. ``ms``: kernel -> the fastest round's ms of all the model's linear layers
+    at each of ``widths`` rows (empty unless timed)."""
 
     model: str
     path: str
@@ -105,12 +106,13 @@ class KernelChoice:
 
     def text(self) -> str:
         """One line: "smollm2-135m: mixed (oneDNN 4–64 rows) (auto, timed: oneDNN ÷ MKL 0.97x at 1 rows,
-        1.24x at 2 rows, 0.78x at 4 rows, 1 thread(s); 1.2 s)"."""
+        1.24x at 2 rows, 0.78x at 4 rows, 1 thread(s), 25 rounds; 1.2 s)". The rounds say how much to
+        trust it: one or two on a small model mean every round was slow, the cores busy throughout."""
         detail = self.reason
         if self.ms:
             ratios = ", ".join(f"{r:.2f}x at {n} rows" for r, n in zip(self.onednn_ratios(), self.widths))
             spent = f"; {self.decide_s:.1f} s" if self.reason == "timed" else ""
-            detail += f": oneDNN ÷ MKL {ratios}, {self.threads} thread(s){spent}"
+            detail += f": oneDNN ÷ MKL {ratios}, {self.threads} thread(s), {self.repeats} rounds{spent}"
         return f"{self.model}: {self.label()} ({self.asked}, {detail})"
 
 
@@ -171,8 +173,14 @@ class PackedLinear(torch.nn.Module):
         rows = x.numel() // x.shape[-1]
         if not any(lo <= rows <= hi for lo, hi in self.spans):
             return F.linear(x, self.weight)
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), self.packed, None, "none", [], "")
-        return y.reshape(*x.shape[:-1], y.shape[-1])
+        return self.run(x.reshape(rows, x.shape[-1]), "onednn").reshape(*x.shape[:-1], self.weight.shape[0])
+
+    def run(self, x: torch.Tensor, path: str) -> torch.Tensor:
+        """x [rows, K] -> [rows, N] on ``path`` ("default": MKL, "onednn") whatever ``spans`` say:
+        what auto times is then the kernel named, not the routing the layer had at the time."""
+        if path == "default":
+            return F.linear(x, self.weight)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 
 
 def check_kernels(kernels: str) -> str:
@@ -289,39 +297,47 @@ def decide(ms: dict[str, list[float]], widths: tuple[int, ...] = AUTO_WIDTHS,
 
 def time_paths(layers: list[PackedLinear], widths: tuple[int, ...], budget_s: float = AUTO_BUDGET_S,
                now=time.perf_counter) -> tuple[dict[str, list[float]], int]:
-    """Median ms of running every layer once, in order (each weight streamed as in a forward), per
-    path and width, interleaved with the order rotated each round: as many rounds as the first one
-    says fit in ``budget_s`` (at least one, at most ``AUTO_MAX_REPEATS``: a small model's round takes
-    a millisecond, where one preempted sample would decide). Returns ({path: [ms per width]}, rounds
-    done), or ({}, 0) when the first round alone overruns twice the budget (on busy cores one sweep
-    can take fifty times its quiet time): too busy to tell. ``now``: the clock in seconds (a test
-    scripts it to reach that branch on purpose)."""
+    """The fastest round's ms of running every layer once, in order (each weight streamed as in a
+    forward), per path and width, interleaved with the order rotated each round, rounds repeated
+    until the timed sweeps have taken ``budget_s`` (at least one round, at most
+    ``AUTO_MAX_REPEATS``; the lead-ins below double the wall time). Returns ({path: [ms per width]},
+    rounds done), or ({}, 0) when the first round alone overruns twice the budget (on busy cores one
+    sweep can take fifty times its quiet time): too busy to tell. ``now``: the clock in seconds (a
+    test scripts it).
+
+    Each timed sweep comes right after an untimed one of the same path and width (its lead-in), so
+    it starts where the decode step before it on that path leaves it: its own weights just read,
+    OpenMP's workers awake if the kernel forks onto them. A real forward forks on either path (its
+    attention does), so neither pays the workers' wake-up in a linear. Without the lead-in oneDNN's
+    one-row sweep followed MKL's, whose one-row kernel runs a small model's shapes on the calling
+    thread alone, and paid that wake-up; on cores another process holds, every forking call can
+    wait 10+ ms for its second thread. Why the fastest round and not the median: scheduler delays
+    only add time, a stretch of rounds can be stalled together, the stall hits only the paths that
+    fork, and the decision is cached for the machine, so it must follow the kernels, not the stall."""
     inputs = {n: {k: torch.randn(n, k) for k in {m.weight.shape[1] for m in layers}} for n in widths}
 
-    def sweep(path: str, n: int, some=layers) -> float:
-        xs = inputs[n]
+    def run_all(path: str, n: int) -> None:
+        for m in layers:
+            m.run(inputs[n][m.weight.shape[1]], path)
+
+    def sweep(path: str, n: int) -> float:
+        run_all(path, n)  # the lead-in, untimed
         start = now()
-        for m in some:
-            m(xs[m.weight.shape[1]]) if path == "onednn" else F.linear(xs[m.weight.shape[1]], m.weight)
+        run_all(path, n)
         return (now() - start) * 1e3
 
     runs = [(path, n) for n in widths for path in TIMED]
     samples: dict[tuple[str, int], list[float]] = {run: [] for run in runs}
-    one_per_shape = list({tuple(m.weight.shape): m for m in layers}.values())
+    timed_s, rounds = 0.0, 0
     with torch.inference_mode():
-        for path, n in runs:  # oneDNN builds a primitive per shape and row count on first use
-            sweep(path, n, one_per_shape)
-        started, rounds, r = now(), 1, 0
-        while r < rounds:
-            for path, n in runs[r % len(runs):] + runs[: r % len(runs)]:
+        while rounds < AUTO_MAX_REPEATS and (rounds == 0 or timed_s < budget_s):
+            for path, n in runs[rounds % len(runs):] + runs[: rounds % len(runs)]:
                 samples[path, n].append(sweep(path, n))
-                if now() - started > 2 * budget_s and r == 0:  # OpenMP threads fighting for cores
+                timed_s += samples[path, n][-1] / 1e3
+                if rounds == 0 and timed_s > 2 * budget_s:  # OpenMP threads fighting for cores
                     return {}, 0
-            if r == 0:
-                first_s = sum(v[0] for v in samples.values()) / 1e3
-                rounds = max(1, min(AUTO_MAX_REPEATS, round(budget_s / max(first_s, 1e-9))))
-            r += 1
-    return {path: [round(statistics.median(samples[path, n]), 4) for n in widths] for path in TIMED}, rounds
+            rounds += 1
+    return {path: [round(min(samples[path, n]), 4) for n in widths] for path in TIMED}, rounds
 
 
 def describe_kernels(choices: dict[str, dict]) -> str:

@@ -37,6 +37,8 @@ def test_packed_linear_sends_exactly_its_spans_to_onednn(monkeypatch):
     for rows in range(1, 11):
         layer(torch.randn(rows, 8))
     assert calls == [1, 4, 5, 6, 7, 8]
+    layer.run(torch.randn(2, 8), "onednn")  # what auto times: the kernel named, whatever the spans
+    assert calls == [1, 4, 5, 6, 7, 8, 2]
     assert PackedLinear(torch.randn(16, 8), max_rows=8).spans == ((1, 8),)  # the default: every row to oneDNN
 
 
@@ -156,13 +158,78 @@ def packed_layers(model) -> list[PackedLinear]:
     return [m for m in use_kernels(model, "onednn").modules() if isinstance(m, PackedLinear)]
 
 
-def test_time_paths_sizes_its_rounds_from_the_first_one():
-    """On a clock where every sweep takes 1 ms: 4 sweeps a round (2 paths x 2 widths), so a 20 ms
-    budget buys 5 rounds, a large one the cap; each median is the scripted 1 ms."""
+def test_time_paths_repeats_rounds_until_the_budget_is_spent():
+    """On a clock where every reading is 1 ms after the last (the clock is read at each timed
+    sweep's start and end only, so each takes 1 ms): 4 timed sweeps a round (2 paths x 2 widths),
+    so a budget just under 20 ms buys 5 rounds, a large one the cap, one shorter than a round still
+    one; each sweep is the scripted 1 ms."""
     layers = packed_layers(tiny_model())
-    ms, rounds = kernels.time_paths(layers, (2, 4), budget_s=0.02, now=ticks(1e-3))
+    ms, rounds = kernels.time_paths(layers, (2, 4), budget_s=0.0195, now=ticks(1e-3))
     assert rounds == 5 and ms == {"default": [1.0, 1.0], "onednn": [1.0, 1.0]}
+    assert kernels.time_paths(layers, (2, 4), budget_s=0.003, now=ticks(1e-3))[1] == 1
     assert kernels.time_paths(layers, (2, 4), budget_s=10.0, now=ticks(1e-3))[1] == kernels.AUTO_MAX_REPEATS
+
+
+def recorded_calls(monkeypatch, layers, on_call=lambda path, rows: None):
+    """Log every linear kernel call time_paths makes as (path, rows, layer index), calling
+    ``on_call(path, rows)`` first (a test's virtual clock advances there)."""
+    calls: list = []
+    index = {id(t): i for i, m in enumerate(layers) for t in (m.weight, m.packed)}
+    real_linear, real_onednn = torch.nn.functional.linear, torch.ops.mkldnn._linear_pointwise
+
+    def log(path, x, w):
+        on_call(path, x.shape[0])
+        calls.append((path, x.shape[0], index[id(w)]))
+
+    monkeypatch.setattr(kernels.F, "linear", lambda x, w, *a: log("default", x, w) or real_linear(x, w, *a))
+    monkeypatch.setattr(kernels.torch.ops.mkldnn, "_linear_pointwise",
+                        lambda x, w, *a: log("onednn", x, w) or real_onednn(x, w, *a), raising=False)
+    return calls
+
+
+def test_every_timed_sweep_follows_an_untimed_sweep_of_its_own(monkeypatch):
+    """What decoding runs: a step on a path follows a step on that path, its weights just read and
+    OpenMP's workers awake where the kernel forks (MKL's one-row kernel does not; a real forward
+    does elsewhere). So each timed sweep (the calls between two clock readings) is every layer once,
+    in order, on one path and row count, and the calls just before it are the same sweep, untimed;
+    every path and width is timed."""
+    layers = packed_layers(tiny_model())
+    calls = recorded_calls(monkeypatch, layers)
+    readings = []
+
+    def clock():
+        readings.append(len(calls))
+        return len(readings) * 1e-3
+
+    kernels.time_paths(layers, (1, 2, 4), budget_s=0.05, now=clock)
+    segments = [calls[a:b] for a, b in zip(readings, readings[1:]) if b > a]
+    segments = [calls[:readings[0]]] * (readings[0] > 0) + segments
+    assert len(segments) % 2 == 0 and len(segments) >= 12
+    for lead_in, timed in zip(segments[0::2], segments[1::2]):
+        assert timed == lead_in
+        assert [i for _, _, i in timed] == list(range(len(layers))) and len({c[:2] for c in timed}) == 1
+    assert {s[0][:2] for s in segments} == {(p, n) for p in kernels.TIMED for n in (1, 2, 4)}
+
+
+def test_a_stretch_of_stalled_rounds_does_not_decide(monkeypatch):
+    """The cores taken by another process for a while (as on a shared machine): every call that forks
+    onto a second thread (oneDNN at any row count, MKL's GEMM from 2 rows) then waits for it, MKL's
+    one-row kernel, on the calling thread alone, never does. On a virtual clock the kernels advance,
+    stalled for the first second, most rounds are stalled and the rest quiet; quiet, oneDNN is
+    clearly faster at every width: auto must send every row count to it, as on that machine quiet."""
+    quiet_ms = {("default", 1): 0.1, ("onednn", 1): 0.07, ("default", 2): 0.2, ("onednn", 2): 0.1,
+                ("default", 4): 0.2, ("onednn", 4): 0.1}
+    clock = [0.0]
+
+    def advance(path, rows):
+        stalled = clock[0] < 1.0 and (path, rows) != ("default", 1)
+        clock[0] += (quiet_ms[path, rows] + (0.3 if stalled else 0.0)) / 1e3
+
+    layers = packed_layers(tiny_model())
+    recorded_calls(monkeypatch, layers, advance)
+    ms, rounds = kernels.time_paths(layers, (1, 2, 4), budget_s=1.0, now=lambda: clock[0])
+    assert rounds == kernels.AUTO_MAX_REPEATS and clock[0] > 1.0  # the stall was over before the last round
+    assert kernels.decide(ms, (1, 2, 4)) == ("onednn", ((1, kernels.MAX_ROWS),))
 
 
 def test_time_paths_gives_up_when_the_first_round_overruns_twice_the_budget():
@@ -208,3 +275,4 @@ def test_timing_a_real_tiny_model_records_its_evidence(decisions):
     assert set(choice.ms) == set(kernels.TIMED) and all(len(v) == len(kernels.AUTO_WIDTHS) for v in choice.ms.values())
     assert choice.decide_s > 0 and choice.threads == torch.get_num_threads() and decisions.is_file()
     assert choice.text().startswith("tiny: ") and "x at 2 rows, " in choice.text() and "x at 4 rows" in choice.text()
+    assert f"thread(s), {choice.repeats} rounds; " in choice.text()
