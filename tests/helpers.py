@@ -42,7 +42,7 @@ def tiny_model(arch: str = "llama", vocab: int = 200, hidden: int = 64, layers: 
 
 def engine_eagle3_head(folder) -> str:
     """The EAGLE-3 head the engine tests run (a name or a folder, as ``serving_setup.EAGLE3_HEAD`` takes
-    either): the embedded ``smollm2-eagle`` once that folder holds the standard layout, else an untrained
+    either): the embedded ``smollm2-eagle3`` once that folder holds the standard layout, else an untrained
     head started from the embedded verifier (``Eagle3Draft.init_from_verifier``), saved in ``folder``,
     which gets some drafts accepted all the same."""
     from specnb.core import paths
@@ -50,8 +50,8 @@ def engine_eagle3_head(folder) -> str:
     from specnb.models.heads import read_config
     from specnb.models.training.head_corpus import embedded_verifier
 
-    if is_eagle3(read_config(paths.DRAFTS_DIR / "smollm2-eagle")):
-        return "smollm2-eagle"
+    if is_eagle3(read_config(paths.DRAFTS_DIR / "smollm2-eagle3")):
+        return "smollm2-eagle3"
     verifier, _ = embedded_verifier(1)
     config = Eagle3Config.from_verifier(verifier.config, draft_vocab_size=8192, aux_layer_ids=(2, 15, 27))
     draft = Eagle3Draft(config)

@@ -22,7 +22,7 @@ LLAMA_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("d
 VLLM_TYPES = ("ngram", "suffix", "eagle3")  # vLLM methods without a distilled draft (eagle3: a head, see below)
 DEFAULT_NGRAM = {"llama.cpp": "ngram-simple", "vllm": "ngram"}  # each engine's prompt lookup
 DEFAULT_EAGLE3 = "eagle3:3"  # on vLLM, beside the n-gram, where the verifier's head is in the standard layout
-EAGLE3_HEAD = "smollm2-eagle"  # what "eagle3:K" runs for the embedded verifier, on either engine
+EAGLE3_HEAD = "smollm2-eagle3"  # what "eagle3:K" runs for the embedded verifier, on either engine (standard layout)
 
 # ---------------------------------------------------------------- checks before anything starts
 
@@ -113,7 +113,7 @@ def server_configs(verifier: str, precision: str, speculation: list[str], slots:
                    threads: int = 0) -> list[ServerConfig]:
     """spec-off, then one server per ``speculation`` entry: ``"ngram-simple:4"`` (an n-gram type and
     its draft length), ``"smollm2-draft-s:3"`` (an embedded draft, exported to GGUF, at k = 3) or
-    ``"eagle3:3"`` / ``"smollm2-eagle:3"`` (the EAGLE-3 head, ``draft-eagle3``, exported to GGUF by
+    ``"eagle3:3"`` / ``"smollm2-eagle3:3"`` (the EAGLE-3 head, ``draft-eagle3``, exported to GGUF by
     llama.cpp's converter and cached per head file hash, ``specnb.engine.head_export.head_gguf``).
     Every entry and head is checked before anything is exported."""
     from specnb.engine.head_export import head_gguf

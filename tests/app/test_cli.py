@@ -40,11 +40,11 @@ def test_ratio_prices_a_head_as_the_draft_table_does(capsys):
     from specnb.models import heads, registry
 
     verifier = resolve_config("smollm2-135m")
-    for head in ("smollm2-eagle", "smollm2-medusa"):
+    for head in ("smollm2-eagle", "smollm2-eagle3", "smollm2-medusa"):
         data = run_json(capsys, "ratio", head, "smollm2-135m", "--context", "64")
         table = flops_table("smollm2-135m", [head], context=64).set_index("model")
         assert data["c"] == pytest.approx(table.loc[head, "c_flops_at_context"])
-        count = heads.eagle_flops if head.endswith("eagle") else heads.medusa_flops
+        count = heads.medusa_flops if head.endswith("medusa") else heads.eagle_flops
         expected = count(heads.read_config(registry.paths.DRAFTS_DIR / head), verifier)
         assert data["draft_flops_per_token"] == expected.flops_per_token_at_context
         assert 0 < data["c"] < 0.15  # one layer and a trimmed head against 30 layers and the full head

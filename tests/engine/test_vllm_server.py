@@ -4,7 +4,7 @@ head's folder as it is): each speculation is lossless against spec-off, its coun
 process of any server's group is left afterwards. Three server starts (minutes on a busy 2-core
 machine), each once for the module: a generous start timeout, no timing assertions.
 
-The head is the embedded ``smollm2-eagle`` once that folder holds the standard EAGLE-3 layout, else an
+The head is the embedded ``smollm2-eagle3`` once that folder holds the standard EAGLE-3 layout, else an
 untrained head started from the verifier (``helpers.engine_eagle3_head``); its prompt here is one where
 that head's first draft matches the verifier's token with a wide margin, three times in 48 tokens."""
 

@@ -74,7 +74,13 @@ HEADS = {
     # 2 epochs over 672 chats: 3.5x the data of the 8-epoch head on 192 chats at about the same training time
     # (the budget); held-out agreement in benchmarks/README.md ("Building the heads")
     "smollm2-eagle": HeadTrainConfig(kind="eagle", epochs=2, feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0,
-                                     w_cls=1.0, noise=0.0, standard=True, lookup_ngram=0, copy_bias=False),
+                                     w_cls=1.0, noise=0.0),
+    # the same corpus and schedule in the standard EAGLE-3 layout the serving engines run (no prompt-lookup input,
+    # which cost it 0.16-0.2 of per-token α in specnb's loop: benchmarks/README.md), over 4,096 tokens to fit the
+    # 60 MB of committed weights
+    "smollm2-eagle3": HeadTrainConfig(kind="eagle", epochs=2, feature_layers=EAGLE3_LAYERS, ttt_steps=4, w_reg=0.0,
+                                      w_cls=1.0, noise=0.0, standard=True, lookup_ngram=0, copy_bias=False,
+                                      head_tokens=4096),
     "smollm2-medusa": HeadTrainConfig(kind="medusa", epochs=1, batch_positions=1024, lr=2e-3, lookup_ngram=0,
                                       copy_bias=False),
 }
