@@ -100,7 +100,8 @@ def section(records: pd.DataFrame) -> list[str]:
     category, and the heads in the draft table's columns."""
     shown, summary = table(records)
     eagle = summary[summary["draft"] == EAGLE].sort_values("speedup").iloc[-1]
-    drafts = analysis.draft_table(records, flops_table("smollm2-135m", [EAGLE, MEDUSA, LOOKUP]), summary)
+    heads = [EAGLE, MEDUSA, LOOKUP, *sorted(set(records["draft"].dropna()) - {EAGLE, MEDUSA, LOOKUP, ""})]
+    drafts = analysis.draft_table(records, flops_table("smollm2-135m", heads), summary)
     return [f"**kernels = {records['kernels'].iloc[0]}, batch {records['batch_size'].iloc[0]}**", "",
             shown.to_markdown(index=False), "",
             f"Best EAGLE candidate ({eagle.candidate}) per category: {per_category(records, eagle.candidate)}.", "",

@@ -82,8 +82,9 @@ def notebook_drafts(verifier: str, draft: str | None = None, drafts=None, kinds=
 def sweep_drafts(verifier: str, draft: str | None = None, drafts=None) -> list[str]:
     """Notebook 03's drafts: as ``notebook_drafts``, but by default for the embedded verifier prompt
     lookup (no forward: the draft that can win on a CPU), the EAGLE heads (a forward of one layer,
-    accepted far more often than a small model; specnb's own layout and the standard EAGLE-3 one) and ``default_draft`` (a distilled model, which
-    shows the speculation tax), swept side by side on the same prompts."""
+    accepted far more often than a small model; specnb's own layout and the standard EAGLE-3 one) and
+    ``default_draft`` (a distilled model, which shows the speculation tax), swept side by side on the
+    same prompts."""
     if draft is None and drafts is None and verifier == EMBEDDED_VERIFIER:
         return [PROMPT_LOOKUP, *[h for h in head_draft_names() if h.endswith(("eagle", "eagle3"))],
                 default_draft(verifier)]

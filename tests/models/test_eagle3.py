@@ -152,3 +152,17 @@ def test_a_head_reading_layers_the_verifier_lacks_is_one_line(verifier_folder, t
     published_head(tmp_path / "deep", verifier.config.vocab_size, draft_vocab=20, layer_ids=(2, 15, 27))
     with pytest.raises(IncompatibleModelsError, match=r"verifier layers \[2, 15, 27\] vs the verifier's 2"):
         load_pair(str(verifier_folder), str(tmp_path / "deep"), device="cpu")
+
+
+def test_the_embedded_eagle3_head_is_in_the_standard_layout_and_reads_the_engines_layers():
+    from specnb.models.heads import read_config
+    from specnb.models.registry import draft_folder
+
+    folder = draft_folder("smollm2-eagle3")
+    config = read_config(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["draft_vocab_size"] == 4096
+    assert config["eagle_aux_hidden_state_layer_ids"] == config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] \
+        == [2, 15, 27]  # the inputs of those layers: specnb's feature layers 1, 14 and 26
+    head = Eagle3Draft.load(folder)
+    assert head.config.feature_layers == (1, 14, 26) and len(set(head.head_ids.tolist())) == 4096

@@ -117,7 +117,7 @@ def _args_build_heads(p: argparse.ArgumentParser) -> None:
         "--only",
         nargs="+",
         metavar="NAME",
-        help="train only these heads (default: smollm2-eagle smollm2-medusa)",
+        help="train only these heads (default: smollm2-eagle smollm2-eagle3 smollm2-medusa)",
     )
     p.add_argument(
         "--quick",
