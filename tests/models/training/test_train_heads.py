@@ -30,7 +30,8 @@ EAGLE = replace(T.HEADS["smollm2-eagle"], head_tokens=64, epochs=15, batch_posit
 CONFIGS = {
     "eagle": replace(EAGLE, feature_layers=(), ttt_steps=1, w_reg=1.0, w_cls=0.1, noise=0.1, standard=False,
                      lookup_ngram=3, copy_bias=True),  # EAGLE-1/2 style, specnb's own layout
-    "eagle3": replace(EAGLE, feature_layers=(1, 0), ttt_steps=3),
+    "eagle3": replace(T.HEADS["smollm2-eagle3"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, threads=1,
+                      feature_layers=(1, 0), ttt_steps=3),  # the standard layout (specnb.models.eagle3)
     "medusa": replace(T.HEADS["smollm2-medusa"], head_tokens=64, epochs=15, batch_positions=64, warmup=2, lr=5e-3,
                      threads=1),
 }
