@@ -21,3 +21,15 @@ def pair():
     from helpers import word_pair
 
     return word_pair()
+
+
+@pytest.fixture(scope="module")
+def verifier_folder(tmp_path_factory):
+    """``helpers.word_model(0)`` and the word tokenizer saved as a checkpoint folder: a verifier that
+    ``load_pair`` reads by path, for heads loaded beside it."""
+    from helpers import tiny_tokenizer, word_model
+
+    folder = tmp_path_factory.mktemp("verifier")
+    word_model(0).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return folder

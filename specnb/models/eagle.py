@@ -54,8 +54,8 @@ WEIGHTS_FILE = "weights.safetensors"
 
 
 @dataclass(kw_only=True)
-class EagleConfig:
-    """Shapes of the draft (the verifier's layer shapes) and its options."""
+class LayerShape:
+    """The shapes of one decoder layer of the verifier, which a feature head copies (EAGLE's and EAGLE-3's)."""
 
     hidden_size: int = 576
     intermediate_size: int = 1536
@@ -66,6 +66,37 @@ class EagleConfig:
     rope_theta: float = 100000.0
     max_position_embeddings: int = 8192
     vocab_size: int = 49152
+
+    @staticmethod
+    def shape_of(config) -> dict:
+        """A verifier's HF config -> these fields."""
+        rope = getattr(config, "rope_parameters", None) or {}
+        return {"hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
+                "num_attention_heads": config.num_attention_heads,
+                "num_key_value_heads": config.num_key_value_heads,
+                "head_dim": getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+                "rms_norm_eps": config.rms_norm_eps,
+                "rope_theta": rope.get("rope_theta", getattr(config, "rope_theta", 1e4)),
+                "max_position_embeddings": config.max_position_embeddings, "vocab_size": config.vocab_size}
+
+    def llama_config(self):
+        """A one-layer LlamaConfig of these shapes (the head's decoder layer, rotary embedding and caches)."""
+        from transformers import LlamaConfig
+
+        cfg = LlamaConfig(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+                          num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
+                          head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps, num_hidden_layers=1,
+                          max_position_embeddings=self.max_position_embeddings, vocab_size=1,
+                          rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+                          pad_token_id=None, bos_token_id=None, eos_token_id=None)
+        cfg._attn_implementation = "sdpa"
+        return cfg
+
+
+@dataclass(kw_only=True)
+class EagleConfig(LayerShape):
+    """Shapes of the draft (the verifier's layer shapes) and its options."""
+
     head_tokens: int = 0  # 0: the verifier's full lm_head; N: a trimmed head over N token ids
     out_norm: bool = True  # RMSNorm on the layer output (init: the verifier's final norm)
     input_norm: bool = True  # keep the decoder layer's input_layernorm (EAGLE-1 drops it)
@@ -81,25 +112,7 @@ class EagleConfig:
 
     @classmethod
     def from_verifier(cls, config, **kw) -> EagleConfig:
-        rope = getattr(config, "rope_parameters", None) or {}
-        return cls(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-                   num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
-                   head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-                   rms_norm_eps=config.rms_norm_eps,
-                   rope_theta=rope.get("rope_theta", getattr(config, "rope_theta", 1e4)),
-                   max_position_embeddings=config.max_position_embeddings, vocab_size=config.vocab_size, **kw)
-
-    def llama_config(self):
-        from transformers import LlamaConfig
-
-        cfg = LlamaConfig(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-                          num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
-                          head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps, num_hidden_layers=1,
-                          max_position_embeddings=self.max_position_embeddings, vocab_size=1,
-                          rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
-                          pad_token_id=None, bos_token_id=None, eos_token_id=None)
-        cfg._attn_implementation = "sdpa"
-        return cfg
+        return cls(**cls.shape_of(config), **kw)
 
 
 def causal_mask(batch: int, query: int, past: int, key_mask: torch.Tensor | None = None,

@@ -36,24 +36,18 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specnb.models.eagle import LayerShape, causal_mask
+
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 
 
 @dataclass(kw_only=True)
-class Eagle3Config:
-    """Shapes and options of a standard EAGLE-3 head (the keys of its config.json)."""
+class Eagle3Config(LayerShape):
+    """Shapes and options of a standard EAGLE-3 head (the keys of its config.json); ``vocab_size`` is the
+    verifier's vocabulary."""
 
-    hidden_size: int = 576
-    intermediate_size: int = 1536
-    num_attention_heads: int = 9
-    num_key_value_heads: int = 3
-    head_dim: int = 64
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 100000.0
-    max_position_embeddings: int = 8192
-    vocab_size: int = 49152  # the verifier's vocabulary
     draft_vocab_size: int = 49152  # rows of the head's own lm_head
     target_hidden_size: int = 576
     aux_layer_ids: tuple[int, ...] = (2, 15, 27)  # decoder layers whose *input* hidden state is read
@@ -82,14 +76,7 @@ class Eagle3Config:
 
     @classmethod
     def from_verifier(cls, config, **kw) -> Eagle3Config:
-        rope = getattr(config, "rope_parameters", None) or {}
-        return cls(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-                   num_attention_heads=config.num_attention_heads, num_key_value_heads=config.num_key_value_heads,
-                   head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-                   rms_norm_eps=config.rms_norm_eps,
-                   rope_theta=rope.get("rope_theta", getattr(config, "rope_theta", 1e4)),
-                   max_position_embeddings=config.max_position_embeddings, vocab_size=config.vocab_size,
-                   target_hidden_size=config.hidden_size, **kw)
+        return cls(**cls.shape_of(config), target_hidden_size=config.hidden_size, **kw)
 
     @classmethod
     def from_json(cls, raw: dict) -> Eagle3Config:
@@ -129,18 +116,6 @@ class Eagle3Config:
                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
                                  "norm_before_fc": self.norm_before_fc},
                 **({"specnb": {**self.meta, "target": target}} if self.meta or target else {})}
-
-    def llama_config(self):
-        from transformers import LlamaConfig
-
-        cfg = LlamaConfig(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-                          num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
-                          head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps, num_hidden_layers=1,
-                          max_position_embeddings=self.max_position_embeddings, vocab_size=1,
-                          rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
-                          pad_token_id=None, bos_token_id=None, eos_token_id=None)
-        cfg._attn_implementation = "sdpa"
-        return cfg
 
 
 class MidLayer(nn.Module):
@@ -271,8 +246,6 @@ class Eagle3Draft(nn.Module):
         ``attention_mask`` (None, a key mask [B, past+T] or a ready [B, 1, T, past+T] mask) and ``embeds``
         as for ``EagleDraft.forward``; ``lookup`` is accepted and unused (this head reads no match).
         """
-        from specnb.models.eagle import causal_mask
-
         batch, width, size = features.shape
         g = self.fused(features) if size != self.config.hidden_size else features.to(self.fc.weight.dtype)
         if embeds is None:

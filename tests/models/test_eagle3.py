@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_tokenizer, word_model
 from safetensors.torch import save_file
 
 from specnb.core.errors import IncompatibleModelsError
@@ -19,14 +18,6 @@ from specnb.models.heads import head_kind
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 D, HEADS, KV, HEAD_DIM, FF = 64, 4, 2, 16, 128
-
-
-@pytest.fixture(scope="module")
-def verifier_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("verifier")
-    word_model(0).save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    return folder
 
 
 def published_head(folder, vocab: int, draft_vocab: int, layer_ids=(1, 1, 2), seed: int = 5, prefix="midlayer."):

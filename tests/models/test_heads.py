@@ -4,7 +4,6 @@ generation."""
 
 import pytest
 import torch
-from helpers import tiny_tokenizer, word_model
 
 from specnb.app.cli import main
 from specnb.core.errors import IncompatibleModelsError, ParameterError
@@ -16,14 +15,6 @@ from specnb.models.heads import head_kind, write_published
 from specnb.models.medusa import MedusaConfig, MedusaHeads
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def verifier_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("verifier")
-    word_model(0).save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    return folder
 
 
 def random_eagle(verifier, **options) -> EagleDraft:
