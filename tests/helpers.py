@@ -261,3 +261,15 @@ def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0
     )
     what_if.set_flat_acceptance(profile, DRAFT, alpha, n_new)
     return profile
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie that is not reaped yet counts as gone)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    status = open(f"/proc/{pid}/status").read() if os.path.exists(f"/proc/{pid}/status") else ""
+    return "zombie" in status

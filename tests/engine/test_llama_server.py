@@ -14,6 +14,7 @@ import time
 import httpx
 import pandas as pd
 import pytest
+from helpers import gone
 
 from specnb.engine.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args
 from specnb.engine.servers import servers
@@ -25,15 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, r
 COPY = "Copy this sentence word for word: The committee will meet on Tuesday to discuss the budget for the new library."
 PROMPTS = pd.DataFrame({"prompt": [COPY, "Write one sentence about rivers."], "category": ["copy", "chat"]})
 START_S = 600  # /health is polled: a start that takes minutes on a loaded machine passes, a dead one fails at once
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    status = open(f"/proc/{pid}/status").read() if os.path.exists(f"/proc/{pid}/status") else ""
-    return "zombie" in status
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,11 @@ The head is the embedded ``smollm2-eagle`` once that folder holds the standard E
 then an untrained head started from the verifier (``Eagle3Draft.init_from_verifier``), which gets some
 drafts accepted all the same. Each server runs alone, one after the other."""
 
-import os
 import re
 
 import httpx
 import pytest
-from helpers import engine_eagle3_head
+from helpers import engine_eagle3_head, gone
 
 from specnb.app import serving_setup as setup
 from specnb.engine.llama_build import converter_path
@@ -23,15 +22,6 @@ PROMPTS = ["Copy this sentence word for word: The committee will meet on Tuesday
            "new library.", "Write one sentence about rivers.", "List three colours of the rainbow."]
 MAX_TOKENS = 32
 START_S = 600  # /health is polled: a slow start on a loaded machine passes, a dead one fails at once
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    status = open(f"/proc/{pid}/status").read() if os.path.exists(f"/proc/{pid}/status") else ""
-    return "zombie" in status
 
 
 @pytest.fixture(scope="module")
