@@ -126,6 +126,19 @@ def causal_mask(batch: int, query: int, past: int, key_mask: torch.Tensor | None
     return mask
 
 
+def positions_and_mask(x: torch.Tensor, cache, position_ids, attention_mask):
+    """A head forward's positions [B, T] (default: past .. past+T-1) and attention mask: None (one causal
+    token), the causal mask with ``attention_mask`` [B, past+T] as key mask, or a ready 4D mask as it is."""
+    batch, width = x.shape[:2]
+    past = cache.get_seq_length() if cache is not None else 0
+    if position_ids is None:
+        position_ids = torch.arange(past, past + width, device=x.device)[None].expand(batch, -1)  # [B, T]
+    if attention_mask is not None and attention_mask.dim() != 2:
+        return position_ids, attention_mask
+    needed = width > 1 or attention_mask is not None
+    return position_ids, causal_mask(batch, width, past, attention_mask, x.device) if needed else None
+
+
 class EagleDraft(nn.Module):
     """fc([feature ; embedding]) -> one LlamaDecoderLayer (own KV cache) -> predicted next feature."""
 
@@ -234,14 +247,7 @@ class EagleDraft(nn.Module):
         x = self.fc(torch.cat(parts, dim=-1))  # [B, T, d]
         if self.config.lookup_ngram:
             x = x + self.match_embed(lookup[1].clamp(0, self.config.lookup_ngram))
-        past = cache.get_seq_length() if cache is not None else 0
-        if position_ids is None:
-            position_ids = torch.arange(past, past + width, device=x.device)[None].expand(batch, -1)  # [B, T]
-        if attention_mask is None or attention_mask.dim() == 2:
-            needed = width > 1 or attention_mask is not None
-            mask = causal_mask(batch, width, past, attention_mask, x.device) if needed else None
-        else:
-            mask = attention_mask
+        position_ids, mask = positions_and_mask(x, cache, position_ids, attention_mask)
         cos_sin = self.rotary(x, position_ids)
         h = self.layer(x, attention_mask=mask, position_ids=position_ids, cache=cache,
                        use_cache=cache is not None, position_embeddings=cos_sin)  # [B, T, d]

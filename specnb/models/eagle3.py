@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specnb.models.eagle import LayerShape, causal_mask
+from specnb.models.eagle import LayerShape, positions_and_mask
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -246,18 +246,11 @@ class Eagle3Draft(nn.Module):
         ``attention_mask`` (None, a key mask [B, past+T] or a ready [B, 1, T, past+T] mask) and ``embeds``
         as for ``EagleDraft.forward``; ``lookup`` is accepted and unused (this head reads no match).
         """
-        batch, width, size = features.shape
+        size = features.shape[-1]
         g = self.fused(features) if size != self.config.hidden_size else features.to(self.fc.weight.dtype)
         if embeds is None:
             embeds = nn.functional.embedding(input_ids, self.embed_weight)  # [B, T, d]
-        past = cache.get_seq_length() if cache is not None else 0
-        if position_ids is None:
-            position_ids = torch.arange(past, past + width, device=g.device)[None].expand(batch, -1)  # [B, T]
-        if attention_mask is None or attention_mask.dim() == 2:
-            needed = width > 1 or attention_mask is not None
-            mask = causal_mask(batch, width, past, attention_mask, g.device) if needed else None
-        else:
-            mask = attention_mask
+        position_ids, mask = positions_and_mask(g, cache, position_ids, attention_mask)
         cos_sin = self.rotary(g, position_ids)
         return self.midlayer(embeds.to(g.dtype), g, mask, cos_sin, cache)  # [B, T, d]
 
