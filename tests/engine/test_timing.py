@@ -156,12 +156,12 @@ def test_missing_device_falls_back_to_cpu_clock(monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_real_cuda_stages_tile_the_run():
-    """Events recorded after ``t0`` and done before the final synchronize: inside the host's wall time
-    (1 ms for the two clocks' resolution), and ten 2048² matmuls outweigh one add by far."""
+    """On real events, only what holds under any load: the stages sum to the total, and ten 2048² matmuls
+    outweigh one add by far. (That the stages tile the run exactly is checked on scripted events above;
+    the events' clock is the device's, so comparing them with the host's wall time would need a tolerance.)"""
     x = torch.randn(2048, 2048, device="cuda")
     timer = StageTimer("cuda")
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
     timer.start()
     for _ in range(5):
         with timer.stage("verify"):
@@ -170,7 +170,6 @@ def test_real_cuda_stages_tile_the_run():
         with timer.stage("accept"):
             x = x + 1
     timer.stop()
-    wall = (time.perf_counter() - t0) * 1e3
     stages = timer.stages_ms()
     assert stages["verify"] > stages["accept"] > 0
-    assert timer.total_ms() == pytest.approx(sum(stages.values())) and timer.total_ms() <= wall + 1.0
+    assert timer.total_ms() == pytest.approx(sum(stages.values()))
