@@ -62,22 +62,18 @@ def run_run(args: argparse.Namespace) -> list[dict]:
 # --- build-drafts: distil the embedded drafts from the embedded verifier ---------------------
 
 
-def _args_build_drafts(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed for instructions, init and data order (default 0)"
-    )
-    p.add_argument(
-        "--only",
-        nargs="+",
-        metavar="NAME",
-        help="build only these drafts (default: the whole family)",
-    )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="tiny corpus and one short epoch: a smoke test, not real drafts",
-    )
+def _args_build(p: argparse.ArgumentParser, *, seeds: str, only: str, quick: str) -> None:
+    """The options both training commands take: a seed, a subset by name, a quick run, an output folder."""
+    p.add_argument("--seed", type=int, default=0, help=f"seed for {seeds} (default 0)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help=only)
+    p.add_argument("--quick", action="store_true", help=quick)
     p.add_argument("--out", help="output folder (default: the package's specnb/data/drafts/)")
+
+
+def _args_build_drafts(p: argparse.ArgumentParser) -> None:
+    _args_build(p, seeds="instructions, init and data order",
+                only="build only these drafts (default: the whole family)",
+                quick="tiny corpus and one short epoch: a smoke test, not real drafts")
 
 
 @command(
@@ -110,21 +106,9 @@ def run_build_drafts(args: argparse.Namespace) -> list[dict]:
 
 
 def _args_build_heads(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed for the corpus, init and data order (default 0)"
-    )
-    p.add_argument(
-        "--only",
-        nargs="+",
-        metavar="NAME",
-        help="train only these heads (default: smollm2-eagle smollm2-eagle3 smollm2-medusa)",
-    )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="tiny corpus and one epoch: a smoke test, not real heads",
-    )
-    p.add_argument("--out", help="output folder (default: the package's specnb/data/drafts/)")
+    _args_build(p, seeds="the corpus, init and data order",
+                only="train only these heads (default: smollm2-eagle smollm2-eagle3 smollm2-medusa)",
+                quick="tiny corpus and one epoch: a smoke test, not real heads")
 
 
 @command(
