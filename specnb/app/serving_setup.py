@@ -181,11 +181,11 @@ def vllm_configs(verifier: str, speculation: list[str], max_num_seqs: int, max_m
 
 
 def hf_folder(name: str) -> Path:
-    """An embedded model's HF folder (built into the cache on first use), or a local checkpoint folder."""
-    from specnb.models.embedded import model_path
+    """An embedded model's HF folder (built into the cache on first use), or a local checkpoint folder
+    (``specnb.models.embedded.hf_folder``; the launch tests replace this one)."""
+    from specnb.models.embedded import hf_folder as folder_of
 
-    folder = Path(name).expanduser()
-    return folder if (folder / "config.json").is_file() else model_path(name)
+    return folder_of(name)
 
 
 def eagle3_head(verifier: str) -> Path:

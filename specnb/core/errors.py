@@ -32,3 +32,10 @@ class IncompatibleModelsError(SpecnbError, ValueError):
 
 class ConversionError(SpecnbError, RuntimeError):
     """Another project's converter (llama.cpp's ``convert_hf_to_gguf.py``) is missing or failed."""
+
+
+def last_line(text: str, empty: str = "no output") -> str:
+    """The last non-empty line of another program's output or log, stripped: what a one-line error quotes
+    (a converter's or a server's last word usually names the cause)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else empty

@@ -31,7 +31,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specnb.core.errors import ConversionError, IncompatibleModelsError, ModelNotFoundError, ParameterError, SpecnbError
+from specnb.core.errors import (
+    ConversionError,
+    IncompatibleModelsError,
+    ModelNotFoundError,
+    ParameterError,
+    SpecnbError,
+    last_line,
+)
 from specnb.models.cache import build_lock, cache_dir, cache_is_valid, file_sha256, publish_atomically
 from specnb.models.eagle3 import CONFIG_FILE, WEIGHTS_FILE, is_eagle3
 from specnb.models.gguf import GGUF_FILE
@@ -107,12 +114,9 @@ def check_head(name: str, verifier: str = EMBEDDED_VERIFIER, fmt: str = "eagle3"
 
 def verifier_folder(verifier: str) -> Path:
     """The verifier's HF folder: a local checkpoint as it is, an embedded model's cache (built on first use)."""
-    from specnb.models.embedded import model_path
+    from specnb.models.embedded import hf_folder
 
-    folder = Path(verifier).expanduser()
-    if (folder / "config.json").is_file():
-        return folder
-    path = model_path(verifier)
+    path = hf_folder(verifier)
     if path is None:
         raise ModelNotFoundError(f"verifier {verifier!r} has no HF folder of its own; pass a checkpoint folder")
     return path
@@ -148,7 +152,7 @@ def write_gguf(folder: Path, target: Path, out_file: Path) -> Path:
         raise ConversionError(f"llama.cpp's converter took over {CONVERT_TIMEOUT_S} s on {folder.name}") from None
     if done.returncode != 0 or not Path(out_file).is_file():
         raise ConversionError(f"llama.cpp's converter failed on {folder.name} (exit {done.returncode}): "
-                              f"{one_line(done.stderr or done.stdout)}")
+                              f"{last_line(done.stderr or done.stdout)[:300]}")
     return Path(out_file)
 
 
@@ -199,7 +203,3 @@ def current_umask() -> int:
     os.umask(mask)
     return mask
 
-
-def one_line(text: str, limit: int = 300) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines[-1] if lines else "no output")[:limit]

@@ -29,7 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from specnb.core.errors import SpecnbError
+from specnb.core.errors import SpecnbError, last_line
 
 BIND_RETRIES = 3  # fresh ports tried when the one the project picked was taken before the server bound it
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
@@ -221,8 +221,7 @@ class ServerProcess:
 
     def log_tail(self) -> str:
         """The last non-empty line of the server's log."""
-        lines = [line.strip() for line in self.log_text().splitlines() if line.strip()]
-        return lines[-1] if lines else "(empty log)"
+        return last_line(self.log_text(), "(empty log)")
 
     def log_summary(self) -> str:
         """The log's last line, and its first error line where that says more (an engine's last line is

@@ -165,6 +165,13 @@ def save_assembled(source: Path, verifier_dir: Path, out: Path, sources: dict) -
     (out / _SOURCE_FILE).write_text(json.dumps({"draft": source.name, **sources}))
 
 
+def hf_folder(name: str) -> Path | None:
+    """A local checkpoint folder as it is, else the embedded model's HF folder (``model_path``: built into
+    the cache on first use; None for an early exit or prompt lookup)."""
+    folder = Path(name).expanduser()
+    return folder if (folder / "config.json").is_file() else model_path(name)
+
+
 def model_path(name: str) -> Path | None:
     """Folder of an embedded model (building its cache if needed; a head's committed folder as it
     is); None for drafts that are not standalone checkpoints (early exits share the verifier's
