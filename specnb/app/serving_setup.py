@@ -204,15 +204,13 @@ def eagle3_head(verifier: str) -> Path:
 def eagle3_missing(verifier: str) -> str:
     """"" where ``verifier`` has an EAGLE-3 head vLLM loads, else why not: another verifier, or a head
     folder in another layout (``specnb.engine.head_export.what_it_is`` says which)."""
-    from specnb.engine.head_export import what_it_is
-    from specnb.models.eagle3 import WEIGHTS_FILE, is_eagle3
-    from specnb.models.heads import read_config
+    from specnb.engine.head_export import is_standard_head, what_it_is
     from specnb.models.registry import EMBEDDED_VERIFIER, draft_folder
 
     if verifier != EMBEDDED_VERIFIER:
         return f"no EAGLE-3 head for {verifier!r} here"
     folder = draft_folder(EAGLE3_HEAD)
-    if is_eagle3(read_config(folder)) and (folder / WEIGHTS_FILE).is_file():
+    if is_standard_head(folder):
         return ""
     return f"{EAGLE3_HEAD} is not an EAGLE-3 head in the standard layout vLLM loads ({what_it_is(folder)})"
 

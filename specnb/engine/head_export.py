@@ -66,10 +66,15 @@ def check_out(out) -> Path:
     return out
 
 
+def is_standard_head(folder: Path) -> bool:
+    """Whether ``folder`` holds an EAGLE-3 head in the standard layout: its config and its weights."""
+    return is_eagle3(read_config(folder)) and (folder / WEIGHTS_FILE).is_file()
+
+
 def head_folder(name: str) -> Path:
     """The folder of an embedded EAGLE-3 head or of a head folder, in the standard layout."""
     folder = draft_folder(name)
-    if is_eagle3(read_config(folder)) and (folder / WEIGHTS_FILE).is_file():
+    if is_standard_head(folder):
         return folder
     raise ModelNotFoundError(f"{name!r} is not an EAGLE-3 head in the standard layout ({what_it_is(folder)}); "
                              f"pass an embedded EAGLE-3 head or a folder with its {CONFIG_FILE} and {WEIGHTS_FILE}")
