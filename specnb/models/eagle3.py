@@ -168,6 +168,8 @@ class Eagle3Draft(nn.Module):
         self.lm_head = nn.Linear(d, config.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))  # [N]
         self.register_buffer("t2d", torch.ones(config.vocab_size, dtype=torch.bool))  # [V]
+        # token id of each column [N] (arange + d2t), kept because every draft step maps its argmax through it
+        self.register_buffer("ids", torch.arange(config.draft_vocab_size), persistent=False)
         self.rotary = LlamaRotaryEmbedding(config.llama_config())
         self.embed_weight: torch.Tensor | None = None  # [V, d]: own, or the verifier's (attach)
         self.teacher_weight: torch.Tensor | None = None  # [N, d]: the verifier's lm_head rows (training)
@@ -176,13 +178,12 @@ class Eagle3Draft(nn.Module):
     @property
     def head_ids(self) -> torch.Tensor | None:
         """Token id of each draft column [N], None when the head scores the whole vocabulary."""
-        if not self.config.head_tokens:
-            return None
-        return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t
+        return self.ids if self.config.head_tokens else None
 
     def set_vocabulary(self, head_ids: torch.Tensor) -> None:
         """Draft column i proposes token ``head_ids[i]`` (sorted ids [N]): fills d2t and t2d."""
         head_ids = head_ids.long().to(self.d2t.device)
+        self.ids.copy_(head_ids)
         self.d2t.copy_(head_ids - torch.arange(len(head_ids), device=head_ids.device))
         self.t2d.zero_()
         self.t2d[head_ids] = True
@@ -314,11 +315,7 @@ class Eagle3Draft(nn.Module):
 
             raise ModelNotFoundError(f"{str(folder)!r} is not an EAGLE-3 head in the standard layout: "
                                      f"missing {missing[:4]}, unexpected {unexpected[:4]}")
-        model.t2d.zero_()
-        if model.head_ids is not None:
-            model.t2d[model.head_ids] = True
-        else:
-            model.t2d.fill_(True)
+        model.set_vocabulary(torch.arange(len(model.d2t)) + model.d2t)  # the ids and t2d that its d2t says
         model.eval()
         return model.attach(verifier) if verifier is not None else model
 
