@@ -63,7 +63,6 @@ class HeadTrainConfig:
     ttt_decay: float = 0.8  # weight of unroll s's loss: decay ** s
     standard: bool = False  # EAGLE-3 in the standard layout (``specnb.models.eagle3``; needs feature_layers)
     norm_before_fc: bool = False  # standard layout: RMSNorm over the concatenated layers before fc
-    head_lr: float = 1.0  # the standard head's own lm_head learns at head_lr * lr (it starts as the verifier's)
     # Medusa
     medusa_heads: int = 4
     medusa_blocks: int = 1
@@ -214,11 +213,7 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
     torch.set_num_threads(cfg.threads)
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     params = [p for p in model.parameters() if p.requires_grad]
-    head = getattr(model, "lm_head", None)
-    own = {id(p) for p in head.parameters()} if head is not None else set()
-    groups = [{"params": [p for p in params if id(p) not in own], "scale": 1.0},
-              {"params": [p for p in params if id(p) in own], "scale": cfg.head_lr}]
-    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     plan = [b for epoch in range(cfg.epochs) for b in make_batches(seqs, cfg.batch_positions, cfg.seed, epoch)]
     recipe = RECIPES[cfg.kind]
     lookups = [lookup_of(s.ids, cfg.lookup_ngram) for s in seqs] if recipe.reads_lookup and cfg.lookup_ngram else None
@@ -227,7 +222,7 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
     history, start = [], time.perf_counter()
     for step, idx in enumerate(tqdm(plan, desc=f"train {name or cfg.kind}", unit="step", disable=not progress)):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, len(plan), cfg) * group["scale"]
+            group["lr"] = lr_at(step, len(plan), cfg)
         batch = collate([seqs[i] for i in idx], [lookups[i] for i in idx] if lookups else None)
         loss, stats = loss_fn(model, batch, cfg, gen)
         opt.zero_grad(set_to_none=True)
