@@ -21,7 +21,9 @@ LAUNCHED = ("llama.cpp", "vllm")  # engines notebook 08 starts itself; sglang on
 LLAMA_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
 VLLM_TYPES = ("ngram", "suffix", "eagle3")  # vLLM methods without a distilled draft (eagle3: a head, see below)
 DEFAULT_NGRAM = {"llama.cpp": "ngram-simple", "vllm": "ngram"}  # each engine's prompt lookup
-DEFAULT_EAGLE3 = "eagle3:3"  # on vLLM, beside the n-gram, where the verifier's head is in the standard layout
+# Each engine's default draft length for the verifier's EAGLE-3 head, run beside the n-gram where the head is in the
+# standard layout: the k whose TPOT speedup at one request was the best in the 2026-12-02 sweeps (benchmarks/README.md).
+DEFAULT_EAGLE3 = {"llama.cpp": "eagle3:2", "vllm": "eagle3:3"}
 EAGLE3_HEAD = "smollm2-eagle3"  # what "eagle3:K" runs for the embedded verifier, on either engine (standard layout)
 
 # ---------------------------------------------------------------- checks before anything starts
@@ -54,14 +56,14 @@ def check_levels(levels, mode: str) -> list:
 
 def serving_speculation(engine: str, speculation, smoke: bool = False, verifier: str = "") -> list[str]:
     """The speculation entries to run: the ones given, or (None) the engine's n-gram at k = 4 (3 in a
-    smoke run): ``ngram-simple`` on llama-server, ``ngram`` on vLLM, where vLLM also runs the verifier's
-    EAGLE-3 head (``DEFAULT_EAGLE3``) when it has one in the standard layout (``eagle3_head``), so the
-    sweep shows where a drafting model stops paying next to a free n-gram. A smoke run keeps the n-gram
-    alone: one server fewer."""
+    smoke run): ``ngram-simple`` on llama-server, ``ngram`` on vLLM, and beside it the verifier's EAGLE-3
+    head (``DEFAULT_EAGLE3``) when it has one in the standard layout the engine can load
+    (``eagle3_missing``), so the sweep shows where a drafting model stops paying next to a free n-gram.
+    A smoke run keeps the n-gram alone: one server fewer."""
     if speculation is None:
         default = [f"{DEFAULT_NGRAM.get(engine, 'ngram')}:{3 if smoke else 4}"]
-        with_head = default_head(engine, smoke, verifier) and not eagle3_missing(verifier)
-        return default + ([DEFAULT_EAGLE3] if with_head else [])
+        with_head = default_head(engine, smoke, verifier) and not eagle3_missing(verifier, engine)
+        return default + ([DEFAULT_EAGLE3[engine]] if with_head else [])
     if not isinstance(speculation, (list, tuple)) or not all(isinstance(s, str) for s in speculation):
         raise ParameterError(f"speculation must be a list of TYPE:K or DRAFT:K entries, e.g. [\"ngram:4\"], got "
                              f"{speculation!r}")
@@ -69,14 +71,16 @@ def serving_speculation(engine: str, speculation, smoke: bool = False, verifier:
 
 
 def default_head(engine: str, smoke: bool, verifier: str) -> bool:
-    """Whether the default speculation looks for the verifier's EAGLE-3 head: vLLM, not a smoke run."""
-    return engine == "vllm" and not smoke and bool(verifier)
+    """Whether the default speculation looks for the verifier's EAGLE-3 head: an engine started here that
+    runs one (llama-server, vLLM), not a smoke run."""
+    return engine in DEFAULT_EAGLE3 and not smoke and bool(verifier)
 
 
 def speculation_note(engine: str, speculation, smoke: bool, verifier: str) -> str:
     """"" unless the default speculation left the EAGLE-3 head out: then why, in one line."""
-    why = eagle3_missing(verifier) if speculation is None and default_head(engine, smoke, verifier) else ""
-    return f"{DEFAULT_EAGLE3} left out of vLLM's default speculation: {why}" if why else ""
+    why = eagle3_missing(verifier, engine) if speculation is None and default_head(engine, smoke, verifier) else ""
+    name = "vLLM" if engine == "vllm" else "llama-server"
+    return f"{DEFAULT_EAGLE3[engine]} left out of {name}'s default speculation: {why}" if why else ""
 
 
 def speculation_entry(spec: str, accepted: tuple[str, ...]) -> tuple[str, int]:
@@ -201,18 +205,22 @@ def eagle3_head(verifier: str) -> Path:
     return draft_folder(EAGLE3_HEAD)
 
 
-def eagle3_missing(verifier: str) -> str:
-    """"" where ``verifier`` has an EAGLE-3 head vLLM loads, else why not: another verifier, or a head
-    folder in another layout (``specnb.engine.head_export.what_it_is`` says which)."""
+def eagle3_missing(verifier: str, engine: str = "vllm") -> str:
+    """"" where ``verifier`` has an EAGLE-3 head ``engine`` loads, else why not: another verifier, a head
+    folder in another layout (``specnb.engine.head_export.what_it_is`` says which) or, for llama-server,
+    no llama.cpp converter to make its GGUF."""
     from specnb.engine.head_export import is_standard_head, what_it_is
+    from specnb.engine.llama_build import converter_path
     from specnb.models.registry import EMBEDDED_VERIFIER, draft_folder
 
     if verifier != EMBEDDED_VERIFIER:
         return f"no EAGLE-3 head for {verifier!r} here"
     folder = draft_folder(EAGLE3_HEAD)
-    if is_standard_head(folder):
-        return ""
-    return f"{EAGLE3_HEAD} is not an EAGLE-3 head in the standard layout vLLM loads ({what_it_is(folder)})"
+    if not is_standard_head(folder):
+        return f"{EAGLE3_HEAD} is not an EAGLE-3 head in the standard layout vLLM loads ({what_it_is(folder)})"
+    if engine == "llama.cpp" and not converter_path().is_file():
+        return f"no llama.cpp converter to write {EAGLE3_HEAD}'s GGUF ({converter_path()} is missing: make setup)"
+    return ""
 
 
 def missing_note(engine: str) -> str | None:

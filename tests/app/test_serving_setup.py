@@ -112,13 +112,24 @@ def test_eagle3_on_vllm_without_a_standard_head_is_one_line_saying_why(monkeypat
     assert "\n" not in str(err.value)
 
 
-def test_vllms_default_runs_the_head_beside_the_ngram_where_there_is_one(monkeypatch, tmp_path):
+def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(monkeypatch, tmp_path):
+    from specnb.engine import llama_build
+
+    converter = tmp_path / "convert_hf_to_gguf.py"
+    converter.write_text("")
+    monkeypatch.setattr(llama_build, "converter_path", lambda: converter)
     monkeypatch.setattr(setup, "EAGLE3_HEAD", str(standard_head(tmp_path / "head")))
     assert setup.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4", "eagle3:3"]
     assert setup.speculation_note("vllm", None, False, "smollm2-135m") == ""
     assert setup.serving_speculation("vllm", None, smoke=True, verifier="smollm2-135m") == ["ngram:3"]  # 1 server less
-    assert setup.serving_speculation("llama.cpp", None, verifier="smollm2-135m") == ["ngram-simple:4"]
+    assert setup.serving_speculation("llama.cpp", None, verifier="smollm2-135m") == ["ngram-simple:4", "eagle3:2"]
+    assert setup.serving_speculation("llama.cpp", None, smoke=True, verifier="smollm2-135m") == ["ngram-simple:3"]
     assert setup.serving_speculation("vllm", ["ngram:2"], verifier="smollm2-135m") == ["ngram:2"]
+    converter.unlink()  # llama-server needs llama.cpp's converter for the head's GGUF; vLLM reads the folder
+    assert setup.serving_speculation("llama.cpp", None, verifier="smollm2-135m") == ["ngram-simple:4"]
+    assert setup.speculation_note("llama.cpp", None, False, "smollm2-135m").startswith(
+        "eagle3:2 left out of llama-server's default speculation: no llama.cpp converter")
+    assert setup.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4", "eagle3:3"]
     monkeypatch.setattr(setup, "EAGLE3_HEAD", "smollm2-medusa")
     assert setup.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4"]
     note = setup.speculation_note("vllm", None, False, "smollm2-135m")
