@@ -110,6 +110,19 @@ def new_run_dir(out: Path | None) -> Path:
 # only once that one has finished. 07 prices the predictor's pick from 06's hardware profile.
 READS_FROM = {"07_alternatives": ("06_decision_framework",)}
 
+# A notebook ``run_notebooks`` executes more than once, each run with parameters of its own and into files of its
+# own (``run_name``): notebook 08 sweeps llama-server, then vLLM, the engine the reference measured. One run only
+# in a smoke run (the suite starts vLLM on its own), or where the user set a key a run sets, or an endpoint.
+VARIANTS = {"08_serving": ({}, {"engine": "vllm"})}
+
+
+def variants(path: Path, user: dict[str, Any], smoke: bool) -> list[tuple[str, dict[str, Any]]]:
+    """(run name, the parameters that run adds to the user's) for each run of notebook ``path``."""
+    extras = VARIANTS.get(path.stem, ({},))
+    if smoke or "endpoint" in user or any(key in user for extra in extras for key in extra):
+        extras = ({},)
+    return [("-".join([path.stem, *map(str, extra.values())]), extra) for extra in extras]
+
 
 def run_notebooks(
     names: list[str] | None = None,
@@ -135,7 +148,8 @@ def run_notebooks(
             runs = run_side_by_side(paths, parameters, run_dir, jobs, progress)
         else:
             for path in paths:
-                runs.append(run_one(path, parameters, smoke, run_dir, progress))
+                for name, extra in variants(path, parameters, smoke):
+                    runs.append(run_one(path, {**parameters, **extra}, smoke, run_dir, progress, name=name))
     except RunInterrupted as stop:
         runs = stop.runs or [*runs, stop.run]
         raise
@@ -225,20 +239,21 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
 
 
 def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progress: bool,
-            stopping: Stopping | None = None) -> NotebookRun:
-    """Execute one notebook; on a failing cell, or on Ctrl-C, keep the partial notebook and render
-    it anyway (an interruption is raised again as ``RunInterrupted`` once that is saved). Run off
-    the main thread, ``stopping`` is how it learns that the main thread caught Ctrl-C (or another run
-    raised) and killed its kernel; the run then comes back marked with the reason and the main
-    thread raises."""
-    params = parameters_for(path, user, smoke, run_dir)
-    ipynb = run_dir / path.name
+            stopping: Stopping | None = None, name: str | None = None) -> NotebookRun:
+    """Execute one notebook as run ``name`` (its files' stem; default the notebook's); on a failing
+    cell, or on Ctrl-C, keep the partial notebook and render it anyway (an interruption is raised
+    again as ``RunInterrupted`` once that is saved). Run off the main thread, ``stopping`` is how it
+    learns that the main thread caught Ctrl-C (or another run raised) and killed its kernel; the run
+    then comes back marked with the reason and the main thread raises."""
+    name = name or path.stem
+    params = parameters_for(path, user, smoke, run_dir, name)
+    ipynb = run_dir / f"{name}.ipynb"
     started = time.perf_counter()
     error, interrupted = execute(path, ipynb, params, run_dir, progress, stopping)
     seconds = time.perf_counter() - started
     html = export_html(ipynb) if ipynb.exists() else None
-    files = sorted(p.name for p in run_dir.glob(f"{path.stem}.*"))
-    run = NotebookRun(name=path.stem, ipynb=str(ipynb), html=html and str(html), ok=error is None, seconds=seconds,
+    files = sorted(p.name for p in run_dir.glob(f"{name}.*"))
+    run = NotebookRun(name=name, ipynb=str(ipynb), html=html and str(html), ok=error is None, seconds=seconds,
                       parameters=params, error=error, files=files)
     write_summary(run_dir, run)
     if interrupted and stopping is None:

@@ -311,3 +311,27 @@ def test_the_terminal_shows_progress_and_our_lines_only_and_the_kernel_talks_ove
     assert shown and all(part.startswith("Executing:") for part in shown), proc.stderr  # papermill's bar
     assert json.loads((tmp_path / "04_link.results.json").read_text())["transport"] == "ipc"
     assert "04_link" in proc.stdout
+
+
+def test_a_notebook_with_variants_runs_once_per_variant_into_files_of_its_own(tmp_path, monkeypatch):
+    """Notebook 08's shape: the runner runs it once per engine, each run named by what it adds (``run_name``),
+    and once only where the user set that key, or in a smoke run."""
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("engine = 'a'\nsmoke = False\noutput_dir = '.'\nrun_name = '01_two'",
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("from specnb.app.recorder import Recorder\n"
+                                          "Recorder(output_dir, run_name).value('engine', engine)")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / "01_two.ipynb")
+    monkeypatch.setenv("SPECNB_NOTEBOOKS", str(folder))
+    monkeypatch.setattr(runner, "VARIANTS", {"01_two": ({}, {"engine": "b"})})
+    runs = run_notebooks(None, {}, out=tmp_path / "both", progress=False)
+    assert [(r.name, r.ok, r.parameters["engine"] if "engine" in r.parameters else "a") for r in runs] == [
+        ("01_two", True, "a"), ("01_two-b", True, "b")]
+    for name, engine in (("01_two", "a"), ("01_two-b", "b")):
+        assert json.loads((tmp_path / "both" / f"{name}.summary.json").read_text())["results"] == {"engine": engine}
+        assert (tmp_path / "both" / f"{name}.html").is_file()
+    assert [r.name for r in run_notebooks(None, {"engine": "c"}, out=tmp_path / "one", progress=False)] == ["01_two"]
+    assert runner.variants(folder / "01_two.ipynb", {}, smoke=True) == [("01_two", {})]
