@@ -1,9 +1,10 @@
 """Speculation under serving load: notebook 08's recorded figures, copied into benchmarks/README.md.
 
-    python benchmarks/serving.py [RUN_DIR]
+    python benchmarks/serving.py [RUN_DIR] [--vllm]
 
 RUN_DIR is a finished ``specnb run`` folder holding ``08_serving.*`` (default: the newest
-``outputs/*`` that has one). The notebook measures everything (llama-server per configuration, the
+``outputs/*`` that has one); ``--vllm`` copies its vLLM run, ``08_serving-vllm.*``, into the
+``serving-vllm`` markers instead. The notebook measures everything (llama-server per configuration, the
 concurrency sweep, counters, speedups with CIs, the crossover, the serving predictor, the policy);
 this script only copies its figures, with the run's machine, date and commit, between the
 ``serving`` markers.
@@ -52,15 +53,15 @@ def crossing(row) -> str:
     return f" at ≈ {row.crossover:.1f} {LEVEL_UNITS[getattr(row, 'level', 'concurrency')]} (95% CI {lo} to {hi})"
 
 
-def render(run: Path) -> str:
-    record = json.loads((run / f"{STEM}.summary.json").read_text())
+def render(run: Path, stem: str = STEM) -> str:
+    record = json.loads((run / f"{stem}.summary.json").read_text())
     env, res = record["environment"], record["results"]
-    params = declared_defaults(run / f"{STEM}.ipynb") | record["parameters"]
+    params = declared_defaults(run / f"{stem}.ipynb") | record["parameters"]
     used = res.get("settings") or {  # what the notebook ran with (smoke settings included)
         "verifier": params["verifier"], "precision": params["precision"], "prompts": params["n_prompts"],
         "rounds": params["rounds"], "max_new_tokens": params["max_new_tokens"], "mode": "closed",
         "levels": params["concurrency"]}
-    summary = pd.read_csv(run / f"{STEM}.summary.csv")
+    summary = pd.read_csv(run / f"{stem}.summary.csv")
     lines = [
         f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}; {env['time_utc'][:10]}; commit "
         f"{str(env['git_commit'])[:7]}; notebook 08 defaults{' (smoke)' if params.get('smoke') else ''}, run "
@@ -73,7 +74,7 @@ def render(run: Path) -> str:
         "",
         sweep_table(summary),
     ]
-    crossover = run / f"{STEM}.crossover.csv"
+    crossover = run / f"{stem}.crossover.csv"
     if crossover.is_file():
         lines += [""] + [f"- {r.config}: {r.verdict}" + crossing(r) for r in pd.read_csv(crossover).itertuples()]
     if "serving_predictor_median_error" in res:
@@ -87,6 +88,11 @@ def render(run: Path) -> str:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--vllm" in argv:
+        argv.remove("--vllm")
+        stem = f"{STEM}-vllm"
+        return publish(lambda run: render(run, stem), "serving-vllm", stem, argv)
     return publish(render, "serving", STEM, argv)
 
 
