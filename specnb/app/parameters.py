@@ -88,13 +88,11 @@ def check_parameters(paths: list[Path], parameters: dict[str, Any]) -> dict[str,
     return checked
 
 
-def parameters_for(path: Path, user: dict[str, Any], smoke: bool, output_dir: Path,
-                   run_name: str | None = None) -> dict[str, Any]:
+def parameters_for(path: Path, user: dict[str, Any], smoke: bool, output_dir: Path, run_name: str) -> dict[str, Any]:
     """User parameters plus what the runner sets: ``smoke``, ``output_dir``, ``interactive`` and,
-    where the notebook declares it, ``run_name`` (the stem of its files; default the notebook's)."""
+    where the notebook declares it, ``run_name`` (the stem of its files, which ``runner.run_one`` picks)."""
     declared = declared_parameters(path)
-    runner_set = {"smoke": smoke, "output_dir": str(output_dir), "interactive": False,
-                  "run_name": run_name or path.stem}
+    runner_set = {"smoke": smoke, "output_dir": str(output_dir), "interactive": False, "run_name": run_name}
     params = {k: v for k, v in runner_set.items() if k in declared}
     params.update({k: v for k, v in user.items() if k in declared})
     return params
