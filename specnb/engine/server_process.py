@@ -152,12 +152,21 @@ class ServerProcess:
         return self.process.pid if self.process else None
 
     def start(self) -> ServerProcess:
-        """Launch and wait until ready; a port the project picked and lost before the server bound it
-        is picked again, up to ``BIND_RETRIES`` times. On any failure (Ctrl-C included) the process
-        group is stopped."""
+        """Launch and wait until ready (``launch`` then ``ready``)."""
+        try:
+            self.launch()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.ready()
+
+    def ready(self) -> ServerProcess:
+        """Wait until the launched server is ready; a port the project picked and lost before the
+        server bound it is picked again, up to ``BIND_RETRIES`` times. On any failure (Ctrl-C included)
+        the process group is stopped. Split from ``launch`` so that several servers start at once
+        (``specnb.engine.servers.servers``): a vLLM start is minutes of three processes importing."""
         try:
             for attempt in range(BIND_RETRIES + 1):
-                self.launch()
                 try:
                     self.wait_ready()
                     return self
@@ -166,6 +175,7 @@ class ServerProcess:
                         raise
                 self.stop()
                 self.port = free_port()
+                self.launch()
         except BaseException:
             self.__exit__()
             raise

@@ -33,15 +33,28 @@ class Running:
 
 @contextlib.contextmanager
 def servers(configs: list, timeout_s: float | None = None, keep_going: bool = False):
-    """Start every configuration's server (one after another), yield ``Running``, stop them all however
-    the block ends. With ``keep_going``, a speculative configuration that fails to start (an engine
-    refusing a method) is left out with its one line in ``failed``; the first configuration (the
-    baseline) failing, or every other one, raises ``ServerFailed`` all the same."""
+    """Start every configuration's server — all launched at once, then each waited for, so their
+    starts overlap — yield ``Running``, stop them all however the block ends. With ``keep_going``, a
+    speculative configuration that fails to start (an engine refusing a method) is left out with its
+    one line in ``failed``; the first configuration (the baseline) failing, or every other one, raises
+    ``ServerFailed`` all the same."""
     running = Running()
     with contextlib.ExitStack() as stack:
+        launched = []
         for i, config in enumerate(configs):
             try:
-                running.servers[config.name] = stack.enter_context(server_for(config, timeout_s))
+                server = server_for(config, timeout_s)
+            except ServerFailed as err:  # refused before launch (the engine not installed)
+                if not keep_going or i == 0:
+                    raise
+                running.failed[config.name] = str(err)
+                continue
+            stack.callback(server.__exit__)  # stopped however the block ends, Ctrl-C included
+            server.launch()
+            launched.append((i, config, server))
+        for i, config, server in launched:
+            try:
+                running.servers[config.name] = server.ready()
             except ServerFailed as err:
                 if not keep_going or i == 0:
                     raise

@@ -159,14 +159,14 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
 
     from specnb.engine import llama_server
 
-    real = llama_server.Server.start
+    real = llama_server.Server.launch
 
     def remember(self):  # the sweep starts its own server: keep a handle to kill it
         seen["server"] = self
         return real(self)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(llama_server.Server, "start", remember)
+        patch.setattr(llama_server.Server, "launch", remember)
         sweep = sweep_servers([ServerConfig(name="spec-off", model=verifier, slots=2, ctx_per_slot=256, threads=1)],
                               pd.concat([PROMPTS] * 4, ignore_index=True), [1, 2], max_tokens=16, warmup=False,
                               on_run=after_run)
