@@ -85,9 +85,9 @@ ROUTES = {"MKL (default)": (), "oneDNN from 2 rows": ((2, 64),), "oneDNN from 1 
 
 def time_forwards(repeats: int, context_len: int = 64) -> pd.DataFrame:
     """Median ms of the verifier's decode forward per (route, tokens), interleaved and rotated."""
+    from specnb.engine.pairs import load_model
     from specnb.measure.forward import ForwardProbe
     from specnb.models.kernels import PackedLinear, use_kernels
-    from specnb.models.load import load_model
 
     model, _ = load_model("smollm2-135m", device="cpu", dtype=torch.float32)
     use_kernels(model, "onednn")
@@ -131,7 +131,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 9; 15 with --forward)")
     ap.add_argument("--forward", action="store_true", help="whole decode forwards of the verifier instead")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--tag", default="", help="a CPU kind's own section and results file (e.g. xeon), beside another's")
     args = ap.parse_args(argv)
+    tag = f"-{args.tag}" if args.tag else ""
     from safetensors import safe_open
 
     if args.forward:
@@ -140,9 +142,10 @@ def main(argv=None) -> int:
         print(markdown)
         if not args.no_write:
             (HERE / "results").mkdir(exist_ok=True)
-            (HERE / "results" / "kernels_forward.json").write_text(json.dumps({"environment": env, "ms": raw},
-                                                                              indent=1, default=str))
-            write_readme_section(markdown, name="kernels-forward")
+            stem = f"kernels_forward{tag.replace('-', '_')}"
+            (HERE / "results" / f"{stem}.json").write_text(json.dumps({"environment": env, "ms": raw}, indent=1,
+                                                                      default=str))
+            write_readme_section(markdown, name=f"kernels-forward{tag}")
         return 0
     args.repeats = args.repeats or 9
 

@@ -131,9 +131,9 @@ PREDICTED_GAMMAS = range(1, 7)
 
 def held_out(args) -> tuple[pd.DataFrame, dict]:
     """Calibrate on some prompts, measure on others: the table (one row per draft and γ) and context."""
+    from specnb.engine.pairs import load_drafts
     from specnb.measure import analysis, runs
     from specnb.measure.prompts import split_prompts
-    from specnb.models.load import load_drafts
     from specnb.predict.calibrate import calibrate
     from specnb.predict.predictor import predict
     from specnb.predict.validate import grid_table
@@ -222,16 +222,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--drafts", nargs="+", default=list(HELD_OUT_DRAFTS))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--tag", default="", help="a CPU kind's own section and results files (e.g. xeon)")
     args = ap.parse_args(argv)
+    tag = f"_{args.tag}" if args.tag else ""
     table, context = held_out(args)
     if not args.no_write:  # the raw results first: a run this long is not lost to a rendering error
         (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
-        context["records"].to_csv(ROOT / "benchmarks" / "results" / "predictor_held_out_records.csv", index=False)
-        table.to_csv(ROOT / "benchmarks" / "results" / "predictor_held_out.csv", index=False)
+        context["records"].to_csv(ROOT / "benchmarks" / "results" / f"predictor_held_out_records{tag}.csv", index=False)
+        table.to_csv(ROOT / "benchmarks" / "results" / f"predictor_held_out{tag}.csv", index=False)
     markdown = render_held_out(table, context, args)
     print(markdown)
     if not args.no_write:
-        write_readme_section(markdown, name="predictor-held-out")
+        write_readme_section(markdown, name=f"predictor-held-out{tag.replace('_', '-')}")
     return 0
 
 
