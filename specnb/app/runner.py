@@ -112,16 +112,36 @@ READS_FROM = {"07_alternatives": ("06_decision_framework",)}
 
 # A notebook ``run_notebooks`` executes more than once, each run with parameters of its own and into files of its
 # own (``run_name``): notebook 08 sweeps llama-server, then vLLM, the engine the reference measured. One run only
-# in a smoke run (the suite starts vLLM on its own), or where the user set a key a run sets, or an endpoint.
-VARIANTS = {"08_serving": ({}, {"engine": "vllm"})}
+# in a smoke run (the suite starts vLLM on its own), or where the user set a key a run selects by, or an endpoint.
+@dataclass(frozen=True)
+class Variant:
+    """One run of a notebook run more than once: ``suffix`` names its files (``08_serving-vllm``), ``selects`` is
+    what makes it this run (the user setting one of these keys means one run only), ``trims`` are defaults of its
+    own that a user's parameters override (the demo's budget), each said in the notebook through ``trimmed``."""
+
+    suffix: str = ""
+    selects: dict[str, Any] = field(default_factory=dict)
+    trims: dict[str, Any] = field(default_factory=dict)
+
+    def parameters(self, user: dict[str, Any]) -> dict[str, Any]:
+        trims = {k: v for k, v in self.trims.items() if k not in user}
+        said = ", ".join(f"{k} = {v!r}" for k, v in trims.items())
+        return {**trims, **user, **self.selects, **({"trimmed": said} if trims else {})}
+
+
+# vLLM's CPU path is slow per step (70-130 ms TPOT here) and each configuration is a server of its own (a minute
+# or more to start): with the default's 32 tokens per request its run alone was 16.8 min of a 20 min demo. The
+# demo's vLLM run asks 16 tokens per request: the same prompts (both folds of the predictor's cross-fit), levels,
+# configurations and trace, half the decoding; `-p max_new_tokens 32` runs it whole.
+VARIANTS = {"08_serving": (Variant(), Variant("vllm", {"engine": "vllm"}, {"max_new_tokens": 16}))}
 
 
 def variants(path: Path, user: dict[str, Any], smoke: bool) -> list[tuple[str, dict[str, Any]]]:
-    """(run name, the parameters that run adds to the user's) for each run of notebook ``path``."""
-    extras = VARIANTS.get(path.stem, ({},))
-    if smoke or "endpoint" in user or any(key in user for extra in extras for key in extra):
-        extras = ({},)
-    return [("-".join([path.stem, *map(str, extra.values())]), extra) for extra in extras]
+    """(run name, the parameters of that run: the user's with the run's own) for each run of notebook ``path``."""
+    runs = VARIANTS.get(path.stem, (Variant(),))
+    if smoke or "endpoint" in user or any(key in user for run in runs for key in run.selects):
+        runs = (Variant(),)
+    return [("-".join(filter(None, [path.stem, run.suffix])), run.parameters(user)) for run in runs]
 
 
 def run_notebooks(
@@ -148,8 +168,8 @@ def run_notebooks(
             runs = run_side_by_side(paths, parameters, run_dir, jobs, progress)
         else:
             for path in paths:
-                for name, extra in variants(path, parameters, smoke):
-                    runs.append(run_one(path, {**parameters, **extra}, smoke, run_dir, progress, name=name))
+                for name, own in variants(path, parameters, smoke):
+                    runs.append(run_one(path, own, smoke, run_dir, progress, name=name))
     except RunInterrupted as stop:
         runs = stop.runs or [*runs, stop.run]
         raise

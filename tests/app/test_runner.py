@@ -326,7 +326,7 @@ def test_a_notebook_with_variants_runs_once_per_variant_into_files_of_its_own(tm
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "01_two.ipynb")
     monkeypatch.setenv("SPECNB_NOTEBOOKS", str(folder))
-    monkeypatch.setattr(runner, "VARIANTS", {"01_two": ({}, {"engine": "b"})})
+    monkeypatch.setattr(runner, "VARIANTS", {"01_two": (runner.Variant(), runner.Variant("b", {"engine": "b"}))})
     runs = run_notebooks(None, {}, out=tmp_path / "both", progress=False)
     assert [(r.name, r.ok, r.parameters["engine"] if "engine" in r.parameters else "a") for r in runs] == [
         ("01_two", True, "a"), ("01_two-b", True, "b")]
@@ -335,3 +335,27 @@ def test_a_notebook_with_variants_runs_once_per_variant_into_files_of_its_own(tm
         assert (tmp_path / "both" / f"{name}.html").is_file()
     assert [r.name for r in run_notebooks(None, {"engine": "c"}, out=tmp_path / "one", progress=False)] == ["01_two"]
     assert runner.variants(folder / "01_two.ipynb", {}, smoke=True) == [("01_two", {})]
+
+
+def test_a_variants_trims_are_defaults_the_user_overrides_and_the_notebook_is_told_them(monkeypatch):
+    """The demo's vLLM run of notebook 08 asks fewer tokens (its budget) and says so through ``trimmed``;
+    a user's own value wins, and then nothing is said trimmed."""
+    trimmed = runner.Variant("b", {"engine": "b"}, {"max_new_tokens": 16})
+    monkeypatch.setattr(runner, "VARIANTS", {"08_x": (runner.Variant(), trimmed)})
+    path = Path("08_x.ipynb")
+    assert runner.variants(path, {"seed": 1}, smoke=False) == [
+        ("08_x", {"seed": 1}),
+        ("08_x-b", {"max_new_tokens": 16, "seed": 1, "engine": "b", "trimmed": "max_new_tokens = 16"})]
+    assert runner.variants(path, {"max_new_tokens": 32}, smoke=False)[1] == ("08_x-b", {"max_new_tokens": 32,
+                                                                                       "engine": "b"})
+    assert runner.variants(path, {"engine": "c"}, smoke=False) == [("08_x", {"engine": "c"})]
+
+
+def test_notebook_08_takes_the_parameters_its_variants_pass():
+    """Every key a variant of a shipped notebook passes is one of that notebook's parameters."""
+    from specnb.app.parameters import declared_defaults
+
+    for stem, runs in runner.VARIANTS.items():
+        known = set(declared_defaults(select_notebooks([stem], runner.REPO_ROOT / "notebooks")[0]))
+        for run in runs:
+            assert set(run.parameters({})) <= known, (stem, run)
