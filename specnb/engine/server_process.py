@@ -5,7 +5,8 @@ Every process started here is stopped: ``ServerProcess`` is a context manager, r
 ``atexit``, its process runs in its own session (a Ctrl-C to the notebook does not reach it half-way;
 ``stop`` ends its whole process group, so an engine's own children — vLLM's engine core and worker —
 go with it) and gets SIGKILL from Linux when the thread that started it dies (``PR_SET_PDEATHSIG``),
-so a killed Jupyter kernel takes it down too.
+so a killed Jupyter kernel takes it down too — and, for an engine whose children do not watch their
+parent (vLLM's engine core and worker), every process of its group (``reaped``: ``reaper``).
 
 Ports: the project picks a free loopback port and the server binds it a moment later; another process
 can take it in between (a race), so a start that fails to bind a port the project picked is retried
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from specnb.core.errors import SpecnbError, last_line
 
+REAPER = Path(__file__).with_name("reaper.py")  # a server's whole group dies with the thread that started it
 BIND_RETRIES = 3  # fresh ports tried when the one the project picked was taken before the server bound it
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -119,6 +121,7 @@ class ServerProcess:
     log calls an error (``is_error_line``) and a lost bind (``bind_failed``)."""
 
     engine = "server"  # how messages name it
+    reaped = False  # True: run under ``reaper`` (an engine whose children do not watch their parent)
 
     def __init__(self, name: str, timeout_s: float, port: int = 0):
         self.name, self.timeout_s = name, timeout_s
@@ -182,8 +185,9 @@ class ServerProcess:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def launch(self) -> None:
+        command = [sys.executable, "-I", str(REAPER), *self.command()] if self.reaped else self.command()
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, env=self.environment(),
                                             start_new_session=True, preexec_fn=die_with_parent)
         atexit.register(self.stop)

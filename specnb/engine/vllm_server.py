@@ -192,6 +192,7 @@ class VllmServer(ServerProcess):
     machine three processes import torch and vLLM before ``/health`` answers."""
 
     engine = "vLLM"
+    reaped = True  # its engine core and worker outlive a SIGKILLed API server otherwise
 
     def __init__(self, config: VllmConfig, timeout_s: float = 600.0, port: int = 0, check_installed: bool = True):
         self.config = config
