@@ -125,3 +125,59 @@ def test_a_port_taken_is_one_line_with_vllms_cause_and_leaves_no_process():
             server.start()
     assert "\n" not in str(err.value) and "Address already in use" in str(err.value), err.value
     assert group_pids(server.pid) == []
+
+
+def test_ctrl_c_during_a_vllm_sweep_stops_every_server_and_keeps_the_finished_records():
+    """Two vLLMs (spec-off and n-gram, started at once); Ctrl-C after the first run: the sweep raises
+    KeyboardInterrupt, what it had finished is what ``on_run`` last saw (as notebook 08 saves it), and no
+    process of either server's group (API server, engine core, worker) is left."""
+    from specnb.app import serving_setup as setup
+    from specnb.engine import servers as engine_servers
+    from specnb.measure.serving_sweep import sweep_servers as sweep
+
+    seen, kept = {}, {}
+    real = engine_servers.server_for
+
+    def remember(config, timeout_s=None):
+        seen[config.name] = real(config, 900)
+        return seen[config.name]
+
+    def interrupt(so_far):
+        kept["records"] = len(so_far.records)
+        kept["groups"] = {name: group_pids(server.pid) for name, server in seen.items()}
+        raise KeyboardInterrupt
+
+    configs = setup.vllm_configs("smollm2-135m", ["ngram:2"], max_num_seqs=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_servers, "server_for", remember)
+        with pytest.raises(KeyboardInterrupt):
+            sweep(configs, PROMPTS[:1], [1], max_tokens=4, warmup=False, on_run=interrupt)
+    assert set(seen) == {"spec-off", "ngram k=2"} and kept["records"] == 1
+    assert all(len(group) >= 3 for group in kept["groups"].values()), kept  # each had its engine core and worker
+    assert all(group_pids(server.pid) == [] for server in seen.values())
+
+
+def test_a_killed_kernel_takes_every_vllm_process_with_it():
+    """The notebook's kernel SIGKILLed (no atexit, no context manager): Linux's parent-death signal ends the
+    API server, and its engine core and worker must not outlive it (orphans would hold the cores and GBs)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import time\nfrom specnb.engine.vllm_server import VllmConfig, VllmServer\n"
+              "from specnb.models.embedded import embedded_verifier_path\n"
+              "s = VllmServer(VllmConfig(name='k', model=str(embedded_verifier_path()), max_num_seqs=1), "
+              "timeout_s=900).start()\nprint(s.pid, flush=True)\ntime.sleep(600)\n")
+    kernel = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        group = int(kernel.stdout.readline())
+        assert len(group_pids(group)) >= 3, group_pids(group)
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait()
+        deadline = time.monotonic() + 120  # polled: on a loaded machine the processes take a while to go
+        while group_pids(group) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert group_pids(group) == [], group_pids(group)
+    finally:
+        kernel.kill()
