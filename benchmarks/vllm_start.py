@@ -1,13 +1,15 @@
-"""vLLM on the CPU: what each launch setting does to start time and to single-request TPOT.
+"""vLLM on the CPU: what each launch setting does to start time and to TPOT.
 
-    python benchmarks/vllm_start.py [--settings eager,compiled,...] [--out benchmarks/results/vllm_start.csv]
+    python benchmarks/vllm_start.py [--settings eager,compiled,...] [--levels 1,4,8]
+                                    [--out benchmarks/results/vllm_start.csv]
 
 Each setting starts one vLLM (spec-off, the embedded verifier's HF folder) from specnb's own
-``VllmServer``, timed from launch to ``/health`` with the process group's own socket; then
-``REQUESTS`` single requests (closed loop at concurrency 1, greedy, ``TOKENS`` tokens, end-of-sequence
-ignored) give its TPOT, and the server is stopped before the next starts (one ~2.5 GB server at a
-time). The reference setting (``eager``, specnb's default) runs first and last, so a machine whose
-load drifted during the run shows it. Rows: setting, round, start_s, median TPOT; the table in
+``VllmServer``, timed from launch to ``/health`` with the process group's own socket; then at each
+level c (``--levels``, default 1) ``REQUESTS``·c requests c at a time (closed loop, greedy, ``TOKENS``
+tokens, end-of-sequence ignored) give its median TPOT — does a setting that wins one request win
+under load — and the server is stopped before the next starts (one ~2.5 GB server at a time). The
+reference setting (``eager``, specnb's default) runs first and last, so a machine whose load drifted
+during the run shows it. Rows: setting, round, concurrency, start_s, median TPOT; the table in
 benchmarks/README.md (*vLLM on the CPU*) is copied from them with machine, date and commit.
 """
 
@@ -39,34 +41,47 @@ SETTINGS = {
     "no-preload": {"preload": False, "threads": 2},  # vLLM preloads torch's libgomp itself, no tcmalloc
     "2-threads": {"threads": 2},  # unbound
     "1-thread": {"threads": 1},  # unbound
+    # one process: the engine core in the API server's (no V1 multiprocessing) and the worker in the engine core's
+    # (the "uni" executor), so vLLM is imported once, not three times; OpenMP threads unbound (binding would pin the
+    # API server's own thread too)
+    "one-process": {"threads": 1, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+                    "extra": ["--distributed-executor-backend", "uni"]},
+    "one-process-2": {"threads": 2, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+                      "extra": ["--distributed-executor-backend", "uni"]},
 }
 
 
-def launch(name: str, overrides: dict, round_index: int) -> dict:
-    config = replace(VllmConfig(name=name, model=str(embedded_verifier_path()), max_num_seqs=4), **overrides)
+def launch(name: str, overrides: dict, round_index: int, levels: list[int]) -> list[dict]:
+    config = replace(VllmConfig(name=name, model=str(embedded_verifier_path()), max_num_seqs=max(4, *levels)),
+                     **overrides)
     started = time.monotonic()
+    rows = []
     with VllmServer(config, timeout_s=900) as server:
         start_s = time.monotonic() - started
         target = Target(name=name, url=server.url, engine="vllm", model=server.model)
         run_async(closed_loop(target, [PROMPT], 1, 4))  # warm-up
-        done, _ = run_async(closed_loop(target, [PROMPT] * REQUESTS, 1, TOKENS, True))
-    tpots = [d.tpot for d in done if d.success]
-    return {"setting": name, "round": round_index, "start_s": round(start_s, 1),
-            "median_tpot_ms": round(1000 * pd.Series(tpots).median(), 1), "requests": len(tpots),
-            "load_average": round(os.getloadavg()[0], 1)}
+        for level in levels:
+            done, _ = run_async(closed_loop(target, [PROMPT] * (REQUESTS * level), level, TOKENS, True))
+            tpots = [d.tpot for d in done if d.success]
+            rows.append({"setting": name, "round": round_index, "concurrency": level, "start_s": round(start_s, 1),
+                         "median_tpot_ms": round(1000 * pd.Series(tpots).median(), 1), "requests": len(tpots),
+                         "load_average": round(os.getloadavg()[0], 1)})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--levels", default="1", help="concurrency levels, comma-separated")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "vllm_start.csv"))
     args = parser.parse_args(argv)
     names = [n for n in args.settings.split(",") if n]
     order = ["eager", *[n for n in names if n != "eager"], "eager"]
     rows = []
+    levels = [int(c) for c in args.levels.split(",") if c]
     for i, name in enumerate(order):
-        rows.append(launch(name, SETTINGS[name], i))
-        print(json.dumps(rows[-1]), flush=True)
+        rows += launch(name, SETTINGS[name], i, levels)
+        print("\n".join(json.dumps(row) for row in rows[-len(levels):]), flush=True)
         pd.DataFrame(rows).assign(cpu=cpu_name(), commit=git_commit() or "",
                                   date=time.strftime("%Y-%m-%d")).to_csv(args.out, index=False)
     return 0
