@@ -188,3 +188,22 @@ def test_the_notebooks_build_keyword_records_by_keyword():
                 if name in records:
                     positional.append(f"{path.name} cell {i}: {name}")
     assert positional == []
+
+
+BENCHMARKS = sorted((PACKAGE.parent / "benchmarks").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.name)
+def test_every_specnb_name_a_benchmark_imports_exists(script):
+    """The scripts import inside their functions (a benchmark pays for torch only when it runs), so a
+    module moved in the package would surface only when someone next runs that benchmark — as it did
+    for ``kernels.py --forward`` and ``predictor.py --held-out``."""
+    import importlib
+
+    missing = []
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specnb"):
+            found = importlib.import_module(node.module)
+            missing += [f"line {node.lineno}: from {node.module} import {a.name}" for a in node.names
+                        if not hasattr(found, a.name) and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+    assert BENCHMARKS and not missing, missing

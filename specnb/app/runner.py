@@ -113,7 +113,7 @@ READS_FROM = {"07_alternatives": ("06_decision_framework",)}
 # A notebook ``run_notebooks`` executes more than once, each run with parameters of its own and into files of its
 # own (``run_name``): notebook 08 sweeps llama-server, then vLLM, the engine the reference measured. One run only
 # in a smoke run (the suite starts vLLM on its own), or where the user set a key a run selects by, or an endpoint.
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Variant:
     """One run of a notebook run more than once: ``suffix`` names its files (``08_serving-vllm``), ``selects`` is
     what makes it this run (the user setting one of these keys means one run only), ``trims`` are defaults of its
@@ -122,6 +122,7 @@ class Variant:
     suffix: str = ""
     selects: dict[str, Any] = field(default_factory=dict)
     trims: dict[str, Any] = field(default_factory=dict)
+    not_with: tuple[str, ...] = ()  # the user setting one of these (a key only another run reads) leaves it out
 
     def parameters(self, user: dict[str, Any]) -> dict[str, Any]:
         trims = {k: v for k, v in self.trims.items() if k not in user}
@@ -133,7 +134,9 @@ class Variant:
 # or more to start): with the default's 32 tokens per request its run alone was 16.8 min of a 20 min demo. The
 # demo's vLLM run asks 16 tokens per request: the same prompts (both folds of the predictor's cross-fit), levels,
 # configurations and trace, half the decoding; `-p max_new_tokens 32` runs it whole.
-VARIANTS = {"08_serving": (Variant(), Variant("vllm", {"engine": "vllm"}, {"max_new_tokens": 16}))}
+# `-p precision` (the GGUF's) asks about llama-server alone.
+VARIANTS = {"08_serving": (Variant(), Variant(suffix="vllm", selects={"engine": "vllm"},
+                                              trims={"max_new_tokens": 16}, not_with=("precision",)))}
 
 
 def variants(path: Path, user: dict[str, Any], smoke: bool) -> list[tuple[str, dict[str, Any]]]:
@@ -141,6 +144,7 @@ def variants(path: Path, user: dict[str, Any], smoke: bool) -> list[tuple[str, d
     runs = VARIANTS.get(path.stem, (Variant(),))
     if smoke or "endpoint" in user or any(key in user for run in runs for key in run.selects):
         runs = (Variant(),)
+    runs = [run for run in runs if not any(key in user for key in run.not_with)]
     return [("-".join(filter(None, [path.stem, run.suffix])), run.parameters(user)) for run in runs]
 
 

@@ -326,7 +326,8 @@ def test_a_notebook_with_variants_runs_once_per_variant_into_files_of_its_own(tm
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "01_two.ipynb")
     monkeypatch.setenv("SPECNB_NOTEBOOKS", str(folder))
-    monkeypatch.setattr(runner, "VARIANTS", {"01_two": (runner.Variant(), runner.Variant("b", {"engine": "b"}))})
+    two = (runner.Variant(), runner.Variant(suffix="b", selects={"engine": "b"}))
+    monkeypatch.setattr(runner, "VARIANTS", {"01_two": two})
     runs = run_notebooks(None, {}, out=tmp_path / "both", progress=False)
     assert [(r.name, r.ok, r.parameters["engine"] if "engine" in r.parameters else "a") for r in runs] == [
         ("01_two", True, "a"), ("01_two-b", True, "b")]
@@ -340,7 +341,8 @@ def test_a_notebook_with_variants_runs_once_per_variant_into_files_of_its_own(tm
 def test_a_variants_trims_are_defaults_the_user_overrides_and_the_notebook_is_told_them(monkeypatch):
     """The demo's vLLM run of notebook 08 asks fewer tokens (its budget) and says so through ``trimmed``;
     a user's own value wins, and then nothing is said trimmed."""
-    trimmed = runner.Variant("b", {"engine": "b"}, {"max_new_tokens": 16})
+    trimmed = runner.Variant(suffix="b", selects={"engine": "b"}, trims={"max_new_tokens": 16},
+                             not_with=("precision",))
     monkeypatch.setattr(runner, "VARIANTS", {"08_x": (runner.Variant(), trimmed)})
     path = Path("08_x.ipynb")
     assert runner.variants(path, {"seed": 1}, smoke=False) == [
@@ -349,6 +351,8 @@ def test_a_variants_trims_are_defaults_the_user_overrides_and_the_notebook_is_to
     assert runner.variants(path, {"max_new_tokens": 32}, smoke=False)[1] == ("08_x-b", {"max_new_tokens": 32,
                                                                                        "engine": "b"})
     assert runner.variants(path, {"engine": "c"}, smoke=False) == [("08_x", {"engine": "c"})]
+    # a key only the first run reads (llama-server's GGUF precision): that run alone
+    assert runner.variants(path, {"precision": "f32"}, smoke=False) == [("08_x", {"precision": "f32"})]
 
 
 def test_notebook_08_takes_the_parameters_its_variants_pass():
