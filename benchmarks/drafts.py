@@ -53,6 +53,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="auto")
     p.add_argument("--quick", action="store_true", help="tiny run to check the script; results go to results/quick/")
     p.add_argument("--no-write", action="store_true", help="print only; do not touch README/results")
+    p.add_argument("--tag", default="", help="a CPU kind's own README section and results (e.g. xeon)")
     args = p.parse_args(argv)
     args.gammas = [int(g) for g in str(args.gammas).split(",") if g.strip()]
     args.drafts = [d.strip() for d in args.drafts.split(",") if d.strip()] if args.drafts else None
@@ -151,11 +152,13 @@ def write_readme_section(markdown: str, name: str = "drafts") -> None:
     write_marked_section(HERE / "README.md", name, markdown)
 
 
-def write_results(result: dict, markdown: str, quick: bool) -> Path:
-    """JSON (environment, configuration, table) and raw records; the README only for full runs."""
+def write_results(result: dict, markdown: str, quick: bool, tag: str = "") -> Path:
+    """JSON (environment, configuration, table) and raw records; the README only for full runs.
+    ``tag``: a CPU kind's own files and section, beside another's."""
     folder = HERE / "results" / ("quick" if quick else "")
     folder.mkdir(parents=True, exist_ok=True)
-    result["records"].to_csv(folder / "drafts_records.csv", index=False)
+    stem = f"drafts_{tag}" if tag else "drafts"
+    result["records"].to_csv(folder / f"{stem}_records.csv", index=False)
     keep = {k: result[k] for k in ("config", "environment", "device", "dtype", "kernels", "categories", "seconds")}
     keep.update(
         table=result["table"].to_dict(orient="records"),
@@ -163,9 +166,9 @@ def write_results(result: dict, markdown: str, quick: bool) -> Path:
         flops=result["flops"].to_dict(orient="records"),
         markdown=markdown,
     )
-    (folder / "drafts.json").write_text(json.dumps(keep, indent=1, default=str))
+    (folder / f"{stem}.json").write_text(json.dumps(keep, indent=1, default=str))
     if not quick:
-        write_readme_section(markdown)
+        write_readme_section(markdown, name=stem.replace("_", "-"))
     return folder
 
 
@@ -178,7 +181,7 @@ def main(argv=None) -> int:
     markdown = render_markdown(result)
     print(markdown)
     if not args.no_write:
-        folder = write_results(result, markdown, args.quick)
+        folder = write_results(result, markdown, args.quick, args.tag)
         print(f"\nwrote {folder.relative_to(HERE.parent)}/" + ("" if args.quick else " and benchmarks/README.md"))
     return 0
 

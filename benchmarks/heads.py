@@ -117,7 +117,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", nargs="+", default=[], metavar="FOLDER",
                     help="other EAGLE head folders to run beside smollm2-eagle (chains at γ 2, 3, 4)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--tag", default="", help="a CPU kind's own README section and results (e.g. xeon)")
     args = ap.parse_args(argv)
+    stem = f"heads_{args.tag}" if args.tag else "heads"
     started = time.time()
     prompts = select_prompts("all", args.prompts)
     env = describe_environment()
@@ -135,8 +137,8 @@ def main(argv=None) -> int:
     print(markdown)
     if not args.no_write:
         (HERE / "results").mkdir(exist_ok=True)
-        pd.concat(frames).to_csv(HERE / "results" / "heads_records.csv", index=False)
-        write_readme_section(markdown, name="heads")
+        pd.concat(frames).to_csv(HERE / "results" / f"{stem}_records.csv", index=False)
+        write_readme_section(markdown, name=stem.replace("_", "-"))
     return 0
 
 
