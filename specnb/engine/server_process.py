@@ -33,6 +33,7 @@ from pathlib import Path
 from specnb.core.errors import SpecnbError, last_line
 
 REAPER = Path(__file__).with_name("reaper.py")  # a server's whole group dies with the thread that started it
+HAS_PROC = Path("/proc/self/net/tcp").is_file()  # Linux: a socket's owner can be read, and must be
 BIND_RETRIES = 3  # fresh ports tried when the one the project picked was taken before the server bound it
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -198,9 +199,11 @@ class ServerProcess:
             if self.process.poll() is not None:
                 raise ServerFailed(f"{self.name}: {self.engine} exited with code {self.process.returncode} "
                                    f"at start on port {self.port}: {self.log_summary()}")
-            # alive after the port was read: a server that exits right then (its bind failed, another
-            # server answering /health) leaves /proc unreadable, and "cannot say" must not count as ours
-            if self.healthy() and self.owns_port() is not False and self.process.poll() is None:
+            # ours, said by /proc where Linux has one: a server exiting because its bind failed (another
+            # server answering /health) has its /proc entries torn down before it is a zombie that poll()
+            # sees, so "cannot say" must not count as ours there; elsewhere /proc cannot say at all
+            owned = self.owns_port()
+            if self.healthy() and (owned is True if HAS_PROC else owned is not False) and self.process.poll() is None:
                 return
             time.sleep(0.2)
         raise ServerFailed(f"{self.name}: {self.engine} did not answer /health within {self.timeout_s:.0f} s: "
