@@ -164,6 +164,16 @@ def write_readme_section(markdown: str, name: str = "engine") -> None:
     write_marked_section(HERE / "README.md", name, markdown)
 
 
+def add_tag_argument(parser: argparse.ArgumentParser) -> None:
+    """``--tag``: a CPU kind's own README section and results files, beside another CPU's (``tagged``)."""
+    parser.add_argument("--tag", default="", help="a CPU kind's own README section and results (e.g. xeon)")
+
+
+def tagged(name: str, tag: str, sep: str = "_") -> str:
+    """``name`` with ``--tag``'s value appended (files take "_", README sections "-"); ``name`` without one."""
+    return f"{name}{sep}{tag}" if tag else name
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.manual_seed(0)

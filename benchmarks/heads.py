@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 from drafts import table_lines  # benchmarks/drafts.py
-from engine import write_readme_section  # benchmarks/engine.py
+from engine import add_tag_argument, tagged, write_readme_section  # benchmarks/engine.py
 
 from specnb.app.runner import describe_environment
 from specnb.engine.kinds.by_name import flops_table
@@ -117,9 +117,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", nargs="+", default=[], metavar="FOLDER",
                     help="other EAGLE head folders to run beside smollm2-eagle (chains at γ 2, 3, 4)")
     ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--tag", default="", help="a CPU kind's own README section and results (e.g. xeon)")
+    add_tag_argument(ap)
     args = ap.parse_args(argv)
-    stem = f"heads_{args.tag}" if args.tag else "heads"
     started = time.time()
     prompts = select_prompts("all", args.prompts)
     env = describe_environment()
@@ -137,8 +136,8 @@ def main(argv=None) -> int:
     print(markdown)
     if not args.no_write:
         (HERE / "results").mkdir(exist_ok=True)
-        pd.concat(frames).to_csv(HERE / "results" / f"{stem}_records.csv", index=False)
-        write_readme_section(markdown, name=stem.replace("_", "-"))
+        pd.concat(frames).to_csv(HERE / "results" / f"{tagged('heads', args.tag)}_records.csv", index=False)
+        write_readme_section(markdown, name=tagged("heads", args.tag, "-"))
     return 0
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from engine import write_readme_section  # benchmarks/engine.py
+from engine import add_tag_argument, tagged, write_readme_section  # benchmarks/engine.py
 
 from specnb.app.runner import describe_environment
 from specnb.models.embedded import embedded_verifier_path
@@ -131,9 +131,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 9; 15 with --forward)")
     ap.add_argument("--forward", action="store_true", help="whole decode forwards of the verifier instead")
     ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--tag", default="", help="a CPU kind's own section and results file (e.g. xeon), beside another's")
+    add_tag_argument(ap)
     args = ap.parse_args(argv)
-    tag = f"-{args.tag}" if args.tag else ""
     from safetensors import safe_open
 
     if args.forward:
@@ -142,10 +141,9 @@ def main(argv=None) -> int:
         print(markdown)
         if not args.no_write:
             (HERE / "results").mkdir(exist_ok=True)
-            stem = f"kernels_forward{tag.replace('-', '_')}"
-            (HERE / "results" / f"{stem}.json").write_text(json.dumps({"environment": env, "ms": raw}, indent=1,
-                                                                      default=str))
-            write_readme_section(markdown, name=f"kernels-forward{tag}")
+            (HERE / "results" / f"{tagged('kernels_forward', args.tag)}.json").write_text(
+                json.dumps({"environment": env, "ms": raw}, indent=1, default=str))
+            write_readme_section(markdown, name=tagged("kernels-forward", args.tag, "-"))
         return 0
     args.repeats = args.repeats or 9
 

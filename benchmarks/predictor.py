@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from engine import write_readme_section  # benchmarks/engine.py
+from engine import add_tag_argument, tagged, write_readme_section  # benchmarks/engine.py
 
 STEM = "06_decision_framework"
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,18 +222,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--drafts", nargs="+", default=list(HELD_OUT_DRAFTS))
     ap.add_argument("--no-write", action="store_true")
-    ap.add_argument("--tag", default="", help="a CPU kind's own section and results files (e.g. xeon)")
+    add_tag_argument(ap)
     args = ap.parse_args(argv)
-    tag = f"_{args.tag}" if args.tag else ""
     table, context = held_out(args)
     if not args.no_write:  # the raw results first: a run this long is not lost to a rendering error
         (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
-        context["records"].to_csv(ROOT / "benchmarks" / "results" / f"predictor_held_out_records{tag}.csv", index=False)
-        table.to_csv(ROOT / "benchmarks" / "results" / f"predictor_held_out{tag}.csv", index=False)
+        results = ROOT / "benchmarks" / "results"
+        context["records"].to_csv(results / f"{tagged('predictor_held_out_records', args.tag)}.csv", index=False)
+        table.to_csv(results / f"{tagged('predictor_held_out', args.tag)}.csv", index=False)
     markdown = render_held_out(table, context, args)
     print(markdown)
     if not args.no_write:
-        write_readme_section(markdown, name=f"predictor-held-out{tag.replace('_', '-')}")
+        write_readme_section(markdown, name=tagged("predictor-held-out", args.tag, "-"))
     return 0
 
 
