@@ -293,16 +293,38 @@ def vllm_method(config: str) -> str:
     return next((m for m in ("eagle3", "eagle", "mtp", "ngram", "suffix") if m in name), "draft_model")
 
 
+FREE_METHODS = ("ngram", "suffix")  # vLLM methods that draft without a model: k = 0 costs them nothing
+
+
 def vllm_policy(summary, policy, lengths: dict[str, int]):
-    """(method, policy) for one vLLM server, which runs one speculative method: the method the policy
-    chose most often (any, where it chose none), its schedule re-chosen among that method's own
-    configurations."""
-    from specnb.predict.serving_predictor import serving_policy
+    """(method, policy) for one vLLM server, which runs one speculative method: each method's schedule
+    chosen among its own configurations, and the method whose launch should come closest to the best
+    static configuration at its worst level (``serving_predictor.adaptive_expected``: a k = 0 range
+    still runs a model drafter's first forward); ties go to the higher mean. ``policy``: the one over
+    every configuration, whose choices break a tie left after that (and name the method where no
+    level pays)."""
+    from specnb.predict.serving_predictor import adaptive_expected, serving_policy
 
     chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
-    method = vllm_method(max(set(chosen), key=chosen.count))
-    family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
-    return method, serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+    best_static = summary[summary["config"] != BASELINE_CONFIG].groupby("concurrency")["speedup_tpot"].max() \
+        .clip(lower=1.0)
+    methods = sorted({vllm_method(c) for c in lengths})
+    if len(methods) == 1:
+        family = {c: k for c, k in lengths.items() if vllm_method(c) == methods[0]}
+        return methods[0], serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+    ranked = []
+    for method in methods:
+        family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
+        own = serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+        base = None if method in FREE_METHODS else max(family, key=family.get)
+        expected = adaptive_expected(summary, own, base)
+        ratio = expected / best_static.reindex(expected.index)
+        votes = sum(vllm_method(c) == method for c in chosen)
+        ranked.append((round(float(ratio.min()), 6), round(float(ratio.mean()), 6), votes, method, own))
+    if not ranked:
+        return "ngram", policy
+    *_, method, own = max(ranked, key=lambda r: r[:3])
+    return method, own
 
 
 def policy_model(policy, method: str, configs: list) -> str:

@@ -23,9 +23,13 @@ The model (one engine step serves every running sequence at once):
 Why speedup falls with load: t grows with the tokens in the batch once the machine stops being
 memory-bound, and speculation multiplies those tokens by 1 + d while dividing steps only by τ'.
 
-The policy (``serving_policy``): per concurrency level the draft length (of the configurations
-measured) whose TPOT speedup's lower 95% bound is above 1, the best such, else none — as vLLM's
-``num_speculative_tokens_per_batch_size`` and as llama-server flags.
+The policy (``serving_policy``): per concurrency level the configuration (of those measured) with the
+best TPOT speedup above 1 whose lower 95% bound is at least ``POLICY_FLOOR``, else none — as vLLM's
+``num_speculative_tokens_per_batch_size`` and as llama-server flags. A policy is held against the
+best static configuration at each level, so it follows the best point estimate; the floor keeps out
+one whose interval admits a loss of more than 5%. A vLLM server runs one method, and a schedule's
+k = 0 is free only for a method that drafts without a model: vLLM's proposer still runs a draft
+model's or head's first forward at k = 0 (``adaptive_expected`` prices it).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 
 BASELINE_CONFIG = "spec-off"
+POLICY_FLOOR = 0.95  # the lowest lower 95% bound of a TPOT speedup the policy will run
 
 
 def closed_loop_levels(frame: pd.DataFrame) -> None:
@@ -222,12 +227,13 @@ def median_error(validation: pd.DataFrame) -> float:
 
 def serving_policy(summary: pd.DataFrame, draft_lengths: dict[str, int], baseline: str = BASELINE_CONFIG
                    ) -> pd.DataFrame:
-    """Per measured level: the configuration to run (the best TPOT speedup whose lower CI bound is
-    above 1, else spec-off), its draft length k (0 for spec-off) and the speedup it stands on."""
+    """Per measured level: the configuration to run (the best TPOT speedup above 1 whose lower CI
+    bound is at least ``POLICY_FLOOR``, else spec-off), its draft length k (0 for spec-off) and the
+    speedup it stands on."""
     closed_loop_levels(summary)
     rows = []
     for level, group in summary[summary["config"] != baseline].groupby("concurrency"):
-        paying = group[group["speedup_tpot_lo"] > 1.0]
+        paying = group[(group["speedup_tpot"] > 1.0) & (group["speedup_tpot_lo"] >= POLICY_FLOOR)]
         if paying.empty:
             rows.append({"concurrency": level, "config": baseline, "k": 0, "speedup_tpot": 1.0})
             continue
@@ -235,6 +241,28 @@ def serving_policy(summary: pd.DataFrame, draft_lengths: dict[str, int], baselin
         rows.append({"concurrency": level, "config": best["config"], "k": draft_lengths.get(best["config"], 0),
                      "speedup_tpot": float(best["speedup_tpot"])})
     return pd.DataFrame(rows)
+
+
+def adaptive_expected(summary: pd.DataFrame, policy: pd.DataFrame, draft_model: str | None = None,
+                      baseline: str = BASELINE_CONFIG) -> pd.Series:
+    """The TPOT speedup one launch of ``policy``'s schedule should reach per level: the chosen
+    configuration's measured one where it drafts; where k = 0, 1.0 for a method without a model
+    (``draft_model`` None), else one draft forward per step still paid — ``draft_model`` names the
+    configuration the launch is built on, whose drafting cost per step ÷ draft tokens per step
+    (``predict_serving``, calibrated at its lowest level) prices that forward."""
+    cost = step_cost(summary, baseline)
+    levels = policy.sort_values("concurrency")
+    drafting = predict_serving(summary, draft_model, list(levels["concurrency"]), baseline, True) \
+        .set_index("concurrency") if draft_model else None
+    expected = {}
+    for row in levels.to_dict("records"):
+        b = row["concurrency"]
+        if row["k"] > 0 or drafting is None:
+            expected[b] = float(row["speedup_tpot"])
+            continue
+        one_forward = drafting.loc[b, "draft_ms"] / max(drafting.loc[b, "draft_per_step"], 1.0)
+        expected[b] = step_ms(cost, b) / (step_ms(cost, b) + one_forward)
+    return pd.Series(expected, name="expected_speedup_tpot")
 
 
 def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]]:

@@ -5,6 +5,7 @@ built from the embedded models' folders."""
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from specnb.app import serving_setup as setup
@@ -190,3 +191,39 @@ def test_eagle3_on_llama_server_is_refused_before_any_export(monkeypatch):
         setup.server_configs("smollm2-135m", "f32", ["eagle3:3"], 1, 512)
     with pytest.raises(ParameterError, match="speculation eagle3: no EAGLE-3 head for 'other'"):
         setup.server_configs("other", "f32", ["eagle3:3"], 1, 512)
+
+
+def one_method_each(eagle3: list[float]) -> pd.DataFrame:
+    """spec-off (steps of 10, 10.5, 11, 20 ms at 1, 2, 4, 16 in a batch), eagle3 k=3 with the given TPOT
+    speedups and n-gram k=4 close behind it at 1–2 and paying to 4; each lower bound 0.08 under its point."""
+    levels, step = [1, 2, 4, 16], [10.0, 10.5, 11.0, 20.0]
+    rows = [{"config": "spec-off", "concurrency": b, "mean_tpot_ms": t, "speedup_tpot": 1.0, "speedup_tpot_lo": 1.0,
+             "tokens_predicted": 100.0, "spec_decode_draft_tokens": 0.0, "spec_decode_accepted_tokens": 0.0}
+            for b, t in zip(levels, step)]
+    # eagle3: 100 tokens in 60 steps, 3 drafted each (d = 3, τ' = 5/3); n-gram d = 4
+    for config, speedups, drafted in (("eagle3 k=3", eagle3, 180.0), ("ngram k=4", [1.12, 1.08, 1.05, 0.95], 240.0)):
+        rows += [{"config": config, "concurrency": b, "mean_tpot_ms": t / x, "speedup_tpot": x,
+                  "speedup_tpot_lo": x - 0.08, "tokens_predicted": 100.0, "spec_decode_draft_tokens": drafted,
+                  "spec_decode_accepted_tokens": 40.0} for b, t, x in zip(levels, step, speedups)]
+    return pd.DataFrame(rows)
+
+
+def test_one_vllm_method_is_chosen_by_its_worst_level_with_a_model_drafters_k0_priced():
+    from specnb.predict.serving_predictor import adaptive_expected, serving_policy
+
+    lengths = {"eagle3 k=3": 3, "ngram k=4": 4}
+    summary = one_method_each([1.17, 1.10, 0.90, 0.60])
+    overall = serving_policy(summary, lengths)
+    assert list(overall["config"]) == ["eagle3 k=3", "eagle3 k=3", "ngram k=4", "spec-off"]  # eagle3 chosen most
+    # eagle3's schedule [3, 3, 0, 0] still runs the head's first forward at 4 and 16: 3.25 ms a step at 1
+    # (8.55 ms × 5/3 − t(4) = 11), a third of it per forward, scaled like the step: 11 / (11 + 1.19) at 4
+    eagle3 = serving_policy(summary[summary["config"] != "ngram k=4"], {"eagle3 k=3": 3})
+    expected = adaptive_expected(summary, eagle3, "eagle3 k=3")
+    assert expected[4] == pytest.approx(11 / (11 + (10 / 1.17 * 5 / 3 - 11) / 3 * 1.1), rel=1e-6)
+    assert expected[1] == pytest.approx(1.17) and expected[16] < 1.0
+    assert adaptive_expected(summary, eagle3, None)[16] == 1.0  # a method without a model: k = 0 is free
+    method, policy = setup.vllm_policy(summary, overall, lengths)
+    assert method == "ngram" and list(policy["k"]) == [4, 4, 4, 0]  # 0.96 of eagle3 at 1, the best static elsewhere
+    # where the head pays at every level its schedule has no k = 0, and it is the one launch
+    method, policy = setup.vllm_policy(one_method_each([1.17, 1.10, 1.08, 1.10]), overall, lengths)
+    assert method == "eagle3" and list(policy["k"]) == [3, 3, 3, 3]

@@ -101,7 +101,7 @@ def test_a_policy_that_never_speculates_is_no_speculative_config():
     policy = serving_policy(summary, {"ngram k=4": 4})
     assert list(policy["k"]) == [0, 0]
     assert speculative_config(policy, "ngram") == {} and vllm_config(policy, "ngram") == ""
-    paying = serving_policy(summary.assign(speedup_tpot_lo=[1.1, 0.8]), {"ngram k=4": 4})
+    paying = serving_policy(summary.assign(speedup_tpot=[1.2, 0.88], speedup_tpot_lo=[1.1, 0.8]), {"ngram k=4": 4})
     assert speculative_config(paying, "ngram", "draft") == {"method": "ngram", "num_speculative_tokens": 4,
                                                             "num_speculative_tokens_per_batch_size": [[1, 7, 4],
                                                                                                       [8, 4096, 0]],
@@ -205,3 +205,10 @@ def test_the_policy_switches_off_between_its_last_drafting_level_and_the_next():
     policy = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 2, 0, 0]})
     assert policy_switch(policy) == pytest.approx(8.0)
     assert math.isnan(policy_switch(policy.assign(k=0))) and math.isnan(policy_switch(policy.assign(k=3)))
+
+
+def test_the_policy_runs_the_best_point_estimate_unless_its_interval_admits_a_loss_over_5_percent():
+    summary = pd.DataFrame({"config": ["ngram k=4"] * 3, "concurrency": [1, 8, 16],
+                            "speedup_tpot": [1.08, 1.08, 0.99], "speedup_tpot_lo": [0.97, 0.93, 0.97]})
+    policy = serving_policy(summary, {"ngram k=4": 4})
+    assert list(policy["k"]) == [4, 0, 0]  # 1.08 [0.97–]: runs; 1.08 [0.93–]: could lose 7%; 0.99: never pays

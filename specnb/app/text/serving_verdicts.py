@@ -120,9 +120,9 @@ def prediction_text(validation: pd.DataFrame) -> Report:
 
 def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int], configs: list) -> Report:
     """The policy per level, then as vLLM's ``--speculative-config`` (one method per server: the
-    schedule of the method chosen most often, re-chosen among its own configurations, with the
-    ``model`` folder of a head or draft model, ``policy_model``) and, unless the sweep ran on vLLM
-    configurations, as llama-server flags."""
+    method whose own schedule comes closest to the best static configuration at its worst level,
+    ``vllm_policy``, with the ``model`` folder of a head or draft model, ``policy_model``) and, unless
+    the sweep ran on vLLM configurations, as llama-server flags."""
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
     flags = {c.name: " ".join("<draft GGUF>" if c.draft and f == str(c.draft) else f for f in spec_flags(c))
