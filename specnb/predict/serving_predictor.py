@@ -8,8 +8,11 @@ The model (one engine step serves every running sequence at once):
 - A speculative configuration at concurrency b: each sequence's step verifies 1 + d tokens (d = draft
   tokens per step, from the counters) and yields τ' = generated tokens ÷ steps (steps = generated −
   accepted; τ' ≤ τ because steps without a draft count too). So
-  TPOT(b) = (v(b) + δ(b)) ÷ τ', with δ the drafting cost per step: 0 for n-grams, for a draft model
-  calibrated at the first level and scaled like the verifier's step, δ(b) = δ(b₀)·t(b)/t(b₀).
+  TPOT(b) = (v(b) + δ(b)) ÷ τ', with δ the speculative step's cost beyond its verification — a draft
+  model's forwards, and for any method the proposer's and rejection sampler's own work (an n-gram
+  step on a 2-core AMD EPYC: 1–4 ms beyond a 28–30 ms verification on vLLM, 1–2 ms beyond 8 ms on
+  llama-server) — calibrated at the first level and scaled like the verifier's step,
+  δ(b) = δ(b₀)·t(b)/t(b₀).
 - The verification step v(b): with the engine's forward probe f(n) (llama.cpp: one forward of n
   prompt tokens, timed by the engine, the same matrix shapes as a step over n sequences), spec-off's
   measured step plus the extra tokens' cost, v(b) = t(b) + f(b·(1 + d)) − f(b); this reaches past the
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -91,7 +95,7 @@ def verify_ms(cost: pd.DataFrame, probe: pd.DataFrame | None, b: float, d: float
 
 
 def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = BASELINE_CONFIG,
-                    draft_model: bool = False, probe: pd.DataFrame | None = None) -> pd.DataFrame:
+                    probe: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted TPOT and TPOT speedup of ``config`` at each of ``levels``, calibrated at its lowest
     level; ``probe``: the engine's forward cost against tokens (``specnb.measure.serving_sweep.probe_forward``)."""
     cost = step_cost(summary, baseline)
@@ -101,7 +105,7 @@ def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = 
     calib = rows.iloc[0]
     d, tau = acceptance_of(calib)
     b0 = float(calib["concurrency"])
-    delta0 = max(0.0, calib["mean_tpot_ms"] * tau - verify_ms(cost, probe, b0, d)) if draft_model else 0.0
+    delta0 = max(0.0, calib["mean_tpot_ms"] * tau - verify_ms(cost, probe, b0, d))
     out = []
     for b in levels:
         delta = delta0 * step_ms(cost, b) / step_ms(cost, b0)
@@ -112,14 +116,14 @@ def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = 
     return pd.DataFrame(out)
 
 
-def validate_serving(summary: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
+def validate_serving(summary: pd.DataFrame, configs: Iterable[str], baseline: str = BASELINE_CONFIG,
                      probe: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Predicted against measured TPOT speedup at every measured level (``configs``: name → whether it
-    drafts with a model); ``calibration`` marks the level each was calibrated on."""
+    """Predicted against measured TPOT speedup at every measured level of each of ``configs`` (names);
+    ``calibration`` marks the level each was calibrated on."""
     frames = []
-    for config, draft_model in configs.items():
+    for config in configs:
         levels = sorted(summary.loc[summary["config"] == config, "concurrency"])
-        pred = predict_serving(summary, config, levels, baseline, draft_model, probe)
+        pred = predict_serving(summary, config, levels, baseline, probe)
         measured = summary[summary["config"] == config][["concurrency", "speedup_tpot"]]
         frame = pred.merge(measured, on="concurrency")
         frame["error"] = (frame["predicted_speedup_tpot"] - frame["speedup_tpot"]).abs() / frame["speedup_tpot"]
@@ -175,7 +179,7 @@ def per_request_counts(records: pd.DataFrame) -> bool:
     return records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() > 0
 
 
-def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline: str = BASELINE_CONFIG,
+def validate_held_out(records: pd.DataFrame, configs: Iterable[str], baseline: str = BASELINE_CONFIG,
                       n_boot: int = 500, seed: int = 0, probe: pd.DataFrame | None = None,
                       runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Two-fold cross-fit on prompts: calibrate on one fold (``folds``), predict the TPOT speedup at
@@ -198,11 +202,11 @@ def validate_held_out(records: pd.DataFrame, configs: dict[str, bool], baseline:
             counter_summary(records, runs, fold == calibrate_on)
         held = records[fold != calibrate_on]
         held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
-        for config, draft_model in configs.items():
+        for config in configs:
             levels = sorted(held.loc[held["config"] == config, "concurrency"].unique())
             if not levels or config not in set(calibration["config"]):
                 continue  # a fold without this configuration's prompts (fewer prompts than two per category)
-            pred = predict_serving(calibration, config, levels, baseline, draft_model, probe)
+            pred = predict_serving(calibration, config, levels, baseline, probe)
             measured = []
             for level in levels:
                 paired = paired_requests(held, config, level, baseline)
@@ -252,7 +256,7 @@ def adaptive_expected(summary: pd.DataFrame, policy: pd.DataFrame, draft_model: 
     (``predict_serving``, calibrated at its lowest level) prices that forward."""
     cost = step_cost(summary, baseline)
     levels = policy.sort_values("concurrency")
-    drafting = predict_serving(summary, draft_model, list(levels["concurrency"]), baseline, True) \
+    drafting = predict_serving(summary, draft_model, list(levels["concurrency"]), baseline) \
         .set_index("concurrency") if draft_model else None
     expected = {}
     for row in levels.to_dict("records"):

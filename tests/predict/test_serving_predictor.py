@@ -51,23 +51,30 @@ def test_prediction_by_hand():
     assert pred.loc[1, "predicted_tpot_ms"] == pytest.approx(14.0 / tau)
     assert pred.loc[1, "predicted_speedup_tpot"] == pytest.approx(10.0 / (14.0 / tau))
     assert pred.loc[4, "predicted_speedup_tpot"] == pytest.approx(16.0 / (32.0 / tau))
-    assert pred.loc[1, "draft_ms"] == 0.0
+    assert pred.loc[1, "draft_ms"] == pytest.approx(0.0, abs=1e-9)  # its step costs what its verification does
 
 
 def test_a_forward_probe_prices_the_extra_tokens():
     probe = pd.DataFrame({"tokens": [1, 2, 4, 8, 16], "forward_ms": [5.0, 6.0, 8.0, 12.0, 20.0]})
     pred = predict_serving(summary_frame([1.0] * 4), "ngram k=2", LEVELS, probe=probe).set_index("concurrency")
     tau = 100 / 60
+    # b = 1: the probe prices verification at t(1) + f(3) − f(1) = 12 ms a step; the n-gram's took 8.4 × 5/3 = 14:
+    # 2 ms of its own per step, scaled like spec-off's step (×16/10 at 4, ×24/10 at 8)
+    assert pred.loc[1, "draft_ms"] == pytest.approx(2.0)
     # b = 4: spec-off's step 16 ms + f(12) − f(4) = 16 + (16 − 8) = 24 ms for 5/3 tokens
-    assert pred.loc[4, "predicted_tpot_ms"] == pytest.approx(24.0 / tau)
-    assert pred.loc[8, "predicted_tpot_ms"] == pytest.approx((24.0 + (20 + 8 * 1.0) - 12.0) / tau)  # f extended
+    assert pred.loc[4, "predicted_tpot_ms"] == pytest.approx((24.0 + 3.2) / tau)
+    assert pred.loc[8, "predicted_tpot_ms"] == pytest.approx((24.0 + (20 + 8 * 1.0) - 12.0 + 4.8) / tau)  # f extended
 
 
-def test_a_draft_models_cost_is_calibrated_at_the_first_level():
+def test_a_speculative_steps_own_cost_is_calibrated_at_the_first_level():
+    # the n-gram's step at 1 takes 9.6 ms a token where its verification of 3 tokens prices 8.4:
+    # 1.2 ms × 5/3 = 2 ms of proposer and sampler work per step, scaled like the verifier's step
     frame = summary_frame([1.0] * 4)
-    pred = predict_serving(frame, "ngram k=2", LEVELS, draft_model=True).set_index("concurrency")
-    assert pred.loc[1, "predicted_tpot_ms"] == pytest.approx(8.4)  # fits the calibration level exactly
-    assert pred.loc[2, "draft_ms"] == pytest.approx(pred.loc[1, "draft_ms"] * 12 / 10)
+    frame.loc[(frame["config"] == "ngram k=2") & (frame["concurrency"] == 1), "mean_tpot_ms"] = 9.6
+    pred = predict_serving(frame, "ngram k=2", LEVELS).set_index("concurrency")
+    assert pred.loc[1, "predicted_tpot_ms"] == pytest.approx(9.6)  # fits the calibration level exactly
+    assert pred.loc[1, "draft_ms"] == pytest.approx(2.0)
+    assert pred.loc[2, "draft_ms"] == pytest.approx(2.0 * 12 / 10)
 
 
 def test_validation_reports_the_median_error_off_the_calibration_level():
@@ -145,7 +152,10 @@ def test_held_out_validation_cross_fits_on_prompt_folds():
     row = validation.iloc[0]
     # one fold: 22 tokens, 8 accepted -> 14 steps, 24 drafted: d = 24/14, τ' = 22/14; one level so t is flat
     assert row["draft_per_step"] == pytest.approx(24 / 14) and row["tokens_per_step"] == pytest.approx(22 / 14)
-    assert row["predicted_speedup_tpot"] == pytest.approx(22 / 14) and row["speedup_tpot"] == pytest.approx(1.25)
+    # one level: the step's own cost calibrated there takes up what verifying 1 + d tokens at a flat t does
+    # not, so the prediction is the calibration fold's speedup (the same TPOTs as the held-out fold's)
+    assert row["predicted_speedup_tpot"] == pytest.approx(1.25) and row["speedup_tpot"] == pytest.approx(1.25)
+    assert row["draft_ms"] == pytest.approx(8.0 * 22 / 14 - 10.0)
     assert not row["calibration"] and row["prompts"] == "held out"
     assert validate_held_out(pd.DataFrame(rows).assign(draft_n=0), {"ngram k=2": False}).empty
     one_per_category = pd.DataFrame(rows).assign(category=lambda f: f["prompt_id"])  # no second fold

@@ -112,9 +112,10 @@ def prediction_text(validation: pd.DataFrame) -> Report:
     return Report(bullets([
         f"median error of the predicted TPOT speedup {where}: **{error:.1%}** (target ≤ 15%); worst "
         f"{worst['error']:.1%} ({worst['config']} at {worst['concurrency']})",
-        "calibrated on each configuration's lowest level (its acceptance, and for a draft model its drafting "
-        "cost), with the spec-off TPOT curve as the engine's step cost and, where the engine was probed, its "
-        "forward cost against tokens for the extra draft tokens"]),
+        "calibrated on each configuration's lowest level (its acceptance, and what its step costs beyond the "
+        "verification: a draft model's forwards, the proposer's and sampler's work), with the spec-off TPOT "
+        "curve as the engine's step cost and, where the engine was probed, its forward cost against tokens for "
+        "the extra draft tokens"]),
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
