@@ -20,6 +20,7 @@ ENGINES = ("llama.cpp", "vllm", "sglang")
 LAUNCHED = ("llama.cpp", "vllm")  # engines notebook 08 starts itself; sglang only as an endpoint
 LLAMA_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
 VLLM_TYPES = ("ngram", "suffix", "eagle3")  # vLLM methods without a distilled draft (eagle3: a head, see below)
+FREE_METHODS = ("ngram", "suffix")  # methods that draft without a model: no forward to pay, k = 0 costs them nothing
 DEFAULT_NGRAM = {"llama.cpp": "ngram-simple", "vllm": "ngram"}  # each engine's prompt lookup
 # Each engine's default draft length for the verifier's EAGLE-3 head, run beside the n-gram where the head is in the
 # standard layout: the k whose TPOT speedup at one request was the best in the 2026-12-02 sweeps (benchmarks/README.md).
@@ -176,7 +177,7 @@ def vllm_configs(verifier: str, speculation: list[str], max_num_seqs: int, max_m
     common = {"model": model, "max_num_seqs": max_num_seqs, "max_model_len": max_model_len, "threads": threads}
     configs = [VllmConfig(name=BASELINE_CONFIG, **common)]
     for kind, k in entries:
-        if kind in ("ngram", "suffix"):
+        if kind in FREE_METHODS:
             configs.append(VllmConfig(name=f"{kind} k={k}", method=kind, k=k, **common))
         else:  # a head (eagle3) or a distilled draft, from its folder
             method, draft = ("eagle3", eagle3_head(verifier)) if kind == "eagle3" else ("draft_model", hf_folder(kind))
@@ -285,15 +286,12 @@ def draft_kinds(names, configs: list) -> dict[str, bool]:
     named ``ngram…`` or ``suffix…`` draft without one, every other named with ``k=N`` a model (EAGLE, MTP, a draft)."""
     if configs:
         return {c.name: c.drafts_with_model for c in configs if c.speculative}
-    return {name: not name.startswith(("ngram", "suffix")) for name in draft_lengths(names, configs)}
+    return {name: not name.startswith(FREE_METHODS) for name in draft_lengths(names, configs)}
 
 
 def vllm_method(config: str) -> str:
     name = config.lower()
     return next((m for m in ("eagle3", "eagle", "mtp", "ngram", "suffix") if m in name), "draft_model")
-
-
-FREE_METHODS = ("ngram", "suffix")  # vLLM methods that draft without a model: k = 0 costs them nothing
 
 
 def vllm_policy(summary, policy, lengths: dict[str, int]):
@@ -305,24 +303,29 @@ def vllm_policy(summary, policy, lengths: dict[str, int]):
     level pays)."""
     from specnb.predict.serving_predictor import adaptive_expected, serving_policy
 
+    def family_of(method: str) -> dict[str, int]:
+        return {c: k for c, k in lengths.items() if vllm_method(c) == method}
+
+    def schedule(family: dict[str, int]):
+        return serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+
+    methods = sorted({vllm_method(c) for c in lengths})
+    if not methods:
+        return "ngram", policy
+    if len(methods) == 1:
+        return methods[0], schedule(family_of(methods[0]))
     chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
     best_static = summary[summary["config"] != BASELINE_CONFIG].groupby("concurrency")["speedup_tpot"].max() \
         .clip(lower=1.0)
-    methods = sorted({vllm_method(c) for c in lengths})
-    if len(methods) == 1:
-        family = {c: k for c, k in lengths.items() if vllm_method(c) == methods[0]}
-        return methods[0], serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
     ranked = []
     for method in methods:
-        family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
-        own = serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+        family = family_of(method)
+        own = schedule(family)
         base = None if method in FREE_METHODS else max(family, key=family.get)
         expected = adaptive_expected(summary, own, base)
         ratio = expected / best_static.reindex(expected.index)
         votes = sum(vllm_method(c) == method for c in chosen)
         ranked.append((round(float(ratio.min()), 6), round(float(ratio.mean()), 6), votes, method, own))
-    if not ranked:
-        return "ngram", policy
     *_, method, own = max(ranked, key=lambda r: r[:3])
     return method, own
 
