@@ -4,8 +4,9 @@ its own and measure it beside them.
 1. **Sweep** the static configurations (spec-off, ``ngram:K``, ...) at every level: where the policy
    comes from (``serving_predictor.serving_policy``, one method per server: ``serving_setup.vllm_policy``).
 2. **Adaptive**: a vLLM launched with the policy's ranges as ``num_speculative_tokens_per_batch_size``
-   (``adaptive_config``), while the static servers keep running — or none where no level pays: then
-   the policy is "no ``--speculative-config``", and nothing is launched for it.
+   (``adaptive_config``), while the static servers keep running — or none where no launch is expected
+   to do better than vLLM without speculation (``vllm_policy``: a k = 0 range is not free): then the
+   policy is "no ``--speculative-config``", and nothing is launched for it.
 3. **Check**: the same levels again on every configuration, adaptive included, interleaved as any
    sweep (``serving_summary.adaptive_check`` holds it against the best static one per level).
 4. **Trace**: one bursty open-loop run (gamma gaps, ``serving_load.arrival_gaps``) at the rate that
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from specnb.app.serving_setup import vllm_policy
+from specnb.app.serving_setup import no_launch_why, vllm_policy
 from specnb.measure.serving_load import Target
 from specnb.measure.serving_summary import ADAPTIVE_CONFIG, summarise_sweep, trace_rate
 from specnb.measure.serving_sweep import Sweep, run_sweep
@@ -85,12 +86,13 @@ def closed_loop(configs: list, prompts: pd.DataFrame, levels: list[int], lengths
             return ClosedLoop(sweep=sweep, note="no adaptive configuration: the sweep ended early")
         summary = summarise_sweep(sweep.records, sweep.runs)
         lengths = {name: k for name, k in lengths.items() if name in every}
-        method, policy = vllm_policy(summary, serving_policy(summary, lengths), lengths)
+        overall = serving_policy(summary, lengths)
+        method, policy = vllm_policy(summary, overall, lengths)
         adaptive = adaptive_config([c for c in configs if c.name in every], policy, method)
         if adaptive is None:
-            return ClosedLoop(sweep=sweep,
-                              note=f"no adaptive configuration: {method} did not pay at any level measured, "
-                                          "so the policy is vLLM without --speculative-config")
+            why = no_launch_why(overall, method)
+            return ClosedLoop(sweep=sweep, note=f"no adaptive configuration: {why}, so the policy is vLLM without "
+                                                "--speculative-config")
         with start([adaptive]) as extra:
             every |= extra.servers
             check = run_sweep(targets_of(every), prompts, levels, down=down, on_run=on_run("check"), **settings)

@@ -20,7 +20,7 @@ ENGINES = ("llama.cpp", "vllm", "sglang")
 LAUNCHED = ("llama.cpp", "vllm")  # engines notebook 08 starts itself; sglang only as an endpoint
 LLAMA_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
 VLLM_TYPES = ("ngram", "suffix", "eagle3")  # vLLM methods without a distilled draft (eagle3: a head, see below)
-FREE_METHODS = ("ngram", "suffix")  # methods that draft without a model: no forward to pay, k = 0 costs them nothing
+FREE_METHODS = ("ngram", "suffix")  # methods that draft without a model: no draft folder, no forward to pay
 DEFAULT_NGRAM = {"llama.cpp": "ngram-simple", "vllm": "ngram"}  # each engine's prompt lookup
 # Each engine's default draft length for the verifier's EAGLE-3 head, run beside the n-gram where the head is in the
 # standard layout: the k whose TPOT speedup at one request was the best in the 2026-12-02 sweeps (benchmarks/README.md).
@@ -295,39 +295,44 @@ def vllm_method(config: str) -> str:
 
 
 def vllm_policy(summary, policy, lengths: dict[str, int]):
-    """(method, policy) for one vLLM server, which runs one speculative method: each method's schedule
-    chosen among its own configurations, and the method whose launch should come closest to the best
-    static configuration at its worst level (``serving_predictor.adaptive_expected``: a k = 0 range
-    still runs a model drafter's first forward); ties go to the higher mean. ``policy``: the one over
-    every configuration, whose choices break a tie left after that (and name the method where no
-    level pays)."""
-    from specnb.predict.serving_predictor import adaptive_expected, serving_policy
-
-    def family_of(method: str) -> dict[str, int]:
-        return {c: k for c, k in lengths.items() if vllm_method(c) == method}
-
-    def schedule(family: dict[str, int]):
-        return serving_policy(summary[summary["config"].isin([BASELINE_CONFIG, *family])], family)
+    """(method, policy) for one vLLM server, which runs one speculative method: each method's launch
+    (``serving_predictor.launch_policy``: its own schedule, drafting where that beats its k = 0 range)
+    priced per level (``adaptive_expected``), and vLLM without speculation (k = 0 everywhere) beside
+    them; the one whose worst level comes closest to the best static configuration there wins, ties
+    to the higher mean, then to the method ``policy`` (the one over every configuration) chose most.
+    Where ``policy`` drafts at no level (none paid within ``POLICY_FLOOR``), no launch drafts either.
+    Where vLLM without speculation wins, ``method`` is the best speculative method's name (for
+    ``no_launch_why``) and the policy is all k = 0."""
+    from specnb.predict.serving_predictor import adaptive_expected, launch_policy
 
     methods = sorted({vllm_method(c) for c in lengths})
     if not methods:
         return "ngram", policy
-    if len(methods) == 1:
-        return methods[0], schedule(family_of(methods[0]))
     chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
     best_static = summary[summary["config"] != BASELINE_CONFIG].groupby("concurrency")["speedup_tpot"].max() \
         .clip(lower=1.0)
     ranked = []
     for method in methods:
-        family = family_of(method)
-        own = schedule(family)
-        base = None if method in FREE_METHODS else max(family, key=family.get)
-        expected = adaptive_expected(summary, own, base)
-        ratio = expected / best_static.reindex(expected.index)
+        family = {c: k for c, k in lengths.items() if vllm_method(c) == method}
+        own = launch_policy(summary, family)
+        ratio = adaptive_expected(summary, own, max(family, key=family.get)) / best_static.reindex(own["concurrency"])
         votes = sum(vllm_method(c) == method for c in chosen)
         ranked.append((round(float(ratio.min()), 6), round(float(ratio.mean()), 6), votes, method, own))
-    *_, method, own = max(ranked, key=lambda r: r[:3])
+    worst, mean, _, method, own = max(ranked, key=lambda r: r[:3])
+    spec_off = 1.0 / best_static.reindex(own["concurrency"])  # vLLM without speculation, against the same
+    if not (policy["k"] > 0).any() or (round(float(spec_off.min()), 6), round(float(spec_off.mean()), 6)) > \
+            (worst, mean):
+        return method, own.assign(config=BASELINE_CONFIG, k=0, speedup_tpot=1.0)
     return method, own
+
+
+def no_launch_why(policy, method: str) -> str:
+    """Why the vLLM policy is "no ``--speculative-config``", given the policy over every configuration."""
+    if not (policy["k"] > 0).any():
+        return f"{method} did not pay at any level measured"
+    return (f"{method} pays at some levels, but its schedule's k = 0 ranges elsewhere cost more than that gains "
+            "(vLLM still takes the speculative path at k = 0), judged at its worst level against the best static "
+            "configuration")
 
 
 def policy_model(policy, method: str, configs: list) -> str:

@@ -31,8 +31,11 @@ best TPOT speedup above 1 whose lower 95% bound is at least ``POLICY_FLOOR``, el
 ``num_speculative_tokens_per_batch_size`` and as llama-server flags. A policy is held against the
 best static configuration at each level, so it follows the best point estimate; the floor keeps out
 one whose interval admits a loss of more than 5%. A vLLM server runs one method, and a schedule's
-k = 0 is free only for a method that drafts without a model: vLLM's proposer still runs a draft
-model's or head's first forward at k = 0 (``adaptive_expected`` prices it).
+k = 0 range is not spec-off for any method: the step still goes through the speculative path (the
+proposer is called, a draft model's or head's first forward runs, the scheduler and sampler take
+their speculative branches). ``zero_range_speedup`` prices it at the method's own step cost δ(b),
+which is what an all-zero schedule measured against spec-off (``benchmarks/vllm_k0.py``);
+``launch_policy`` drafts instead at a level where the method's measured speedup beats that.
 """
 
 from __future__ import annotations
@@ -247,26 +250,49 @@ def serving_policy(summary: pd.DataFrame, draft_lengths: dict[str, int], baselin
     return pd.DataFrame(rows)
 
 
-def adaptive_expected(summary: pd.DataFrame, policy: pd.DataFrame, draft_model: str | None = None,
-                      baseline: str = BASELINE_CONFIG) -> pd.Series:
-    """The TPOT speedup one launch of ``policy``'s schedule should reach per level: the chosen
-    configuration's measured one where it drafts; where k = 0, 1.0 for a method without a model
-    (``draft_model`` None), else one draft forward per step still paid — ``draft_model`` names the
-    configuration the launch is built on, whose drafting cost per step ÷ draft tokens per step
-    (``predict_serving``, calibrated at its lowest level) prices that forward."""
+def zero_range_speedup(summary: pd.DataFrame, base: str, levels, baseline: str = BASELINE_CONFIG) -> pd.Series:
+    """Per level, the TPOT speedup over spec-off of a launch built on configuration ``base`` where its
+    schedule says k = 0: the step is spec-off's plus ``base``'s own cost beyond verification δ(b)
+    (``predict_serving``'s ``draft_ms``, calibrated at its lowest level), since vLLM still takes the
+    speculative path at k = 0 — for n-gram as for a head, whose first forward is only part of it."""
     cost = step_cost(summary, baseline)
+    own = predict_serving(summary, base, list(levels), baseline).set_index("concurrency")["draft_ms"]
+    return pd.Series({b: step_ms(cost, b) / (step_ms(cost, b) + own[b]) for b in levels}, name="zero_range_speedup")
+
+
+def launch_policy(summary: pd.DataFrame, family: dict[str, int], baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+    """One vLLM launch's schedule over ``family`` (one method's configurations and their k, the
+    launch built on the one with the largest k): ``serving_policy``'s choice per level, except where
+    it says k = 0 and the family's best measured configuration there is faster than the launch's k = 0
+    range (``zero_range_speedup``) — there the launch drafts with that configuration's k, unless its
+    lower bound admits a loss of more than 5% against that range (``POLICY_FLOOR``, as against
+    spec-off in ``serving_policy``)."""
+    base = max(family, key=family.get)
+    policy = serving_policy(summary[summary["config"].isin([baseline, *family])], family, baseline)
+    zero = zero_range_speedup(summary, base, policy["concurrency"], baseline)
+    own = summary[summary["config"].isin(list(family))]
+    rows = []
+    for row in policy.to_dict("records"):
+        here = own[own["concurrency"] == row["concurrency"]].sort_values("speedup_tpot")
+        best = here.iloc[-1] if len(here) else None
+        z = zero[row["concurrency"]]
+        if row["k"] == 0 and best is not None and best["speedup_tpot"] > z and \
+                best["speedup_tpot_lo"] >= POLICY_FLOOR * z:
+            row = row | {"config": best["config"], "k": family[best["config"]],
+                         "speedup_tpot": float(best["speedup_tpot"])}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def adaptive_expected(summary: pd.DataFrame, policy: pd.DataFrame, base: str,
+                      baseline: str = BASELINE_CONFIG) -> pd.Series:
+    """The TPOT speedup one launch of ``policy``'s schedule, built on configuration ``base``, should
+    reach per level: the chosen configuration's measured one where it drafts, ``zero_range_speedup``
+    where k = 0."""
     levels = policy.sort_values("concurrency")
-    drafting = predict_serving(summary, draft_model, list(levels["concurrency"]), baseline) \
-        .set_index("concurrency") if draft_model else None
-    expected = {}
-    for row in levels.to_dict("records"):
-        b = row["concurrency"]
-        if row["k"] > 0 or drafting is None:
-            expected[b] = float(row["speedup_tpot"])
-            continue
-        one_forward = drafting.loc[b, "draft_ms"] / max(drafting.loc[b, "draft_per_step"], 1.0)
-        expected[b] = step_ms(cost, b) / (step_ms(cost, b) + one_forward)
-    return pd.Series(expected, name="expected_speedup_tpot")
+    zero = zero_range_speedup(summary, base, list(levels["concurrency"]), baseline)
+    return pd.Series({row["concurrency"]: float(row["speedup_tpot"] if row["k"] > 0 else zero[row["concurrency"]])
+                      for row in levels.to_dict("records")}, name="expected_speedup_tpot")
 
 
 def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]]:

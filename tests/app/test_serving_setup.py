@@ -193,37 +193,52 @@ def test_eagle3_on_llama_server_is_refused_before_any_export(monkeypatch):
         setup.server_configs("other", "f32", ["eagle3:3"], 1, 512)
 
 
-def one_method_each(eagle3: list[float]) -> pd.DataFrame:
+def one_method_each(eagle3: list[float], ngram=(1.12, 1.08, 1.05, 0.95)) -> pd.DataFrame:
     """spec-off (steps of 10, 10.5, 11, 20 ms at 1, 2, 4, 16 in a batch), eagle3 k=3 with the given TPOT
-    speedups and n-gram k=4 close behind it at 1–2 and paying to 4; each lower bound 0.08 under its point."""
+    speedups and n-gram k=4 (by default close behind it at 1–2 and paying to 4); each lower bound 0.08
+    under its point."""
     levels, step = [1, 2, 4, 16], [10.0, 10.5, 11.0, 20.0]
     rows = [{"config": "spec-off", "concurrency": b, "mean_tpot_ms": t, "speedup_tpot": 1.0, "speedup_tpot_lo": 1.0,
              "tokens_predicted": 100.0, "spec_decode_draft_tokens": 0.0, "spec_decode_accepted_tokens": 0.0}
             for b, t in zip(levels, step)]
     # eagle3: 100 tokens in 60 steps, 3 drafted each (d = 3, τ' = 5/3); n-gram d = 4
-    for config, speedups, drafted in (("eagle3 k=3", eagle3, 180.0), ("ngram k=4", [1.12, 1.08, 1.05, 0.95], 240.0)):
+    for config, speedups, drafted in (("eagle3 k=3", eagle3, 180.0), ("ngram k=4", list(ngram), 240.0)):
         rows += [{"config": config, "concurrency": b, "mean_tpot_ms": t / x, "speedup_tpot": x,
                   "speedup_tpot_lo": x - 0.08, "tokens_predicted": 100.0, "spec_decode_draft_tokens": drafted,
                   "spec_decode_accepted_tokens": 40.0} for b, t, x in zip(levels, step, speedups)]
     return pd.DataFrame(rows)
 
 
-def test_one_vllm_method_is_chosen_by_its_worst_level_with_a_model_drafters_k0_priced():
-    from specnb.predict.serving_predictor import adaptive_expected, serving_policy
+def test_one_vllm_launch_is_chosen_by_its_worst_level_with_every_k0_range_priced():
+    from specnb.predict.serving_predictor import adaptive_expected, launch_policy, serving_policy, zero_range_speedup
 
     lengths = {"eagle3 k=3": 3, "ngram k=4": 4}
     summary = one_method_each([1.17, 1.10, 0.90, 0.60])
     overall = serving_policy(summary, lengths)
     assert list(overall["config"]) == ["eagle3 k=3", "eagle3 k=3", "ngram k=4", "spec-off"]  # eagle3 chosen most
-    # eagle3's schedule [3, 3, 0, 0] still runs the head's first forward at 4 and 16: 3.25 ms a step at 1
-    # (8.55 ms × 5/3 − t(4) = 11), a third of it per forward, scaled like the step: 11 / (11 + 1.19) at 4
-    eagle3 = serving_policy(summary[summary["config"] != "ngram k=4"], {"eagle3 k=3": 3})
-    expected = adaptive_expected(summary, eagle3, "eagle3 k=3")
-    assert expected[4] == pytest.approx(11 / (11 + (10 / 1.17 * 5 / 3 - 11) / 3 * 1.1), rel=1e-6)
-    assert expected[1] == pytest.approx(1.17) and expected[16] < 1.0
-    assert adaptive_expected(summary, eagle3, None)[16] == 1.0  # a method without a model: k = 0 is free
+    # a k = 0 range pays the method's own step cost δ: eagle3's 3.25 ms at 1 (8.55 ms × 5/3 − t(4) = 11), scaled
+    # like the step, so 1 / (1 + 0.3245) at every level; n-gram's 3.13 ms (8.93 × 5/3 − t(5) = 11.75)
+    zero = zero_range_speedup(summary, "eagle3 k=3", [1, 4, 16])
+    assert zero[4] == pytest.approx(11 / (11 + (10 / 1.17 * 5 / 3 - 11) * 1.1), rel=1e-6)
+    ngram_zero = zero_range_speedup(summary, "ngram k=4", [16])[16]
+    assert ngram_zero == pytest.approx(1 / (1 + (10 / 1.12 * 5 / 3 - 11.75) / 10))
+    # eagle3's launch drafts at 4 too (0.90 beats its k = 0 range's 0.755), not at 16 (0.60 does not)
+    eagle3 = launch_policy(summary, {"eagle3 k=3": 3})
+    assert list(eagle3["k"]) == [3, 3, 3, 0]
+    assert list(adaptive_expected(summary, eagle3, "eagle3 k=3")) == pytest.approx([1.17, 1.10, 0.90, zero[16]])
+    # n-gram's launch drafts at 16 as well (0.95 against 0.76 at k = 0): worst level 0.95 of the best static,
+    # eagle3's 0.755, vLLM without speculation's 1 / 1.17
     method, policy = setup.vllm_policy(summary, overall, lengths)
-    assert method == "ngram" and list(policy["k"]) == [4, 4, 4, 0]  # 0.96 of eagle3 at 1, the best static elsewhere
+    assert method == "ngram" and list(policy["k"]) == [4, 4, 4, 4]
     # where the head pays at every level its schedule has no k = 0, and it is the one launch
     method, policy = setup.vllm_policy(one_method_each([1.17, 1.10, 1.08, 1.10]), overall, lengths)
     assert method == "eagle3" and list(policy["k"]) == [3, 3, 3, 3]
+    # n-gram paying at 1 only, 0.80 elsewhere: drafting everywhere (0.80) or k = 0 ranges (0.69) both lose
+    # more at 2–16 than 1.10 gains at 1, so the policy is vLLM without speculation, and says why
+    lone = one_method_each([0.5] * 4, ngram=(1.10, 0.80, 0.80, 0.80))
+    lone = lone[lone["config"] != "eagle3 k=3"]
+    alone = serving_policy(lone, {"ngram k=4": 4})
+    method, policy = setup.vllm_policy(lone, alone, {"ngram k=4": 4})
+    assert method == "ngram" and list(policy["k"]) == [0, 0, 0, 0] and set(policy["config"]) == {"spec-off"}
+    assert "k = 0 ranges elsewhere cost more" in setup.no_launch_why(alone, method)
+    assert "did not pay at any level" in setup.no_launch_why(alone.assign(k=0), method)

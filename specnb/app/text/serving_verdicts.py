@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from specnb.app.serving_setup import policy_model, vllm_policy
+from specnb.app.serving_setup import no_launch_why, policy_model, vllm_policy
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.engine.llama_server import ServerConfig, spec_flags
@@ -133,8 +133,8 @@ def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, 
     vllm = vllm_config(own, method, policy_model(own, method, configs))
     lines = llama_server_flags(policy, flags) if on_llama else []
     vllm_part = (f"vLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```" if vllm
-                 else f"vLLM: no `--speculative-config` ({method} did not pay at any level measured, so launch vLLM "
-                      "without speculation)")
+                 else f"vLLM: no `--speculative-config` ({no_launch_why(policy, method)}, so launch vLLM without "
+                      "speculation)")
     body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
                      for r in policy.to_dict("records")])
             + f"\n\n{vllm_part}"

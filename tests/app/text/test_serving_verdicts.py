@@ -21,7 +21,9 @@ def summary(column: str) -> pd.DataFrame:
             rows.append({"config": config, column: level, "alpha": 0.5, "tau": 2.0, "output_throughput": 10.0 * x,
                          "median_tpot_ms": 20 / x, "p90_tpot_ms": 25 / x, "median_itl_ms": 10.0, "partial": False,
                          "spec_decode_num_drafts": 10.0, "per_position": json.dumps([0.5]),
-                         "identical_outputs": 4, "paired_requests": 4,
+                         "identical_outputs": 4, "paired_requests": 4, "mean_tpot_ms": 20 / x,
+                         "tokens_predicted": 100.0, "spec_decode_draft_tokens": 0.0 if config == "spec-off"
+                         else 180.0, "spec_decode_accepted_tokens": 0.0 if config == "spec-off" else 40.0,
                          **{f"{m}{s}": x * f for m in ("speedup_tpot", "speedup_output_throughput")
                             for s, f in (("", 1.0), ("_lo", 0.9), ("_hi", 1.1))}})
     return pd.DataFrame(rows)
