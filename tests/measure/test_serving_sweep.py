@@ -450,6 +450,23 @@ def test_the_adaptive_configuration_is_held_against_the_best_static_one_per_leve
     assert check.loc[4, "ratio"] == pytest.approx(1.1 / 1.2) and list(check["meets"]) == [True, False, True]
     assert check.loc[16, "best_static_speedup_tpot"] == 1.0
     assert adaptive_check(pd.DataFrame(rows)[lambda f: f["config"] != "adaptive"]).empty
+    assert check["ratio_lo"].isna().all()  # no records: no interval
+
+
+def test_the_adaptive_ratio_has_an_interval_from_requests_paired_with_the_best_static_ones():
+    # 4 prompts at one level: ngram k=4 decodes 10 tokens in 0.20 s, adaptive in 0.25 s except on prompt 3 (0.10 s)
+    rows = []
+    for config, seconds in (("spec-off", [0.4] * 4), ("ngram k=4", [0.2] * 4), ("adaptive", [0.25, 0.25, 0.25, 0.1])):
+        rows += [{"config": config, "concurrency": 1, "round": 0, "prompt_index": i, "success": True,
+                  "output_tokens": 11, "ttft": 0.1, "latency": 0.1 + s} for i, s in enumerate(seconds)]
+    records = pd.DataFrame(rows)
+    summary = pd.DataFrame([{"config": c, "concurrency": 1, "speedup_tpot": x, "speedup_tpot_lo": x - 0.1,
+                             "speedup_tpot_hi": x + 0.1} for c, x in (("spec-off", 1.0), ("ngram k=4", 2.0),
+                                                                     ("adaptive", 1.6 / 0.85))])
+    row = adaptive_check(summary, records=records, n_boot=200).iloc[0]
+    assert row["best_static"] == "ngram k=4" and row["ratio"] == pytest.approx(0.8 / 0.85)
+    # resampling prompts: all four at 0.25 s (0.8) up to all four at 0.10 s (2.0)
+    assert 0.8 <= row["ratio_lo"] < row["ratio"] < row["ratio_hi"] <= 2.0
 
 
 def test_a_trace_compares_mean_tpot_of_the_adaptive_configuration_with_every_other():

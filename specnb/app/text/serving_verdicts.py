@@ -177,8 +177,10 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop) -> Report:
     values = {"adaptive": spec}
     for row in check.to_dict("records"):
         lines.append(f"{row['concurrency']:g} concurrent: adaptive {fmt_ci(row, 'speedup_tpot')} against "
-                     f"{row['best_static']} {row['best_static_speedup_tpot']:.2f}x: {row['ratio']:.2f} of it "
-                     f"({'meets' if row['meets'] else 'misses'} ≥ 0.95)")
+                     f"{row['best_static']} {row['best_static_speedup_tpot']:.2f}x: {row['ratio']:.2f} of it"
+                     + (f" [{interval_text(row['ratio_lo'], row['ratio_hi'])}]" if not math.isnan(row.get(
+                         "ratio_lo", math.nan)) else "")
+                     + f" ({'meets' if row['meets'] else 'misses'} ≥ 0.95)")
     if len(check):
         values["adaptive_meets_every_level"] = bool(check["meets"].all())
         values["adaptive_min_ratio"] = float(check["ratio"].min())
