@@ -211,11 +211,10 @@ def render_held_out(table: pd.DataFrame, context: dict, args) -> str:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--held-out" not in argv:
-        return publish(render, "predictor", argv=argv)
-    ap = argparse.ArgumentParser(description="held-out predictor check per embedded draft kind")
-    ap.add_argument("--held-out", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", nargs="?", help="a finished `specnb run` folder (default: the newest outputs/* "
+                                               "with notebook 06's summary); not with --held-out")
+    ap.add_argument("--held-out", action="store_true", help="measure one held-out check per embedded draft kind")
     ap.add_argument("--calibration", type=int, default=6, help="calibration prompts")
     ap.add_argument("--prompts", type=int, default=8, help="held-out prompts")
     ap.add_argument("--repeats", type=int, default=2)
@@ -223,7 +222,11 @@ def main(argv=None) -> int:
     ap.add_argument("--drafts", nargs="+", default=list(HELD_OUT_DRAFTS))
     ap.add_argument("--no-write", action="store_true")
     add_tag_argument(ap)
-    args = ap.parse_args(argv)
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.held_out:
+        return publish(render, "predictor", argv=[args.run_dir] if args.run_dir else [])
+    if args.run_dir:
+        fail(f"{args.run_dir}: --held-out measures here, it reads no run folder")
     table, context = held_out(args)
     if not args.no_write:  # the raw results first: a run this long is not lost to a rendering error
         (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
