@@ -95,7 +95,8 @@ def closed_loop(configs: list, prompts: pd.DataFrame, levels: list[int], lengths
                                                 "--speculative-config")
         with start([adaptive]) as extra:
             every |= extra.servers
-            check = run_sweep(targets_of(every), prompts, levels, down=down, on_run=on_run("check"), **settings)
+            check = run_sweep(targets_of(every), prompts, levels, down=down, on_run=on_run("check"),
+                              **(settings | {"probe_upto": 0}))  # the sweep's forward probe serves both
             switch = policy_switch(policy)
             rate = trace_rate(summary, switch if not math.isnan(switch) else max(levels))
             trace_prompts = pd.concat([prompts] * trace_repeats, ignore_index=True)

@@ -163,10 +163,18 @@ def probe_tokens(max_tokens: int) -> list[int]:
     return [x for i, x in enumerate(sizes) if i == 0 or sizes[i - 1] < max_tokens]
 
 
+PROBED_ENGINES = ("llama.cpp", "vllm")  # engines whose forward cost ``probe_forward`` can read
+
+
 def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int = 0) -> pd.DataFrame:
-    """The engine's cost of one forward with n tokens in the batch, for n in ``sizes``: llama.cpp's
-    own ``prompt_ms`` for a prompt of n token ids evaluated in one batch (no prompt cache), the same
-    matrix shapes as one decode step over n sequences. Sizes interleaved, ``repeats`` each; median ms."""
+    """The engine's cost of one forward with n tokens in the batch, for n in ``sizes``: a prompt of n
+    token ids evaluated in one batch, the same matrix shapes as one decode step over n sequences.
+    llama.cpp times it itself (``prompt_ms``, no prompt cache); vLLM reports no per-request timings, so
+    there it is the client's time for a one-token completion of n random token ids (random: its prefix
+    cache cannot serve them), whose constant part (HTTP, scheduling, one sampled token) cancels in what
+    the predictor reads, f(b·(1 + d)) − f(b). Sizes interleaved, ``repeats`` each; median ms."""
+    import time
+
     import httpx
 
     rng = np.random.default_rng(seed)
@@ -174,8 +182,15 @@ def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int 
     with httpx.Client(timeout=120.0) as client:
         for r in range(repeats):
             for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
-                body = {"prompt": rng.integers(1000, 20000, size=n).tolist(), "n_predict": 1, "cache_prompt": False,
-                        "temperature": 0.0}
+                ids = rng.integers(1000, 20000, size=n).tolist()
+                if target.engine == "vllm":
+                    body = {"model": target.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0}
+                    started = time.perf_counter()
+                    reply = client.post(f"{target.url}/v1/completions", json=body)
+                    if reply.status_code == 200:
+                        rows.append({"tokens": n, "forward_ms": 1e3 * (time.perf_counter() - started)})
+                    continue
+                body = {"prompt": ids, "n_predict": 1, "cache_prompt": False, "temperature": 0.0}
                 timings = client.post(f"{target.url}/completion", json=body).json().get("timings", {})
                 if "prompt_ms" in timings:
                     rows.append({"tokens": timings["prompt_n"], "forward_ms": timings["prompt_ms"]})
@@ -206,8 +221,8 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
     asked when a run had failed requests or its counters could not be read; a server that is down
     ends the sweep: finished levels are kept, the level it died in is marked ``partial`` and
     ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it as
-    it grows). ``probe_upto``: first probe the first llama.cpp target's forward cost up to that many
-    tokens in the batch (``probe_forward``). ``burstiness``: Poisson arrivals' gamma shape, as vLLM
+    it grows). ``probe_upto``: first probe the first llama.cpp or vLLM target's forward cost up to
+    that many tokens in the batch (``probe_forward``). ``burstiness``: Poisson arrivals' gamma shape, as vLLM
     bench's (1: Poisson; below 1: bursts, ``serving_load.arrival_gaps``)."""
     if burstiness <= 0:
         raise ParameterError(f"burstiness must be above 0 (1: Poisson arrivals, below 1: bursts), got {burstiness}")
@@ -221,7 +236,7 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *
     records, runs = [], []
     if warmup:
         warm_up(targets, texts)
-    probed = [t for t in targets if t.engine == "llama.cpp"][:1] if probe_upto else []
+    probed = [t for t in targets if t.engine in PROBED_ENGINES][:1] if probe_upto else []
     probe = probe_forward(probed[0], probe_tokens(probe_upto), seed=seed) if probed else pd.DataFrame()
     sweep = Sweep(records=pd.DataFrame(), runs=pd.DataFrame(), probe=probe)
     where = lambda level: level_text(LEVELS[mode], level)  # noqa: E731

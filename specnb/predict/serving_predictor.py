@@ -13,10 +13,13 @@ The model (one engine step serves every running sequence at once):
   step on a 2-core AMD EPYC: 1–4 ms beyond a 28–30 ms verification on vLLM, 1–2 ms beyond 8 ms on
   llama-server) — calibrated at the first level and scaled like the verifier's step,
   δ(b) = δ(b₀)·t(b)/t(b₀).
-- The verification step v(b): with the engine's forward probe f(n) (llama.cpp: one forward of n
-  prompt tokens, timed by the engine, the same matrix shapes as a step over n sequences), spec-off's
-  measured step plus the extra tokens' cost, v(b) = t(b) + f(b·(1 + d)) − f(b); this reaches past the
-  levels measured. Without a probe (vLLM, SGLang), v(b) = t(b·(1 + d)) from the spec-off curve.
+- The verification step v(b): with the engine's forward probe f(n) (one forward of n prompt tokens,
+  the same matrix shapes as a step over n sequences: timed by llama.cpp itself, or on vLLM by the
+  client as a one-token completion), spec-off's measured step plus the extra tokens' cost,
+  v(b) = t(b) + f(b·(1 + d)) − f(b); this reaches past the levels measured, and it keeps out of the
+  extra tokens' price what spec-off's TPOT carries besides the forward (other requests' prefills,
+  which grow with the load when outputs are short). Without a probe (SGLang, an endpoint),
+  v(b) = t(b·(1 + d)) from the spec-off curve.
 - Acceptance (d, τ') is taken at the calibration level only; the other levels are predictions, and
   ``validate_serving`` reports the median error there against the measured TPOT speedup.
   ``validate_held_out`` cross-fits on prompts (two folds with the same mix of categories, from

@@ -56,7 +56,8 @@ def loop(monkeypatch):
 
     def run_sweep(targets, prompts, levels, **settings):
         seen["sweeps"].append({"targets": [t.name for t in targets], "levels": levels, "prompts": len(prompts),
-                               "mode": settings.get("mode"), "burstiness": settings.get("burstiness")})
+                               "mode": settings.get("mode"), "burstiness": settings.get("burstiness"),
+                               "probe_upto": settings.get("probe_upto")})
         return Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
 
     monkeypatch.setattr(serving_loop, "run_sweep", run_sweep)
@@ -66,7 +67,7 @@ def loop(monkeypatch):
     def run(speedups_lo):
         monkeypatch.setattr(serving_loop, "summarise_sweep", lambda records, runs: measured(speedups_lo))
         return serving_loop.closed_loop(configs, prompts, [1, 4, 16], {"ngram k=4": 4}, start=start,
-                                        mode="closed"), seen
+                                        mode="closed", probe_upto=80), seen
     return run
 
 
@@ -79,6 +80,7 @@ def test_a_paying_policy_is_launched_as_adaptive_and_measured_beside_the_static_
     first, check, trace = seen["sweeps"]
     assert first["targets"] == ["spec-off", "ngram k=4"] and check["targets"] == ["spec-off", "ngram k=4", "adaptive"]
     assert check["levels"] == [1, 4, 16] and check["mode"] == "closed"
+    assert first["probe_upto"] == 80 and check["probe_upto"] == trace["probe_upto"] == 0  # probed once
     # the policy switches off between 4 and 16, at 8: halfway in log concurrency, spec-off's 1 and 4 requests/s
     assert trace["mode"] == "poisson" and trace["burstiness"] == 0.25 and trace["levels"] == [pytest.approx(2.5)]
     assert trace["prompts"] == 8 and result.rate == pytest.approx(2.5) and result.note == ""

@@ -31,6 +31,7 @@ from specnb.measure.serving_sweep import (
     check_target,
     level_order,
     parse_counters,
+    probe_forward,
     probe_tokens,
     run_sweep,
 )
@@ -409,6 +410,41 @@ def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
     assert "make setup" in note and "-p endpoint" in note and "\n" not in note
     with pytest.raises(ServerFailed, match="make setup"):
         Server(ServerConfig(name="x", model="m.gguf"))
+
+
+class FakeVllmPrefill(BaseHTTPRequestHandler):
+    """vLLM's /v1/completions without streaming: 1 ms per prompt token, then one token; keeps the bodies."""
+
+    bodies: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        time.sleep(0.001 * len(body["prompt"]))
+        reply = json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+
+def test_vllm_is_probed_by_timing_one_token_completions_of_random_prompts():
+    handler = type("Prefill", (FakeVllmPrefill,), {"bodies": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = Target(name="spec-off", url=f"http://127.0.0.1:{server.server_address[1]}", engine="vllm", model="m")
+        probe = probe_forward(target, [4, 40, 80], repeats=2).set_index("tokens")["forward_ms"]
+    finally:
+        server.shutdown()
+    assert list(probe.index) == [4, 40, 80] and probe[40] >= 40 and probe[80] - probe[40] >= 30
+    assert all(b["max_tokens"] == 1 and b["model"] == "m" for b in handler.bodies) and len(handler.bodies) == 6
+    prompts = [tuple(b["prompt"]) for b in handler.bodies]
+    assert len(set(prompts)) == 6  # fresh ids every time: vLLM's prefix cache cannot answer a repeat
 
 
 def test_probe_sizes_reach_the_largest_verification_batch():
