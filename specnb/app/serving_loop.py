@@ -52,14 +52,16 @@ class ClosedLoop:
 
 def adaptive_config(configs: list, policy: pd.DataFrame, method: str):
     """The policy as one vLLM launch named ``adaptive``: ``method``'s static configuration with the
-    largest k, at the policy's largest k, with its ranges as the schedule; None where no range drafts."""
+    largest k, at the policy's largest k, with its ranges as the schedule (none where one range drafts
+    at every batch size: a static launch, as ``serving_predictor.speculative_config`` prints it); None
+    where no range drafts."""
     ranges = policy_ranges(policy)
     k = max((r[2] for r in ranges), default=0)
     family = [c for c in configs if c.method == method]
     if not k or not family:
         return None
     base = max(family, key=lambda c: c.k)
-    return replace(base, name=ADAPTIVE_CONFIG, k=k, schedule=[tuple(r) for r in ranges])
+    return replace(base, name=ADAPTIVE_CONFIG, k=k, schedule=[tuple(r) for r in ranges] if len(ranges) > 1 else None)
 
 
 def targets_of(servers: dict) -> list[Target]:

@@ -316,12 +316,16 @@ def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]
 def speculative_config(policy: pd.DataFrame, method: str, model: str = "") -> dict:
     """vLLM's ``--speculative-config`` for the policy, its ranges as ``num_speculative_tokens_per_batch_size``
     and ``num_speculative_tokens`` their largest k; {} where no level speculates, since vLLM then runs
-    best with no speculative config at all (a schedule of zeros still loads and calls the proposer)."""
+    best with no speculative config at all (a schedule of zeros still loads and calls the proposer).
+    One range drafting at every batch size is a static launch, no schedule: vLLM's dynamic path cost
+    2.5% against the static one at the same k (an EAGLE-3 trace, benchmarks/README.md)."""
     ranges = policy_ranges(policy)
     k_max = max((k for *_, k in ranges), default=0)
     if not k_max:
         return {}
-    config = {"method": method, "num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": ranges}
+    config = {"method": method, "num_speculative_tokens": k_max}
+    if len(ranges) > 1:
+        config["num_speculative_tokens_per_batch_size"] = ranges
     return config | ({"model": model} if model else {})
 
 

@@ -99,3 +99,5 @@ def test_adaptive_takes_the_family_member_with_the_largest_k():
     adaptive = serving_loop.adaptive_config(configs, policy, "ngram")
     assert (adaptive.k, adaptive.schedule) == (2, [(1, 3, 2), (4, 4096, 0)])
     assert serving_loop.adaptive_config(configs, policy.assign(k=0), "ngram") is None
+    # drafting at every level is a static launch: vLLM's dynamic path costs more at the same k
+    assert serving_loop.adaptive_config(configs, policy.assign(k=2), "ngram").schedule is None

@@ -75,6 +75,15 @@ def test_a_paying_policy_prints_the_schedule():
     assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
 
 
+def test_a_policy_that_drafts_at_every_level_is_printed_without_a_schedule():
+    levels = summary("concurrency")
+    ngram = levels["config"] == "ngram k=3"
+    levels.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "mean_tpot_ms"]] = [1.3, 1.2, 20 / 1.3]
+    policy = serving_policy(levels, {"ngram k=3": 3})
+    config = json.loads(policy_text(levels, policy, {"ngram k=3": 3}, []).values["policy_vllm"])
+    assert config == {"method": "ngram", "num_speculative_tokens": 3}
+
+
 def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder():
     from specnb.engine.vllm_server import VllmConfig
 
