@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -166,15 +167,15 @@ def probe_tokens(max_tokens: int) -> list[int]:
 PROBED_ENGINES = ("llama.cpp", "vllm")  # engines whose forward cost ``probe_forward`` can read
 
 
-def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int = 0) -> pd.DataFrame:
+def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int = 0,
+                  clock: Callable[[], float] = time.perf_counter) -> pd.DataFrame:
     """The engine's cost of one forward with n tokens in the batch, for n in ``sizes``: a prompt of n
     token ids evaluated in one batch, the same matrix shapes as one decode step over n sequences.
     llama.cpp times it itself (``prompt_ms``, no prompt cache); vLLM reports no per-request timings, so
     there it is the client's time for a one-token completion of n random token ids (random: its prefix
     cache cannot serve them), whose constant part (HTTP, scheduling, one sampled token) cancels in what
-    the predictor reads, f(b·(1 + d)) − f(b). Sizes interleaved, ``repeats`` each; median ms."""
-    import time
-
+    the predictor reads, f(b·(1 + d)) − f(b). Sizes interleaved, ``repeats`` each; median ms.
+    ``clock``: seconds, read around each vLLM request (a test passes its own)."""
     import httpx
 
     rng = np.random.default_rng(seed)
@@ -185,10 +186,10 @@ def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int 
                 ids = rng.integers(1000, 20000, size=n).tolist()
                 if target.engine == "vllm":
                     body = {"model": target.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0}
-                    started = time.perf_counter()
+                    started = clock()
                     reply = client.post(f"{target.url}/v1/completions", json=body)
                     if reply.status_code == 200:
-                        rows.append({"tokens": n, "forward_ms": 1e3 * (time.perf_counter() - started)})
+                        rows.append({"tokens": n, "forward_ms": 1e3 * (clock() - started)})
                     continue
                 body = {"prompt": ids, "n_predict": 1, "cache_prompt": False, "temperature": 0.0}
                 timings = client.post(f"{target.url}/completion", json=body).json().get("timings", {})

@@ -413,7 +413,7 @@ def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
 
 
 class FakeVllmPrefill(BaseHTTPRequestHandler):
-    """vLLM's /v1/completions without streaming: 1 ms per prompt token, then one token; keeps the bodies."""
+    """vLLM's /v1/completions without streaming: one token back at once; keeps the bodies."""
 
     bodies: list = []
 
@@ -421,9 +421,7 @@ class FakeVllmPrefill(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
-        time.sleep(0.001 * len(body["prompt"]))
+        type(self).bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         reply = json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -436,12 +434,18 @@ def test_vllm_is_probed_by_timing_one_token_completions_of_random_prompts():
     handler = type("Prefill", (FakeVllmPrefill,), {"bodies": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    ticks = []
+
+    def clock():  # read before and after each request: the request takes 50 ms + 1 ms per prompt token
+        ticks.append(0.0 if len(ticks) % 2 == 0 else 0.050 + 0.001 * len(handler.bodies[-1]["prompt"]))
+        return ticks[-1]
+
     try:
         target = Target(name="spec-off", url=f"http://127.0.0.1:{server.server_address[1]}", engine="vllm", model="m")
-        probe = probe_forward(target, [4, 40, 80], repeats=2).set_index("tokens")["forward_ms"]
+        probe = probe_forward(target, [4, 40, 80], repeats=2, clock=clock).set_index("tokens")["forward_ms"]
     finally:
         server.shutdown()
-    assert list(probe.index) == [4, 40, 80] and probe[40] >= 40 and probe[80] - probe[40] >= 30
+    assert list(probe.index) == [4, 40, 80] and list(probe) == pytest.approx([54.0, 90.0, 130.0])
     assert all(b["max_tokens"] == 1 and b["model"] == "m" for b in handler.bodies) and len(handler.bodies) == 6
     prompts = [tuple(b["prompt"]) for b in handler.bodies]
     assert len(set(prompts)) == 6  # fresh ids every time: vLLM's prefix cache cannot answer a repeat
