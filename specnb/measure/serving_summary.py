@@ -114,6 +114,12 @@ def paired_requests(records: pd.DataFrame, config: str, level, baseline: str) ->
     return pick(config).merge(pick(baseline), on=keys, suffixes=("", "_base"))
 
 
+def decode_timed(records: pd.DataFrame) -> pd.DataFrame:
+    """``records`` with each request's decode phase, what a TPOT speedup is taken over: the tokens
+    after the first (``decode_tokens``) and the seconds they took (``decode_s``)."""
+    return records.assign(decode_tokens=records["output_tokens"] - 1, decode_s=records["latency"] - records["ttft"])
+
+
 def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -> tuple[float, float, float]:
     """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling prompts."""
     frame = pd.DataFrame({"prompt_ids": paired["prompt_index"],
@@ -126,7 +132,7 @@ def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -
 
 
 def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, rng, n_boot: int) -> pd.DataFrame:
-    records = records.assign(decode_tokens=records["output_tokens"] - 1, decode_s=records["latency"] - records["ttft"])
+    records = decode_timed(records)
     rows, column = [], level_column(summary)
     for row in summary.to_dict("records"):
         paired = paired_requests(records, row["config"], row[column], baseline)
@@ -256,8 +262,7 @@ def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, basel
     if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
         return pd.DataFrame()
     rng = np.random.default_rng(seed)
-    timed = None if records is None else records.assign(decode_tokens=records["output_tokens"] - 1,
-                                                        decode_s=records["latency"] - records["ttft"])
+    timed = None if records is None else decode_timed(records)
     rows = []
     for level, group in summary.groupby(column):
         own = group[group["config"] == adaptive]
@@ -288,7 +293,7 @@ def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: 
     if adaptive not in set(ok["config"]):
         return pd.DataFrame()
     column, rng = level_column(records), np.random.default_rng(seed)
-    timed = records.assign(decode_tokens=records["output_tokens"] - 1, decode_s=records["latency"] - records["ttft"])
+    timed = decode_timed(records)
     mean_ms = ok.groupby("config")["tpot"].mean() * 1e3
     rows = []
     for config in [c for c in ok["config"].unique() if c != adaptive]:

@@ -194,7 +194,7 @@ def validate_held_out(records: pd.DataFrame, configs: Iterable[str], baseline: s
     Acceptance comes from per-request draft counts (llama.cpp) or, given the sweep's ``runs``, from
     the engine's counters of runs that held one fold's prompts only (``counter_summary``; vLLM);
     empty with neither."""
-    from specnb.measure.serving_summary import paired_requests, speedup_ci
+    from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
 
     closed_loop_levels(records)
     by_request = per_request_counts(records)
@@ -206,8 +206,7 @@ def validate_held_out(records: pd.DataFrame, configs: Iterable[str], baseline: s
     for calibrate_on in (0, 1):
         calibration = request_summary(records[fold == calibrate_on]) if by_request else \
             counter_summary(records, runs, fold == calibrate_on)
-        held = records[fold != calibrate_on]
-        held = held.assign(decode_tokens=held["output_tokens"] - 1, decode_s=held["latency"] - held["ttft"])
+        held = decode_timed(records[fold != calibrate_on])
         for config in configs:
             levels = sorted(held.loc[held["config"] == config, "concurrency"].unique())
             if not levels or config not in set(calibration["config"]):
