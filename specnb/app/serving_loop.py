@@ -10,8 +10,9 @@ its own and measure it beside them.
 3. **Check**: the same levels again on every configuration, adaptive included, interleaved as any
    sweep (``serving_summary.adaptive_check`` holds it against the best static one per level).
 4. **Trace**: one bursty open-loop run (gamma gaps, ``serving_load.arrival_gaps``) at the rate that
-   keeps the policy's switch-off load in flight on spec-off (``serving_summary.trace_rate`` at
-   ``serving_predictor.policy_switch``), so bursts go above the crossover and quiet spells below it;
+   keeps the policy's switch-off load (or where its k first falls) in flight on spec-off
+   (``serving_summary.trace_rate`` at ``serving_predictor.policy_switch``), so bursts go above the
+   crossover and quiet spells below it;
    ``serving_summary.trace_check`` compares mean TPOT.
 
 Every server is stopped however the loop ends (the ``start`` context managers).

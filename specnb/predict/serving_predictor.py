@@ -350,10 +350,11 @@ def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]
 
 def policy_switch(policy: pd.DataFrame) -> float:
     """The load where the policy stops speculating: the geometric mean of its last level that drafts
-    and the next one, which does not; NaN where it never switches off (or never drafts)."""
+    and the next one, which does not; where it drafts at every level, the load where its k first falls
+    (a schedule of k alone, e.g. 4 at low load and 1 above); NaN where neither happens (it never
+    drafts, or drafts one k throughout)."""
     levels = policy.sort_values("concurrency")
-    on = levels["k"].to_numpy() > 0
-    for i in range(1, len(levels)):
-        if on[i - 1] and not on[i]:
-            return float(math.sqrt(levels["concurrency"].iloc[i - 1] * levels["concurrency"].iloc[i]))
-    return math.nan
+    at, ks = levels["concurrency"].to_numpy(float), levels["k"].to_numpy()
+    falls = [i for i in range(1, len(ks)) if ks[i] < ks[i - 1]]
+    i = next((i for i in falls if ks[i] == 0), falls[0] if falls and ks.all() else None)
+    return math.nan if i is None else float(math.sqrt(at[i - 1] * at[i]))

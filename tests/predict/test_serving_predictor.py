@@ -217,6 +217,12 @@ def test_the_policy_switches_off_between_its_last_drafting_level_and_the_next():
     assert math.isnan(policy_switch(policy.assign(k=0))) and math.isnan(policy_switch(policy.assign(k=3)))
 
 
+def test_a_policy_that_drafts_everywhere_switches_where_its_k_first_falls():
+    policy = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 4, 1, 2]})
+    assert policy_switch(policy) == pytest.approx(8.0)
+    assert policy_switch(policy.assign(k=[2, 4, 4, 1])) == pytest.approx(32.0)
+
+
 def test_the_policy_runs_the_best_point_estimate_unless_its_interval_admits_a_loss_over_5_percent():
     summary = pd.DataFrame({"config": ["ngram k=4"] * 3, "concurrency": [1, 8, 16],
                             "speedup_tpot": [1.08, 1.08, 0.99], "speedup_tpot_lo": [0.97, 0.93, 0.97]})
