@@ -162,10 +162,29 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
     return Report(bullets(lines), {"machine": machine})
 
 
-def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop) -> Report:
+def trace_launch(trace: pd.DataFrame, configs=()) -> tuple[str, str]:
+    """What the trace supports launching: (line, value). The adaptive schedule where its mean TPOT was
+    the lowest; else the configuration whose was, as its ``--speculative-config`` (``configs``: the
+    static ``VllmConfig``s; "" for spec-off: no ``--speculative-config``), since the schedule is only
+    printed as proven where a run showed it beating every static choice."""
+    if trace["beats"].all():
+        return "launch for load like this trace: the adaptive line above (the lowest mean TPOT of all)", "adaptive"
+    best = trace.sort_values("mean_tpot_ms").iloc[0]
+    spec = next((speculative_config(c) for c in configs if c.name == best["config"]), None)
+    line = json.dumps(spec) if spec else ""
+    what = f"`--speculative-config '{line}'`" if line else "no `--speculative-config`"
+    ratio = (f"{best['adaptive_speedup_tpot']:.2f}x "
+             f"[{interval_text(best['adaptive_speedup_tpot_lo'], best['adaptive_speedup_tpot_hi'])}]")
+    return (f"launch for load like this trace: **{best['config']}**, {what} — its mean TPOT was the lowest "
+            f"(adaptive ran {ratio} of its speed), so the schedule is not the line to paste for it; "
+            "a load that stays at one level reads the table per level"), line
+
+
+def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) -> Report:
     """The policy launched as its own configuration (``serving_loop.ClosedLoop``): its TPOT speedup
-    against the best static configuration per level (target ≥ 0.95x of it) and its mean TPOT over
-    the bursty trace against every static configuration (target: lower than each)."""
+    against the best static configuration per level (target ≥ 0.95x of it), its mean TPOT over the
+    bursty trace against every static configuration (target: lower than each), and what the trace
+    supports launching (``trace_launch``; ``configs``: the static ``VllmConfig``s)."""
     if loop is None:
         return Report("The closed loop (the policy launched as its own vLLM, `adaptive`) runs when notebook 08 starts "
                       "vLLM itself on closed-loop levels.", {})
@@ -193,6 +212,8 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop) -> Report:
                      + ("lower than every static configuration" if trace["beats"].all()
                         else "not lower than " + ", ".join(trace.loc[~trace["beats"], "config"])))
         values["adaptive_beats_every_static_on_trace"] = bool(trace["beats"].all())
+        line, values["vllm_launch_for_trace"] = trace_launch(trace, configs)
+        lines.append(line)
     if loop.note:
         lines.append(f"note: {loop.note}")
     return Report(bullets(lines), values)

@@ -136,3 +136,32 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     assert spec["method"] == "eagle3" and spec["model"] == str(tmp_path)  # what was launched, the head included
     none = adaptive_text(pd.DataFrame(), pd.DataFrame(), ClosedLoop(sweep=loop.sweep, note="ngram did not pay"))
     assert none.markdown == "No `adaptive` launch: ngram did not pay." and none.values == {"adaptive": "none"}
+
+
+def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lost_to():
+    from specnb.app.serving_loop import ClosedLoop
+    from specnb.app.text.serving_verdicts import adaptive_text
+    from specnb.engine.vllm_server import VllmConfig
+    from specnb.measure.serving_sweep import Sweep
+
+    static = [VllmConfig(name="spec-off", model="/hf/verifier"),
+              VllmConfig(name="ngram k=4", model="/hf/verifier", method="ngram", k=4)]
+    loop = ClosedLoop(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1,
+                      adaptive=replace(static[1], name="adaptive", schedule=[(1, 3, 4), (4, 4096, 0)]))
+
+    def trace(off_ms, ngram_ms):
+        return pd.DataFrame({"config": ["spec-off", "ngram k=4"], "mean_tpot_ms": [off_ms, ngram_ms],
+                             "adaptive_mean_tpot_ms": [138.0, 138.0], "adaptive_speedup_tpot": [0.98, 0.95],
+                             "adaptive_speedup_tpot_lo": [0.95, 0.90], "adaptive_speedup_tpot_hi": [1.01, 0.99],
+                             "beats": [138.0 < off_ms, 138.0 < ngram_ms]})
+
+    lost = adaptive_text(pd.DataFrame(), trace(140.0, 131.0), loop, static)
+    assert lost.values["vllm_launch_for_trace"] == json.dumps(
+        {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
+    assert "launch for load like this trace: **ngram k=4**" in lost.markdown
+    assert "adaptive ran 0.95x [0.90–0.99] of its speed" in lost.markdown
+    off = adaptive_text(pd.DataFrame(), trace(135.0, 150.0), loop, static)
+    assert off.values["vllm_launch_for_trace"] == ""
+    assert "**spec-off**, no `--speculative-config`" in off.markdown
+    won = adaptive_text(pd.DataFrame(), trace(150.0, 160.0), loop, static)
+    assert won.values["vllm_launch_for_trace"] == "adaptive" and "the adaptive line above" in won.markdown
