@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     # trace_check gives spec-off's speedup over each configuration; each one's over spec-off is its inverse
     table = table.assign(speedup_tpot=1 / table["adaptive_speedup_tpot"],
                          speedup_tpot_lo=1 / table["adaptive_speedup_tpot_hi"],
-                         speedup_tpot_hi=1 / table["adaptive_speedup_tpot_lo"])
+                         speedup_tpot_hi=1 / table["adaptive_speedup_tpot_lo"]).drop(columns=[
+                             "adaptive_speedup_tpot", "adaptive_speedup_tpot_lo", "adaptive_speedup_tpot_hi", "beats"])
     ok = sweep.records[sweep.records["success"]]
     by_round = (ok.groupby(["round", "config"])["tpot"].mean().unstack() * 1e3).round(1)
     print(table[["config", "mean_tpot_ms", "spec_off_mean_tpot_ms", "speedup_tpot", "speedup_tpot_lo",
