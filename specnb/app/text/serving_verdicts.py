@@ -173,11 +173,9 @@ def trace_launch(trace: pd.DataFrame, configs=()) -> tuple[str, str]:
     spec = next((speculative_config(c) for c in configs if c.name == best["config"]), None)
     line = json.dumps(spec) if spec else ""
     what = f"`--speculative-config '{line}'`" if line else "no `--speculative-config`"
-    ratio = (f"{best['adaptive_speedup_tpot']:.2f}x "
-             f"[{interval_text(best['adaptive_speedup_tpot_lo'], best['adaptive_speedup_tpot_hi'])}]")
     return (f"launch for load like this trace: **{best['config']}**, {what} — its mean TPOT was the lowest "
-            f"(adaptive ran {ratio} of its speed), so the schedule is not the line to paste for it; "
-            "a load that stays at one level reads the table per level"), line
+            f"(adaptive ran {fmt_ci(best, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the "
+            "line to paste for it; a load that stays at one level reads the table per level"), line
 
 
 def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) -> Report:
