@@ -11,8 +11,9 @@ lost. Four n-gram launches on the same trace tell the causes apart: spec-off; st
 schedule's largest k; the same k through vLLM's dynamic path (``[[1, max_num_seqs, k]]``: the one range
 drafts exactly what the static launch does, so any difference is the path); the schedule itself. Each
 runs every round's trace on its own (``run_sweep``'s Poisson mode with gamma gaps, targets rotated per
-round), so rounds give the drift between them. Rows: per configuration, mean TPOT and the paired TPOT
-speedup over spec-off with its 95% CI (``trace_check`` seen from spec-off), with cpu, commit and date.
+round), so rounds give the drift between them. Rows: the sweep summary of the trace's one level
+(``summarise_sweep``: per configuration, mean TPOT and the paired TPOT speedup over spec-off with its 95%
+CI), with cpu, commit and date.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from specnb.app.serving_setup import vllm_configs
 from specnb.core.devices import cpu_name
 from specnb.core.paths import git_commit
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_summary import trace_check
+from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import sweep_servers
 
 
@@ -68,17 +69,11 @@ def main(argv: list[str] | None = None) -> int:
                           mode="poisson", burstiness=args.burstiness, progress=True)
     if sweep.stopped:
         print("note:", sweep.stopped)
-    table = trace_check(sweep.records, adaptive="spec-off").rename(columns={
-        "adaptive_mean_tpot_ms": "spec_off_mean_tpot_ms"})
-    # trace_check gives spec-off's speedup over each configuration; each one's over spec-off is its inverse
-    table = table.assign(speedup_tpot=1 / table["adaptive_speedup_tpot"],
-                         speedup_tpot_lo=1 / table["adaptive_speedup_tpot_hi"],
-                         speedup_tpot_hi=1 / table["adaptive_speedup_tpot_lo"]).drop(columns=[
-                             "adaptive_speedup_tpot", "adaptive_speedup_tpot_lo", "adaptive_speedup_tpot_hi", "beats"])
+    table = summarise_sweep(sweep.records, sweep.runs)  # one level, the rate: each one's speedup over spec-off
     ok = sweep.records[sweep.records["success"]]
     by_round = (ok.groupby(["round", "config"])["tpot"].mean().unstack() * 1e3).round(1)
-    print(table[["config", "mean_tpot_ms", "spec_off_mean_tpot_ms", "speedup_tpot", "speedup_tpot_lo",
-                 "speedup_tpot_hi"]].round(3).to_string(index=False))
+    print(table[["config", "mean_tpot_ms", "speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi"]].round(3)
+          .to_string(index=False))
     print("mean TPOT (ms) per round:\n" + by_round.to_string())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     table.assign(schedule=json.dumps(schedule), rate=args.rate, rounds=args.rounds, cpu=cpu_name(),
