@@ -59,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         schedule = json.loads(args.schedule)
-        assert schedule and all(len(r) == 3 for r in schedule) and max(r[2] for r in schedule) > 0
-    except (ValueError, AssertionError, TypeError):
+        valid = bool(schedule) and all(len(r) == 3 for r in schedule) and max(r[2] for r in schedule) > 0
+    except (ValueError, TypeError):
+        valid = False
+    if not valid:
         parser.error(f"--schedule must be a JSON list of [lo, hi, k] with some k > 0, got {args.schedule!r}")
     started = time.monotonic()
     configs = trace_configs(schedule, args.max_num_seqs)
