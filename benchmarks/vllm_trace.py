@@ -29,18 +29,20 @@ import pandas as pd
 
 from specnb.app.serving_setup import vllm_configs
 from specnb.core.devices import cpu_name
+from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
+from specnb.engine.vllm_server import check_schedule
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import sweep_servers
 
 
-def trace_configs(schedule: list[list[int]], max_num_seqs: int) -> list:
+def trace_configs(schedule: list[tuple[int, int, int]], max_num_seqs: int) -> list:
     """spec-off, static n-gram at the schedule's largest k, that k on vLLM's dynamic path, the schedule."""
     k = max(r[2] for r in schedule)
     off, static = vllm_configs("smollm2-135m", [f"ngram:{k}"], max_num_seqs)
     dynamic = replace(static, name=f"ngram k={k} dynamic", schedule=[(1, max_num_seqs, k)])
-    scheduled = replace(static, name="schedule", schedule=[tuple(r) for r in schedule])
+    scheduled = replace(static, name="schedule", schedule=list(schedule))
     return [off, static, dynamic, scheduled]
 
 
@@ -57,13 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "vllm_trace.csv"))
     args = parser.parse_args(argv)
-    try:
-        schedule = json.loads(args.schedule)
-        valid = bool(schedule) and all(len(r) == 3 for r in schedule) and max(r[2] for r in schedule) > 0
-    except (ValueError, TypeError):
-        valid = False
-    if not valid:
-        parser.error(f"--schedule must be a JSON list of [lo, hi, k] with some k > 0, got {args.schedule!r}")
+    try:  # vLLM's rules, as every launch checks them; no cap on k: the launches draft its largest k
+        schedule = check_schedule(json.loads(args.schedule), k=sys.maxsize)
+    except (ValueError, ParameterError) as error:
+        parser.error(f"--schedule {args.schedule!r}: {error}")
+    if not max(k for *_, k in schedule):
+        parser.error(f"--schedule {args.schedule!r} drafts at no batch size: give some k > 0")
     started = time.monotonic()
     configs = trace_configs(schedule, args.max_num_seqs)
     prompts = pd.concat([select_prompts("all", args.prompts)] * args.repeats, ignore_index=True)
