@@ -273,3 +273,27 @@ def gone(pid: int) -> bool:
         return True
     status = open(f"/proc/{pid}/status").read() if os.path.exists(f"/proc/{pid}/status") else ""
     return "zombie" in status
+
+
+def spec(entry: str = "", k: int = 0, family: str | None = None, uses_model: bool = False):
+    """A configuration's ``Speculation`` record (``entry`` "" for spec-off); its display name is
+    ``f"{entry} k={k}"``."""
+    from specnb.engine.engines.engine import Speculation
+
+    if not entry:
+        return Speculation()
+    return Speculation(entry=entry, k=k, method=family or entry, family=family or entry, uses_model=uses_model)
+
+
+def closed(*levels, tokens: int = 32, range_ratio: float = 0.0, seed: int = 0) -> list:
+    """Closed-loop loads at each concurrency, every request ``tokens`` long (or drawn by ``range_ratio``)."""
+    from specnb.measure.load_shapes import Closed, Lengths
+
+    return [Closed(concurrency=c, lengths=Lengths(tokens=tokens, range_ratio=range_ratio), seed=seed) for c in levels]
+
+
+def open_loop(*rates, tokens: int = 32, burstiness: float = 1.0, seed: int = 0) -> list:
+    """Open-loop loads at each rate (requests/s)."""
+    from specnb.measure.load_shapes import Lengths, Open
+
+    return [Open(rate=r, burstiness=burstiness, lengths=Lengths(tokens=tokens), seed=seed) for r in rates]

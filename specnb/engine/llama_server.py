@@ -19,11 +19,14 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from specnb.engine.engines.engine import Speculation
 from specnb.engine.server_process import ServerFailed, ServerProcess, free_port, owns_port  # noqa: F401 (re-exported)
 
 BUILD_HINT = ("llama-server not found: build it with `make setup` (or `python -m specnb.engine.llama_build`), set "
               "SPECNB_LLAMA_SERVER to a llama-server binary, or pass a running server with -p endpoint URL")
+FAMILY = {"draft-simple": "draft_model", "draft-eagle3": "eagle3"}  # vLLM's word for each; the rest are n-grams
 SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache", "draft-eagle3")
 
 
@@ -31,10 +34,11 @@ SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-mod"
 class ServerConfig:
     """One server launch: the verifier GGUF, the speculation (``spec_type`` "none" for spec-off,
     ``draft`` a GGUF for "draft-simple", an EAGLE-3 head's GGUF for "draft-eagle3"), draft length
-    ``n_max`` (≥ ``n_min``), slots and threads.
+    ``n_max`` (≥ ``n_min``), slots and threads; ``entry``: what the user asked for (an n-gram type,
+    a draft's or head's name; default the ``spec_type``), the display name's root.
     ``extra``: more llama-server flags, verbatim."""
 
-    name: str
+    engine: ClassVar[str] = "llama.cpp"
     model: str
     spec_type: str = "none"
     draft: str | None = None
@@ -45,6 +49,18 @@ class ServerConfig:
     ctx_per_slot: int = 1024
     threads: int = 0  # 0: default_threads()
     extra: list[str] = field(default_factory=list)
+    entry: str = ""
+
+    @property
+    def speculation(self) -> Speculation:
+        if self.spec_type == "none":
+            return Speculation()
+        return Speculation(entry=self.entry or self.spec_type, k=self.n_max, method=self.spec_type,
+                           family=FAMILY.get(self.spec_type, "ngram"), uses_model=self.drafts_with_model)
+
+    @property
+    def name(self) -> str:
+        return self.speculation.name
 
     @property
     def speculative(self) -> bool:

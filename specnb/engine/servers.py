@@ -1,26 +1,18 @@
-"""Servers for a list of configurations, whichever engine each is for: ``ServerConfig`` launches a
-llama-server, ``VllmConfig`` a vLLM. One place that knows which class serves which configuration."""
+"""Servers for a list of configurations, whichever engine each is for: each configuration names its
+engine (``config.engine``), whose ``server`` makes its process (``specnb.engine.engines``)."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
 
-from specnb.engine.llama_server import Server, ServerConfig
+from specnb.engine.engines.engine import engine_of
 from specnb.engine.server_process import ServerFailed, ServerProcess
-from specnb.engine.vllm_server import VllmConfig, VllmServer
-
-ENGINE_OF = {ServerConfig: "llama.cpp", VllmConfig: "vllm"}  # a configuration's engine, as targets name it
-
-
-def engine_of(config) -> str:
-    return ENGINE_OF[type(config)]
 
 
 def server_for(config, timeout_s: float | None = None) -> ServerProcess:
     """The (not yet started) server of one configuration; ``timeout_s`` None: the engine's default."""
-    kind = {ServerConfig: Server, VllmConfig: VllmServer}[type(config)]
-    return kind(config) if timeout_s is None else kind(config, timeout_s=timeout_s)
+    return engine_of(config).server(config, timeout_s)
 
 
 @dataclass

@@ -25,9 +25,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from specnb.core.errors import ParameterError
 from specnb.engine import vllm_build
+from specnb.engine.engines.engine import Speculation
 from specnb.engine.server_process import ServerFailed, ServerProcess
 
 METHODS = ("none", "ngram", "suffix", "draft_model", "eagle3")  # what a VllmConfig's ``method`` can be
@@ -50,9 +52,11 @@ class VllmConfig:
     (``VLLM_CPU_OMP_THREADS_BIND``: "auto" binds one thread per core left after reserving one for its
     scheduler — one thread on core 0 of 2 cores); ``threads`` > 0 instead runs that many unbound
     threads ("nobind").
-    ``extra``: more ``vllm serve`` flags, verbatim; ``env``: more environment variables."""
+    ``extra``: more ``vllm serve`` flags, verbatim; ``env``: more environment variables; ``entry``:
+    what the user asked for (default the ``method``), the display name's root; ``adaptive``: a policy
+    launched as one server (named ``adaptive``)."""
 
-    name: str
+    engine: ClassVar[str] = "vllm"
     model: str
     method: str = "none"
     draft: str | None = None
@@ -67,6 +71,20 @@ class VllmConfig:
     bind: str = "auto"
     extra: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    entry: str = ""
+    adaptive: bool = False
+
+    @property
+    def speculation(self) -> Speculation:
+        if self.method == "none":
+            return Speculation()
+        schedule = tuple(tuple(int(x) for x in r) for r in self.schedule) if self.schedule else None
+        return Speculation(entry=self.entry or self.method, k=self.k, method=self.method, family=self.method,
+                           uses_model=self.drafts_with_model, schedule=schedule, adaptive=self.adaptive)
+
+    @property
+    def name(self) -> str:
+        return self.speculation.name
 
     @property
     def speculative(self) -> bool:

@@ -1,10 +1,9 @@
 """The load itself: streamed requests to an OpenAI-compatible server, timed one by one.
 
-- **Closed loop** (``closed_loop``): ``concurrency`` requests in flight, each worker sending its next
-  prompt when its last one finished. **Open loop** (``poisson_loop``): Poisson arrivals at ``rate``
-  per second, seeded, none capped. A sweep's tables name their level by the mode (``LEVELS``):
-  ``concurrency`` (requests in flight) or ``request_rate`` (requests/s), as vLLM bench's
-  ``max_concurrency`` and ``request_rate`` are two knobs, never one column read two ways.
+- **Closed loop** (``send_closed``): ``concurrency`` requests in flight, each worker sending its next
+  prompt when its last one finished. **Open loop** (``send_open``): Poisson (or gamma, bursty)
+  arrivals at ``rate`` per second, seeded, none capped. Which one a run sends, and what its tables
+  call the level, is the load shape's (``specnb.measure.load_shapes``): a record the data carries.
 - **Per request**, streaming: TTFT, the gaps between streamed chunks (ITL) and E2E latency; TPOT =
   (E2E − TTFT) ÷ (output tokens − 1). Accepted draft tokens arrive as a burst, so the ITLs are
   bimodal and TPOT, not mean ITL, is what speculation changes. Token counts come from the server's
@@ -30,30 +29,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-LEVELS = {"closed": "concurrency", "poisson": "request_rate"}  # load mode → the level's column
-LEVEL_UNITS = {"concurrency": "concurrent requests", "request_rate": "requests/s"}
-
-
-def level_column(frame) -> str:
-    """The column a sweep's table keys its levels by: ``request_rate`` (Poisson arrivals, requests/s)
-    where the table has one, else ``concurrency`` (closed loop)."""
-    return "request_rate" if "request_rate" in getattr(frame, "columns", frame) else "concurrency"
-
-
-def level_text(column: str, value) -> str:
-    """A level as text: "4 concurrent" or "2 req/s"."""
-    return f"{value:g} req/s" if column == "request_rate" else f"{value:g} concurrent"
+from specnb.engine.engines.engine import SPEC_OFF, Speculation
 
 
 @dataclass(kw_only=True)
 class Target:
-    """One configuration's server: ``name`` ("spec-off", "ngram k=4"), its base ``url``, the
-    ``engine`` family ("llama.cpp", "vllm", "sglang") and the ``model`` name requests carry."""
+    """One configuration's server: its base ``url``, the ``engine`` it is (a registered name:
+    "llama.cpp", "vllm", "sglang", ...), the ``model`` name requests carry and what it drafts
+    (``speculation``; its display name, "spec-off" or "ngram k=4", is ``name``)."""
 
-    name: str
     url: str
     engine: str = "llama.cpp"
     model: str = ""
+    speculation: Speculation = SPEC_OFF
+
+    @property
+    def name(self) -> str:
+        return self.speculation.name
 
 
 @dataclass(kw_only=True)
@@ -143,9 +135,10 @@ def read_usage(record: RequestRecord, chunk: dict) -> None:
                 setattr(record, attr, int(meta[name]))
 
 
-async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_tokens: int,
+async def send_closed(target: Target, prompts: list[str], concurrency: int, max_tokens: list[int],
                       ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
-    """Every prompt once, ``concurrency`` in flight; (records in prompt order, duration in s).
+    """Every prompt once (request i asking ``max_tokens[i]`` tokens), ``concurrency`` in flight;
+    (records in prompt order, duration in s).
 
     A new connection per request: llama-server may close a kept-alive connection after a stream,
     and a request sent on it then fails with "disconnected without sending a response"."""
@@ -157,7 +150,7 @@ async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_
     async def worker(client, t0):
         while queue:
             index, prompt = queue.pop()
-            records[index] = await stream_one(client, target, prompt, max_tokens, ignore_eos, t0)
+            records[index] = await stream_one(client, target, prompt, max_tokens[index], ignore_eos, t0)
 
     limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0), limits=limits) as client:
@@ -176,22 +169,24 @@ def arrival_gaps(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) ->
     return rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
 
 
-async def poisson_loop(target: Target, prompts: list[str], rate: float, max_tokens: int, seed: int = 0,
-                       ignore_eos: bool = True, burstiness: float = 1.0) -> tuple[list[RequestRecord], float]:
-    """Every prompt once, arriving as a Poisson process of ``rate`` requests/s (seeded; gamma-distributed
-    gaps when ``burstiness`` is not 1, ``arrival_gaps``); no cap in flight."""
+async def send_open(target: Target, prompts: list[str], rate: float, max_tokens: list[int], seed: int = 0,
+                    ignore_eos: bool = True, burstiness: float = 1.0) -> tuple[list[RequestRecord], float]:
+    """Every prompt once (request i asking ``max_tokens[i]`` tokens), arriving as a Poisson process of
+    ``rate`` requests/s (seeded; gamma-distributed gaps when ``burstiness`` is not 1, ``arrival_gaps``);
+    no cap in flight."""
     import httpx
 
     gaps = arrival_gaps(len(prompts), rate, burstiness, seed)
 
-    async def one(client, t0, at, prompt):
+    async def one(client, t0, at, prompt, tokens):
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
-        return await stream_one(client, target, prompt, max_tokens, ignore_eos, t0)
+        return await stream_one(client, target, prompt, tokens, ignore_eos, t0)
 
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
                                  limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)) as client:
         t0 = time.perf_counter()
-        records = await asyncio.gather(*(one(client, t0, at, p) for at, p in zip(np.cumsum(gaps), prompts)))
+        records = await asyncio.gather(*(one(client, t0, at, p, n) for at, p, n in zip(np.cumsum(gaps), prompts,
+                                                                                         max_tokens)))
     return list(records), time.perf_counter() - t0
 
 

@@ -22,11 +22,13 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
+from specnb.engine.engines.engine import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.acceptance import counter_rates
+from specnb.measure.load_shapes import Closed, Open, shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
-from specnb.measure.serving_load import level_column
 
-BASELINE_CONFIG = "spec-off"
+# What each summary row carries from its records: the load's shape and the configuration's identity.
+CARRIED = ("load", "burstiness", "max_tokens_asked", "range_ratio", "method", "family", "k", "uses_model", "adaptive")
 TIMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "latency"}
 
 
@@ -49,8 +51,8 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
                     slo_tpot_ms: float = 0.0, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
     goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs. The level
-    column is the records' own: ``concurrency`` or ``request_rate`` (``serving_load.level_column``)."""
-    column = level_column(records)
+    column is the records' load shape's (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
+    column = shape_of(records).column
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
         return pd.DataFrame(columns=["engine", "config", column, "completed", "failed", "partial"])
     rng = np.random.default_rng(seed)
@@ -64,6 +66,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
             "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"))
         rates = counter_rates(drafts, draft_tokens, accepted, per_pos, **level_acceptance(run))
         row = {"engine": group["engine"].iloc[0], "config": config, column: level,
+               **{name: group[name].iloc[0] for name in CARRIED if name in group},
                "completed": len(ok), "failed": len(group) - len(ok), "partial": bool(group["partial"].any()),
                "duration": duration, "total_output_tokens": int(ok["output_tokens"].sum()),
                "request_throughput": len(ok) / duration if duration else math.nan,
@@ -108,7 +111,7 @@ def goodput(ok: pd.DataFrame, slo_tpot_ms: float, duration: float) -> float:
 
 def paired_requests(records: pd.DataFrame, config: str, level, baseline: str) -> pd.DataFrame:
     """A configuration's successful requests at one level joined to the baseline's on (round, prompt)."""
-    keys, column = ["round", "prompt_index"], level_column(records)
+    keys, column = ["round", "prompt_index"], shape_of(records).column
     pick = lambda name: records[(records["config"] == name) & (records[column] == level)  # noqa: E731
                                 & records["success"]]
     return pick(config).merge(pick(baseline), on=keys, suffixes=("", "_base"))
@@ -133,7 +136,7 @@ def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -
 
 def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, rng, n_boot: int) -> pd.DataFrame:
     records = decode_timed(records)
-    rows, column = [], level_column(summary)
+    rows, column = [], shape_of(summary).column
     for row in summary.to_dict("records"):
         paired = paired_requests(records, row["config"], row[column], baseline)
         base = summary[(summary["config"] == baseline) & (summary[column] == row[column])]
@@ -173,7 +176,8 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
     and upper 95% bounds fall below 1.0; ``verdict`` says which case it is."""
     if metric not in summary:
         raise ParameterError(f"no {metric} in the summary: the sweep needs a {baseline!r} configuration")
-    rows, column = [], level_column(summary)
+    rows, shape = [], shape_of(summary)
+    column = shape.column
     for config, group in summary[summary["config"] != baseline].groupby("config", sort=False):
         group = group.sort_values(column)
         levels = group[column].to_numpy(float)
@@ -187,7 +191,7 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
             verdict = "stops paying"
         rows.append({"config": config, "metric": metric, "crossover": point, "crossover_lo": lo,
                      "crossover_hi": hi, "verdict": verdict, "min_level": float(levels.min()),
-                     "max_level": float(levels.max()), "level": column})
+                     "max_level": float(levels.max()), "level": column, "load": shape.name})
     return pd.DataFrame(rows)
 
 
@@ -202,14 +206,14 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
 VLLM_LISTS = ("ttfts", "itls", "latencies", "output_lens", "input_lens", "errors")
 
 
-def vllm_level(result: dict) -> tuple[str, float]:
-    """(level column, level) of a vLLM bench run: a finite ``request_rate`` is Poisson arrivals at that
-    rate (capped or not by ``max_concurrency``); otherwise the concurrency cap, or every request at
-    once when there is none."""
+def vllm_level(result: dict) -> dict:
+    """The load columns of a vLLM bench run (``load_shapes``): a finite ``request_rate`` is open-loop
+    arrivals at that rate (capped or not by ``max_concurrency``); otherwise the concurrency cap, or
+    every request at once when there is none."""
     rate = result.get("request_rate", "inf")
     if rate not in (None, "inf") and math.isfinite(float(rate)):
-        return "request_rate", float(rate)
-    return "concurrency", float(result.get("max_concurrency") or len(result["latencies"]))
+        return {"load": Open.name, Open.column: float(rate), "burstiness": float(result.get("burstiness", 1.0))}
+    return {"load": Closed.name, Closed.column: float(result.get("max_concurrency") or len(result["latencies"]))}
 
 
 def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -221,10 +225,10 @@ def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd
         raise ParameterError(f"the vLLM bench result has no {', '.join(missing)}: save it with "
                              "`vllm bench serve --save-result --save-detailed`")
     n = len(result["latencies"])
-    column, level = vllm_level(result)
+    load = vllm_level(result)
     errors = [str(e or "") for e in result["errors"]]
     records = pd.DataFrame({
-        "engine": engine, "config": config, column: level, "round": 0, "prompt_index": range(n),
+        "engine": engine, "config": config, **load, "round": 0, "prompt_index": range(n),
         "category": "", "partial": False,
         "success": [not e and bool(k) for e, k in zip(errors, result["output_lens"])],
         "error": errors, "prompt_len": result["input_lens"], "output_tokens": result["output_lens"],
@@ -234,7 +238,7 @@ def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd
         records["output_tokens"] > 1)
     drafts = float(result.get("spec_decode_num_drafts", 0) or 0)
     per_pos = [rate * drafts for rate in result.get("spec_decode_per_position_acceptance_rates") or []]
-    runs = pd.DataFrame([{"engine": engine, "config": config, column: level, "round": 0,
+    runs = pd.DataFrame([{"engine": engine, "config": config, **load, "round": 0,
                           "duration": result["duration"], "completed": result["completed"],
                           "failed": result.get("failed", n - result["completed"]),
                           "total_output_tokens": result["total_output_tokens"], "partial": False,
@@ -248,30 +252,50 @@ def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd
 
 # ---------------------------------------------------------------- the closed loop: the policy measured
 
-ADAPTIVE_CONFIG = "adaptive"  # the configuration launched with the policy's schedule
+def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+    """Per level, the static configuration with the best TPOT speedup, and spec-off at 1.00x where
+    none beats it: what a policy is held against, before it runs (``serving_policy.choose_launch``)
+    and after (``adaptive_check``)."""
+    column = shape_of(summary).column
+    static = summary[~summary["config"].isin([baseline, ADAPTIVE_CONFIG])]
+    rows = []
+    for level in sorted(summary[column].unique()):
+        here = static[static[column] == level].sort_values("speedup_tpot")
+        best = here.iloc[-1] if len(here) else None
+        paying = best is not None and best["speedup_tpot"] >= 1.0
+        rows.append({column: level, "config": best["config"] if paying else baseline,
+                     "speedup_tpot": float(best["speedup_tpot"]) if paying else 1.0})
+    return pd.DataFrame(rows, columns=[column, "config", "speedup_tpot"])
+
+
+def draft_lengths(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> dict[str, int]:
+    """Each speculative static configuration's draft length, as its records carry it (``k``)."""
+    rows = summary[~summary["config"].isin([baseline, ADAPTIVE_CONFIG])]
+    if "k" not in rows:
+        return {}
+    return {c: int(k) for c, k in zip(rows["config"], rows["k"]) if k and not pd.isna(k)}
 
 
 def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG,
                    target: float = 0.95, records: pd.DataFrame | None = None, n_boot: int = 1000,
                    seed: int = 0) -> pd.DataFrame:
     """Per level: the adaptive configuration's TPOT speedup against the best static configuration's
-    at that level (spec-off counts as 1.00x), their ratio and whether it reaches ``target``. With the
-    pass's ``records``, also the ratio's 95% CI: adaptive's requests paired with the best static
-    one's on the same prompts (``ratio_lo``, ``ratio_hi``), so a miss inside the pass's noise shows."""
-    column = level_column(summary)
+    at that level (``best_static``: spec-off counts as 1.00x), their ratio and whether it reaches
+    ``target``. With the pass's ``records``, also the ratio's 95% CI: adaptive's requests paired with
+    the best static one's on the same prompts (``ratio_lo``, ``ratio_hi``), so a miss inside the
+    pass's noise shows."""
+    column = shape_of(summary).column
     if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
         return pd.DataFrame()
     rng = np.random.default_rng(seed)
     timed = None if records is None else decode_timed(records)
+    best = best_static(summary, baseline).set_index(column)
     rows = []
     for level, group in summary.groupby(column):
         own = group[group["config"] == adaptive]
-        static = group[~group["config"].isin([adaptive, baseline])]
         if own.empty:
             continue
-        best = static.sort_values("speedup_tpot").iloc[-1] if len(static) else None
-        best_config, best_x = (baseline, 1.0) if best is None or best["speedup_tpot"] < 1.0 else \
-            (best["config"], float(best["speedup_tpot"]))
+        best_config, best_x = best.loc[level, "config"], float(best.loc[level, "speedup_tpot"])
         x = float(own["speedup_tpot"].iloc[0])
         lo = hi = math.nan
         paired = paired_requests(timed, adaptive, level, best_config) if timed is not None else pd.DataFrame()
@@ -292,7 +316,7 @@ def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: 
     ok = records[records["success"]]
     if adaptive not in set(ok["config"]):
         return pd.DataFrame()
-    column, rng = level_column(records), np.random.default_rng(seed)
+    column, rng = shape_of(records).column, np.random.default_rng(seed)
     timed = decode_timed(records)
     mean_ms = ok.groupby("config")["tpot"].mean() * 1e3
     rows = []

@@ -33,17 +33,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from specnb.core.errors import ParameterError, SpecnbError
-from specnb.measure.serving_load import (
-    LEVELS,
-    RequestRecord,
-    Target,
-    closed_loop,
-    level_column,
-    level_text,
-    poisson_loop,
-    run_async,
-)
+from specnb.core.errors import SpecnbError
+from specnb.measure.serving_load import RequestRecord, Target, run_async, send_closed
 
 
 class EndpointError(SpecnbError, RuntimeError):
@@ -78,15 +69,22 @@ COUNTER_NAMES = {"spec_decode_num_drafts_total": "drafts", "spec_decode_num_draf
                  "spec_decode_num_accepted_tokens_total": "accepted", "n_decode_total": "n_decode",
                  "tokens_predicted_total": "tokens_predicted", "generation_tokens_total": "tokens_predicted"}
 GAUGE_NAMES = {"spec_accept_rate": "accept_rate_gauge", "spec_accept_length": "accept_length_gauge"}  # sglang:
-METRIC_LINE = re.compile(r"^(?:llamacpp|vllm|sglang):(\w+?)(?:\{([^}]*)\})?\s+([-+0-9.eE]+|NaN)\s*$")
+
+
+def metric_line() -> re.Pattern:
+    """A Prometheus sample of any registered engine's prefix: (name, labels, value)."""
+    from specnb.engine.engines.engine import engines
+
+    prefixes = "|".join(sorted({re.escape(e.metrics_prefix) for e in engines().values()}))
+    return re.compile(rf"^(?:{prefixes}):(\w+?)(?:\{{([^}}]*)\}})?\s+([-+0-9.eE]+|NaN)\s*$")
 
 
 def parse_counters(text: str) -> Counters:
     """Counters from Prometheus text; series with several label sets (vLLM's per-model) are summed,
     gauges averaged. SGLang's gauges read 0 on a server that never speculated: taken as absent."""
-    found, per_pos, gauges = Counters(), {}, {}
+    found, per_pos, gauges, pattern = Counters(), {}, {}, metric_line()
     for line in text.splitlines():
-        match = METRIC_LINE.match(line.strip())
+        match = pattern.match(line.strip())
         if not match:
             continue
         name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
@@ -129,8 +127,8 @@ def check_target(target: Target, timeout_s: float = 10.0) -> Target:
     except (ValueError, KeyError, TypeError) as err:
         raise EndpointError(f"{target.name}: {target.url}/v1/models is not an OpenAI-compatible answer "
                             f"(HTTP {response.status_code})") from err
-    return Target(name=target.name, url=target.url, engine=target.engine,
-                  model=target.model or (models[0] if models else ""))
+    return Target(url=target.url, engine=target.engine, model=target.model or (models[0] if models else ""),
+                  speculation=target.speculation)
 
 
 def reachable(target: Target, timeout_s: float = 5.0) -> bool:
@@ -164,39 +162,34 @@ def probe_tokens(max_tokens: int) -> list[int]:
     return [x for i, x in enumerate(sizes) if i == 0 or sizes[i - 1] < max_tokens]
 
 
-PROBED_ENGINES = ("llama.cpp", "vllm")  # engines whose forward cost ``probe_forward`` can read
-
-
 def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int = 0,
                   clock: Callable[[], float] = time.perf_counter) -> pd.DataFrame:
     """The engine's cost of one forward with n tokens in the batch, for n in ``sizes``: a prompt of n
-    token ids evaluated in one batch, the same matrix shapes as one decode step over n sequences.
-    llama.cpp times it itself (``prompt_ms``, no prompt cache); vLLM reports no per-request timings, so
-    there it is the client's time for a one-token completion of n random token ids (random: its prefix
-    cache cannot serve them), whose constant part (HTTP, scheduling, one sampled token) cancels in what
-    the predictor reads, f(b·(1 + d)) − f(b). Sizes interleaved, ``repeats`` each; median ms.
-    ``clock``: seconds, read around each vLLM request (a test passes its own)."""
+    random token ids evaluated in one batch, the same matrix shapes as one decode step over n
+    sequences, timed as the target's engine can (``Engine.probe``: llama.cpp times it itself, vLLM by
+    the client). Sizes interleaved, ``repeats`` each; median ms. ``clock``: seconds (a test passes its own)."""
     import httpx
 
+    from specnb.engine.engines.engine import engine_named
+
+    probe = engine_named(target.engine).probe
     rng = np.random.default_rng(seed)
     rows = []
     with httpx.Client(timeout=120.0) as client:
         for r in range(repeats):
             for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
-                ids = rng.integers(1000, 20000, size=n).tolist()
-                if target.engine == "vllm":
-                    body = {"model": target.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0}
-                    started = clock()
-                    reply = client.post(f"{target.url}/v1/completions", json=body)
-                    if reply.status_code == 200:
-                        rows.append({"tokens": n, "forward_ms": 1e3 * (clock() - started)})
-                    continue
-                body = {"prompt": ids, "n_predict": 1, "cache_prompt": False, "temperature": 0.0}
-                timings = client.post(f"{target.url}/completion", json=body).json().get("timings", {})
-                if "prompt_ms" in timings:
-                    rows.append({"tokens": timings["prompt_n"], "forward_ms": timings["prompt_ms"]})
+                timed = probe(client, target, rng.integers(1000, 20000, size=n).tolist(), clock)
+                if timed is not None:
+                    rows.append({"tokens": timed[0], "forward_ms": timed[1]})
     frame = pd.DataFrame(rows, columns=["tokens", "forward_ms"])
     return frame.groupby("tokens", as_index=False)["forward_ms"].median()
+
+
+def probed_target(targets: list[Target]) -> Target | None:
+    """The first target whose engine can time a forward (None: none can)."""
+    from specnb.engine.engines.engine import engine_named
+
+    return next((t for t in targets if engine_named(t.engine).probe is not None), None)
 
 
 def level_order(names: list[str], level_index: int, round_index: int) -> list[str]:
@@ -208,126 +201,114 @@ def level_order(names: list[str], level_index: int, round_index: int) -> list[st
 def warm_up(targets: list[Target], prompts: list[str], max_tokens: int = 4) -> None:
     """One short request to each target, so its first measured run pays no one-time cost."""
     for target in targets:
-        run_async(closed_loop(target, prompts[:1], 1, max_tokens))
+        run_async(send_closed(target, prompts[:1], 1, [max_tokens]))
 
 
-def run_sweep(targets: list[Target], prompts: pd.DataFrame, levels: list[int], *, max_tokens: int = 32,
-              rounds: int = 1, mode: str = "closed", seed: int = 0, ignore_eos: bool = True, warmup: bool = True,
-              down: Callable[[str], str] | None = None, on_run: Callable[[Sweep], None] | None = None,
-              progress: bool = False, probe_upto: int = 0, burstiness: float = 1.0) -> Sweep:
-    """Every level (a concurrency, or a rate in requests/s when ``mode`` is "poisson"; the tables name
-    the column accordingly, ``LEVELS``) on every target, same prompts, targets alternating piece by
-    piece (``chunks``) in an order rotated per piece, level and round. ``down(name)``: "" while a
-    target's server is up, else how it went down (default: "" while it answers ``/v1/models``),
-    asked when a run had failed requests or its counters could not be read; a server that is down
-    ends the sweep: finished levels are kept, the level it died in is marked ``partial`` and
-    ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it as
-    it grows). ``probe_upto``: first probe the first llama.cpp or vLLM target's forward cost up to
-    that many tokens in the batch (``probe_forward``). ``burstiness``: Poisson arrivals' gamma shape, as vLLM
-    bench's (1: Poisson; below 1: bursts, ``serving_load.arrival_gaps``)."""
-    if burstiness <= 0:
-        raise ParameterError(f"burstiness must be above 0 (1: Poisson arrivals, below 1: bursts), got {burstiness}")
-    if mode not in LEVELS:
-        raise ParameterError(f"mode must be one of {', '.join(LEVELS)}, got {mode!r}")
+@dataclass(kw_only=True)
+class SweepState:
+    """What a sweep has measured so far and how it reports it: the tables grow run by run."""
+
+    records: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+    probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def sweep(self) -> Sweep:
+        return Sweep(records=pd.DataFrame(self.records), runs=pd.DataFrame(self.runs), probe=self.probe)
+
+
+def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, rounds: int = 1, seed: int = 0,
+              ignore_eos: bool = True, warmup: bool = True, down: Callable[[str], str] | None = None,
+              on_run: Callable[[Sweep], None] | None = None, progress: bool = False,
+              probe_max_tokens: int = 0) -> Sweep:
+    """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals
+    at a rate, ...) on every target, same prompts and output lengths, targets alternating piece by
+    piece (the shape's ``pieces``) in an order rotated per piece, level and round. ``down(name)``: ""
+    while a target's server is up, else how it went down (default: "" while it answers
+    ``/v1/models``), asked when a run had failed requests or its counters could not be read; a server
+    that is down ends the sweep: finished levels are kept, the level it died in is marked ``partial``
+    and ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it
+    as it grows). ``probe_max_tokens``: first probe the first probe-able target's forward cost up to
+    that many tokens in the batch (``probe_forward``)."""
     texts = list(prompts["prompt"])
     prompts = prompts.reset_index(drop=True)
-    names = [t.name for t in targets]
     by_name = {t.name: t for t in targets}
     down = down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
-    records, runs = [], []
     if warmup:
         warm_up(targets, texts)
-    probed = [t for t in targets if t.engine in PROBED_ENGINES][:1] if probe_upto else []
-    probe = probe_forward(probed[0], probe_tokens(probe_upto), seed=seed) if probed else pd.DataFrame()
-    sweep = Sweep(records=pd.DataFrame(), runs=pd.DataFrame(), probe=probe)
-    where = lambda level: level_text(LEVELS[mode], level)  # noqa: E731
-    for li, level in enumerate(levels):
-        sent = requests_for(texts, level, mode)
-        for r in range(rounds):
-            for c, part in enumerate(chunks(len(sent), level, mode)):
-                for name in level_order(names, li, r + c):
-                    target = by_name[name]
-                    try:
-                        before = scrape(target)
-                    except EndpointError as err:
-                        return stop(sweep, level, mode, f"{name}'s server went down at {where(level)} "
-                                                        f"({down(name) or err})")
-                    texts_now = [sent[i] for i in part]
-                    load = closed_loop(target, texts_now, int(level), max_tokens, ignore_eos) if mode == "closed" \
-                        else poisson_loop(target, texts_now, float(level), max_tokens, seed + r, ignore_eos,
-                                        burstiness)
-                    done, duration = run_async(load)
-                    failed = [d for d in done if not d.success]
-                    why = down(name) if failed else ""
-                    try:
-                        counters = Counters() if why else scrape(target).minus(before)
-                    except EndpointError as err:
-                        counters, why = Counters(), down(name) or str(err)
-                    records += [request_row(d, target, mode, level, r, i, prompts) | {"chunk": c}
-                                for i, d in zip(part, done)]
-                    runs.append(run_row(target, mode, level, r, duration, done, counters, partial=bool(why))
-                                | {"chunk": c})
-                    sweep = Sweep(records=pd.DataFrame(records), runs=pd.DataFrame(runs), probe=probe)
-                    if progress:
-                        print(f"{name} at {where(level)}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
-                    if on_run:
-                        on_run(sweep)
-                    if why:
-                        first = f"; first failed request: {failed[0].error}" if failed else ""
-                        return stop(sweep, level, mode, f"{name}'s server went down at {where(level)} ({why}{first})")
-    return sweep
+    probed = probed_target(targets) if probe_max_tokens else None
+    state = SweepState(probe=probe_forward(probed, probe_tokens(probe_max_tokens), seed=seed) if probed
+                       else pd.DataFrame())
+    for li, load in enumerate(loads):
+        why = run_level(state, targets, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
+                        down=down, on_run=on_run, progress=progress)
+        if why:
+            return stop(state.sweep(), load, why)
+    return state.sweep()
 
 
-def chunks(n: int, level, mode: str, per_slot: int = 4) -> list[list[int]]:
-    """The request indices of a level, in the pieces each target runs in turn: a closed-loop level
-    of c runs ``per_slot``·c requests at a time on every target before the next piece, so the
-    configurations alternate every few seconds at low concurrency (a slow spell of a shared machine
-    then lands on all of them, not on the one whose whole level it overlapped); a Poisson level
-    is one piece (its arrival process spans the run)."""
-    size = n if mode != "closed" else max(1, per_slot * int(level))
-    return [list(range(start, min(start + size, n))) for start in range(0, n, size)]
+def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int, *, rounds: int,
+              seed: int, ignore_eos: bool, down, on_run, progress: bool) -> str:
+    """One load's rounds on every target (see ``run_sweep``); "" or why the sweep stops here."""
+    sent = load.requests_for(list(prompts["prompt"]))
+    ids = [str(prompts.iloc[i % len(prompts)].get("id", i % len(prompts))) for i in range(len(sent))]
+    by_name = {t.name: t for t in targets}
+    for r in range(rounds):
+        max_tokens = load.lengths.draw(ids, r, seed)
+        for c, part in enumerate(load.pieces(len(sent))):
+            for name in level_order(list(by_name), li, r + c):
+                target = by_name[name]
+                try:
+                    before = scrape(target)
+                except EndpointError as err:
+                    return f"{name}'s server went down at {load.text()} ({down(name) or err})"
+                done, duration = run_async(load.send(target, [sent[i] for i in part], [max_tokens[i] for i in part],
+                                                     ignore_eos, r))
+                failed = [d for d in done if not d.success]
+                why = down(name) if failed else ""
+                try:
+                    counters = Counters() if why else scrape(target).minus(before)
+                except EndpointError as err:
+                    counters, why = Counters(), down(name) or str(err)
+                where = {"round": r, "chunk": c}
+                state.records += [request_row(d, target, load, i, prompts) | where | {"max_tokens": max_tokens[i]}
+                                  for i, d in zip(part, done)]
+                state.runs.append(run_row(target, load, duration, done, counters, partial=bool(why)) | where)
+                if progress:
+                    print(f"{name} at {load.text()}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
+                if on_run:
+                    on_run(state.sweep())
+                if why:
+                    first = f"; first failed request: {failed[0].error}" if failed else ""
+                    return f"{name}'s server went down at {load.text()} ({why}{first})"
+    return ""
 
 
-def stop(sweep: Sweep, level, mode: str, why: str) -> Sweep:
+def stop(sweep: Sweep, load, why: str) -> Sweep:
     """End a sweep early: the level it stopped in is marked partial, ``stopped`` says why in one line."""
     if len(sweep.runs):
-        mark_partial(sweep, level)
-    sweep.stopped = " ".join(f"{why}; levels before it are kept, {level_text(LEVELS[mode], level)} is marked "
-                             "partial".split())
+        for table in (sweep.runs, sweep.records):
+            table.loc[table[load.column] == load.level, "partial"] = True
+    sweep.stopped = " ".join(f"{why}; levels before it are kept, {load.text()} is marked partial".split())
     return sweep
 
 
-def requests_for(texts: list[str], level, mode: str) -> list[str]:
-    """The prompts a run sends: each once, cycled in closed loop until every one of ``level`` workers
-    has at least one (fewer prompts than the concurrency would never fill it)."""
-    n = max(len(texts), int(level)) if mode == "closed" else len(texts)
-    return [texts[i % len(texts)] for i in range(n)]
-
-
-def mark_partial(sweep: Sweep, level) -> None:
-    column = level_column(sweep.runs)
-    sweep.runs.loc[sweep.runs[column] == level, "partial"] = True
-    sweep.records.loc[sweep.records[column] == level, "partial"] = True
-
-
-def request_row(record: RequestRecord, target: Target, mode: str, level, round_index: int, index: int,
-                prompts: pd.DataFrame) -> dict:
+def request_row(record: RequestRecord, target: Target, load, index: int, prompts: pd.DataFrame) -> dict:
     row = asdict(record)
     row["itl"] = json.dumps([round(x, 6) for x in record.itl])
     meta = prompts.iloc[index % len(prompts)]
-    return {"engine": target.engine, "config": target.name, LEVELS[mode]: level, "round": round_index,
+    return {"engine": target.engine, **target.speculation.columns(), **load.columns(),
             "prompt_index": index, "prompt_id": str(meta.get("id", index % len(prompts))),
             "category": meta.get("category", ""), "partial": False, **row}
 
 
-def run_row(target: Target, mode: str, level, round_index: int, duration: float, done: list[RequestRecord],
-            counters: Counters, partial: bool) -> dict:
+def run_row(target: Target, load, duration: float, done: list[RequestRecord], counters: Counters,
+            partial: bool) -> dict:
     """One run: its counters, or (SGLang, no counters) the draft and accepted tokens its requests
     returned; the verification steps requests returned and their output tokens; the gauges."""
     ok = [d for d in done if d.success]
     verified = [d for d in ok if d.spec_verify_ct]
     per_request = not counters.draft_tokens and not counters.drafts  # the engine counted nothing itself
-    return {"engine": target.engine, "config": target.name, LEVELS[mode]: level, "round": round_index,
+    return {"engine": target.engine, **target.speculation.columns(), **load.columns(),
             "duration": duration, "completed": len(ok), "failed": len(done) - len(ok),
             "total_output_tokens": sum(d.output_tokens for d in ok), "partial": partial,
             "spec_decode_num_drafts": counters.drafts,
@@ -342,19 +323,24 @@ def run_row(target: Target, mode: str, level, round_index: int, duration: float,
             "spec_accept_length_gauge": counters.accept_length_gauge}
 
 
-def sweep_servers(configs, prompts: pd.DataFrame, levels: list[int], **settings) -> Sweep:
-    """Start one server per configuration (``ServerConfig``: llama-server, ``VllmConfig``: vLLM), run
+def sweep_servers(configs, prompts: pd.DataFrame, loads: list, **settings) -> Sweep:
+    """Start one server per configuration (each its engine's: ``Engine.server``), run
     ``run_sweep`` on them (a server that dies ends it, saying how it died and its last log line, see
     there), and stop every server however the sweep ends (Ctrl-C included). A speculative
     configuration the engine refuses to start is left out and named in ``stopped`` with the engine's
     own line; the others are measured."""
-    from specnb.engine.servers import engine_of, servers
+    from specnb.engine.servers import servers
 
     with servers(configs, keep_going=True) as running:
-        engines = {c.name: engine_of(c) for c in configs}
-        targets = [Target(name=name, url=server.url, engine=engines[name], model=getattr(server, "model", ""))
-                   for name, server in running.servers.items()]
-        sweep = run_sweep(targets, prompts, levels, down=lambda name: running.servers[name].exit_note(), **settings)
+        sweep = run_sweep(targets_of(configs, running.servers), prompts, loads,
+                          down=lambda name: running.servers[name].exit_note(), **settings)
     skipped = "; ".join(f"{name} left out: {line}" for name, line in running.failed.items())
     sweep.stopped = "; ".join(filter(None, [skipped, sweep.stopped]))
     return sweep
+
+
+def targets_of(configs: list, servers: dict) -> list[Target]:
+    """The running servers as targets, each with its configuration's engine and speculation."""
+    by_name = {c.name: c for c in configs}
+    return [Target(url=server.url, engine=by_name[name].engine, model=getattr(server, "model", ""),
+                   speculation=by_name[name].speculation) for name, server in servers.items()]

@@ -29,21 +29,11 @@ The model (one engine step serves every running sequence at once):
 Why speedup falls with load: t grows with the tokens in the batch once the machine stops being
 memory-bound, and speculation multiplies those tokens by 1 + d while dividing steps only by τ'.
 
-The policy (``serving_policy``): per concurrency level the configuration (of those measured) with the
-best TPOT speedup above 1 whose lower 95% bound is at least ``POLICY_FLOOR``, else none — as vLLM's
-``num_speculative_tokens_per_batch_size`` and as llama-server flags. A policy is held against the
-best static configuration at each level, so it follows the best point estimate; the floor keeps out
-one whose interval admits a loss of more than 5%. A vLLM server runs one method, and a schedule's
-k = 0 range is not spec-off for any method: the step still goes through the speculative path (the
-proposer is called, a draft model's or head's first forward runs, the scheduler and sampler take
-their speculative branches). ``zero_range_speedup`` prices it at the method's own step cost δ(b),
-which is what an all-zero schedule measured against spec-off (``benchmarks/vllm_k0.py``);
-``launch_policy`` drafts instead at a level where the method's measured speedup beats that.
+The policy that follows from these figures is ``specnb.predict.serving_policy``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 
@@ -51,22 +41,22 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
+from specnb.engine.engines.engine import BASELINE_CONFIG
+from specnb.measure.load_shapes import shape_of
 
-BASELINE_CONFIG = "spec-off"
-POLICY_FLOOR = 0.95  # the lowest lower 95% bound of a TPOT speedup the policy will run
 
-
-def closed_loop_levels(frame: pd.DataFrame) -> None:
-    """Refuse a table keyed by request rate: b here is sequences in a step, which a rate is not."""
-    if "concurrency" not in frame.columns:
+def require_steps(frame: pd.DataFrame) -> None:
+    """Refuse a table whose level is not the sequences in an engine step (open-loop arrivals: a rate is
+    not a batch): the predictor and policy price a step by the requests in it."""
+    if not shape_of(frame).steps_batch:
         raise ParameterError("the serving predictor and policy price a step by the requests in it, so they need "
-                             "closed-loop concurrency levels; this sweep ran Poisson arrivals (requests/s): "
+                             "closed-loop concurrency levels; this sweep ran open-loop arrivals (requests/s): "
                              "rerun with rates = [] for them")
 
 
 def step_cost(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """The engine's step time t(b) in ms against tokens in the batch b, from spec-off's mean TPOT."""
-    closed_loop_levels(summary)
+    require_steps(summary)
     base = summary[summary["config"] == baseline].sort_values("concurrency")
     if base.empty:
         raise ParameterError(f"no {baseline!r} rows to price a step from")
@@ -196,7 +186,7 @@ def validate_held_out(records: pd.DataFrame, configs: Iterable[str], baseline: s
     empty with neither."""
     from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
 
-    closed_loop_levels(records)
+    require_steps(records)
     by_request = per_request_counts(records)
     if not by_request and (runs is None or runs.empty or "chunk" not in records or "chunk" not in runs):
         return pd.DataFrame()
@@ -232,129 +222,3 @@ def median_error(validation: pd.DataFrame) -> float:
     """Median relative error of the predicted TPOT speedup over the levels not calibrated on."""
     held = validation[~validation["calibration"]] if len(validation) else validation
     return float(held["error"].median()) if len(held) else math.nan
-
-
-def serving_policy(summary: pd.DataFrame, draft_lengths: dict[str, int], baseline: str = BASELINE_CONFIG
-                   ) -> pd.DataFrame:
-    """Per measured level: the configuration to run (the best TPOT speedup above 1 whose lower CI
-    bound is at least ``POLICY_FLOOR``, else spec-off), its draft length k (0 for spec-off) and the
-    speedup it stands on."""
-    closed_loop_levels(summary)
-    rows = []
-    for level, group in summary[summary["config"] != baseline].groupby("concurrency"):
-        paying = group[(group["speedup_tpot"] > 1.0) & (group["speedup_tpot_lo"] >= POLICY_FLOOR)]
-        if paying.empty:
-            rows.append({"concurrency": level, "config": baseline, "k": 0, "speedup_tpot": 1.0})
-            continue
-        best = paying.sort_values("speedup_tpot").iloc[-1]
-        rows.append({"concurrency": level, "config": best["config"], "k": draft_lengths.get(best["config"], 0),
-                     "speedup_tpot": float(best["speedup_tpot"])})
-    return pd.DataFrame(rows)
-
-
-def zero_range_speedup(summary: pd.DataFrame, base: str, levels, baseline: str = BASELINE_CONFIG) -> pd.Series:
-    """Per level, the TPOT speedup over spec-off of a launch built on configuration ``base`` where its
-    schedule says k = 0: the step is spec-off's plus ``base``'s own cost beyond verification δ(b)
-    (``predict_serving``'s ``draft_ms``, calibrated at its lowest level), since vLLM still takes the
-    speculative path at k = 0 — for n-gram as for a head, whose first forward is only part of it."""
-    cost = step_cost(summary, baseline)
-    own = predict_serving(summary, base, list(levels), baseline).set_index("concurrency")["draft_ms"]
-    return pd.Series({b: step_ms(cost, b) / (step_ms(cost, b) + own[b]) for b in levels}, name="zero_range_speedup")
-
-
-def launch_policy(summary: pd.DataFrame, family: dict[str, int], baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
-    """One vLLM launch's schedule over ``family`` (one method's configurations and their k, the
-    launch built on the one with the largest k): ``serving_policy``'s choice per level, except where
-    it says k = 0 and the family's best measured configuration there is faster than the launch's k = 0
-    range (``zero_range_speedup``) — there the launch drafts with that configuration's k, unless its
-    lower bound admits a loss of more than 5% against that range (``POLICY_FLOOR``, as against
-    spec-off in ``serving_policy``)."""
-    base = max(family, key=family.get)
-    policy = serving_policy(summary[summary["config"].isin([baseline, *family])], family, baseline)
-    zero = zero_range_speedup(summary, base, policy["concurrency"], baseline)
-    own = summary[summary["config"].isin(list(family))]
-    rows = []
-    for row in policy.to_dict("records"):
-        here = own[own["concurrency"] == row["concurrency"]].sort_values("speedup_tpot")
-        best = here.iloc[-1] if len(here) else None
-        z = zero[row["concurrency"]]
-        if row["k"] == 0 and best is not None and best["speedup_tpot"] > z and \
-                best["speedup_tpot_lo"] >= POLICY_FLOOR * z:
-            row = row | {"config": best["config"], "k": family[best["config"]],
-                         "speedup_tpot": float(best["speedup_tpot"])}
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def adaptive_expected(summary: pd.DataFrame, policy: pd.DataFrame, base: str,
-                      baseline: str = BASELINE_CONFIG) -> pd.Series:
-    """The TPOT speedup one launch of ``policy``'s schedule, built on configuration ``base``, should
-    reach per level: the chosen configuration's measured one where it drafts, ``zero_range_speedup``
-    where k = 0."""
-    levels = policy.sort_values("concurrency")
-    zero = zero_range_speedup(summary, base, list(levels["concurrency"]), baseline)
-    return pd.Series({row["concurrency"]: float(row["speedup_tpot"] if row["k"] > 0 else zero[row["concurrency"]])
-                      for row in levels.to_dict("records")}, name="expected_speedup_tpot")
-
-
-def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]]:
-    """[[first, last, k], ...] over batch sizes: each measured level's k holds up to the next level − 1,
-    the last level's to ``max_batch`` (vLLM's ``num_speculative_tokens_per_batch_size`` shape)."""
-    levels = policy.sort_values("concurrency")
-    ranges = []
-    starts = [int(x) for x in levels["concurrency"]]
-    for i, (start, k) in enumerate(zip(starts, levels["k"])):
-        end = starts[i + 1] - 1 if i + 1 < len(starts) else max_batch
-        if ranges and ranges[-1][2] == int(k):
-            ranges[-1][1] = end
-        else:
-            ranges.append([start, end, int(k)])
-    return ranges
-
-
-def speculative_config(policy: pd.DataFrame, method: str, model: str = "") -> dict:
-    """vLLM's ``--speculative-config`` for the policy, its ranges as ``num_speculative_tokens_per_batch_size``
-    and ``num_speculative_tokens`` their largest k; {} where no level speculates, since vLLM then runs
-    best with no speculative config at all (a schedule of zeros still loads and calls the proposer).
-    One range drafting at every batch size is a static launch, no schedule: vLLM's dynamic path cost
-    2.5% against the static one at the same k (an EAGLE-3 trace, benchmarks/README.md)."""
-    ranges = policy_ranges(policy)
-    k_max = max((k for *_, k in ranges), default=0)
-    if not k_max:
-        return {}
-    config = {"method": method, "num_speculative_tokens": k_max}
-    if len(ranges) > 1:
-        config["num_speculative_tokens_per_batch_size"] = ranges
-    return config | ({"model": model} if model else {})
-
-
-def vllm_config(policy: pd.DataFrame, method: str, model: str = "") -> str:
-    """``speculative_config`` as the JSON a vLLM user pastes; "" where no level speculates (no
-    ``--speculative-config``)."""
-    config = speculative_config(policy, method, model)
-    return json.dumps(config) if config else ""
-
-
-def llama_server_flags(policy: pd.DataFrame, flags: dict[str, str]) -> list[str]:
-    """One llama-server command-line tail per range (llama-server fixes its speculation per launch);
-    ``flags``: each configuration's speculation flags as it was launched."""
-    lines = []
-    by_k = policy.drop_duplicates("k", keep="first").set_index("k")
-    ranges = policy_ranges(policy)
-    for i, (start, end, k) in enumerate(ranges):
-        span = f"{start} or more" if i == len(ranges) - 1 else f"{start}" if start == end else f"{start}–{end}"
-        what = "no --spec-type (spec-off)" if k == 0 else flags.get(by_k.loc[k, "config"], f"--spec-draft-n-max {k}")
-        lines.append(f"{span} concurrent: {what}")
-    return lines
-
-
-def policy_switch(policy: pd.DataFrame) -> float:
-    """The load where the policy stops speculating: the geometric mean of its last level that drafts
-    and the next one, which does not; where it drafts at every level, the load where its k first falls
-    (a schedule of k alone, e.g. 4 at low load and 1 above); NaN where neither happens (it never
-    drafts, or drafts one k throughout)."""
-    levels = policy.sort_values("concurrency")
-    at, ks = levels["concurrency"].to_numpy(float), levels["k"].to_numpy()
-    falls = [i for i in range(1, len(ks)) if ks[i] < ks[i - 1]]
-    i = next((i for i in falls if ks[i] == 0), falls[0] if falls and ks.all() else None)
-    return math.nan if i is None else float(math.sqrt(at[i - 1] * at[i]))

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import closed, open_loop, spec
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import counter_rates
-from specnb.measure.serving_load import arrival_gaps, closed_loop, poisson_loop, run_async
+from specnb.measure.serving_load import arrival_gaps, run_async, send_closed, send_open
 from specnb.measure.serving_summary import (
     adaptive_check,
     crossover,
@@ -143,7 +144,7 @@ PROMPTS = pd.DataFrame({"prompt": ["say a", "say bb", "say ccc", "say dddd"], "c
 
 def test_closed_loop_records_use_vllm_names_and_tpot(fake):
     _, url = fake
-    records, duration = run_async(closed_loop(Target(name="a", url=url), list(PROMPTS["prompt"]), 2, 6))
+    records, duration = run_async(send_closed(Target(url=url), list(PROMPTS["prompt"]), 2, [6] * 4))
     assert len(records) == 4 and all(r.success for r in records) and duration > 0
     first = records[0]
     assert first.output_tokens == 6 and first.prompt_len == len("say a") and len(first.itl) == 5
@@ -156,7 +157,7 @@ def test_poisson_arrivals_are_seeded(fake):
     """Each request starts at its seeded arrival time or later, never before (how much later is the
     machine's load: not asserted)."""
     _, url = fake
-    records, _ = run_async(poisson_loop(Target(name="a", url=url), ["p"] * 5, 50.0, 3, seed=1))
+    records, _ = run_async(send_open(Target(url=url), ["p"] * 5, 50.0, [3] * 5, seed=1))
     starts = np.array([r.start_time for r in records])
     assert all(r.success for r in records) and list(starts) == sorted(starts)
     arrivals = np.cumsum(np.random.default_rng(1).exponential(1 / 50.0, size=5))
@@ -165,8 +166,8 @@ def test_poisson_arrivals_are_seeded(fake):
 
 def test_sweep_interleaves_differences_counters_and_summarises(fake):
     _, url = fake
-    targets = [Target(name="spec-off", url=url), Target(name="ngram k=2", url=url)]
-    sweep = run_sweep(targets, PROMPTS, [1, 2], max_tokens=5, rounds=2)
+    targets = [Target(url=url), Target(speculation=spec("ngram", 2), url=url)]
+    sweep = run_sweep(targets, PROMPTS, closed(1, 2, tokens=5), rounds=2)
     # each level in one piece of 4 requests: 2 levels × 2 rounds × 2 targets
     assert sweep.stopped == "" and len(sweep.runs) == 8 and len(sweep.records) == 32
     assert set(sweep.runs["spec_decode_num_drafts"]) == {4.0}  # per run, not cumulative
@@ -184,7 +185,7 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
 
 def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
     _, url = fake
-    sweep = run_sweep([Target(name="spec-off", url=url)], PROMPTS.head(2), [4], max_tokens=2, warmup=False)
+    sweep = run_sweep([Target(url=url)], PROMPTS.head(2), closed(4, tokens=2), warmup=False)
     assert list(sweep.records["prompt_index"]) == [0, 1, 2, 3] and list(sweep.records["category"]) == ["x"] * 4
     assert sweep.records["success"].all()
 
@@ -196,7 +197,7 @@ def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
     def down(name):
         return "" if handler.served < handler.die_after else "killed by SIGKILL: last log line"
 
-    sweep = run_sweep([Target(name="spec-off", url=url)], PROMPTS, [1, 2, 4], max_tokens=3, down=down)
+    sweep = run_sweep([Target(url=url)], PROMPTS, closed(1, 2, 4, tokens=3), down=down)
     assert sweep.stopped.startswith("spec-off's server went down at 2 concurrent (killed by SIGKILL: last log line")
     assert "2 concurrent is marked partial" in sweep.stopped and "\n" not in sweep.stopped
     assert list(sweep.runs["partial"]) == [False, True]
@@ -213,17 +214,17 @@ def test_an_endpoint_that_stops_answering_ends_the_sweep(fake):
         self.connection.close() if len(scrapes) > 2 else FakeEngine.do_GET(self)
 
     handler.do_GET = models_then_gone
-    sweep = run_sweep([Target(name="spec-off", url=url)], PROMPTS, [1, 2], max_tokens=3)
+    sweep = run_sweep([Target(url=url)], PROMPTS, closed(1, 2, tokens=3))
     assert "went down at 2 concurrent (it stopped answering /v1/models)" in sweep.stopped and "\n" not in sweep.stopped
     assert list(sweep.runs["concurrency"]) == [1] and sweep.records["success"].all()
 
 
 def test_unreachable_or_not_openai_endpoints_are_one_line(fake):
     _, url = fake
-    assert check_target(Target(name="a", url=url)).model == "fake"
+    assert check_target(Target(url=url)).model == "fake"
     with pytest.raises(EndpointError, match="unreachable"):
-        check_target(Target(name="a", url="http://127.0.0.1:9"), timeout_s=2)
-    handler_html = Target(name="b", url=url + "/html")
+        check_target(Target(url="http://127.0.0.1:9"), timeout_s=2)
+    handler_html = Target(speculation=spec("b", 1), url=url + "/html")
     with pytest.raises(EndpointError, match="not an OpenAI-compatible"):
         check_target(handler_html)
 
@@ -285,16 +286,14 @@ def test_a_vllm_bench_poisson_run_is_keyed_by_request_rate_and_a_summary_file_is
 
 def test_poisson_levels_are_request_rates_in_records_runs_and_summary(fake):
     _, url = fake
-    sweep = run_sweep([Target(name="spec-off", url=url), Target(name="ngram k=2", url=url)], PROMPTS, [20.0, 40.0],
-                      max_tokens=3,
-                      mode="poisson", warmup=False)
+    sweep = run_sweep([Target(url=url), Target(speculation=spec("ngram", 2), url=url)], PROMPTS,
+                      open_loop(20.0, 40.0, tokens=3), warmup=False)
     for table in (sweep.records, sweep.runs):
         assert "concurrency" not in table and set(table["request_rate"]) == {20.0, 40.0}
     summary = summarise_sweep(sweep.records, sweep.runs, n_boot=50)
     assert "concurrency" not in summary and sorted(summary["request_rate"].unique()) == [20.0, 40.0]
     assert "speedup_tpot" in summary and crossover(summary).iloc[0]["level"] == "request_rate"
-    with pytest.raises(ParameterError, match="mode must be one of closed, poisson"):
-        run_sweep([Target(name="spec-off", url=url)], PROMPTS, [1], mode="open")
+    assert set(summary["load"]) == {"open"} and set(summary["burstiness"]) == {1.0}  # the shape, as a record
 
 
 # SGLang samples below are hand-written in the shapes its source gives, not captured from a server:
@@ -389,8 +388,8 @@ def test_an_sglang_sweep_lands_in_the_same_alpha_and_tau(meta):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        sweep = run_sweep([Target(name="eagle k=3", url=url, engine="sglang")], PROMPTS, [2], max_tokens=6,
-                          warmup=False)
+        sweep = run_sweep([Target(speculation=spec("eagle", 3), url=url, engine="sglang")], PROMPTS,
+                          closed(2, tokens=6), warmup=False)
     finally:
         server.shutdown()
         server.server_close()
@@ -409,7 +408,7 @@ def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
     note = missing_note()
     assert "make setup" in note and "-p endpoint" in note and "\n" not in note
     with pytest.raises(ServerFailed, match="make setup"):
-        Server(ServerConfig(name="x", model="m.gguf"))
+        Server(ServerConfig(model="m.gguf"))
 
 
 class FakeVllmPrefill(BaseHTTPRequestHandler):
@@ -441,7 +440,7 @@ def test_vllm_is_probed_by_timing_one_token_completions_of_random_prompts():
         return ticks[-1]
 
     try:
-        target = Target(name="spec-off", url=f"http://127.0.0.1:{server.server_address[1]}", engine="vllm", model="m")
+        target = Target(url=f"http://127.0.0.1:{server.server_address[1]}", engine="vllm", model="m")
         probe = probe_forward(target, [4, 40, 80], repeats=2, clock=clock).set_index("tokens")["forward_ms"]
     finally:
         server.shutdown()
@@ -457,16 +456,14 @@ def test_probe_sizes_reach_the_largest_verification_batch():
 
 
 def test_low_concurrency_alternates_configurations_every_few_requests(fake):
-    from specnb.measure.serving_sweep import chunks
-
-    assert chunks(10, 1, "closed") == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
-    assert chunks(10, 4, "closed") == [list(range(10))] and chunks(10, 0.5, "poisson") == [list(range(10))]
+    one, four = closed(1, 4)
+    assert one.pieces(10) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert four.pieces(10) == [list(range(10))] and open_loop(0.5)[0].pieces(10) == [list(range(10))]
     _, url = fake
-    sweep = run_sweep([Target(name="spec-off", url=url), Target(name="b", url=url)], pd.concat([PROMPTS] * 2), [1],
-                      max_tokens=2,
-                      warmup=False)
-    assert list(sweep.runs["config"]) == ["spec-off", "b", "b", "spec-off"]  # rotated piece by piece
-    assert sorted(sweep.records.loc[sweep.records["config"] == "b", "prompt_index"]) == list(range(8))
+    sweep = run_sweep([Target(url=url), Target(speculation=spec("b", 1), url=url)], pd.concat([PROMPTS] * 2),
+                      closed(1, tokens=2), warmup=False)
+    assert list(sweep.runs["config"]) == ["spec-off", "b k=1", "b k=1", "spec-off"]  # rotated piece by piece
+    assert sorted(sweep.records.loc[sweep.records["config"] == "b k=1", "prompt_index"]) == list(range(8))
 
 
 def test_bursty_arrivals_keep_the_mean_rate_and_bunch_up():

@@ -10,13 +10,14 @@ import altair as alt
 import pandas as pd
 
 from specnb.core.intervals import speedup_text
-from specnb.measure.serving_load import LEVEL_UNITS, level_column
-from specnb.measure.serving_summary import BASELINE_CONFIG
+from specnb.engine.engines.engine import BASELINE_CONFIG
+from specnb.measure.load_shapes import shape_of
 
 
-def level_axis(column: str) -> alt.X:
-    """The load on a log2 axis, titled with its unit."""
-    return alt.X(f"{column}:Q", scale=alt.Scale(type="log", base=2), title=LEVEL_UNITS[column])
+def level_axis(frame: pd.DataFrame) -> alt.X:
+    """The load on a log2 axis, titled with its unit (the frame's load shape's)."""
+    shape = shape_of(frame)
+    return alt.X(f"{shape.column}:Q", scale=alt.Scale(type="log", base=2), title=shape.unit)
 
 
 def display_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -28,10 +29,10 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
         return speedup_text(row[name], None if pd.isna(lo) else lo, hi)
 
     order = {name: i for i, name in enumerate(dict.fromkeys([BASELINE_CONFIG, *summary["config"]]))}
-    column = level_column(summary)
+    column, unit = shape_of(summary).column, shape_of(summary).unit
     rows = summary.assign(_order=summary["config"].map(order)).sort_values(["_order", column]).to_dict("records")
     return pd.DataFrame({
-        "config": [r["config"] for r in rows], LEVEL_UNITS[column]: [r[column] for r in rows],
+        "config": [r["config"] for r in rows], unit: [r[column] for r in rows],
         "output tok/s": [round(r["output_throughput"], 1) for r in rows],
         "median TPOT ms": [round(r["median_tpot_ms"], 1) for r in rows],
         "median ITL ms": [round(r["median_itl_ms"], 1) for r in rows],
@@ -44,8 +45,8 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
 def speedup_chart(summary: pd.DataFrame, metric: str = "speedup_tpot") -> alt.Chart:
     """Speedup over spec-off against the load (log scale) per configuration, 95% CI bars, 1.0 line."""
     frame = summary[summary["config"] != BASELINE_CONFIG].dropna(subset=[metric])
-    column = level_column(summary)
-    x = level_axis(column)
+    column = shape_of(summary).column
+    x = level_axis(summary)
     line = alt.Chart(frame).mark_line(point=True).encode(
         x=x, y=alt.Y(f"{metric}:Q", title=f"{metric.replace('speedup_', '')} speedup over spec-off (x)"),
         color=alt.Color("config:N", title=None),
@@ -59,7 +60,7 @@ def speedup_chart(summary: pd.DataFrame, metric: str = "speedup_tpot") -> alt.Ch
 
 def latency_throughput_chart(summary: pd.DataFrame) -> alt.Chart:
     """Output throughput against p50 and p90 TPOT, one curve per configuration through its levels."""
-    column = level_column(summary)
+    column, unit = shape_of(summary).column, shape_of(summary).unit
     frame = summary.melt(id_vars=["config", column, "output_throughput"],
                          value_vars=["median_tpot_ms", "p90_tpot_ms"], var_name="percentile", value_name="tpot_ms")
     frame["percentile"] = frame["percentile"].map({"median_tpot_ms": "p50", "p90_tpot_ms": "p90"})
@@ -70,7 +71,7 @@ def latency_throughput_chart(summary: pd.DataFrame) -> alt.Chart:
         order=f"{column}:Q",
         tooltip=["config", column, "percentile", alt.Tooltip("tpot_ms:Q", format=".1f"),
                  alt.Tooltip("output_throughput:Q", format=".1f")],
-    ).properties(title=f"Latency against throughput (each point a level: {LEVEL_UNITS[column]})", width=420,
+    ).properties(title=f"Latency against throughput (each point a level: {unit})", width=420,
                  height=260)
 
 
@@ -97,12 +98,12 @@ def position_chart(summary: pd.DataFrame) -> alt.Chart:
 
 
 def prediction_chart(validation: pd.DataFrame) -> alt.Chart:
-    column = level_column(validation)
+    column = shape_of(validation).column
     frame = validation.melt(id_vars=["config", column], value_vars=["speedup_tpot", "predicted_speedup_tpot"],
                             var_name="kind", value_name="speedup")
     frame["kind"] = frame["kind"].map({"speedup_tpot": "measured", "predicted_speedup_tpot": "predicted"})
     return alt.Chart(frame).mark_line(point=True).encode(
-        x=level_axis(column),
+        x=level_axis(validation),
         y=alt.Y("speedup:Q", title="TPOT speedup over spec-off (x)"), color=alt.Color("config:N", title=None),
         strokeDash=alt.StrokeDash("kind:N", title=None),
         tooltip=["config", column, "kind", alt.Tooltip("speedup:Q", format=".2f")],

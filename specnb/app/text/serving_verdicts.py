@@ -3,25 +3,19 @@ predictor's error, the policy (vLLM's and llama-server's forms) and the conclusi
 
 from __future__ import annotations
 
-import json
 import math
 
 import pandas as pd
 
-from specnb.app.serving_setup import no_launch_why, policy_model, vllm_policy
+from specnb.app.serving_setup import config_drafts
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
-from specnb.engine.llama_server import ServerConfig, spec_flags
-from specnb.engine.vllm_server import speculative_config
-from specnb.measure.serving_load import LEVEL_UNITS, level_column, level_text
-from specnb.measure.serving_summary import BASELINE_CONFIG
-from specnb.predict.serving_predictor import (
-    llama_server_flags,
-    median_error,
-    step_cost,
-    step_ms,
-    vllm_config,
-)
+from specnb.engine.engines.engine import BASELINE_CONFIG, engine_named, engine_of
+from specnb.measure.load_shapes import SHAPES, level_text, shape_of
+from specnb.predict.serving_policy import as_launch, choose_launch
+from specnb.predict.serving_predictor import median_error, step_cost, step_ms
+
+SCHEDULE_FORMAT = "vllm"  # the engine whose --speculative-config is the form a per-batch-size schedule is pasted in
 
 
 def fmt_ci(row, metric: str) -> str:
@@ -31,8 +25,8 @@ def fmt_ci(row, metric: str) -> str:
 
 def crossover_line(row) -> str:
     """One configuration's crossover, in the unit of the sweep's levels (``row["level"]``)."""
-    column = row.get("level", "concurrency")
-    unit, load = LEVEL_UNITS[column], "request rate" if column == "request_rate" else "concurrency"
+    shape = SHAPES[row.get("load", "closed")]
+    unit, load = shape.unit, shape.axis
     if row["verdict"] == "never pays":
         return f"**{row['config']}** does not pay even at the lowest level"
     if row["verdict"] == "pays at every level measured":
@@ -74,13 +68,14 @@ def identical_line(group: pd.DataFrame) -> str:
 def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFrame | None = None) -> Report:
     if "speedup_tpot" not in summary:
         return Report("No spec-off configuration to compare with: the tables show each configuration alone.", {})
-    lines, values, column = [], {}, level_column(summary)
+    lines, values, shape = [], {}, shape_of(summary)
+    column = shape.column
     for config, group in summary[summary["config"] != BASELINE_CONFIG].groupby("config", sort=False):
         group = group.sort_values(column)
         first, last = group.iloc[0], group.iloc[-1]
         lines.append(f"**{config}**: α {first['alpha']:.2f}, τ {first['tau']:.2f}; TPOT speedup "
-                     f"{fmt_ci(first, 'speedup_tpot')} at {level_text(column, first[column])}, "
-                     f"{fmt_ci(last, 'speedup_tpot')} at {level_text(column, last[column])}; output throughput "
+                     f"{fmt_ci(first, 'speedup_tpot')} at {level_text(shape, first[column])}, "
+                     f"{fmt_ci(last, 'speedup_tpot')} at {level_text(shape, last[column])}; output throughput "
                      f"{fmt_ci(first, 'speedup_output_throughput')} → {fmt_ci(last, 'speedup_output_throughput')}; "
                      f"{identical_line(group)}")
         values[f"{config} identical share"] = identical_share(group)
@@ -89,13 +84,13 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
     for row in crossings.to_dict("records"):
         lines.append(crossover_line(row))
         values[f"{row['config']} crossover"] = row["crossover"]
-        if row["verdict"] == "never pays" and column == "concurrency":  # a step's sequences: closed loop only
+        if row["verdict"] == "never pays" and shape.steps_batch:  # a step's sequences: closed loop only
             lines.append("step arithmetic: " + step_arithmetic(summary, row["config"], probe))
     return Report(bullets(lines), values)
 
 
 def closed_loop_only() -> Report:
-    """Why a Poisson sweep has no prediction and policy (``serving_predictor.closed_loop_levels``)."""
+    """Why an open-loop sweep has no prediction and policy (``serving_predictor.require_steps``)."""
     return Report("The serving predictor and the policy price an engine step by the requests in it, so they need "
                   "closed-loop concurrency levels; this sweep ran Poisson arrivals (requests/s), so they are left "
                   "out: run with `rates = []` for them.", {})
@@ -119,28 +114,28 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
-def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, lengths: dict[str, int], configs: list) -> Report:
-    """The policy per level, then as vLLM's ``--speculative-config`` (one method per server: the
-    method whose own schedule comes closest to the best static configuration at its worst level,
-    ``vllm_policy``, with the ``model`` folder of a head or draft model, ``policy_model``) and, unless
-    the sweep ran on vLLM configurations, as llama-server flags."""
+def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, configs: list) -> Report:
+    """The policy per level, then as one ``--speculative-config`` (vLLM's form, the one a per-batch-size
+    schedule is pasted in; one method per server: the family whose own schedule comes closest to the
+    best static configuration at its worst level, ``choose_launch``, with the ``model`` folder of a
+    head or draft model) and, for an engine whose speculation is fixed per launch, its own lines per
+    load range (``Engine.policy_lines``)."""
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
-    flags = {c.name: " ".join("<draft GGUF>" if c.draft and f == str(c.draft) else f for f in spec_flags(c))
-             for c in configs if isinstance(c, ServerConfig)}
-    on_llama = bool(flags) or not configs  # launched llama-servers, or an endpoint (its engine unknown here)
-    method, own = vllm_policy(summary, policy, lengths)
-    vllm = vllm_config(own, method, policy_model(own, method, configs))
-    lines = llama_server_flags(policy, flags) if on_llama else []
-    vllm_part = (f"vLLM (`--speculative-config`, {method}, the ranges as measured here):\n\n```\n{vllm}\n```" if vllm
-                 else f"vLLM: no `--speculative-config` ({no_launch_why(policy, method)}, so launch vLLM without "
-                      "speculation)")
+    choice = choose_launch(summary, policy, config_drafts(configs))
+    launch = engine_named(SCHEDULE_FORMAT).launch_json(choice.launch)
+    lines = engine_named(engine).policy_lines(as_launch(policy, choice.launch.family, ""), configs)
+    family = choice.launch.family
+    launch_part = (f"vLLM (`--speculative-config`, {family}, the ranges as measured here):\n\n```\n{launch}\n```"
+                   if launch else f"vLLM: no `--speculative-config` ({choice.why_not}, so launch vLLM without "
+                                  "speculation)")
+    label = engine_named(engine).label
     body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
                      for r in policy.to_dict("records")])
-            + f"\n\n{vllm_part}"
-            + ("\n\nllama-server (speculation is fixed per launch: pick by the load you expect):\n\n" + bullets(lines)
+            + f"\n\n{launch_part}"
+            + (f"\n\n{label} (speculation is fixed per launch: pick by the load you expect):\n\n" + bullets(lines)
                if lines else ""))
-    return Report(body, {"policy_vllm": vllm or "no --speculative-config", "policy_llama_server": lines})
+    return Report(body, {"policy_vllm": launch or "no --speculative-config", "policy_llama_server": lines})
 
 
 def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,
@@ -170,8 +165,7 @@ def trace_launch(trace: pd.DataFrame, configs=()) -> tuple[str, str]:
     if trace["beats"].all():
         return "launch for load like this trace: the adaptive line above (the lowest mean TPOT of all)", "adaptive"
     best = trace.sort_values("mean_tpot_ms").iloc[0]
-    spec = next((speculative_config(c) for c in configs if c.name == best["config"]), None)
-    line = json.dumps(spec) if spec else ""
+    line = next((engine_of(c).launch_text(c) for c in configs if c.name == best["config"]), "")
     what = f"`--speculative-config '{line}'`" if line else "no `--speculative-config`"
     return (f"launch for load like this trace: **{best['config']}**, {what} — its mean TPOT was the lowest "
             f"(adaptive ran {fmt_ci(best, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the "
@@ -179,7 +173,7 @@ def trace_launch(trace: pd.DataFrame, configs=()) -> tuple[str, str]:
 
 
 def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) -> Report:
-    """The policy launched as its own configuration (``serving_loop.ClosedLoop``): its TPOT speedup
+    """The policy launched as its own configuration (``policy_check.PolicyCheck``): its TPOT speedup
     against the best static configuration per level (target ≥ 0.95x of it), its mean TPOT over the
     bursty trace against every static configuration (target: lower than each), and what the trace
     supports launching (``trace_launch``; ``configs``: the static ``VllmConfig``s)."""
@@ -188,7 +182,7 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) ->
                       "vLLM itself on closed-loop levels.", {})
     if loop.adaptive is None:
         return Report(f"No `adaptive` launch: {loop.note}.", {"adaptive": "none"})
-    spec = json.dumps(speculative_config(loop.adaptive))  # as launched: a head's or draft's folder included
+    spec = engine_of(loop.adaptive).launch_text(loop.adaptive)  # as launched: a head's or draft's folder included
     lines = [f"launched as `--speculative-config '{spec}'`, measured again at every level beside spec-off and the "
              "static configurations"]
     values = {"adaptive": spec}

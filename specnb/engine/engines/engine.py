@@ -31,6 +31,7 @@ class Speculation:
     entry: str = ""
     k: int = 0
     method: str = "none"  # the engine's own name for it (vLLM ``method``, llama-server ``--spec-type``)
+    family: str = "none"  # the same in words every engine shares, vLLM's: ngram, suffix, eagle3, draft_model, ...
     uses_model: bool = False
     schedule: tuple[tuple[int, int, int], ...] | None = None
     adaptive: bool = False  # the policy as one launch: named ``ADAPTIVE_CONFIG`` whatever its k
@@ -47,11 +48,27 @@ class Speculation:
 
     def columns(self) -> dict:
         """What every record and summary row of this configuration carries about it."""
-        return {"config": self.name, "method": self.method, "k": self.k if self.entry else 0,
-                "uses_model": self.uses_model, "adaptive": self.adaptive}
+        return {"config": self.name, "method": self.method, "family": self.family,
+                "k": self.k if self.entry else 0, "uses_model": self.uses_model, "adaptive": self.adaptive}
 
 
 SPEC_OFF = Speculation()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """A per-load policy as one launch would carry it: inclusive ``(lo, hi, k)`` load ranges, the
+    configuration each k was measured as (``by_k``), the method family the launch drafts with and
+    the folder of its head or draft model ("" for a method that drafts without one)."""
+
+    ranges: tuple[tuple[int, int, int], ...]
+    by_k: dict[int, str]
+    family: str = "ngram"
+    draft: str = ""
+
+    @property
+    def drafts(self) -> bool:
+        return any(k for *_, k in self.ranges)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,27 +85,41 @@ class Engine:
       ids ``ids`` (None: could not tell), what the serving predictor prices extra tokens with.
     - ``launch_text(config)``: the speculation of one configuration as a user pastes it (vLLM's
       ``--speculative-config`` JSON, llama-server's flags); "" for spec-off.
-    - ``policy_text(policy, configs)``: a per-load policy as the engine takes it: a list of lines.
-    - ``default_entries(smoke, verifier)``: the speculation a run measures when none is named.
+    - ``launch_json(launch)``: a ``Launch`` as one ``--speculative-config`` (an engine that changes k
+      with the batch size, ``schedules``); "" where it drafts nowhere or the engine cannot.
+    - ``policy_lines(launch, configs)``: a ``Launch`` as lines for an engine whose speculation is
+      fixed per launch (one line per load range); [] where ``launch_json`` says it all.
+    - ``default_entries(smoke, verifier)``: the speculation a run measures when none is named
+      (``default_note``: why it left something out, "" if nothing).
+    - ``scheduled(config, k, schedule)``: ``config`` launched as the policy (``adaptive``) at draft
+      length ``k`` with the ``(lo, hi, k)`` batch-size ranges ``schedule`` (None: static at k), for
+      an engine that can change k with the batch size; None for one that cannot.
     """
 
     name: str  # what ``-p engine`` says and records carry
     label: str  # how prose names it ("llama-server", "vLLM")
     metrics_prefix: str  # its Prometheus counters' prefix ("llamacpp", "vllm", "sglang")
     launched: bool = False  # notebook 08 can start it itself (else only as ``-p endpoint``)
-    schedules: bool = False  # one launch can change k with the batch size (a policy runs as one server)
     configs: Callable[..., list] | None = None
     server: Callable[..., Any] | None = None
     missing: Callable[[], str | None] = lambda: None
     machine: Callable[[list], str] = lambda configs: ""
     probe: Callable[..., float | None] | None = None
     launch_text: Callable[[Any], str] = lambda config: ""
-    policy_text: Callable[..., list[str]] = lambda policy, configs: []
+    launch_json: Callable[[Launch], str] = lambda launch: ""
+    policy_lines: Callable[..., list[str]] = lambda launch, configs: []
     default_entries: Callable[[bool, str], list[str]] = lambda smoke, verifier: ["ngram:4"]
     default_note: Callable[[bool, str], str] = lambda smoke, verifier: ""
+    scheduled: Callable[..., Any] | None = None
+
+    @property
+    def schedules(self) -> bool:
+        """One launch can change k with the batch size, so a policy runs as one server (``scheduled``)."""
+        return self.scheduled is not None
 
 
 ENGINES: dict[str, Engine] = {}
+BUILT_IN = ("engine_llama", "engine_vllm", "engine_openai")
 
 
 def register(engine: Engine) -> Engine:
@@ -97,15 +128,54 @@ def register(engine: Engine) -> Engine:
     return engine
 
 
+def engines() -> dict[str, Engine]:
+    """The table, the built-in engines registered first (imported here, on first use: their launch
+    configurations import ``Speculation`` from this module)."""
+    import importlib
+
+    for module in BUILT_IN:
+        importlib.import_module(f"specnb.engine.engines.{module}")
+    return ENGINES
+
+
 def engine_named(name: str) -> Engine:
     """The registered engine of that name, or ``ParameterError`` listing the known ones."""
     from specnb.core.errors import ParameterError
 
-    if name not in ENGINES:
-        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}, got {name!r}")
-    return ENGINES[name]
+    known = engines()
+    if name not in known:
+        raise ParameterError(f"engine must be one of {', '.join(known)}, got {name!r}")
+    return known[name]
 
 
 def engine_of(config) -> Engine:
     """The engine a launch configuration belongs to (each configuration class names it in ``engine``)."""
     return engine_named(config.engine)
+
+
+def parse_entry(spec: str, accepted: tuple[str, ...]) -> tuple[str, int]:
+    """``TYPE:K`` or ``DRAFT:K`` split, K ≥ 1, TYPE or DRAFT among ``accepted``: how a user names a
+    configuration to launch (``-p speculation``) or one at an endpoint (``-p endpoint TYPE:K=URL``)."""
+    from specnb.core.errors import ParameterError
+
+    kind, _, k = str(spec).rpartition(":")
+    if not kind or not k.isdigit() or int(k) < 1:
+        raise ParameterError(f"speculation entry {spec!r} must be TYPE:K or DRAFT:K with K >= 1, e.g. "
+                             f"{accepted[0]}:4; TYPE or DRAFT one of {', '.join(accepted)}")
+    if kind not in accepted:
+        raise ParameterError(f"speculation entry {spec!r}: unknown type {kind!r}; this engine takes "
+                             f"{', '.join(accepted)} (each as TYPE:K)")
+    return kind, int(k)
+
+
+def model_drafts() -> list[str]:
+    """The embedded drafts that are models of their own (not heads): what an engine loads as a draft."""
+    from specnb.engine.kinds.by_name import kind_of_name
+    from specnb.models.registry import embedded_draft_names
+
+    return [name for name in embedded_draft_names() if not kind_of_name(name).reads_features]
+
+
+def range_text(start: int, end: int, last: bool) -> str:
+    """A policy range of loads as prose: "1", "2–3", "16 or more"."""
+    return f"{start} or more" if last else f"{start}" if start == end else f"{start}–{end}"

@@ -1,0 +1,106 @@
+"""llama.cpp's ``llama-server`` behind the engine seam: its configurations from speculation entries
+(n-gram lookups, embedded drafts exported to GGUF, the EAGLE-3 head as ``draft-eagle3``), its server,
+its forward probe (llama.cpp times a prompt's forward itself) and its flags as a user pastes them.
+The server's process and flags are ``specnb.engine.llama_server``'s."""
+
+from __future__ import annotations
+
+from specnb.engine.engines.engine import Engine, Launch, model_drafts, parse_entry, range_text, register
+from specnb.engine.engines.heads import EAGLE3_HEAD, eagle3_missing, eagle_heads
+from specnb.engine.llama_server import SPEC_TYPES, Server, ServerConfig, default_threads, missing_note, spec_flags
+
+NGRAM_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
+DEFAULT_HEAD = "eagle3:2"  # the head's k with the best TPOT speedup at one request (2026-12-02, benchmarks/README.md)
+
+
+def configs(verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0
+            ) -> list[ServerConfig]:
+    """spec-off, then one server per entry: ``"ngram-simple:4"`` (an n-gram type and its draft
+    length), ``"smollm2-draft-s:3"`` (an embedded draft, exported to GGUF, at k = 3) or ``"eagle3:3"``
+    / ``"smollm2-eagle3:3"`` (the EAGLE-3 head, ``draft-eagle3``, exported to GGUF by llama.cpp's
+    converter and cached per head file hash, ``specnb.engine.head_export.head_gguf``); ``max_level``
+    slots. Every entry and head is checked before anything is exported."""
+    from specnb.engine.head_export import head_gguf
+    from specnb.models.gguf import embedded_gguf
+
+    heads = eagle_heads()
+    parsed = [parse_entry(spec, (*NGRAM_TYPES, *model_drafts(), "eagle3", *heads)) for spec in entries]
+    head_of = {kind: head_for(kind, verifier) for kind, _ in parsed if kind == "eagle3" or kind in heads}
+    common = {"model": str(embedded_gguf(verifier, precision)), "slots": int(max_level), "ctx_per_slot": 512,
+              "threads": threads or default_threads()}
+    out = [ServerConfig(**common)]
+    for kind, k in parsed:
+        if kind in NGRAM_TYPES:
+            out.append(ServerConfig(entry=kind, spec_type=kind, n_max=k, **common))
+        elif kind in head_of:
+            draft = str(head_gguf(head_of[kind], verifier))
+            out.append(ServerConfig(entry=kind, spec_type="draft-eagle3", draft=draft, n_max=k, **common))
+        else:
+            draft = str(embedded_gguf(kind, "q4_1" if precision == "q4_1" else "f32"))
+            out.append(ServerConfig(entry=kind, spec_type="draft-simple", draft=draft, n_max=k, **common))
+    return out
+
+
+def head_for(kind: str, verifier: str) -> str:
+    """The head an entry runs: ``eagle3`` is the embedded verifier's own (``EAGLE3_HEAD``), a head's
+    name that head; it must be in the standard EAGLE-3 layout (one line otherwise)."""
+    from specnb.core.errors import ParameterError
+    from specnb.engine.head_export import head_folder
+    from specnb.models.registry import EMBEDDED_VERIFIER
+
+    if kind == "eagle3" and verifier != EMBEDDED_VERIFIER:
+        raise ParameterError(f"speculation eagle3: no EAGLE-3 head for {verifier!r} here; use an n-gram type "
+                             f"({', '.join(NGRAM_TYPES)}) as TYPE:K")
+    head = EAGLE3_HEAD if kind == "eagle3" else kind
+    head_folder(head)
+    return head
+
+
+def default_entries(smoke: bool, verifier: str) -> list[str]:
+    """ngram-simple at k = 4 (3 in a smoke run), and the EAGLE-3 head beside it where there is one."""
+    ngram = [f"ngram-simple:{3 if smoke else 4}"]
+    return ngram + ([DEFAULT_HEAD] if wants_head(smoke, verifier) and not eagle3_missing(verifier, True) else [])
+
+
+def wants_head(smoke: bool, verifier: str) -> bool:
+    return not smoke and bool(verifier)
+
+
+def default_note(smoke: bool, verifier: str) -> str:
+    why = eagle3_missing(verifier, True) if wants_head(smoke, verifier) else ""
+    return f"{DEFAULT_HEAD} left out of llama-server's default speculation: {why}" if why else ""
+
+
+def machine(configs: list) -> str:
+    from specnb.core.devices import cpu_name
+
+    return f"{cpu_name()}, llama-server with {configs[0].threads} thread(s)"
+
+
+def probe(client, target, ids: list[int], clock) -> tuple[int, float] | None:
+    """(tokens, ms) of one forward over ``ids`` as llama.cpp times it (``prompt_ms``, no prompt cache)."""
+    body = {"prompt": ids, "n_predict": 1, "cache_prompt": False, "temperature": 0.0}
+    timings = client.post(f"{target.url}/completion", json=body).json().get("timings", {})
+    return (int(timings["prompt_n"]), float(timings["prompt_ms"])) if "prompt_ms" in timings else None
+
+
+def launch_text(config) -> str:
+    """A configuration's speculation flags, a draft's path shown as a placeholder."""
+    return " ".join("<draft GGUF>" if config.draft and f == str(config.draft) else f for f in spec_flags(config))
+
+
+def policy_lines(launch: Launch, configs: list) -> list[str]:
+    """One command-line tail per load range: llama-server fixes its speculation per launch."""
+    flags = {c.name: launch_text(c) for c in configs if isinstance(c, ServerConfig)}
+    lines = []
+    for i, (start, end, k) in enumerate(launch.ranges):
+        what = "no --spec-type (spec-off)" if k == 0 else flags.get(launch.by_k.get(k, ""), f"--spec-draft-n-max {k}")
+        lines.append(f"{range_text(start, end, i == len(launch.ranges) - 1)} concurrent: {what}")
+    return lines
+
+
+ENGINE = register(Engine(
+    name="llama.cpp", label="llama-server", metrics_prefix="llamacpp", launched=True, configs=configs,
+    server=lambda config, timeout_s=None: Server(config) if timeout_s is None else Server(config, timeout_s=timeout_s),
+    missing=missing_note, machine=machine, probe=probe, launch_text=launch_text, policy_lines=policy_lines,
+    default_entries=default_entries, default_note=default_note))
