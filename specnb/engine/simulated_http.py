@@ -99,7 +99,8 @@ def prompt_of(body: dict, chat: bool) -> tuple[int, int]:
 def metrics_text(engine, model: str) -> str:
     """The engine's counters as vLLM exposes them (spec-decode series only when it speculates, as vLLM
     registers them only with a speculative config)."""
-    label, c = f'model_name="{model}"', engine.counters
+    escaped = model.replace("\\", "\\\\").replace('"', '\\"')  # Prometheus label value escaping
+    label, c = f'model_name="{escaped}"', engine.counters
     series = [("counter", "vllm:generation_tokens_total", c["generation_tokens_total"]),
               ("counter", "vllm:prompt_tokens_total", c["prompt_tokens_total"]),
               ("gauge", "vllm:num_requests_running", len(engine.running)),

@@ -250,3 +250,27 @@ def test_the_stream_carries_usage_per_chunk_and_at_the_end_when_asked():
     assert [c["usage"]["completion_tokens"] for c in content] == [1, 2, 3, 4, 5, 6]  # spec-off: a token a step
     assert content[-1]["choices"][0]["finish_reason"] == "length"
     assert plain["choices"][0]["message"]["content"] == "".join(c["choices"][0]["delta"]["content"] for c in content)
+
+
+def test_a_client_that_goes_away_frees_its_slot():
+    import time
+
+    import httpx
+
+    from specnb.measure.serving_sweep import METRIC_LINE
+
+    def running(url: str) -> float:
+        lines = [METRIC_LINE.match(line) for line in httpx.get(f"{url}/metrics").text.splitlines()]
+        return next(float(m.group(3)) for m in lines if m and m.group(1) == "num_requests_running")
+
+    body = {"messages": [{"role": "user", "content": "a long answer"}], "max_tokens": 100_000, "stream": True,
+            "ignore_eos": True}
+    with SimServer(SimConfig(speculation=SPEC_OFF, cost=SimCost(speed=50.0), model='odd "name"')) as server:
+        with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body) as response:
+            lines = response.iter_lines()  # held: a closed line iterator closes httpx's response
+            next(line for line in lines if '"content": " w' in line)
+            assert running(server.url) == 1
+        deadline = time.monotonic() + 10  # a bound on waiting, not a measured duration
+        while running(server.url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert running(server.url) == 0  # 100,000 tokens would have run for 20 s
