@@ -52,7 +52,7 @@ SETTINGS = {
 
 
 def launch(name: str, overrides: dict, round_index: int, levels: list[int]) -> list[dict]:
-    config = replace(VllmConfig(name=name, model=str(embedded_verifier_path()), max_num_seqs=max(4, *levels)),
+    config = replace(VllmConfig(model=str(embedded_verifier_path()), max_num_seqs=max(4, *levels)),
                      **overrides)
     started = time.monotonic()
     rows = []

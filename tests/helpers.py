@@ -278,7 +278,7 @@ def gone(pid: int) -> bool:
 def spec(entry: str = "", k: int = 0, family: str | None = None, uses_model: bool = False):
     """A configuration's ``Speculation`` record (``entry`` "" for spec-off); its display name is
     ``f"{entry} k={k}"``."""
-    from specnb.engine.engines.engine import Speculation
+    from specnb.engine.engines.seam import Speculation
 
     if not entry:
         return Speculation()

@@ -59,7 +59,7 @@ def adaptive_config(configs: list, policy: pd.DataFrame, family: str):
     members = [c for c in configs if c.speculative and c.speculation.family == family]
     if not k or not members:
         return None
-    from specnb.engine.engines.engine import engine_of
+    from specnb.engine.engines.seam import engine_of
 
     base = max(members, key=lambda c: c.draft_length)
     return engine_of(base).scheduled(base, k, ranges if len(ranges) > 1 else None)

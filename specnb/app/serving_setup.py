@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.engine import BASELINE_CONFIG, Speculation, engine_named, engines, parse_entry
+from specnb.engine.engines.seam import BASELINE_CONFIG, Speculation, engine_named, engines, parse_entry
 from specnb.measure.load_shapes import Closed, Lengths, Open
 from specnb.measure.serving_load import Target
 

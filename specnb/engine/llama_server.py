@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from specnb.engine.engines.engine import Speculation
+from specnb.engine.engines.seam import Speculation
 from specnb.engine.server_process import ServerFailed, ServerProcess, free_port, owns_port  # noqa: F401 (re-exported)
 
 BUILD_HINT = ("llama-server not found: build it with `make setup` (or `python -m specnb.engine.llama_build`), set "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from specnb.engine.engines.engine import engine_of
+from specnb.engine.engines.seam import engine_of
 from specnb.engine.server_process import ServerFailed, ServerProcess
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.engine import Speculation
+from specnb.engine.engines.seam import Speculation
 from specnb.engine.simulated_http import SimServer, serve  # noqa: F401 (SimServer: launched beside SimConfig)
 
 STOP_BASE, STOP_SPREAD = 8, 56  # without ignore_eos a request stops after 8 + key % 56 tokens

@@ -29,7 +29,7 @@ import zlib
 from dataclasses import asdict
 from pathlib import Path
 
-from specnb.engine.engines.engine import Speculation
+from specnb.engine.engines.seam import Speculation
 from specnb.engine.server_process import ServerProcess
 
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}

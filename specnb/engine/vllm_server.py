@@ -29,7 +29,7 @@ from typing import ClassVar
 
 from specnb.core.errors import ParameterError
 from specnb.engine import vllm_build
-from specnb.engine.engines.engine import Speculation
+from specnb.engine.engines.seam import Speculation
 from specnb.engine.server_process import ServerFailed, ServerProcess
 
 METHODS = ("none", "ngram", "suffix", "draft_model", "eagle3")  # what a VllmConfig's ``method`` can be

@@ -40,7 +40,7 @@ def self_test(timeout_s: float = 900.0) -> dict:
 
     started = time.monotonic()
     try:
-        with VllmServer(VllmConfig(name="self-test", model=str(embedded_verifier_path())), timeout_s=timeout_s,
+        with VllmServer(VllmConfig(model=str(embedded_verifier_path())), timeout_s=timeout_s,
                         check_installed=False) as server:
             start_s = time.monotonic() - started
             body = {"model": server.model, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specnb.engine.engines.engine import SPEC_OFF, Speculation
+from specnb.engine.engines.seam import SPEC_OFF, Speculation
 
 
 @dataclass(kw_only=True)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.engine import ADAPTIVE_CONFIG, BASELINE_CONFIG
+from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.acceptance import counter_rates
 from specnb.measure.load_shapes import Closed, Open, shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup

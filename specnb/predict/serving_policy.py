@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from specnb.engine.engines.engine import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
+from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_summary import best_static, draft_lengths
 from specnb.predict.serving_predictor import predict_serving, require_steps, step_cost, step_ms

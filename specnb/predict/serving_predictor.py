@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.engine import BASELINE_CONFIG
+from specnb.engine.engines.seam import BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
 
 

@@ -1,23 +1,20 @@
-"""The closed loop's order of things without vLLM: servers, sweeps and summaries stood in for, so what
-is launched, measured beside what, and stopped is what the test sees."""
+"""The policy check's order of things without an engine: servers, sweeps and summaries stood in for,
+so what is launched, measured beside what, and stopped is what the test sees."""
 
 import contextlib
-from dataclasses import dataclass
 
 import pandas as pd
 import pytest
+from helpers import closed
 
-from specnb.app import serving_loop
+from specnb.app import policy_check
 from specnb.engine.servers import Running
+from specnb.engine.vllm_server import VllmConfig
 from specnb.measure.serving_sweep import Sweep
 
 
-@dataclass
-class Config:  # the fields of VllmConfig the loop reads
-    name: str
-    method: str = "none"
-    k: int = 4
-    schedule: list | None = None
+def config(method: str = "none", k: int = 4) -> VllmConfig:
+    return VllmConfig(model="/m", method=method, k=k)
 
 
 class Server:
@@ -33,10 +30,12 @@ def measured(speedups_lo):
     and 16 concurrent: ngram's lower TPOT bounds as given, its points 0.1 above."""
     steps = {1: 10.0, 4: 12.0, 16: 20.0}
     counters = {"tokens_predicted": 100.0, "spec_decode_accepted_tokens": 40.0}
-    rows = [{"config": "spec-off", "concurrency": c, "speedup_tpot": 1.0, "speedup_tpot_lo": 1.0,
+    rows = [{"config": "spec-off", "k": 0, "family": "none", "concurrency": c, "speedup_tpot": 1.0,
+             "speedup_tpot_lo": 1.0,
              "mean_tpot_ms": t, "request_throughput": 0.25 * c, **counters, "spec_decode_accepted_tokens": 0.0,
              "spec_decode_draft_tokens": 0.0} for c, t in steps.items()]
-    rows += [{"config": "ngram k=4", "concurrency": c, "speedup_tpot": lo + 0.1, "speedup_tpot_lo": lo,
+    rows += [{"config": "ngram k=4", "k": 4, "family": "ngram", "concurrency": c, "speedup_tpot": lo + 0.1,
+              "speedup_tpot_lo": lo,
               "mean_tpot_ms": steps[c] / (lo + 0.1), "request_throughput": 0.3 * c, **counters,
               "spec_decode_draft_tokens": 240.0} for c, lo in zip(steps, speedups_lo)]
     return pd.DataFrame(rows)
@@ -54,20 +53,20 @@ def loop(monkeypatch):
         finally:
             seen["stopped"].append([c.name for c in configs])
 
-    def run_sweep(targets, prompts, levels, **settings):
-        seen["sweeps"].append({"targets": [t.name for t in targets], "levels": levels, "prompts": len(prompts),
-                               "mode": settings.get("mode"), "burstiness": settings.get("burstiness"),
-                               "probe_upto": settings.get("probe_upto")})
+    def run_sweep(targets, prompts, loads, **settings):
+        seen["sweeps"].append({"targets": [t.name for t in targets], "levels": [load.level for load in loads],
+                               "prompts": len(prompts), "load": loads[0].name,
+                               "burstiness": getattr(loads[0], "burstiness", None),
+                               "probe": settings.get("probe_max_tokens")})
         return Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
 
-    monkeypatch.setattr(serving_loop, "run_sweep", run_sweep)
-    configs = [Config("spec-off"), Config("ngram k=4", "ngram", 4)]
+    monkeypatch.setattr(policy_check, "run_sweep", run_sweep)
+    configs = [config(), config("ngram", 4)]
     prompts = pd.DataFrame({"prompt": ["a", "b", "c", "d"], "id": list("abcd"), "category": "x"})
 
     def run(speedups_lo):
-        monkeypatch.setattr(serving_loop, "summarise_sweep", lambda records, runs: measured(speedups_lo))
-        return serving_loop.closed_loop(configs, prompts, [1, 4, 16], {"ngram k=4": 4}, start=start,
-                                        mode="closed", probe_upto=80), seen
+        monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs: measured(speedups_lo))
+        return policy_check.check_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80), seen
     return run
 
 
@@ -79,10 +78,10 @@ def test_a_paying_policy_is_launched_as_adaptive_and_measured_beside_the_static_
     assert sorted(map(sorted, seen["stopped"])) == [["adaptive"], ["ngram k=4", "spec-off"]]
     first, check, trace = seen["sweeps"]
     assert first["targets"] == ["spec-off", "ngram k=4"] and check["targets"] == ["spec-off", "ngram k=4", "adaptive"]
-    assert check["levels"] == [1, 4, 16] and check["mode"] == "closed"
-    assert first["probe_upto"] == 80 and check["probe_upto"] == trace["probe_upto"] == 0  # probed once
+    assert check["levels"] == [1, 4, 16] and check["load"] == "closed"
+    assert first["probe"] == 80 and check["probe"] == trace["probe"] == 0  # probed once
     # the policy switches off between 4 and 16, at 8: halfway in log concurrency, spec-off's 1 and 4 requests/s
-    assert trace["mode"] == "poisson" and trace["burstiness"] == 0.25 and trace["levels"] == [pytest.approx(2.5)]
+    assert trace["load"] == "open" and trace["burstiness"] == 0.25 and trace["levels"] == [pytest.approx(2.5)]
     assert trace["prompts"] == 8 and result.rate == pytest.approx(2.5) and result.note == ""
 
 
@@ -90,14 +89,14 @@ def test_where_no_level_pays_nothing_is_launched_and_the_note_says_no_speculativ
     result, seen = loop([0.9, 0.8, 0.7])
     assert result.adaptive is None and seen["started"] == [["spec-off", "ngram k=4"]]
     assert len(seen["sweeps"]) == 1 and seen["stopped"] == [["spec-off", "ngram k=4"]]
-    assert "without --speculative-config" in result.note
+    assert "no --speculative-config" in result.note
 
 
 def test_adaptive_takes_the_family_member_with_the_largest_k():
     policy = pd.DataFrame({"concurrency": [1, 4], "k": [2, 0]})
-    configs = [Config("spec-off"), Config("ngram k=2", "ngram", 2), Config("ngram k=4", "ngram", 4)]
-    adaptive = serving_loop.adaptive_config(configs, policy, "ngram")
-    assert (adaptive.k, adaptive.schedule) == (2, [(1, 3, 2), (4, 4096, 0)])
-    assert serving_loop.adaptive_config(configs, policy.assign(k=0), "ngram") is None
+    configs = [config(), config("ngram", 2), config("ngram", 4)]
+    adaptive = policy_check.adaptive_config(configs, policy, "ngram")
+    assert (adaptive.name, adaptive.k, adaptive.schedule) == ("adaptive", 2, [(1, 3, 2), (4, 4096, 0)])
+    assert policy_check.adaptive_config(configs, policy.assign(k=0), "ngram") is None
     # drafting at every level is a static launch: vLLM's dynamic path costs more at the same k
-    assert serving_loop.adaptive_config(configs, policy.assign(k=2), "ngram").schedule is None
+    assert policy_check.adaptive_config(configs, policy.assign(k=2), "ngram").schedule is None

@@ -14,12 +14,12 @@ import time
 import httpx
 import pandas as pd
 import pytest
-from helpers import gone
+from helpers import closed, gone
 
 from specnb.engine.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args
 from specnb.engine.servers import servers
 from specnb.measure.serving_summary import summarise_sweep
-from specnb.measure.serving_sweep import Target, run_sweep, sweep_servers
+from specnb.measure.serving_sweep import run_sweep, sweep_servers, targets_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built")]
 
@@ -36,14 +36,13 @@ def verifier():
 
 
 def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
-    configs = [ServerConfig(name="spec-off", model=verifier, slots=2, ctx_per_slot=512, threads=1),
-               ServerConfig(name="ngram k=4", model=verifier, spec_type="ngram-simple", n_max=4, slots=2,
-                            ctx_per_slot=512,
-                            threads=1)]
+    configs = [ServerConfig(model=verifier, slots=2, ctx_per_slot=512, threads=1),
+               ServerConfig(model=verifier, spec_type="ngram-simple", entry="ngram", n_max=4, slots=2,
+                            ctx_per_slot=512, threads=1)]
     with servers(configs, timeout_s=START_S) as running:
         pids = [s.pid for s in running.servers.values()]
-        targets = [Target(name=name, url=s.url) for name, s in running.servers.items()]
-        sweep = run_sweep(targets, PROMPTS, [1], max_tokens=24, ignore_eos=False, warmup=False, probe_upto=2)
+        targets = targets_of(configs, running.servers)
+        sweep = run_sweep(targets, PROMPTS, closed(1, tokens=24), ignore_eos=False, warmup=False, probe_max_tokens=2)
     assert all(gone(pid) for pid in pids)
     assert list(sweep.probe["tokens"]) == [1, 2] and (sweep.probe["forward_ms"] > 0).all()
     records = sweep.records
@@ -62,7 +61,7 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
 def test_a_bad_gguf_is_one_line_with_the_last_log_line(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
-    server = Server(ServerConfig(name="broken", model=str(bad), threads=1), timeout_s=START_S)
+    server = Server(ServerConfig(model=str(bad), threads=1), timeout_s=START_S)
     with pytest.raises(ServerFailed, match="exited with code") as err:
         server.start()
     assert "\n" not in str(err.value) and gone(server.pid)
@@ -70,7 +69,7 @@ def test_a_bad_gguf_is_one_line_with_the_last_log_line(tmp_path):
 
 
 def tiny(name: str, model: str) -> ServerConfig:
-    return ServerConfig(name=name, model=model, slots=1, ctx_per_slot=256, threads=1)
+    return ServerConfig(model=model, slots=1, ctx_per_slot=256, threads=1)
 
 
 def test_a_port_the_caller_names_that_is_taken_is_one_line_with_the_last_log_line(verifier):
@@ -97,7 +96,7 @@ def test_a_port_taken_between_picking_and_binding_is_retried_on_another(verifier
 
 
 def test_server_arguments_are_loopback_with_the_speculation_flags():
-    args = server_args(ServerConfig(name="d", model="v.gguf", spec_type="draft-simple", draft="d.gguf", n_max=3,
+    args = server_args(ServerConfig(model="v.gguf", spec_type="draft-simple", draft="d.gguf", n_max=3,
                                     slots=4,
                                     ctx_per_slot=256, threads=1), port=8123)
     assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("-c") + 1] == "1024"
@@ -126,9 +125,8 @@ def test_ctrl_c_stops_the_server_and_keeps_the_records(verifier):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sweep_servers([ServerConfig(name="spec-off", model=verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS,
-                      [1],
-                      max_tokens=4, warmup=False, on_run=interrupt)
+        sweep_servers([ServerConfig(model=verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS,
+                      closed(1, tokens=4), warmup=False, on_run=interrupt)
     assert seen["pids"] and seen["records"] == 2 and all(gone(pid) for pid in seen["pids"])
 
 
@@ -167,8 +165,8 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(llama_server.Server, "launch", remember)
-        sweep = sweep_servers([ServerConfig(name="spec-off", model=verifier, slots=2, ctx_per_slot=256, threads=1)],
-                              pd.concat([PROMPTS] * 4, ignore_index=True), [1, 2], max_tokens=16, warmup=False,
+        sweep = sweep_servers([ServerConfig(model=verifier, slots=2, ctx_per_slot=256, threads=1)],
+                              pd.concat([PROMPTS] * 4, ignore_index=True), closed(1, 2, tokens=16), warmup=False,
                               on_run=after_run)
     seen["watch"].join()
     assert "\n" not in sweep.stopped and sweep.stopped.startswith(
@@ -186,7 +184,7 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
 
 def test_the_server_dies_with_a_killed_kernel(verifier):
     script = ("import sys, time\nfrom specnb.engine.llama_server import Server, ServerConfig\n"
-              f"s = Server(ServerConfig(name='k', model={verifier!r}, slots=1, ctx_per_slot=256, threads=1), "
+              f"s = Server(ServerConfig(model={verifier!r}, slots=1, ctx_per_slot=256, threads=1), "
               f"timeout_s={START_S})"
               ".start()\n"
               "print(s.pid, flush=True)\ntime.sleep(60)\n")

@@ -11,7 +11,7 @@ import pytest
 
 from specnb.core.errors import ParameterError
 from specnb.engine import server_process
-from specnb.engine.engines.engine import SPEC_OFF, Speculation
+from specnb.engine.engines.seam import SPEC_OFF, Speculation
 from specnb.engine.simulated import (
     SimConfig,
     SimCost,
@@ -204,16 +204,16 @@ def test_an_open_loop_at_a_low_rate_sees_the_bare_step_costs():
 def test_the_server_streams_counts_and_answers_the_forward_probe_as_vllm_does():
     import httpx
 
-    from specnb.measure.serving_load import Target, closed_loop, run_async
+    from specnb.measure.serving_load import Target, run_async, send_closed
     from specnb.measure.serving_sweep import parse_counters, probe_forward
 
     config = SimConfig(speculation=NGRAM3, cost=SimCost(fixed_ms=10.0, per_token_ms=0.5, acceptance=(0.8, 0.6, 0.4),
                                                         speed=50.0), model="sim-model")
     with SimServer(config) as server:
-        target = Target(name=config.name, url=server.url, engine="vllm", model=server.model)
+        target = Target(url=server.url, engine="simulated", model=server.model, speculation=config.speculation)
         assert httpx.get(f"{server.url}/v1/models").json()["data"][0]["id"] == "sim-model"
         prompts = ["the quick brown fox", "jumps over the lazy dog today"]
-        records, _ = run_async(closed_loop(target, prompts, concurrency=2, max_tokens=12))
+        records, _ = run_async(send_closed(target, prompts, concurrency=2, max_tokens=[12, 12]))
         for prompt, record in zip(prompts, records):
             key = zlib.crc32(prompt.encode())
             assert record.success and record.output_tokens == 12 and record.prompt_len == len(prompt.split())
@@ -257,10 +257,10 @@ def test_a_client_that_goes_away_frees_its_slot():
 
     import httpx
 
-    from specnb.measure.serving_sweep import METRIC_LINE
+    from specnb.measure.serving_sweep import metric_line
 
     def running(url: str) -> float:
-        lines = [METRIC_LINE.match(line) for line in httpx.get(f"{url}/metrics").text.splitlines()]
+        lines = [metric_line().match(line) for line in httpx.get(f"{url}/metrics").text.splitlines()]
         return next(float(m.group(3)) for m in lines if m and m.group(1) == "num_requests_running")
 
     body = {"messages": [{"role": "user", "content": "a long answer"}], "max_tokens": 100_000, "stream": True,

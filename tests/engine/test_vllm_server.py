@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import engine_eagle3_head
+from helpers import closed, engine_eagle3_head
 
 from specnb.engine.server_process import group_pids
 from specnb.engine.vllm_server import VllmConfig, missing_note
@@ -32,8 +32,8 @@ NGRAM, EAGLE3 = "ngram k=4", "eagle3 k=3"
 def swept(tmp_path_factory):
     """(sweep, servers by name, each server's log as it stopped, configurations) of one sweep at
     concurrency 1 on the configurations notebook 08 builds for ``["ngram:4", "eagle3:3"]``."""
-    from specnb.app import serving_setup as setup
     from specnb.engine import servers as engine_servers
+    from specnb.engine.engines import eagle3_heads, engine_vllm
     from specnb.measure.serving_sweep import sweep_servers as sweep
 
     seen, logs = {}, {}
@@ -47,10 +47,10 @@ def swept(tmp_path_factory):
         return server
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(setup, "EAGLE3_HEAD", engine_eagle3_head(tmp_path_factory.mktemp("eagle3") / "init-head"))
-        configs = setup.vllm_configs("smollm2-135m", ["ngram:4", "eagle3:3"], max_num_seqs=2)
+        patch.setattr(eagle3_heads, "EAGLE3_HEAD", engine_eagle3_head(tmp_path_factory.mktemp("eagle3") / "init-head"))
+        configs = engine_vllm.configs("smollm2-135m", "f32", ["ngram:4", "eagle3:3"], 2)
         patch.setattr(engine_servers, "server_for", remember)
-        result = sweep(configs, PROMPTS, [1], max_tokens=48, ignore_eos=False, warmup=False)
+        result = sweep(configs, PROMPTS, closed(1, tokens=48), ignore_eos=False, warmup=False)
     return result, seen, logs, configs
 
 
@@ -119,7 +119,7 @@ def test_a_port_taken_is_one_line_with_vllms_cause_and_leaves_no_process():
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        server = VllmServer(VllmConfig(name="spec-off", model=str(embedded_verifier_path())), port=port, timeout_s=900)
+        server = VllmServer(VllmConfig(model=str(embedded_verifier_path())), port=port, timeout_s=900)
         exited = f"spec-off: vLLM exited with code -?\\d+ at start on port {port}: "
         with pytest.raises(ServerFailed, match=exited) as err:
             server.start()
@@ -131,8 +131,8 @@ def test_ctrl_c_during_a_vllm_sweep_stops_every_server_and_keeps_the_finished_re
     """Two vLLMs (spec-off and n-gram, started at once); Ctrl-C after the first run: the sweep raises
     KeyboardInterrupt, what it had finished is what ``on_run`` last saw (as notebook 08 saves it), and no
     process of either server's group (API server, engine core, worker) is left."""
-    from specnb.app import serving_setup as setup
     from specnb.engine import servers as engine_servers
+    from specnb.engine.engines import engine_vllm
     from specnb.measure.serving_sweep import sweep_servers as sweep
 
     seen, kept = {}, {}
@@ -147,11 +147,11 @@ def test_ctrl_c_during_a_vllm_sweep_stops_every_server_and_keeps_the_finished_re
         kept["groups"] = {name: group_pids(server.pid) for name, server in seen.items()}
         raise KeyboardInterrupt
 
-    configs = setup.vllm_configs("smollm2-135m", ["ngram:2"], max_num_seqs=1)
+    configs = engine_vllm.configs("smollm2-135m", "f32", ["ngram:2"], 1)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine_servers, "server_for", remember)
         with pytest.raises(KeyboardInterrupt):
-            sweep(configs, PROMPTS[:1], [1], max_tokens=4, warmup=False, on_run=interrupt)
+            sweep(configs, PROMPTS[:1], closed(1, tokens=4), warmup=False, on_run=interrupt)
     assert set(seen) == {"spec-off", "ngram k=2"} and kept["records"] == 1
     assert all(len(group) >= 3 for group in kept["groups"].values()), kept  # each had its engine core and worker
     assert all(group_pids(server.pid) == [] for server in seen.values())
@@ -167,7 +167,7 @@ def test_a_killed_kernel_takes_every_vllm_process_with_it():
 
     script = ("import time\nfrom specnb.engine.vllm_server import VllmConfig, VllmServer\n"
               "from specnb.models.embedded import embedded_verifier_path\n"
-              "s = VllmServer(VllmConfig(name='k', model=str(embedded_verifier_path()), max_num_seqs=1), "
+              "s = VllmServer(VllmConfig(model=str(embedded_verifier_path()), max_num_seqs=1), "
               "timeout_s=900).start()\nprint(s.pid, flush=True)\ntime.sleep(600)\n")
     kernel = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:

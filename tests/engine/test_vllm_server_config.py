@@ -12,7 +12,7 @@ from specnb.engine.vllm_server import VllmConfig, VllmServer, check_schedule, se
 
 
 def test_spec_off_has_no_speculative_config_and_serves_loopback_in_float32():
-    args = serve_args(VllmConfig(name="spec-off", model="/m/verifier"), port=8123)
+    args = serve_args(VllmConfig(model="/m/verifier"), port=8123)
     assert args[:2] == ["serve", "/m/verifier"] and "--speculative-config" not in args
     assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("--port") + 1] == "8123"
     assert args[args.index("--dtype") + 1] == "float32" and "--enforce-eager" in args
@@ -20,20 +20,20 @@ def test_spec_off_has_no_speculative_config_and_serves_loopback_in_float32():
 
 def test_each_method_gets_its_own_speculative_config(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    ngram = speculative_config(VllmConfig(name="n", model="/m", method="ngram", k=3))
+    ngram = speculative_config(VllmConfig(model="/m", method="ngram", k=3))
     assert ngram == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
-    assert speculative_config(VllmConfig(name="s", model="/m", method="suffix", k=8)) == {"method": "suffix",
+    assert speculative_config(VllmConfig(model="/m", method="suffix", k=8)) == {"method": "suffix",
                                                                                "num_speculative_tokens": 8}
-    draft = speculative_config(VllmConfig(name="d", model="/m", method="draft_model", draft=str(tmp_path), k=2))
+    draft = speculative_config(VllmConfig(model="/m", method="draft_model", draft=str(tmp_path), k=2))
     assert draft == {"method": "draft_model", "num_speculative_tokens": 2, "model": str(tmp_path)}
-    args = serve_args(VllmConfig(name="d", model="/m", method="draft_model", draft=str(tmp_path), k=2), port=1)
+    args = serve_args(VllmConfig(model="/m", method="draft_model", draft=str(tmp_path), k=2), port=1)
     assert json.loads(args[args.index("--speculative-config") + 1]) == draft
 
 
 @pytest.mark.parametrize("config, message", [
-    (VllmConfig(name="x", model="/m", method="medusa"), "unknown vLLM method 'medusa'; known: none, ngram"),
-    (VllmConfig(name="x", model="/m", method="ngram", k=0), "must be >= 1"),
-    (VllmConfig(name="x", model="/m", method="draft_model", draft="/nowhere"),
+    (VllmConfig(model="/m", method="medusa"), "unknown vLLM method 'medusa'; known: none, ngram"),
+    (VllmConfig(model="/m", method="ngram", k=0), "must be >= 1"),
+    (VllmConfig(model="/m", method="draft_model", draft="/nowhere"),
      "needs a draft folder with a config.json"),
 ])
 def test_a_bad_method_is_refused_before_launch(config, message):
@@ -42,7 +42,7 @@ def test_a_bad_method_is_refused_before_launch(config, message):
 
 
 def test_a_schedule_becomes_vllms_sorted_ranges():
-    config = VllmConfig(name="a", model="/m", method="ngram", k=4, schedule=[(3, 4096, 0), [1, 2, 4]])
+    config = VllmConfig(model="/m", method="ngram", k=4, schedule=[(3, 4096, 0), [1, 2, 4]])
     assert speculative_config(config)["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 4096, 0]]
 
 
@@ -62,17 +62,17 @@ def test_a_bad_schedule_is_refused_before_launch_in_one_line(schedule, message):
         check_schedule(schedule, k=4)
     assert "\n" not in str(err.value)
     with pytest.raises(ParameterError):  # the server refuses it before it launches anything
-        VllmServer(VllmConfig(name="a", model="/m", method="ngram", k=4, schedule=schedule), check_installed=False)
+        VllmServer(VllmConfig(model="/m", method="ngram", k=4, schedule=schedule), check_installed=False)
 
 
 def test_the_environment_is_cpu_offline_with_the_threads_given(monkeypatch):
     monkeypatch.setenv("LD_PRELOAD", "/opt/mine.so")
-    env = server_env(VllmConfig(name="a", model="/m", threads=3, kv_cache_gib=2))
+    env = server_env(VllmConfig(model="/m", threads=3, kv_cache_gib=2))
     assert env["VLLM_TARGET_DEVICE"] == "cpu" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert env["OMP_NUM_THREADS"] == "3" and env["HF_HUB_OFFLINE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
     assert env["LD_PRELOAD"].endswith("/opt/mine.so")  # ours first, the caller's kept
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"  # threads given: unbound
-    bound = server_env(VllmConfig(name="a", model="/m"))
+    bound = server_env(VllmConfig(model="/m"))
     assert bound["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and "OMP_NUM_THREADS" not in bound  # vLLM's own binding
 
 
@@ -83,7 +83,7 @@ def test_the_launcher_answers_the_cli_version_lookup_for_the_cpu_distribution():
 
 
 def test_the_one_line_is_the_root_cause_not_the_generic_last_line(tmp_path):
-    server = VllmServer(VllmConfig(name="a", model="/m"), check_installed=False)
+    server = VllmServer(VllmConfig(model="/m"), check_installed=False)
     server.log_path.write_text(
         "(APIServer pid=1) INFO 12-02 01:01:37 [api_utils.py:347] starting\n"
         "(EngineCore pid=2) ERROR 12-02 01:02:00 [core.py:1] EngineCore failed to start.\n"

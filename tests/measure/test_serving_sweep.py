@@ -511,7 +511,8 @@ def test_a_trace_compares_mean_tpot_of_the_adaptive_configuration_with_every_oth
     for config, tpots in (("spec-off", [0.05, 0.05, 0.08, 0.08]), ("ngram k=4", [0.03, 0.03, 0.10, 0.10]),
                           ("adaptive", [0.03, 0.03, 0.08, 0.08])):
         for index, tpot in enumerate(tpots):
-            rows.append({"config": config, "request_rate": 2.0, "round": 0, "prompt_index": index, "success": True,
+            rows.append({"config": config, "load": "open", "request_rate": 2.0, "round": 0, "prompt_index": index,
+                         "success": True,
                          "output_tokens": 11, "ttft": 0.1, "latency": 0.1 + 10 * tpot, "tpot": tpot})
     check = trace_check(pd.DataFrame(rows), n_boot=20).set_index("config")
     assert check.loc["spec-off", "mean_tpot_ms"] == pytest.approx(65.0)

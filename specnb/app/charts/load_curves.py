@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 
 from specnb.core.intervals import speedup_text
-from specnb.engine.engines.engine import BASELINE_CONFIG
+from specnb.engine.engines.seam import BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
 
 

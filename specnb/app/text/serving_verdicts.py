@@ -10,7 +10,7 @@ import pandas as pd
 from specnb.app.serving_setup import config_drafts
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
-from specnb.engine.engines.engine import BASELINE_CONFIG, engine_named, engine_of
+from specnb.engine.engines.seam import BASELINE_CONFIG, engine_named, engine_of
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
 from specnb.predict.serving_policy import as_launch, choose_launch
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms

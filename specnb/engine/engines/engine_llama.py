@@ -5,8 +5,9 @@ The server's process and flags are ``specnb.engine.llama_server``'s."""
 
 from __future__ import annotations
 
-from specnb.engine.engines.engine import Engine, Launch, model_drafts, parse_entry, range_text, register
-from specnb.engine.engines.heads import EAGLE3_HEAD, eagle3_missing, eagle_heads
+from specnb.engine.engines import eagle3_heads
+from specnb.engine.engines.eagle3_heads import eagle3_missing, eagle_heads
+from specnb.engine.engines.seam import Engine, Launch, model_drafts, parse_entry, range_text, register
 from specnb.engine.llama_server import SPEC_TYPES, Server, ServerConfig, default_threads, missing_note, spec_flags
 
 NGRAM_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
@@ -42,7 +43,7 @@ def configs(verifier: str, precision: str, entries: list[str], max_level: int, t
 
 
 def head_for(kind: str, verifier: str) -> str:
-    """The head an entry runs: ``eagle3`` is the embedded verifier's own (``EAGLE3_HEAD``), a head's
+    """The head an entry runs: ``eagle3`` is the embedded verifier's own (``eagle3_heads.EAGLE3_HEAD``), a head's
     name that head; it must be in the standard EAGLE-3 layout (one line otherwise)."""
     from specnb.core.errors import ParameterError
     from specnb.engine.head_export import head_folder
@@ -51,7 +52,7 @@ def head_for(kind: str, verifier: str) -> str:
     if kind == "eagle3" and verifier != EMBEDDED_VERIFIER:
         raise ParameterError(f"speculation eagle3: no EAGLE-3 head for {verifier!r} here; use an n-gram type "
                              f"({', '.join(NGRAM_TYPES)}) as TYPE:K")
-    head = EAGLE3_HEAD if kind == "eagle3" else kind
+    head = eagle3_heads.EAGLE3_HEAD if kind == "eagle3" else kind
     head_folder(head)
     return head
 

@@ -5,7 +5,7 @@ such engine is known to change k with the batch size."""
 
 from __future__ import annotations
 
-from specnb.engine.engines.engine import Engine, Launch, range_text, register
+from specnb.engine.engines.seam import Engine, Launch, range_text, register
 
 
 def policy_lines(launch: Launch, configs: list) -> list[str]:

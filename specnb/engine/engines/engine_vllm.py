@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from specnb.engine.engines.engine import Engine, Launch, model_drafts, parse_entry, register
-from specnb.engine.engines.heads import eagle3_folder, eagle3_missing
+from specnb.engine.engines.eagle3_heads import eagle3_folder, eagle3_missing
+from specnb.engine.engines.seam import Engine, Launch, model_drafts, parse_entry, register
 from specnb.engine.vllm_server import VllmConfig, VllmServer, missing_note, speculative_config
 
 FREE_METHODS = ("ngram", "suffix")  # methods that draft without a model: no draft folder, no forward to pay

@@ -88,8 +88,8 @@ def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder():
     from specnb.engine.vllm_server import VllmConfig
 
     levels = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}})
-    configs = [VllmConfig(name="spec-off", model="/hf/verifier"),
-               VllmConfig(name="eagle3 k=3", model="/hf/verifier", method="eagle3", draft="/heads/smollm2-eagle", k=3)]
+    configs = [VllmConfig(model="/hf/verifier"),
+               VllmConfig(model="/hf/verifier", method="eagle3", draft="/heads/smollm2-eagle", k=3)]
     policy = serving_policy(levels, {"eagle3 k=3": 3})
     report = policy_text(levels, policy, {"eagle3 k=3": 3}, configs)
     config = json.loads(report.values["policy_vllm"])
@@ -114,7 +114,7 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_sweep import Sweep
 
-    launched = VllmConfig(name="adaptive", model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096,
+    launched = VllmConfig(model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096,
                                                                                                             0)])
     loop = ClosedLoop(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), adaptive=launched, rate=1.5)
     check = pd.DataFrame({"concurrency": [1, 4], "speedup_tpot": [1.3, 0.9], "speedup_tpot_lo": [1.1, 0.8],
@@ -144,8 +144,8 @@ def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lo
     from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_sweep import Sweep
 
-    static = [VllmConfig(name="spec-off", model="/hf/verifier"),
-              VllmConfig(name="ngram k=4", model="/hf/verifier", method="ngram", k=4)]
+    static = [VllmConfig(model="/hf/verifier"),
+              VllmConfig(model="/hf/verifier", method="ngram", k=4)]
     loop = ClosedLoop(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1,
                       adaptive=replace(static[1], name="adaptive", schedule=[(1, 3, 4), (4, 4096, 0)]))
 

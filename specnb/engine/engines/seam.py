@@ -119,7 +119,7 @@ class Engine:
 
 
 ENGINES: dict[str, Engine] = {}
-BUILT_IN = ("engine_llama", "engine_vllm", "engine_openai")
+BUILT_IN = ("engine_llama", "engine_vllm", "engine_openai", "engine_simulated")
 
 
 def register(engine: Engine) -> Engine:

@@ -1,0 +1,72 @@
+"""The serving policy: per level the configuration to run, and the one launch a server that runs one
+method is given for it, every k = 0 range priced (worked by hand on small summaries)."""
+
+import pandas as pd
+import pytest
+
+from specnb.measure.serving_summary import draft_lengths
+from specnb.predict.serving_policy import (
+    adaptive_expected,
+    choose_launch,
+    launch_policy,
+    no_launch_why,
+    serving_policy,
+    zero_range_speedup,
+)
+
+
+def one_method_each(eagle3: list[float], ngram=(1.12, 1.08, 1.05, 0.95)) -> pd.DataFrame:
+    """spec-off (steps of 10, 10.5, 11, 20 ms at 1, 2, 4, 16 in a batch), eagle3 k=3 with the given TPOT
+    speedups and n-gram k=4 (by default close behind it at 1–2 and paying to 4); each lower bound 0.08
+    under its point."""
+    levels, step = [1, 2, 4, 16], [10.0, 10.5, 11.0, 20.0]
+    rows = [{"config": "spec-off", "k": 0, "family": "none", "uses_model": False, "concurrency": b,
+             "mean_tpot_ms": t, "speedup_tpot": 1.0, "speedup_tpot_lo": 1.0,
+             "tokens_predicted": 100.0, "spec_decode_draft_tokens": 0.0, "spec_decode_accepted_tokens": 0.0}
+            for b, t in zip(levels, step)]
+    # eagle3: 100 tokens in 60 steps, 3 drafted each (d = 3, τ' = 5/3); n-gram d = 4
+    for config, k, family, speedups, drafted in (("eagle3 k=3", 3, "eagle3", eagle3, 180.0),
+                                                 ("ngram k=4", 4, "ngram", list(ngram), 240.0)):
+        rows += [{"config": config, "k": k, "family": family, "uses_model": family == "eagle3", "concurrency": b,
+                  "mean_tpot_ms": t / x, "speedup_tpot": x,
+                  "speedup_tpot_lo": x - 0.08, "tokens_predicted": 100.0, "spec_decode_draft_tokens": drafted,
+                  "spec_decode_accepted_tokens": 40.0} for b, t, x in zip(levels, step, speedups)]
+    return pd.DataFrame(rows)
+
+
+def test_one_vllm_launch_is_chosen_by_its_worst_level_with_every_k0_range_priced():
+    summary = one_method_each([1.17, 1.10, 0.90, 0.60])
+    assert draft_lengths(summary) == {"eagle3 k=3": 3, "ngram k=4": 4}  # as the records carry them
+    overall = serving_policy(summary)
+    assert list(overall["config"]) == ["eagle3 k=3", "eagle3 k=3", "ngram k=4", "spec-off"]  # eagle3 chosen most
+    # a k = 0 range pays the method's own step cost δ: eagle3's 3.25 ms at 1 (8.55 ms × 5/3 − t(4) = 11), scaled
+    # like the step, so 1 / (1 + 0.3245) at every level; n-gram's 3.13 ms (8.93 × 5/3 − t(5) = 11.75)
+    zero = zero_range_speedup(summary, "eagle3 k=3", [1, 4, 16])
+    assert zero[4] == pytest.approx(11 / (11 + (10 / 1.17 * 5 / 3 - 11) * 1.1), rel=1e-6)
+    ngram_zero = zero_range_speedup(summary, "ngram k=4", [16])[16]
+    assert ngram_zero == pytest.approx(1 / (1 + (10 / 1.12 * 5 / 3 - 11.75) / 10))
+    # eagle3's launch drafts at 4 too (0.90 beats its k = 0 range's 0.755), not at 16 (0.60 does not)
+    eagle3 = launch_policy(summary, {"eagle3 k=3": 3})
+    assert list(eagle3["k"]) == [3, 3, 3, 0]
+    assert list(adaptive_expected(summary, eagle3, "eagle3 k=3")) == pytest.approx([1.17, 1.10, 0.90, zero[16]])
+    # n-gram's launch drafts at 16 as well (0.95 against 0.76 at k = 0): worst level 0.95 of the best static,
+    # eagle3's 0.755, vLLM without speculation's 1 / 1.17
+    choice = choose_launch(summary, overall)
+    assert choice.launch.family == "ngram" and list(choice.policy["k"]) == [4, 4, 4, 4]
+    assert choice.launch.ranges == ((1, 4096, 4),) and choice.launch.draft == "" and choice.why_not == ""
+    # where the head pays at every level its schedule has no k = 0, and it is the one launch
+    choice = choose_launch(one_method_each([1.17, 1.10, 1.08, 1.10]), overall)
+    assert choice.launch.family == "eagle3" and list(choice.policy["k"]) == [3, 3, 3, 3]
+    assert choice.launch.draft == "<the eagle3 model's folder>"  # an endpoint's: only its operator knows it
+    named = choose_launch(one_method_each([1.17, 1.10, 1.08, 1.10]), overall, {"eagle3 k=3": "/heads/e3"})
+    assert named.launch.draft == "/heads/e3"
+    # n-gram paying at 1 only, 0.80 elsewhere: drafting everywhere (0.80) or k = 0 ranges (0.69) both lose
+    # more at 2–16 than 1.10 gains at 1, so the policy is vLLM without speculation, and says why
+    lone = one_method_each([0.5] * 4, ngram=(1.10, 0.80, 0.80, 0.80))
+    lone = lone[lone["config"] != "eagle3 k=3"]
+    alone = serving_policy(lone)
+    choice = choose_launch(lone, alone)
+    assert choice.launch.family == "ngram" and list(choice.policy["k"]) == [0, 0, 0, 0]
+    assert set(choice.policy["config"]) == {"spec-off"} and not choice.launch.drafts
+    assert "k = 0 ranges elsewhere cost more" in choice.why_not
+    assert "did not pay at any level" in no_launch_why(alone.assign(k=0), "ngram")
