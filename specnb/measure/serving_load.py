@@ -169,11 +169,18 @@ async def closed_loop(target: Target, prompts: list[str], concurrency: int, max_
 def arrival_gaps(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
     """Seconds between ``n`` arrivals at ``rate`` requests/s on average, as ``vllm bench serve`` draws
     them: exponential (Poisson arrivals) at burstiness 1, else gamma with shape ``burstiness`` and the
-    same mean, so below 1 requests come in bursts with quiet spells between them."""
+    same mean, so below 1 requests come in bursts with quiet spells between them.
+
+    Rescaled, as vLLM bench rescales its gamma arrivals, so the ``n`` arrivals span exactly ``n / rate``
+    seconds: 16 raw draws at 1.14 req/s realize anywhere from 0.9 to 1.5 req/s, and a trace run at
+    "1.14" would then load the engine at another rate each seed. One common factor leaves the gaps'
+    shape (their coefficient of variation, the burstiness) as drawn."""
     rng = np.random.default_rng(seed)
     if burstiness == 1.0:
-        return rng.exponential(1.0 / rate, size=n)
-    return rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
+        gaps = rng.exponential(1.0 / rate, size=n)
+    else:
+        gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
+    return gaps * (n / rate / gaps.sum())
 
 
 async def poisson_loop(target: Target, prompts: list[str], rate: float, max_tokens: int, seed: int = 0,
