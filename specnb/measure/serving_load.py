@@ -77,15 +77,20 @@ class RequestRecord:
 
 def request_body(target: Target, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
     """Greedy chat completion, streamed with usage (and ``ignore_eos``: every request is ``max_tokens`` long,
-    as vLLM bench sends it)."""
+    as vLLM bench sends it). ``continuous_usage_stats`` is vLLM's (and SGLang's) ask for usage on every
+    chunk, so a stream cut short still says how many tokens it carried; llama-server ignores it and
+    sends usage in its last chunk for ``include_usage``."""
+    usage = {"include_usage": True, "continuous_usage_stats": True}
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0,
-            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos}
+            "stream": True, "stream_options": usage, "ignore_eos": ignore_eos}
     return body | ({"model": target.model} if target.model else {})
 
 
 async def stream_one(client, target: Target, prompt: str, max_tokens: int, ignore_eos: bool, t0: float
                      ) -> RequestRecord:
-    """Send one streamed request and time its chunks."""
+    """Send one streamed request and time its chunks. Its token count is the last ``usage`` the
+    server sent, never the chunks counted: an accepted draft burst arrives as one chunk, so counting
+    them undercounts exactly the speculative runs; a stream with no usage is a failed request."""
     record, text, last = RequestRecord(), [], None
     start = time.perf_counter()
     record.start_time = start - t0
@@ -114,11 +119,11 @@ async def stream_one(client, target: Target, prompt: str, max_tokens: int, ignor
         record.error = f"{type(err).__name__}: {err}"[:300]
         return record
     record.generated_text = "".join(text)
-    record.output_tokens = record.output_tokens or len(record.itl) + (last is not None)
     if record.output_tokens > 1 and last is not None:
         record.tpot = (record.latency - record.ttft) / (record.output_tokens - 1)
-    record.success = last is not None
-    record.error = "" if record.success else "no tokens streamed"
+    record.success = last is not None and record.output_tokens > 0
+    record.error = ("" if record.success else "no tokens streamed" if last is None
+                    else "no token counts (usage) in the stream")
     return record
 
 
