@@ -8,7 +8,7 @@ result file line up; ``from_vllm_bench`` reads such a file into the same shape.
 
 Speedups pair each request with spec-off's on the same prompt, round and level (greedy and lossless:
 the same tokens). TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup
-the same with whole latencies; the 95% CIs resample prompts (``specnb.measure.runs.bootstrap_speedup``).
+the same with whole latencies; the 95% CIs resample a prompt within a round (``speedup_ci``).
 Output throughput speedup is the ratio of the two runs' tokens per second; at a fixed concurrency
 throughput is concurrency × tokens ÷ latency (Little's law), so its CI is the E2E one, scaled.
 """
@@ -121,13 +121,19 @@ def decode_timed(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -> tuple[float, float, float]:
-    """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling prompts."""
-    frame = pd.DataFrame({"prompt_ids": paired["prompt_index"],
-                          "new_tokens": paired[tokens], "wall_ms": paired[time],
-                          "new_tokens_base": paired[f"{tokens}_base"], "wall_ms_base": paired[f"{time}_base"]})
-    point = float(paired_speedup(frame[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum()
-                                 .to_numpy()))
-    lo, hi = bootstrap_speedup(frame, frame["prompt_ids"].unique(), rng, n_boot)
+    """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling (prompt, round) units.
+
+    Requests that share a prompt and a round (a prompt cycled to fill more workers than there are
+    prompts, a trace repeating one) are one unit: they are not independent draws of the prompt mix.
+    Each round of a prompt is a unit of its own. The prompt is ``prompt_id`` where the records carry
+    one, else ``prompt_index``; units are numbered in sorted order, so row order never moves a draw."""
+    prompt = paired["prompt_id"] if "prompt_id" in paired else paired["prompt_index"]
+    totals = ["tokens", "seconds", "tokens_base", "seconds_base"]  # paired_speedup's order
+    frame = pd.DataFrame({"unit": paired.groupby([prompt, paired["round"]]).ngroup(),
+                          "tokens": paired[tokens], "seconds": paired[time],
+                          "tokens_base": paired[f"{tokens}_base"], "seconds_base": paired[f"{time}_base"]})
+    point = float(paired_speedup(frame[totals].sum().to_numpy()))
+    lo, hi = bootstrap_speedup(frame, np.unique(frame["unit"]), rng, n_boot, columns=totals, unit="unit")
     return point, lo, hi
 
 

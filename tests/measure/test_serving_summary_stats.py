@@ -1,0 +1,40 @@
+"""The serving summaries' statistics on hand-built records: the bootstrap's unit (a prompt within a
+round), one generator per row (a CI does not depend on row order), where a configuration pays or
+loses, and a trace judged with CIs as the levels are."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
+
+
+def requests(config: str, seconds: list[float], prompt_ids: list[str], rounds: list[int]) -> pd.DataFrame:
+    """One level's successful requests: 11 tokens each, 0.1 s to the first, ``seconds`` for the other 10."""
+    return pd.DataFrame({"config": config, "concurrency": 4, "round": rounds, "prompt_index": range(len(seconds)),
+                         "prompt_id": prompt_ids, "success": True, "output_tokens": 11, "ttft": 0.1,
+                         "latency": [0.1 + s for s in seconds]})
+
+
+def tpot_ci(records: pd.DataFrame, config: str = "ngram k=4") -> tuple[float, float, float]:
+    paired = paired_requests(decode_timed(records), config, 4, "spec-off")
+    return speedup_ci(paired, "decode_tokens", "decode_s", np.random.default_rng(0), 1000)
+
+
+def test_a_prompt_cycled_within_a_round_is_one_bootstrap_unit():
+    # 8 requests, prompts a and b cycled 4 times each: 2x on a, 1x on b. Two units, so a quarter of the
+    # draws are all b (1.0x) and a quarter all a (2.0x): the 95% interval is exactly [1.0, 2.0]; eight
+    # independent units would almost never draw all of one prompt
+    ids = ["a", "b"] * 4
+    records = pd.concat([requests("spec-off", [0.2] * 8, ids, [0] * 8),
+                         requests("ngram k=4", [0.1, 0.2] * 4, ids, [0] * 8)])
+    point, lo, hi = tpot_ci(records)
+    assert point == pytest.approx(1.6 / 1.2) and (lo, hi) == (pytest.approx(1.0), pytest.approx(2.0))
+
+
+def test_rounds_of_one_prompt_are_distinct_units():
+    # one prompt, two rounds (1x in round 0, 2x in round 1): two units, not one merged (which has no CI)
+    records = pd.concat([requests("spec-off", [0.2, 0.2], ["a", "a"], [0, 1]),
+                         requests("ngram k=4", [0.2, 0.1], ["a", "a"], [0, 1])]).assign(prompt_index=0)
+    _, lo, hi = tpot_ci(records)
+    assert (lo, hi) == (pytest.approx(1.0), pytest.approx(2.0))
