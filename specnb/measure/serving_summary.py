@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -53,7 +54,6 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     column = level_column(records)
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
         return pd.DataFrame(columns=["engine", "config", column, "completed", "failed", "partial"])
-    rng = np.random.default_rng(seed)
     rows = []
     for (config, level), group in records.groupby(["config", column], sort=False):
         run = runs[(runs["config"] == config) & (runs[column] == level)]
@@ -78,7 +78,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
         rows.append(row)
     summary = pd.DataFrame(rows)
     if baseline in set(summary.get("config", [])):
-        summary = add_speedups(summary, records, baseline, rng, n_boot)
+        summary = add_speedups(summary, records, baseline, seed, n_boot)
     return summary
 
 
@@ -120,6 +120,13 @@ def decode_timed(records: pd.DataFrame) -> pd.DataFrame:
     return records.assign(decode_tokens=records["output_tokens"] - 1, decode_s=records["latency"] - records["ttft"])
 
 
+def row_rng(seed: int, config: str, level) -> np.random.Generator:
+    """The bootstrap's generator for one (configuration, level) row, seeded from the three: a row's CI
+    is then the same whatever rows come before it, or whether they are there at all (one generator
+    shared by every row made each CI depend on the table's row order)."""
+    return np.random.default_rng([seed, zlib.crc32(config.encode()), int(round(float(level) * 1000))])
+
+
 def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -> tuple[float, float, float]:
     """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling (prompt, round) units.
 
@@ -137,10 +144,11 @@ def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -
     return point, lo, hi
 
 
-def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, rng, n_boot: int) -> pd.DataFrame:
+def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, seed: int, n_boot: int) -> pd.DataFrame:
     records = decode_timed(records)
     rows, column = [], level_column(summary)
     for row in summary.to_dict("records"):
+        rng = row_rng(seed, row["config"], row[column])
         paired = paired_requests(records, row["config"], row[column], baseline)
         base = summary[(summary["config"] == baseline) & (summary[column] == row[column])]
         if paired.empty or base.empty:
@@ -267,7 +275,6 @@ def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, basel
     column = level_column(summary)
     if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
         return pd.DataFrame()
-    rng = np.random.default_rng(seed)
     timed = None if records is None else decode_timed(records)
     rows = []
     for level, group in summary.groupby(column):
@@ -282,7 +289,7 @@ def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, basel
         lo = hi = math.nan
         paired = paired_requests(timed, adaptive, level, best_config) if timed is not None else pd.DataFrame()
         if len(paired):
-            _, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", rng, n_boot)
+            _, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, adaptive, level), n_boot)
         rows.append({column: level, "speedup_tpot": x, "speedup_tpot_lo": float(own["speedup_tpot_lo"].iloc[0]),
                      "speedup_tpot_hi": float(own["speedup_tpot_hi"].iloc[0]), "best_static": best_config,
                      "best_static_speedup_tpot": best_x, "ratio": x / best_x, "ratio_lo": lo, "ratio_hi": hi,

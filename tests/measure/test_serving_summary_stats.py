@@ -38,3 +38,43 @@ def test_rounds_of_one_prompt_are_distinct_units():
                          requests("ngram k=4", [0.2, 0.1], ["a", "a"], [0, 1])]).assign(prompt_index=0)
     _, lo, hi = tpot_ci(records)
     assert (lo, hi) == (pytest.approx(1.0), pytest.approx(2.0))
+
+
+def sweep_records(seed: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(records, runs) of spec-off, ngram k=4 and adaptive at 1 and 4 concurrent: 6 prompts × 2 rounds,
+    decode times drawn at random around each configuration's own speed."""
+    rng, rows, runs = np.random.default_rng(seed), [], []
+    for config, speed in (("spec-off", 1.0), ("ngram k=4", 1.3), ("adaptive", 1.25)):
+        for level in (1, 4):
+            seconds = rng.uniform(0.1, 0.3, size=12) / speed
+            frame = requests(config, list(seconds), [f"p{i % 6}" for i in range(12)], [i // 6 for i in range(12)])
+            rows.append(frame.assign(concurrency=level, prompt_index=[i % 6 for i in range(12)], engine="vllm",
+                                     partial=False, itl="[]", tpot=seconds / 10, generated_text="x"))
+            runs.append({"config": config, "concurrency": level, "duration": float(seconds.sum()),
+                         "accepted_per_pos": "[]", "spec_decode_num_drafts": 0.0, "spec_decode_draft_tokens": 0.0,
+                         "spec_decode_accepted_tokens": 0.0, "n_decode": 0.0, "tokens_predicted": 0.0})
+    return pd.concat(rows, ignore_index=True), pd.DataFrame(runs)
+
+
+CI_COLUMNS = ["speedup_tpot_lo", "speedup_tpot_hi", "speedup_e2el_lo", "speedup_e2el_hi"]
+
+
+def test_every_row_has_its_own_generator_so_row_order_leaves_each_ci_alone():
+    from specnb.measure.serving_summary import summarise_sweep
+
+    records, runs = sweep_records()
+    shuffled = records.sample(frac=1.0, random_state=7)
+    tables = [summarise_sweep(r, runs, n_boot=200).set_index(["config", "concurrency"]).sort_index()
+              for r in (records, shuffled)]
+    assert tables[0][CI_COLUMNS].notna().all().all()
+    pd.testing.assert_frame_equal(tables[0][CI_COLUMNS], tables[1][CI_COLUMNS])
+
+
+def test_a_levels_adaptive_ci_does_not_depend_on_the_other_levels():
+    from specnb.measure.serving_summary import adaptive_check, summarise_sweep
+
+    records, runs = sweep_records()
+    summary = summarise_sweep(records, runs, n_boot=200)
+    both = adaptive_check(summary, records=records, n_boot=200).set_index("concurrency")
+    one = adaptive_check(summary[summary["concurrency"] == 4], records=records, n_boot=200).set_index("concurrency")
+    assert both.loc[4, "ratio_lo"] == one.loc[4, "ratio_lo"] and both.loc[4, "ratio_hi"] == one.loc[4, "ratio_hi"]
