@@ -168,23 +168,49 @@ def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, se
 
 
 def log_cross(levels: np.ndarray, values: np.ndarray) -> float:
-    """The first level where ``values`` falls below 1, interpolated in log2 of the level; NaN if never,
-    the first level if it starts below."""
-    for i, value in enumerate(values):
-        if value < 1.0:
-            if i == 0:
-                return float(levels[0])
-            a, b = np.log2(levels[i - 1]), np.log2(levels[i])
-            frac = (values[i - 1] - 1.0) / (values[i - 1] - value)
-            return float(2 ** (a + frac * (b - a)))
-    return math.nan
+    """The level where ``values`` falls below 1 for good (the stretch below 1 that runs to the top
+    level: a dip that recovers is no crossover), interpolated in log2 of the level; NaN if the top
+    level is at or above 1, the first level if every level is below."""
+    above = np.flatnonzero(~(values < 1.0))  # NaN (no CI bound) is not below 1
+    if len(above) == 0:
+        return float(levels[0])
+    i = above[-1] + 1  # the first level of the stretch below 1 to the top
+    if i == len(values):
+        return math.nan
+    a, b = np.log2(levels[i - 1]), np.log2(levels[i])
+    frac = (values[i - 1] - 1.0) / (values[i - 1] - values[i])
+    return float(2 ** (a + frac * (b - a)))
+
+
+def pay_verdict(levels: np.ndarray, values: np.ndarray) -> tuple[str, float, float]:
+    """(verdict, first and last level of a losing stretch that recovers): "never pays" (below 1
+    everywhere), "pays at every level measured", "stops paying" (below 1 from some level to the top)
+    or "loses between X and Y" (below 1 from X to Y, above it again at the top)."""
+    below = values < 1.0
+    if below.all():
+        return "never pays", math.nan, math.nan
+    if not below.any():
+        return "pays at every level measured", math.nan, math.nan
+    if below[-1]:
+        return "stops paying", math.nan, math.nan
+    lo, hi = float(levels[below].min()), float(levels[below].max())
+    return f"loses between {lo:g} and {hi:g}", lo, hi
+
+
+def excludes_one(row, metric: str) -> bool:
+    """Whether a level's 95% CI of ``metric`` lies wholly above or below 1: only then does it pay or
+    lose; a CI holding 1 is no measurable difference."""
+    return bool(row[f"{metric}_lo"] > 1.0 or row[f"{metric}_hi"] < 1.0)
 
 
 def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
               baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per configuration: the level (a concurrency, or a request rate for Poisson arrivals: ``level``
-    names which) where ``metric`` falls below 1.0 (log-interpolated), with a CI from where its lower
-    and upper 95% bounds fall below 1.0; ``verdict`` says which case it is."""
+    names which) where ``metric`` falls below 1.0 for good (log-interpolated), with a CI from where its
+    lower and upper 95% bounds do; ``verdict`` says which case it is (``pay_verdict``: a dip that
+    recovers is "loses between", ``loses_from`` to ``loses_to``, not "stops paying"). Whether the
+    lowest and top levels' CIs exclude 1 (``ci_excludes_1_lowest``, ``_top``; ``dip_ci_below_1``: a
+    level of the dip's does) says where the point estimates are more than noise."""
     if metric not in summary:
         raise ParameterError(f"no {metric} in the summary: the sweep needs a {baseline!r} configuration")
     rows, column = [], level_column(summary)
@@ -193,15 +219,14 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
         levels = group[column].to_numpy(float)
         point, lo, hi = (log_cross(levels, group[c].to_numpy(float)) for c in (metric, f"{metric}_lo",
                                                                                   f"{metric}_hi"))
-        if group[metric].iloc[0] < 1.0:
-            verdict = "never pays"
-        elif math.isnan(point):
-            verdict = "pays at every level measured"
-        else:
-            verdict = "stops paying"
+        verdict, loses_from, loses_to = pay_verdict(levels, group[metric].to_numpy(float))
+        dip = group[(group[column] >= loses_from) & (group[column] <= loses_to)]
         rows.append({"config": config, "metric": metric, "crossover": point, "crossover_lo": lo,
                      "crossover_hi": hi, "verdict": verdict, "min_level": float(levels.min()),
-                     "max_level": float(levels.max()), "level": column})
+                     "max_level": float(levels.max()), "level": column, "loses_from": loses_from,
+                     "loses_to": loses_to, "ci_excludes_1_lowest": excludes_one(group.iloc[0], metric),
+                     "ci_excludes_1_top": excludes_one(group.iloc[-1], metric),
+                     "dip_ci_below_1": bool((dip[f"{metric}_hi"] < 1.0).any())})
     return pd.DataFrame(rows)
 
 

@@ -78,3 +78,34 @@ def test_a_levels_adaptive_ci_does_not_depend_on_the_other_levels():
     both = adaptive_check(summary, records=records, n_boot=200).set_index("concurrency")
     one = adaptive_check(summary[summary["concurrency"] == 4], records=records, n_boot=200).set_index("concurrency")
     assert both.loc[4, "ratio_lo"] == one.loc[4, "ratio_lo"] and both.loc[4, "ratio_hi"] == one.loc[4, "ratio_hi"]
+
+
+def speedups(rows: dict[str, list[float]], half_width: float = 0.1) -> pd.DataFrame:
+    """A summary of TPOT speedups at 1, 2, 4 and 8 concurrent, each CI ± ``half_width``."""
+    return pd.DataFrame([{"config": config, "concurrency": level, "speedup_tpot": x,
+                          "speedup_tpot_lo": x - half_width, "speedup_tpot_hi": x + half_width}
+                         for config, xs in rows.items() for level, x in zip([1, 2, 4, 8], xs)])
+
+
+def test_a_configuration_stops_paying_only_where_it_does_not_recover():
+    from specnb.measure.serving_summary import crossover
+
+    summary = speedups({"dips": [1.4, 0.8, 0.9, 1.3], "starts low": [0.8, 1.2, 1.3, 1.4], "never": [0.9, 0.8, 0.7, 0.5],
+                        "stops": [1.3, 0.8, 1.2, 0.7], "always": [1.5, 1.4, 1.3, 1.2]})
+    rows = crossover(summary, "speedup_tpot").set_index("config")
+    assert rows.loc["dips", "verdict"] == "loses between 2 and 4" and np.isnan(rows.loc["dips", "crossover"])
+    assert (rows.loc["dips", "loses_from"], rows.loc["dips", "loses_to"]) == (2, 4)
+    assert rows.loc["starts low", "verdict"] == "loses between 1 and 1"
+    assert rows.loc["never", "verdict"] == "never pays"
+    assert rows.loc["always", "verdict"] == "pays at every level measured"
+    # below 1 for good from 8 concurrent: the crossing is the last one, between 4 and 8, not the dip at 2
+    assert rows.loc["stops", "verdict"] == "stops paying" and 4 < rows.loc["stops", "crossover"] < 8
+
+
+def test_the_crossover_row_says_whether_the_end_levels_cis_exclude_1():
+    from specnb.measure.serving_summary import crossover
+
+    summary = speedups({"clear": [1.4, 1.3, 1.2, 1.15], "noisy": [1.05, 1.1, 1.0, 1.02]})
+    rows = crossover(summary, "speedup_tpot").set_index("config")
+    assert rows.loc["clear", ["ci_excludes_1_lowest", "ci_excludes_1_top"]].tolist() == [True, True]
+    assert rows.loc["noisy", ["ci_excludes_1_lowest", "ci_excludes_1_top"]].tolist() == [False, False]

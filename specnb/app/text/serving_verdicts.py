@@ -30,17 +30,29 @@ def fmt_ci(row, metric: str) -> str:
 
 
 def crossover_line(row) -> str:
-    """One configuration's crossover, in the unit of the sweep's levels (``row["level"]``)."""
+    """One configuration's crossover, in the unit of the sweep's levels (``row["level"]``). It "pays"
+    or "loses" only where the 95% CI lies above or below 1 (``ci_excludes_1_*``, ``dip_ci_below_1``;
+    a row without them reads as clear); a CI that holds 1 is "no measurable difference"."""
     column = row.get("level", "concurrency")
     unit, load = LEVEL_UNITS[column], "request rate" if column == "request_rate" else "concurrency"
+    name, top = f"**{row['config']}**", f"{row['max_level']:g} {unit}"
+    noise = "no measurable difference at {} (its 95% CI holds 1)".format
     if row["verdict"] == "never pays":
-        return f"**{row['config']}** does not pay even at the lowest level"
+        return (f"{name} does not pay even at the lowest level" if row.get("ci_excludes_1_lowest", True) else
+                f"{name} does not pay at any level measured; " + noise(f"{row['min_level']:g} {unit}, the lowest"))
     if row["verdict"] == "pays at every level measured":
-        return f"**{row['config']}** still pays at {row['max_level']:g} {unit} (the most measured)"
+        return (f"{name} still pays at {top} (the most measured)" if row.get("ci_excludes_1_top", True) else
+                f"{name} is above 1 at every level measured, but shows " + noise(f"{top}, the most measured"))
+    if row["verdict"].startswith("loses between"):
+        stretch = f"between {row['loses_from']:g} and {row['loses_to']:g} {unit}"
+        dip = (f"loses {stretch}" if row.get("dip_ci_below_1", True) else
+               f"dips below 1 {stretch}, no measurable difference there (95% CIs hold 1)")
+        return f"{name} {dip}; " + (f"pays again at {top}" if row.get("ci_excludes_1_top", True) else noise(top))
     lo = f"≤ {row['min_level']:g}" if row["crossover_lo"] <= row["min_level"] else f"{row['crossover_lo']:.1f}"
     hi = f"beyond {row['max_level']:g}" if pd.isna(row["crossover_hi"]) else f"{row['crossover_hi']:.1f}"
-    return (f"**{row['config']}** stops paying at about {row['crossover']:.1f} {unit} (95% CI {lo}–{hi}; "
-            f"interpolated in log {load} between the levels measured)")
+    still = "" if row.get("ci_excludes_1_top", True) else "; " + noise(top)
+    return (f"{name} stops paying at about {row['crossover']:.1f} {unit} (95% CI {lo}–{hi}; "
+            f"interpolated in log {load} between the levels measured){still}")
 
 
 def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | None = None) -> str:

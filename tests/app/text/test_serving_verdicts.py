@@ -165,3 +165,21 @@ def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lo
     assert "**spec-off**, no `--speculative-config`" in off.markdown
     won = adaptive_text(pd.DataFrame(), trace(150.0, 160.0), loop, static)
     assert won.values["vllm_launch_for_trace"] == "adaptive" and "the adaptive line above" in won.markdown
+
+
+def crossing_of(speedups: list[float], half_width: float) -> dict:
+    rows = [{"config": "ngram k=3", "concurrency": level, "speedup_tpot": x, "speedup_tpot_lo": x - half_width,
+             "speedup_tpot_hi": x + half_width} for level, x in zip([1, 2, 4, 8], speedups)]
+    return crossover(pd.DataFrame(rows), "speedup_tpot").iloc[0].to_dict()
+
+
+def test_a_crossover_line_claims_paying_or_losing_only_outside_the_noise():
+    clear = crossover_line(crossing_of([1.5, 1.4, 1.3, 1.3], 0.1))
+    assert "still pays at 8 concurrent requests" in clear
+    noisy = crossover_line(crossing_of([1.5, 1.4, 1.3, 1.05], 0.1))
+    assert "no measurable difference at 8 concurrent requests" in noisy and "still pays" not in noisy
+    dip = crossover_line(crossing_of([1.5, 0.7, 0.8, 1.3], 0.1))
+    assert "loses between 2 and 4 concurrent requests" in dip and "pays again at 8" in dip
+    assert "stops paying" not in dip
+    shallow = crossover_line(crossing_of([1.5, 0.95, 1.3, 1.3], 0.1))
+    assert "no measurable difference" in shallow and "loses" not in shallow
