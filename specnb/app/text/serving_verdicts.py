@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pandas as pd
 
@@ -14,7 +15,7 @@ from specnb.core.intervals import interval_text, speedup_text
 from specnb.engine.llama_server import ServerConfig, spec_flags
 from specnb.engine.vllm_server import speculative_config
 from specnb.measure.serving_load import LEVEL_UNITS, level_column, level_text
-from specnb.measure.serving_summary import BASELINE_CONFIG
+from specnb.measure.serving_summary import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.predict.serving_predictor import (
     llama_server_flags,
     median_error,
@@ -175,25 +176,58 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
 
 
 def trace_launch(trace: pd.DataFrame, configs=()) -> tuple[str, str]:
-    """What the trace supports launching: (line, value). The adaptive schedule where its mean TPOT was
-    the lowest; else the configuration whose was, as its ``--speculative-config`` (``configs``: the
-    static ``VllmConfig``s; "" for spec-off: no ``--speculative-config``), since the schedule is only
-    printed as proven where a run showed it beating every static choice."""
+    """What the trace supports launching: (line, value). The adaptive schedule only where it wins: its
+    95% CI against every static configuration, spec-off included, lies above 1 (``beats``). Otherwise
+    the simplest configuration inside the tie with the trace's fastest (``best``; inside: its CI
+    against the best holds 1), as its ``--speculative-config`` (``configs``: the static ``VllmConfig``s;
+    "" for spec-off). Simplest: spec-off, then static configurations by smaller k, then the schedule.
+    As vLLM's proposed ``tune_speculative_k`` (PR #49163) does, a difference within the noise is a
+    tie, and a tie goes to the simpler setting: nothing measurable is given up for it."""
     if trace["beats"].all():
-        return "launch for load like this trace: the adaptive line above (the lowest mean TPOT of all)", "adaptive"
-    best = trace.sort_values("mean_tpot_ms").iloc[0]
-    spec = next((speculative_config(c) for c in configs if c.name == best["config"]), None)
+        return ("launch for load like this trace: the adaptive line above (faster than every static "
+                "configuration, each 95% CI above 1)"), "adaptive"
+    pick = min(tied_with_best(trace), key=lambda name: simplicity(name, configs))
+    if pick == ADAPTIVE_CONFIG:  # the fastest, no static one in its noise (failed requests can leave a CI NaN)
+        return "launch for load like this trace: the adaptive line above (the fastest over the trace)", "adaptive"
+    row, best = trace.set_index("config").loc[pick], trace["best"].iloc[0]
+    spec = next((speculative_config(c) for c in configs if c.name == pick), None)
     line = json.dumps(spec) if spec else ""
     what = f"`--speculative-config '{line}'`" if line else "no `--speculative-config`"
-    return (f"launch for load like this trace: **{best['config']}**, {what} — its mean TPOT was the lowest "
-            f"(adaptive ran {fmt_ci(best, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the "
-            "line to paste for it; a load that stays at one level reads the table per level"), line
+    why = ("the fastest over the trace" if pick == best else
+           f"the simplest inside the noise of the fastest, {best} ({fmt_ci(row, 'speedup_over_best')} of its speed)")
+    return (f"launch for load like this trace: **{pick}**, {what} — {why} (adaptive ran "
+            f"{fmt_ci(row, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the line to paste for "
+            "it; a load that stays at one level reads the table per level"), line
+
+
+def tied_with_best(trace: pd.DataFrame) -> list[str]:
+    """The configurations whose TPOT CI against the trace's fastest holds 1 (NaN, too few prompts to
+    tell: a tie), the fastest included; adaptive's is its own CI against the best static one."""
+    holds = lambda lo, hi: ~((lo > 1.0) | (hi < 1.0))  # noqa: E731
+    best = trace["best"].iloc[0]
+    names = trace.loc[holds(trace["speedup_over_best_lo"], trace["speedup_over_best_hi"]), "config"].tolist()
+    against = trace[trace["config"] == best]
+    if best == ADAPTIVE_CONFIG or holds(against["adaptive_speedup_tpot_lo"], against["adaptive_speedup_tpot_hi"]).all():
+        names.append(ADAPTIVE_CONFIG)
+    return names
+
+
+def simplicity(name: str, configs=()) -> tuple[int, float]:
+    """Sort key, simplest first: spec-off, static configurations by k (the ``VllmConfig``'s, else the
+    name's "k=N"), the schedule."""
+    if name == BASELINE_CONFIG:
+        return 0, 0
+    if name == ADAPTIVE_CONFIG:
+        return 2, 0
+    k = next((c.k for c in configs if c.name == name and getattr(c, "k", None)), None)
+    found = re.search(r"k=(\d+)", name)
+    return 1, k if k is not None else int(found.group(1)) if found else math.inf
 
 
 def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) -> Report:
     """The policy launched as its own configuration (``serving_loop.ClosedLoop``): its TPOT speedup
-    against the best static configuration per level (target ≥ 0.95x of it), its mean TPOT over the
-    bursty trace against every static configuration (target: lower than each), and what the trace
+    against the best static configuration per level (target ≥ 0.95x of it), its paired TPOT speedup
+    over the bursty trace against every static configuration (target: each 95% CI above 1), and what the trace
     supports launching (``trace_launch``; ``configs``: the static ``VllmConfig``s)."""
     if loop is None:
         return Report("The closed loop (the policy launched as its own vLLM, `adaptive`) runs when notebook 08 starts "
@@ -219,8 +253,8 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) ->
                            for r in trace.to_dict("records"))
         lines.append(f"bursty trace at {loop.rate:.2f} requests/s on average: adaptive's mean TPOT "
                      f"{trace['adaptive_mean_tpot_ms'].iloc[0]:.1f} ms against {others}; "
-                     + ("lower than every static configuration" if trace["beats"].all()
-                        else "not lower than " + ", ".join(trace.loc[~trace["beats"], "config"])))
+                     + ("faster than every static configuration (each 95% CI above 1)" if trace["beats"].all()
+                        else "not measurably faster than " + ", ".join(trace.loc[~trace["beats"], "config"])))
         values["adaptive_beats_every_static_on_trace"] = bool(trace["beats"].all())
         line, values["vllm_launch_for_trace"] = trace_launch(trace, configs)
         lines.append(line)
