@@ -292,11 +292,15 @@ def paired_speedup(totals: np.ndarray) -> np.ndarray:
         return (totals[..., 0] / totals[..., 1]) / (totals[..., 2] / totals[..., 3])
 
 
-def bootstrap_speedup(paired: pd.DataFrame, units, rng, n_boot: int) -> tuple[float, float]:
-    """95% percentile interval of the speedup when prompt batches are resampled with replacement."""
+def bootstrap_speedup(paired: pd.DataFrame, units, rng, n_boot: int,
+                      columns=("new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"),
+                      unit: str = "prompt_ids") -> tuple[float, float]:
+    """95% percentile interval of the speedup when prompt batches are resampled with replacement.
+    ``unit`` and ``columns`` (the four totals in ``paired_speedup``'s order, time in any one unit)
+    name another table's: a serving sweep's requests are timed in seconds, per prompt and round."""
     if len(units) < 2 or n_boot < 1:
         return float("nan"), float("nan")
-    sums = paired.groupby("prompt_ids")[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum()
+    sums = paired.groupby(unit)[list(columns)].sum()
     sums = sums.loc[units].to_numpy()  # [U, 4]
     picks = rng.integers(0, len(units), size=(n_boot, len(units)))  # [n_boot, U]
     ratios = paired_speedup(sums[picks].sum(axis=1))  # totals: [n_boot, 4]

@@ -69,15 +69,20 @@ class RequestRecord:
 
 def request_body(target: Target, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
     """Greedy chat completion, streamed with usage (and ``ignore_eos``: every request is ``max_tokens`` long,
-    as vLLM bench sends it)."""
+    as vLLM bench sends it). ``continuous_usage_stats`` is vLLM's (and SGLang's) ask for usage on every
+    chunk, so a stream cut short still says how many tokens it carried; llama-server ignores it and
+    sends usage in its last chunk for ``include_usage``."""
+    usage = {"include_usage": True, "continuous_usage_stats": True}
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0,
-            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos}
+            "stream": True, "stream_options": usage, "ignore_eos": ignore_eos}
     return body | ({"model": target.model} if target.model else {})
 
 
 async def stream_one(client, target: Target, prompt: str, max_tokens: int, ignore_eos: bool, t0: float
                      ) -> RequestRecord:
-    """Send one streamed request and time its chunks."""
+    """Send one streamed request and time its chunks. Its token count is the last ``usage`` the
+    server sent, never the chunks counted: an accepted draft burst arrives as one chunk, so counting
+    them undercounts exactly the speculative runs; a stream with no usage is a failed request."""
     record, text, last = RequestRecord(), [], None
     start = time.perf_counter()
     record.start_time = start - t0
@@ -106,11 +111,11 @@ async def stream_one(client, target: Target, prompt: str, max_tokens: int, ignor
         record.error = f"{type(err).__name__}: {err}"[:300]
         return record
     record.generated_text = "".join(text)
-    record.output_tokens = record.output_tokens or len(record.itl) + (last is not None)
     if record.output_tokens > 1 and last is not None:
         record.tpot = (record.latency - record.ttft) / (record.output_tokens - 1)
-    record.success = last is not None
-    record.error = "" if record.success else "no tokens streamed"
+    record.success = last is not None and record.output_tokens > 0
+    record.error = ("" if record.success else "no tokens streamed" if last is None
+                    else "no token counts (usage) in the stream")
     return record
 
 
@@ -162,11 +167,18 @@ async def send_closed(target: Target, prompts: list[str], concurrency: int, max_
 def arrival_gaps(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
     """Seconds between ``n`` arrivals at ``rate`` requests/s on average, as ``vllm bench serve`` draws
     them: exponential (Poisson arrivals) at burstiness 1, else gamma with shape ``burstiness`` and the
-    same mean, so below 1 requests come in bursts with quiet spells between them."""
+    same mean, so below 1 requests come in bursts with quiet spells between them.
+
+    Rescaled, as vLLM bench rescales its gamma arrivals, so the ``n`` arrivals span exactly ``n / rate``
+    seconds: 16 raw draws at 1.14 req/s realize anywhere from 0.9 to 1.5 req/s, and a trace run at
+    "1.14" would then load the engine at another rate each seed. One common factor leaves the gaps'
+    shape (their coefficient of variation, the burstiness) as drawn."""
     rng = np.random.default_rng(seed)
     if burstiness == 1.0:
-        return rng.exponential(1.0 / rate, size=n)
-    return rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
+        gaps = rng.exponential(1.0 / rate, size=n)
+    else:
+        gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), size=n)
+    return gaps * (n / rate / gaps.sum())
 
 
 async def send_open(target: Target, prompts: list[str], rate: float, max_tokens: list[int], seed: int = 0,

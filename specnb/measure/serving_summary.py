@@ -8,7 +8,7 @@ result file line up; ``from_vllm_bench`` reads such a file into the same shape.
 
 Speedups pair each request with spec-off's on the same prompt, round and level (greedy and lossless:
 the same tokens). TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup
-the same with whole latencies; the 95% CIs resample prompts (``specnb.measure.runs.bootstrap_speedup``).
+the same with whole latencies; the 95% CIs resample a prompt within a round (``speedup_ci``).
 Output throughput speedup is the ratio of the two runs' tokens per second; at a fixed concurrency
 throughput is concurrency × tokens ÷ latency (Little's law), so its CI is the E2E one, scaled.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -55,7 +56,6 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     column = shape_of(records).column
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
         return pd.DataFrame(columns=["engine", "config", column, "completed", "failed", "partial"])
-    rng = np.random.default_rng(seed)
     rows = []
     for (config, level), group in records.groupby(["config", column], sort=False):
         run = runs[(runs["config"] == config) & (runs[column] == level)]
@@ -81,7 +81,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
         rows.append(row)
     summary = pd.DataFrame(rows)
     if baseline in set(summary.get("config", [])):
-        summary = add_speedups(summary, records, baseline, rng, n_boot)
+        summary = add_speedups(summary, records, baseline, seed, n_boot)
     return summary
 
 
@@ -123,21 +123,35 @@ def decode_timed(records: pd.DataFrame) -> pd.DataFrame:
     return records.assign(decode_tokens=records["output_tokens"] - 1, decode_s=records["latency"] - records["ttft"])
 
 
+def row_rng(seed: int, config: str, level) -> np.random.Generator:
+    """The bootstrap's generator for one (configuration, level) row, seeded from the three: a row's CI
+    is then the same whatever rows come before it, or whether they are there at all (one generator
+    shared by every row made each CI depend on the table's row order)."""
+    return np.random.default_rng([seed, zlib.crc32(config.encode()), int(round(float(level) * 1000))])
+
+
 def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -> tuple[float, float, float]:
-    """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling prompts."""
-    frame = pd.DataFrame({"prompt_ids": paired["prompt_index"],
-                          "new_tokens": paired[tokens], "wall_ms": paired[time],
-                          "new_tokens_base": paired[f"{tokens}_base"], "wall_ms_base": paired[f"{time}_base"]})
-    point = float(paired_speedup(frame[["new_tokens", "wall_ms", "new_tokens_base", "wall_ms_base"]].sum()
-                                 .to_numpy()))
-    lo, hi = bootstrap_speedup(frame, frame["prompt_ids"].unique(), rng, n_boot)
+    """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling (prompt, round) units.
+
+    Requests that share a prompt and a round (a prompt cycled to fill more workers than there are
+    prompts, a trace repeating one) are one unit: they are not independent draws of the prompt mix.
+    Each round of a prompt is a unit of its own. The prompt is ``prompt_id`` where the records carry
+    one, else ``prompt_index``; units are numbered in sorted order, so row order never moves a draw."""
+    prompt = paired["prompt_id"] if "prompt_id" in paired else paired["prompt_index"]
+    totals = ["tokens", "seconds", "tokens_base", "seconds_base"]  # paired_speedup's order
+    frame = pd.DataFrame({"unit": paired.groupby([prompt, paired["round"]]).ngroup(),
+                          "tokens": paired[tokens], "seconds": paired[time],
+                          "tokens_base": paired[f"{tokens}_base"], "seconds_base": paired[f"{time}_base"]})
+    point = float(paired_speedup(frame[totals].sum().to_numpy()))
+    lo, hi = bootstrap_speedup(frame, np.unique(frame["unit"]), rng, n_boot, columns=totals, unit="unit")
     return point, lo, hi
 
 
-def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, rng, n_boot: int) -> pd.DataFrame:
+def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, seed: int, n_boot: int) -> pd.DataFrame:
     records = decode_timed(records)
     rows, column = [], shape_of(summary).column
     for row in summary.to_dict("records"):
+        rng = row_rng(seed, row["config"], row[column])
         paired = paired_requests(records, row["config"], row[column], baseline)
         base = summary[(summary["config"] == baseline) & (summary[column] == row[column])]
         if paired.empty or base.empty:
@@ -157,23 +171,49 @@ def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, rn
 
 
 def log_cross(levels: np.ndarray, values: np.ndarray) -> float:
-    """The first level where ``values`` falls below 1, interpolated in log2 of the level; NaN if never,
-    the first level if it starts below."""
-    for i, value in enumerate(values):
-        if value < 1.0:
-            if i == 0:
-                return float(levels[0])
-            a, b = np.log2(levels[i - 1]), np.log2(levels[i])
-            frac = (values[i - 1] - 1.0) / (values[i - 1] - value)
-            return float(2 ** (a + frac * (b - a)))
-    return math.nan
+    """The level where ``values`` falls below 1 for good (the stretch below 1 that runs to the top
+    level: a dip that recovers is no crossover), interpolated in log2 of the level; NaN if the top
+    level is at or above 1, the first level if every level is below."""
+    above = np.flatnonzero(~(values < 1.0))  # NaN (no CI bound) is not below 1
+    if len(above) == 0:
+        return float(levels[0])
+    i = above[-1] + 1  # the first level of the stretch below 1 to the top
+    if i == len(values):
+        return math.nan
+    a, b = np.log2(levels[i - 1]), np.log2(levels[i])
+    frac = (values[i - 1] - 1.0) / (values[i - 1] - values[i])
+    return float(2 ** (a + frac * (b - a)))
+
+
+def pay_verdict(levels: np.ndarray, values: np.ndarray) -> tuple[str, float, float]:
+    """(verdict, first and last level of a losing stretch that recovers): "never pays" (below 1
+    everywhere), "pays at every level measured", "stops paying" (below 1 from some level to the top)
+    or "loses between X and Y" (below 1 from X to Y, above it again at the top)."""
+    below = values < 1.0
+    if below.all():
+        return "never pays", math.nan, math.nan
+    if not below.any():
+        return "pays at every level measured", math.nan, math.nan
+    if below[-1]:
+        return "stops paying", math.nan, math.nan
+    lo, hi = float(levels[below].min()), float(levels[below].max())
+    return f"loses between {lo:g} and {hi:g}", lo, hi
+
+
+def excludes_one(row, metric: str) -> bool:
+    """Whether a level's 95% CI of ``metric`` lies wholly above or below 1: only then does it pay or
+    lose; a CI holding 1 is no measurable difference."""
+    return bool(row[f"{metric}_lo"] > 1.0 or row[f"{metric}_hi"] < 1.0)
 
 
 def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
               baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per configuration: the level (a concurrency, or a request rate for Poisson arrivals: ``level``
-    names which) where ``metric`` falls below 1.0 (log-interpolated), with a CI from where its lower
-    and upper 95% bounds fall below 1.0; ``verdict`` says which case it is."""
+    names which) where ``metric`` falls below 1.0 for good (log-interpolated), with a CI from where its
+    lower and upper 95% bounds do; ``verdict`` says which case it is (``pay_verdict``: a dip that
+    recovers is "loses between", ``loses_from`` to ``loses_to``, not "stops paying"). Whether the
+    lowest and top levels' CIs exclude 1 (``ci_excludes_1_lowest``, ``_top``; ``dip_ci_below_1``: a
+    level of the dip's does) says where the point estimates are more than noise."""
     if metric not in summary:
         raise ParameterError(f"no {metric} in the summary: the sweep needs a {baseline!r} configuration")
     rows, shape = [], shape_of(summary)
@@ -183,15 +223,14 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
         levels = group[column].to_numpy(float)
         point, lo, hi = (log_cross(levels, group[c].to_numpy(float)) for c in (metric, f"{metric}_lo",
                                                                                   f"{metric}_hi"))
-        if group[metric].iloc[0] < 1.0:
-            verdict = "never pays"
-        elif math.isnan(point):
-            verdict = "pays at every level measured"
-        else:
-            verdict = "stops paying"
+        verdict, loses_from, loses_to = pay_verdict(levels, group[metric].to_numpy(float))
+        dip = group[(group[column] >= loses_from) & (group[column] <= loses_to)]
         rows.append({"config": config, "metric": metric, "crossover": point, "crossover_lo": lo,
                      "crossover_hi": hi, "verdict": verdict, "min_level": float(levels.min()),
-                     "max_level": float(levels.max()), "level": column, "load": shape.name})
+                     "max_level": float(levels.max()), "level": column, "load": shape.name, "loses_from": loses_from,
+                     "loses_to": loses_to, "ci_excludes_1_lowest": excludes_one(group.iloc[0], metric),
+                     "ci_excludes_1_top": excludes_one(group.iloc[-1], metric),
+                     "dip_ci_below_1": bool((dip[f"{metric}_hi"] < 1.0).any())})
     return pd.DataFrame(rows)
 
 
@@ -287,7 +326,6 @@ def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, basel
     column = shape_of(summary).column
     if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
         return pd.DataFrame()
-    rng = np.random.default_rng(seed)
     timed = None if records is None else decode_timed(records)
     best = best_static(summary, baseline).set_index(column)
     rows = []
@@ -300,7 +338,7 @@ def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, basel
         lo = hi = math.nan
         paired = paired_requests(timed, adaptive, level, best_config) if timed is not None else pd.DataFrame()
         if len(paired):
-            _, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", rng, n_boot)
+            _, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, adaptive, level), n_boot)
         rows.append({column: level, "speedup_tpot": x, "speedup_tpot_lo": float(own["speedup_tpot_lo"].iloc[0]),
                      "speedup_tpot_hi": float(own["speedup_tpot_hi"].iloc[0]), "best_static": best_config,
                      "best_static_speedup_tpot": best_x, "ratio": x / best_x, "ratio_lo": lo, "ratio_hi": hi,
@@ -309,25 +347,47 @@ def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, basel
 
 
 def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: int = 1000,
-                seed: int = 0) -> pd.DataFrame:
-    """Over one trace (every request of a Poisson or bursty run): each other configuration's mean TPOT
-    against the adaptive one's, and the adaptive one's paired TPOT speedup over it with a 95% CI
-    (same prompts); ``beats``: the adaptive mean TPOT is the lower."""
+                seed: int = 0, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+    """Over one trace (every request of a Poisson or bursty run), per other configuration: its paired
+    TPOT speedup over ``baseline`` (``speedup_tpot``), adaptive's over it (``adaptive_speedup_tpot``) and
+    its own over the trace's fastest configuration, adaptive included (``best``, the lowest TPOT over
+    the trace's tokens; ``speedup_over_best``), each with a 95% CI resampling a prompt within a round
+    (``speedup_ci``); mean TPOT as read. ``beats``: adaptive's CI against it lies above 1, since a mean
+    lower by a millisecond or two is noise, not a win (``trace_launch`` judges the trace with these)."""
     ok = records[records["success"]]
     if adaptive not in set(ok["config"]):
         return pd.DataFrame()
-    column, rng = shape_of(records).column, np.random.default_rng(seed)
-    timed = decode_timed(records)
-    mean_ms = ok.groupby("config")["tpot"].mean() * 1e3
+    timed, mean_ms = decode_timed(ok), ok.groupby("config")["tpot"].mean() * 1e3
+    pooled = timed.groupby("config")[["decode_s", "decode_tokens"]].sum()
+    best = (pooled["decode_s"] / pooled["decode_tokens"]).idxmin()
+    ks = ok.groupby("config")["k"].first().to_dict() if "k" in ok else {}  # what each drafts, as recorded
     rows = []
     for config in [c for c in ok["config"].unique() if c != adaptive]:
-        paired = pd.concat([paired_requests(timed, adaptive, level, config) for level in ok[column].unique()])
-        x, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", rng, n_boot) if len(paired) else (math.nan,) * 3
-        rows.append({"config": config, "mean_tpot_ms": float(mean_ms[config]),
+        ours = trace_speedup(timed, adaptive, config, seed, n_boot)
+        over_best = (1 / ours[0], 1 / ours[2], 1 / ours[1]) if best == adaptive else \
+            trace_speedup(timed, config, best, seed, n_boot)  # against adaptive: its CI turned round
+        rows.append({"config": config, "k": ks.get(config, math.nan), "mean_tpot_ms": float(mean_ms[config]),
                      "adaptive_mean_tpot_ms": float(mean_ms[adaptive]),
-                     "adaptive_speedup_tpot": x, "adaptive_speedup_tpot_lo": lo, "adaptive_speedup_tpot_hi": hi,
-                     "beats": float(mean_ms[adaptive]) < float(mean_ms[config])})
+                     **ci_columns("speedup_tpot", trace_speedup(timed, config, baseline, seed, n_boot)),
+                     **ci_columns("adaptive_speedup_tpot", ours), "best": best,
+                     **ci_columns("speedup_over_best", over_best), "beats": bool(ours[1] > 1.0)})
     return pd.DataFrame(rows)
+
+
+def ci_columns(name: str, values: tuple[float, float, float]) -> dict:
+    """(point, lo, hi) as the columns ``name``, ``name_lo``, ``name_hi``."""
+    return dict(zip([name, f"{name}_lo", f"{name}_hi"], values))
+
+
+def trace_speedup(timed: pd.DataFrame, config: str, over: str, seed: int, n_boot: int) -> tuple[float, float, float]:
+    """``config``'s paired TPOT speedup over ``over`` across every level of a trace, with its 95% CI
+    (NaN where they share no request); its own generator per pair (``row_rng``)."""
+    column = shape_of(timed).column
+    levels = timed[column].unique()
+    paired = pd.concat([paired_requests(timed, config, level, over) for level in levels])
+    if paired.empty:
+        return (math.nan,) * 3
+    return speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, f"{config} over {over}", 0), n_boot)
 
 
 def trace_rate(summary: pd.DataFrame, concurrency: float, baseline: str = BASELINE_CONFIG) -> float:

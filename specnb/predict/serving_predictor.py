@@ -184,14 +184,13 @@ def validate_held_out(records: pd.DataFrame, configs: Iterable[str], baseline: s
     Acceptance comes from per-request draft counts (llama.cpp) or, given the sweep's ``runs``, from
     the engine's counters of runs that held one fold's prompts only (``counter_summary``; vLLM);
     empty with neither."""
-    from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
+    from specnb.measure.serving_summary import decode_timed, paired_requests, row_rng, speedup_ci
 
     require_steps(records)
     by_request = per_request_counts(records)
     if not by_request and (runs is None or runs.empty or "chunk" not in records or "chunk" not in runs):
         return pd.DataFrame()
     fold = folds(records)
-    rng = np.random.default_rng(seed)
     frames = []
     for calibrate_on in (0, 1):
         calibration = request_summary(records[fold == calibrate_on]) if by_request else \
@@ -205,6 +204,7 @@ def validate_held_out(records: pd.DataFrame, configs: Iterable[str], baseline: s
             measured = []
             for level in levels:
                 paired = paired_requests(held, config, level, baseline)
+                rng = row_rng(seed, config, level)  # a row's CI whatever rows come before it
                 point, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", rng, n_boot) if len(paired) else \
                     (math.nan,) * 3
                 measured.append({"concurrency": level, "speedup_tpot": point, "speedup_tpot_lo": lo,

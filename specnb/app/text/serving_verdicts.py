@@ -10,7 +10,7 @@ import pandas as pd
 from specnb.app.serving_setup import config_drafts
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
-from specnb.engine.engines.seam import BASELINE_CONFIG, engine_named, engine_of
+from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, engine_named, engine_of
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
 from specnb.predict.serving_policy import as_launch, choose_launch
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms
@@ -24,17 +24,29 @@ def fmt_ci(row, metric: str) -> str:
 
 
 def crossover_line(row) -> str:
-    """One configuration's crossover, in the unit of the sweep's levels (``row["level"]``)."""
+    """One configuration's crossover, in the unit of the sweep's levels (``row["level"]``). It "pays"
+    or "loses" only where the 95% CI lies above or below 1 (``ci_excludes_1_*``, ``dip_ci_below_1``;
+    a row without them reads as clear); a CI that holds 1 is "no measurable difference"."""
     shape = SHAPES[row.get("load", "closed")]
     unit, load = shape.unit, shape.axis
+    name, top = f"**{row['config']}**", f"{row['max_level']:g} {unit}"
+    noise = "no measurable difference at {} (its 95% CI holds 1)".format
     if row["verdict"] == "never pays":
-        return f"**{row['config']}** does not pay even at the lowest level"
+        return (f"{name} does not pay even at the lowest level" if row.get("ci_excludes_1_lowest", True) else
+                f"{name} does not pay at any level measured; " + noise(f"{row['min_level']:g} {unit}, the lowest"))
     if row["verdict"] == "pays at every level measured":
-        return f"**{row['config']}** still pays at {row['max_level']:g} {unit} (the most measured)"
+        return (f"{name} still pays at {top} (the most measured)" if row.get("ci_excludes_1_top", True) else
+                f"{name} is above 1 at every level measured, but shows " + noise(f"{top}, the most measured"))
+    if row["verdict"].startswith("loses between"):
+        stretch = f"between {row['loses_from']:g} and {row['loses_to']:g} {unit}"
+        dip = (f"loses {stretch}" if row.get("dip_ci_below_1", True) else
+               f"dips below 1 {stretch}, no measurable difference there (95% CIs hold 1)")
+        return f"{name} {dip}; " + (f"pays again at {top}" if row.get("ci_excludes_1_top", True) else noise(top))
     lo = f"≤ {row['min_level']:g}" if row["crossover_lo"] <= row["min_level"] else f"{row['crossover_lo']:.1f}"
     hi = f"beyond {row['max_level']:g}" if pd.isna(row["crossover_hi"]) else f"{row['crossover_hi']:.1f}"
-    return (f"**{row['config']}** stops paying at about {row['crossover']:.1f} {unit} (95% CI {lo}–{hi}; "
-            f"interpolated in log {load} between the levels measured)")
+    still = "" if row.get("ci_excludes_1_top", True) else "; " + noise(top)
+    return (f"{name} stops paying at about {row['crossover']:.1f} {unit} (95% CI {lo}–{hi}; "
+            f"interpolated in log {load} between the levels measured){still}")
 
 
 def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | None = None) -> str:
@@ -158,24 +170,56 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
 
 
 def trace_launch(trace: pd.DataFrame, configs=()) -> tuple[str, str]:
-    """What the trace supports launching: (line, value). The adaptive schedule where its mean TPOT was
-    the lowest; else the configuration whose was, as its ``--speculative-config`` (``configs``: the
-    static ``VllmConfig``s; "" for spec-off: no ``--speculative-config``), since the schedule is only
-    printed as proven where a run showed it beating every static choice."""
+    """What the trace supports launching: (line, value). The adaptive schedule only where it wins: its
+    95% CI against every static configuration, spec-off included, lies above 1 (``beats``). Otherwise
+    the simplest configuration inside the tie with the trace's fastest (``best``; inside: its CI
+    against the best holds 1), as its ``--speculative-config`` (``configs``: the static ``VllmConfig``s;
+    "" for spec-off). Simplest: spec-off, then static configurations by smaller k, then the schedule.
+    As vLLM's proposed ``tune_speculative_k`` (PR #49163) does, a difference within the noise is a
+    tie, and a tie goes to the simpler setting: nothing measurable is given up for it."""
     if trace["beats"].all():
-        return "launch for load like this trace: the adaptive line above (the lowest mean TPOT of all)", "adaptive"
-    best = trace.sort_values("mean_tpot_ms").iloc[0]
-    line = next((engine_of(c).launch_text(c) for c in configs if c.name == best["config"]), "")
+        return ("launch for load like this trace: the adaptive line above (faster than every static "
+                "configuration, each 95% CI above 1)"), "adaptive"
+    pick = min(tied_with_best(trace), key=lambda name: simplicity(name, trace))
+    if pick == ADAPTIVE_CONFIG:  # the fastest, no static one in its noise (failed requests can leave a CI NaN)
+        return "launch for load like this trace: the adaptive line above (the fastest over the trace)", "adaptive"
+    row, best = trace.set_index("config").loc[pick], trace["best"].iloc[0]
+    line = next((engine_of(c).launch_text(c) for c in configs if c.name == pick), "")
     what = f"`--speculative-config '{line}'`" if line else "no `--speculative-config`"
-    return (f"launch for load like this trace: **{best['config']}**, {what} — its mean TPOT was the lowest "
-            f"(adaptive ran {fmt_ci(best, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the "
-            "line to paste for it; a load that stays at one level reads the table per level"), line
+    why = ("the fastest over the trace" if pick == best else
+           f"the simplest inside the noise of the fastest, {best} ({fmt_ci(row, 'speedup_over_best')} of its speed)")
+    return (f"launch for load like this trace: **{pick}**, {what} — {why} (adaptive ran "
+            f"{fmt_ci(row, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the line to paste for "
+            "it; a load that stays at one level reads the table per level"), line
+
+
+def tied_with_best(trace: pd.DataFrame) -> list[str]:
+    """The configurations whose TPOT CI against the trace's fastest holds 1 (NaN, too few prompts to
+    tell: a tie), the fastest included; adaptive's is its own CI against the best static one."""
+    holds = lambda lo, hi: ~((lo > 1.0) | (hi < 1.0))  # noqa: E731
+    best = trace["best"].iloc[0]
+    names = trace.loc[holds(trace["speedup_over_best_lo"], trace["speedup_over_best_hi"]), "config"].tolist()
+    against = trace[trace["config"] == best]
+    if best == ADAPTIVE_CONFIG or holds(against["adaptive_speedup_tpot_lo"], against["adaptive_speedup_tpot_hi"]).all():
+        names.append(ADAPTIVE_CONFIG)
+    return names
+
+
+def simplicity(name: str, trace: pd.DataFrame) -> tuple[int, float]:
+    """Sort key, simplest first: spec-off, static configurations by k (as the trace's records carry
+    it), the schedule."""
+    if name == BASELINE_CONFIG:
+        return 0, 0
+    if name == ADAPTIVE_CONFIG:
+        return 2, 0
+    ks = dict(zip(trace["config"], trace["k"])) if "k" in trace else {}
+    return 1, float(ks[name]) if name in ks and not pd.isna(ks[name]) else math.inf
 
 
 def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) -> Report:
     """The policy launched as its own configuration (``policy_check.PolicyCheck``): its TPOT speedup
-    against the best static configuration per level (target ≥ 0.95x of it), its mean TPOT over the
-    bursty trace against every static configuration (target: lower than each), and what the trace
+    against the best static configuration per level (target ≥ 0.95x of it), its paired TPOT speedup
+    over the bursty trace against every static configuration (target: each 95% CI above 1), and what the trace
     supports launching (``trace_launch``; ``configs``: the static ``VllmConfig``s)."""
     if loop is None:
         return Report("The closed loop (the policy launched as its own vLLM, `adaptive`) runs when notebook 08 starts "
@@ -201,8 +245,8 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) ->
                            for r in trace.to_dict("records"))
         lines.append(f"bursty trace at {loop.rate:.2f} requests/s on average: adaptive's mean TPOT "
                      f"{trace['adaptive_mean_tpot_ms'].iloc[0]:.1f} ms against {others}; "
-                     + ("lower than every static configuration" if trace["beats"].all()
-                        else "not lower than " + ", ".join(trace.loc[~trace["beats"], "config"])))
+                     + ("faster than every static configuration (each 95% CI above 1)" if trace["beats"].all()
+                        else "not measurably faster than " + ", ".join(trace.loc[~trace["beats"], "config"])))
         values["adaptive_beats_every_static_on_trace"] = bool(trace["beats"].all())
         line, values["vllm_launch_for_trace"] = trace_launch(trace, configs)
         lines.append(line)

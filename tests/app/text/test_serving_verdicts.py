@@ -1,15 +1,17 @@
 """Notebook 08's text and charts name the load by its kind: concurrent requests for a closed loop,
-requests/s for Poisson arrivals (a rate read as a concurrency would misstate every level)."""
+requests/s for open-loop arrivals (a rate read as a concurrency would misstate every level); the
+policy prints as the engine takes it."""
 
 import json
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 
 from specnb.app.charts import load_curves
 from specnb.app.text.serving_verdicts import crossover_line, policy_text, serving_conclusion, sweep_text
 from specnb.measure.serving_summary import crossover
-from specnb.predict.serving_predictor import serving_policy
+from specnb.predict.serving_policy import serving_policy
 
 
 def summary(column: str) -> pd.DataFrame:
@@ -18,7 +20,9 @@ def summary(column: str) -> pd.DataFrame:
     rows = []
     for config, speedups in (("spec-off", [1.0, 1.0, 1.0]), ("ngram k=3", [1.4, 1.2, 0.8])):
         for level, x in zip(levels, speedups):
-            rows.append({"config": config, column: level, "alpha": 0.5, "tau": 2.0, "output_throughput": 10.0 * x,
+            rows.append({"config": config, "load": "open" if column == "request_rate" else "closed",
+                         "k": 0 if config == "spec-off" else 3, "family": "none" if config == "spec-off" else "ngram",
+                         "uses_model": False, column: level, "alpha": 0.5, "tau": 2.0, "output_throughput": 10.0 * x,
                          "median_tpot_ms": 20 / x, "p90_tpot_ms": 25 / x, "median_itl_ms": 10.0, "partial": False,
                          "spec_decode_num_drafts": 10.0, "per_position": json.dumps([0.5]),
                          "identical_outputs": 4, "paired_requests": 4, "mean_tpot_ms": 20 / x,
@@ -58,8 +62,8 @@ def test_closed_loop_levels_read_as_concurrent_requests():
 def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
     levels = summary("concurrency")
     levels.loc[levels["config"] != "spec-off", "speedup_tpot_lo"] = 0.8
-    policy = serving_policy(levels, {"ngram k=3": 3})
-    report = policy_text(levels, policy, {"ngram k=3": 3}, [])
+    policy = serving_policy(levels)
+    report = policy_text(levels, policy, "llama.cpp", [])
     assert "no `--speculative-config`" in report.markdown and "num_speculative_tokens" not in report.markdown
     assert "no --spec-type (spec-off)" in report.markdown
     assert report.values["policy_vllm"] == "no --speculative-config"
@@ -69,8 +73,8 @@ def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
 
 def test_a_paying_policy_prints_the_schedule():
     levels = summary("concurrency")
-    policy = serving_policy(levels, {"ngram k=3": 3})
-    report = policy_text(levels, policy, {"ngram k=3": 3}, [])
+    policy = serving_policy(levels)
+    report = policy_text(levels, policy, "vllm", [])
     config = json.loads(report.values["policy_vllm"])
     assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
 
@@ -79,24 +83,25 @@ def test_a_policy_that_drafts_at_every_level_is_printed_without_a_schedule():
     levels = summary("concurrency")
     ngram = levels["config"] == "ngram k=3"
     levels.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "mean_tpot_ms"]] = [1.3, 1.2, 20 / 1.3]
-    policy = serving_policy(levels, {"ngram k=3": 3})
-    config = json.loads(policy_text(levels, policy, {"ngram k=3": 3}, []).values["policy_vllm"])
+    policy = serving_policy(levels)
+    config = json.loads(policy_text(levels, policy, "vllm", []).values["policy_vllm"])
     assert config == {"method": "ngram", "num_speculative_tokens": 3}
 
 
 def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder():
     from specnb.engine.vllm_server import VllmConfig
 
-    levels = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}})
+    levels = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}, "family": {"ngram": "eagle3"}})
+    levels["uses_model"] = levels["family"] == "eagle3"
     configs = [VllmConfig(model="/hf/verifier"),
                VllmConfig(model="/hf/verifier", method="eagle3", draft="/heads/smollm2-eagle", k=3)]
-    policy = serving_policy(levels, {"eagle3 k=3": 3})
-    report = policy_text(levels, policy, {"eagle3 k=3": 3}, configs)
+    policy = serving_policy(levels)
+    report = policy_text(levels, policy, "vllm", configs)
     config = json.loads(report.values["policy_vllm"])
     assert config == {"method": "eagle3", "num_speculative_tokens": 3, "model": "/heads/smollm2-eagle",
                       "num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4096, 0]]}
     assert "eagle3" in report.markdown and "llama-server" not in report.markdown  # launched on vLLM only
-    at_endpoint = json.loads(policy_text(levels, policy, {"eagle3 k=3": 3}, []).values["policy_vllm"])
+    at_endpoint = json.loads(policy_text(levels, policy, "vllm", []).values["policy_vllm"])
     assert at_endpoint["method"] == "eagle3" and at_endpoint["model"] == "<the eagle3 model's folder>"
 
 
@@ -109,51 +114,58 @@ def test_the_identical_share_is_counted_over_every_level():
 
 
 def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
-    from specnb.app.serving_loop import ClosedLoop
+    from specnb.app.policy_check import PolicyCheck
     from specnb.app.text.serving_verdicts import adaptive_text
     from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_sweep import Sweep
 
-    launched = VllmConfig(model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096,
-                                                                                                            0)])
-    loop = ClosedLoop(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), adaptive=launched, rate=1.5)
+    launched = VllmConfig(model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096, 0)],
+                          adaptive=True)
+    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), adaptive=launched, rate=1.5)
     check = pd.DataFrame({"concurrency": [1, 4], "speedup_tpot": [1.3, 0.9], "speedup_tpot_lo": [1.1, 0.8],
                           "speedup_tpot_hi": [1.5, 1.0], "best_static": ["ngram k=4", "spec-off"],
                           "best_static_speedup_tpot": [1.35, 1.0], "ratio": [1.3 / 1.35, 0.9], "meets": [True, False]})
     trace = pd.DataFrame({"config": ["spec-off", "ngram k=4"], "mean_tpot_ms": [80.0, 90.0],
                           "adaptive_mean_tpot_ms": [70.0, 70.0], "adaptive_speedup_tpot": [1.1, 1.2],
-                          "adaptive_speedup_tpot_lo": [1.0, 1.1], "adaptive_speedup_tpot_hi": [1.2, 1.3],
+                          "adaptive_speedup_tpot_lo": [1.05, 1.1], "adaptive_speedup_tpot_hi": [1.2, 1.3],
                           "beats": [True, True]})
     report = adaptive_text(check, trace, loop)
     assert '"num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 4096, 0]]' in report.markdown
     line = "4 concurrent: adaptive 0.90x [0.80–1.00] against spec-off 1.00x: 0.90 of it (misses ≥ 0.95)"
     assert line in report.markdown
-    assert "lower than every static configuration" in report.markdown and report.values["adaptive_min_ratio"] == 0.9
+    assert "faster than every static configuration" in report.markdown and report.values["adaptive_min_ratio"] == 0.9
     assert not report.values["adaptive_meets_every_level"] and report.values["adaptive_beats_every_static_on_trace"]
     head = replace(launched, method="eagle3", draft=str(tmp_path), k=3, schedule=[(1, 3, 3), (4, 4096, 0)])
     (tmp_path / "config.json").write_text("{}")
     spec = json.loads(adaptive_text(check, trace, replace(loop, adaptive=head)).values["adaptive"])
     assert spec["method"] == "eagle3" and spec["model"] == str(tmp_path)  # what was launched, the head included
-    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), ClosedLoop(sweep=loop.sweep, note="ngram did not pay"))
+    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), PolicyCheck(sweep=loop.sweep, note="ngram did not pay"))
     assert none.markdown == "No `adaptive` launch: ngram did not pay." and none.values == {"adaptive": "none"}
 
 
 def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lost_to():
-    from specnb.app.serving_loop import ClosedLoop
+    from specnb.app.policy_check import PolicyCheck
     from specnb.app.text.serving_verdicts import adaptive_text
     from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_sweep import Sweep
 
     static = [VllmConfig(model="/hf/verifier"),
               VllmConfig(model="/hf/verifier", method="ngram", k=4)]
-    loop = ClosedLoop(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1,
-                      adaptive=replace(static[1], name="adaptive", schedule=[(1, 3, 4), (4, 4096, 0)]))
+    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1,
+                      adaptive=replace(static[1], adaptive=True, schedule=[(1, 3, 4), (4, 4096, 0)]))
 
-    def trace(off_ms, ngram_ms):
+    def trace(off_ms, ngram_ms):  # every CI clear of 1: the lower mean TPOT is the faster
+        won, best = 138.0 < min(off_ms, ngram_ms), "spec-off" if off_ms < ngram_ms else "ngram k=4"
+        over_best = [1.0, 0.9] if best == "spec-off" else [0.9, 1.0]
         return pd.DataFrame({"config": ["spec-off", "ngram k=4"], "mean_tpot_ms": [off_ms, ngram_ms],
-                             "adaptive_mean_tpot_ms": [138.0, 138.0], "adaptive_speedup_tpot": [0.98, 0.95],
-                             "adaptive_speedup_tpot_lo": [0.95, 0.90], "adaptive_speedup_tpot_hi": [1.01, 0.99],
-                             "beats": [138.0 < off_ms, 138.0 < ngram_ms]})
+                             "adaptive_mean_tpot_ms": [138.0, 138.0],
+                             "adaptive_speedup_tpot": [1.05, 1.1] if won else [0.98, 0.95],
+                             "adaptive_speedup_tpot_lo": [1.02, 1.05] if won else [0.95, 0.90],
+                             "adaptive_speedup_tpot_hi": [1.08, 1.15] if won else [1.01, 0.99],
+                             "best": "adaptive" if won else best, "speedup_over_best": over_best,
+                             "speedup_over_best_lo": [x if x == 1 else x - 0.03 for x in over_best],
+                             "speedup_over_best_hi": [x if x == 1 else x + 0.03 for x in over_best],
+                             "beats": [won, won]})
 
     lost = adaptive_text(pd.DataFrame(), trace(140.0, 131.0), loop, static)
     assert lost.values["vllm_launch_for_trace"] == json.dumps(
@@ -165,3 +177,67 @@ def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lo
     assert "**spec-off**, no `--speculative-config`" in off.markdown
     won = adaptive_text(pd.DataFrame(), trace(150.0, 160.0), loop, static)
     assert won.values["vllm_launch_for_trace"] == "adaptive" and "the adaptive line above" in won.markdown
+
+
+def crossing_of(speedups: list[float], half_width: float) -> dict:
+    rows = [{"config": "ngram k=3", "load": "closed", "concurrency": level, "speedup_tpot": x,
+             "speedup_tpot_lo": x - half_width,
+             "speedup_tpot_hi": x + half_width} for level, x in zip([1, 2, 4, 8], speedups)]
+    return crossover(pd.DataFrame(rows), "speedup_tpot").iloc[0].to_dict()
+
+
+def test_a_crossover_line_claims_paying_or_losing_only_outside_the_noise():
+    clear = crossover_line(crossing_of([1.5, 1.4, 1.3, 1.3], 0.1))
+    assert "still pays at 8 concurrent requests" in clear
+    noisy = crossover_line(crossing_of([1.5, 1.4, 1.3, 1.05], 0.1))
+    assert "no measurable difference at 8 concurrent requests" in noisy and "still pays" not in noisy
+    dip = crossover_line(crossing_of([1.5, 0.7, 0.8, 1.3], 0.1))
+    assert "loses between 2 and 4 concurrent requests" in dip and "pays again at 8" in dip
+    assert "stops paying" not in dip
+    shallow = crossover_line(crossing_of([1.5, 0.95, 1.3, 1.3], 0.1))
+    assert "no measurable difference" in shallow and "loses" not in shallow
+
+
+def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0) -> pd.DataFrame:
+    """A trace's requests: 16 prompts, 11 tokens each, every configuration's TPOT ``tpot_ms`` on average,
+    each request off by its own ±``spread`` (plus the prompt's own difficulty, shared by all)."""
+    rng = np.random.default_rng(seed)
+    ks = {"spec-off": 0, "ngram k=2": 2, "ngram k=4": 4, "adaptive": 4}
+    difficulty = rng.uniform(0.8, 1.2, size=16)
+    rows = []
+    for config, ms in tpot_ms.items():
+        tpot = ms / 1e3 * difficulty * rng.uniform(1 - spread, 1 + spread, size=16)
+        rows.append(pd.DataFrame({"config": config, "load": "open", "request_rate": 1.1, "k": ks[config], "round": 0,
+                                  "prompt_index": range(16),
+                                  "prompt_id": [f"p{i}" for i in range(16)], "success": True, "output_tokens": 11,
+                                  "ttft": 0.1, "latency": 0.1 + 10 * tpot, "tpot": tpot}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def launch_for(tpot_ms: dict[str, float], spread: float = 0.05) -> tuple[str, str]:
+    from specnb.app.text.serving_verdicts import trace_launch
+    from specnb.engine.vllm_server import VllmConfig
+    from specnb.measure.serving_summary import trace_check
+
+    configs = [VllmConfig(model="/hf/verifier")] + [
+        VllmConfig(model="/hf/verifier", method="ngram", k=k) for k in (2, 4)]
+    return trace_launch(trace_check(trace_records(tpot_ms, spread), n_boot=400), configs)
+
+
+def test_the_trace_launches_adaptive_only_where_its_ci_beats_every_static_configuration():
+    line, value = launch_for({"spec-off": 130.6, "ngram k=2": 128.0, "ngram k=4": 127.0, "adaptive": 90.0})
+    assert value == "adaptive" and "the adaptive line above" in line
+
+
+def test_a_trace_within_noise_goes_to_the_simplest_configuration():
+    # adaptive's 129.1 ms against spec-off's 130.6 ms: inside the noise, so spec-off, the simplest
+    line, value = launch_for({"spec-off": 130.6, "ngram k=2": 131.5, "ngram k=4": 132.0, "adaptive": 129.1})
+    assert value == "" and "**spec-off**, no `--speculative-config`" in line
+
+
+def test_a_static_configuration_clearly_best_on_the_trace_is_launched():
+    line, value = launch_for({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0, "adaptive": 120.0})
+    assert json.loads(value)["num_speculative_tokens"] == 4 and "**ngram k=4**" in line
+    # two static ones inside each other's noise: the smaller k
+    line, value = launch_for({"spec-off": 130.6, "ngram k=2": 91.0, "ngram k=4": 90.0, "adaptive": 120.0}, 0.2)
+    assert json.loads(value)["num_speculative_tokens"] == 2 and "**ngram k=2**" in line

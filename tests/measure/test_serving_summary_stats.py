@@ -1,0 +1,111 @@
+"""The serving summaries' statistics on hand-built records: the bootstrap's unit (a prompt within a
+round), one generator per row (a CI does not depend on row order), where a configuration pays or
+loses, and a trace judged with CIs as the levels are."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
+
+
+def requests(config: str, seconds: list[float], prompt_ids: list[str], rounds: list[int]) -> pd.DataFrame:
+    """One level's successful requests: 11 tokens each, 0.1 s to the first, ``seconds`` for the other 10."""
+    return pd.DataFrame({"config": config, "concurrency": 4, "round": rounds, "prompt_index": range(len(seconds)),
+                         "prompt_id": prompt_ids, "success": True, "output_tokens": 11, "ttft": 0.1,
+                         "latency": [0.1 + s for s in seconds]})
+
+
+def tpot_ci(records: pd.DataFrame, config: str = "ngram k=4") -> tuple[float, float, float]:
+    paired = paired_requests(decode_timed(records), config, 4, "spec-off")
+    return speedup_ci(paired, "decode_tokens", "decode_s", np.random.default_rng(0), 1000)
+
+
+def test_a_prompt_cycled_within_a_round_is_one_bootstrap_unit():
+    # 8 requests, prompts a and b cycled 4 times each: 2x on a, 1x on b. Two units, so a quarter of the
+    # draws are all b (1.0x) and a quarter all a (2.0x): the 95% interval is exactly [1.0, 2.0]; eight
+    # independent units would almost never draw all of one prompt
+    ids = ["a", "b"] * 4
+    records = pd.concat([requests("spec-off", [0.2] * 8, ids, [0] * 8),
+                         requests("ngram k=4", [0.1, 0.2] * 4, ids, [0] * 8)])
+    point, lo, hi = tpot_ci(records)
+    assert point == pytest.approx(1.6 / 1.2) and (lo, hi) == (pytest.approx(1.0), pytest.approx(2.0))
+
+
+def test_rounds_of_one_prompt_are_distinct_units():
+    # one prompt, two rounds (1x in round 0, 2x in round 1): two units, not one merged (which has no CI)
+    records = pd.concat([requests("spec-off", [0.2, 0.2], ["a", "a"], [0, 1]),
+                         requests("ngram k=4", [0.2, 0.1], ["a", "a"], [0, 1])]).assign(prompt_index=0)
+    _, lo, hi = tpot_ci(records)
+    assert (lo, hi) == (pytest.approx(1.0), pytest.approx(2.0))
+
+
+def sweep_records(seed: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(records, runs) of spec-off, ngram k=4 and adaptive at 1 and 4 concurrent: 6 prompts × 2 rounds,
+    decode times drawn at random around each configuration's own speed."""
+    rng, rows, runs = np.random.default_rng(seed), [], []
+    for config, speed in (("spec-off", 1.0), ("ngram k=4", 1.3), ("adaptive", 1.25)):
+        for level in (1, 4):
+            seconds = rng.uniform(0.1, 0.3, size=12) / speed
+            frame = requests(config, list(seconds), [f"p{i % 6}" for i in range(12)], [i // 6 for i in range(12)])
+            rows.append(frame.assign(concurrency=level, prompt_index=[i % 6 for i in range(12)], engine="vllm",
+                                     partial=False, itl="[]", tpot=seconds / 10, generated_text="x"))
+            runs.append({"config": config, "concurrency": level, "duration": float(seconds.sum()),
+                         "accepted_per_pos": "[]", "spec_decode_num_drafts": 0.0, "spec_decode_draft_tokens": 0.0,
+                         "spec_decode_accepted_tokens": 0.0, "n_decode": 0.0, "tokens_predicted": 0.0})
+    return pd.concat(rows, ignore_index=True), pd.DataFrame(runs)
+
+
+CI_COLUMNS = ["speedup_tpot_lo", "speedup_tpot_hi", "speedup_e2el_lo", "speedup_e2el_hi"]
+
+
+def test_every_row_has_its_own_generator_so_row_order_leaves_each_ci_alone():
+    from specnb.measure.serving_summary import summarise_sweep
+
+    records, runs = sweep_records()
+    shuffled = records.sample(frac=1.0, random_state=7)
+    tables = [summarise_sweep(r, runs, n_boot=200).set_index(["config", "concurrency"]).sort_index()
+              for r in (records, shuffled)]
+    assert tables[0][CI_COLUMNS].notna().all().all()
+    pd.testing.assert_frame_equal(tables[0][CI_COLUMNS], tables[1][CI_COLUMNS])
+
+
+def test_a_levels_adaptive_ci_does_not_depend_on_the_other_levels():
+    from specnb.measure.serving_summary import adaptive_check, summarise_sweep
+
+    records, runs = sweep_records()
+    summary = summarise_sweep(records, runs, n_boot=200)
+    both = adaptive_check(summary, records=records, n_boot=200).set_index("concurrency")
+    one = adaptive_check(summary[summary["concurrency"] == 4], records=records, n_boot=200).set_index("concurrency")
+    assert both.loc[4, "ratio_lo"] == one.loc[4, "ratio_lo"] and both.loc[4, "ratio_hi"] == one.loc[4, "ratio_hi"]
+
+
+def speedups(rows: dict[str, list[float]], half_width: float = 0.1) -> pd.DataFrame:
+    """A summary of TPOT speedups at 1, 2, 4 and 8 concurrent, each CI ± ``half_width``."""
+    return pd.DataFrame([{"config": config, "concurrency": level, "speedup_tpot": x,
+                          "speedup_tpot_lo": x - half_width, "speedup_tpot_hi": x + half_width}
+                         for config, xs in rows.items() for level, x in zip([1, 2, 4, 8], xs)])
+
+
+def test_a_configuration_stops_paying_only_where_it_does_not_recover():
+    from specnb.measure.serving_summary import crossover
+
+    summary = speedups({"dips": [1.4, 0.8, 0.9, 1.3], "starts low": [0.8, 1.2, 1.3, 1.4], "never": [0.9, 0.8, 0.7, 0.5],
+                        "stops": [1.3, 0.8, 1.2, 0.7], "always": [1.5, 1.4, 1.3, 1.2]})
+    rows = crossover(summary, "speedup_tpot").set_index("config")
+    assert rows.loc["dips", "verdict"] == "loses between 2 and 4" and np.isnan(rows.loc["dips", "crossover"])
+    assert (rows.loc["dips", "loses_from"], rows.loc["dips", "loses_to"]) == (2, 4)
+    assert rows.loc["starts low", "verdict"] == "loses between 1 and 1"
+    assert rows.loc["never", "verdict"] == "never pays"
+    assert rows.loc["always", "verdict"] == "pays at every level measured"
+    # below 1 for good from 8 concurrent: the crossing is the last one, between 4 and 8, not the dip at 2
+    assert rows.loc["stops", "verdict"] == "stops paying" and 4 < rows.loc["stops", "crossover"] < 8
+
+
+def test_the_crossover_row_says_whether_the_end_levels_cis_exclude_1():
+    from specnb.measure.serving_summary import crossover
+
+    summary = speedups({"clear": [1.4, 1.3, 1.2, 1.15], "noisy": [1.05, 1.1, 1.0, 1.02]})
+    rows = crossover(summary, "speedup_tpot").set_index("config")
+    assert rows.loc["clear", ["ci_excludes_1_lowest", "ci_excludes_1_top"]].tolist() == [True, True]
+    assert rows.loc["noisy", ["ci_excludes_1_lowest", "ci_excludes_1_top"]].tolist() == [False, False]
