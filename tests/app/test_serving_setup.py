@@ -129,3 +129,13 @@ def test_the_probe_reaches_the_largest_verification_batch_and_drafts_are_named_b
                VllmConfig(model="/m", method="eagle3", draft="/heads/e3", k=3)]
     assert setup.probe_max_tokens([1, 8], configs) == 8 * 7
     assert setup.config_drafts(configs) == {"eagle3 k=3": "/heads/e3"}
+
+
+def test_endpoints_are_loopback_unless_remote_is_allowed(monkeypatch):
+    monkeypatch.delenv("SPECNB_ALLOW_REMOTE", raising=False)
+    [only] = setup.endpoint_targets("http://127.0.0.1:8000/", "vllm")
+    assert (only.name, only.url, only.engine) == ("spec-off", "http://127.0.0.1:8000", "vllm")
+    with pytest.raises(ParameterError, match="engine"):
+        setup.endpoint_targets("http://127.0.0.1:8000", "tgi")
+    monkeypatch.setenv("SPECNB_ALLOW_REMOTE", "1")
+    assert setup.endpoint_targets("http://10.0.0.5:8000", "sglang")[0].url == "http://10.0.0.5:8000"

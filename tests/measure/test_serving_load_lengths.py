@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from specnb.measure.serving_load import Target, arrival_gaps, closed_loop, run_async
+from specnb.measure.serving_load import Target, arrival_gaps, run_async, send_closed
 
 
 @pytest.mark.parametrize("burstiness", [1.0, 0.25])
@@ -59,8 +59,8 @@ def stream_from(usage: bool):
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        target = Target(name="a", url=f"http://127.0.0.1:{server.server_address[1]}")
-        records, _ = run_async(closed_loop(target, ["p"], 1, 6))
+        target = Target(url=f"http://127.0.0.1:{server.server_address[1]}")
+        records, _ = run_async(send_closed(target, ["p"], 1, [6]))
     finally:
         server.shutdown()
         server.server_close()

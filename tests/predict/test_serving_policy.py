@@ -1,15 +1,20 @@
 """The serving policy: per level the configuration to run, and the one launch a server that runs one
 method is given for it, every k = 0 range priced (worked by hand on small summaries)."""
 
+import math
+
 import pandas as pd
 import pytest
 
 from specnb.measure.serving_summary import draft_lengths
 from specnb.predict.serving_policy import (
     adaptive_expected,
+    as_launch,
     choose_launch,
     launch_policy,
     no_launch_why,
+    policy_ranges,
+    policy_switch,
     serving_policy,
     zero_range_speedup,
 )
@@ -70,3 +75,44 @@ def test_one_vllm_launch_is_chosen_by_its_worst_level_with_every_k0_range_priced
     assert set(choice.policy["config"]) == {"spec-off"} and not choice.launch.drafts
     assert "k = 0 ranges elsewhere cost more" in choice.why_not
     assert "did not pay at any level" in no_launch_why(alone.assign(k=0), "ngram")
+
+
+def test_policy_ranges_and_pasteable_forms():
+    summary = pd.DataFrame({
+        "config": ["ngram-simple k=4", "ngram-simple k=2"] * 3, "concurrency": [1, 1, 4, 4, 16, 16],
+        "speedup_tpot": [1.5, 1.3, 1.1, 1.2, 0.9, 0.95], "speedup_tpot_lo": [1.3, 1.1, 0.95, 1.05, 0.8, 0.85]})
+    policy = serving_policy(summary, {"ngram-simple k=4": 4, "ngram-simple k=2": 2})
+    assert list(policy["k"]) == [4, 2, 0] and list(policy["config"])[2] == "spec-off"
+    assert policy_ranges(policy) == [[1, 3, 4], [4, 15, 2], [16, 4096, 0]]
+    launch = as_launch(policy, "ngram", "")
+    assert launch.ranges == ((1, 3, 4), (4, 15, 2), (16, 4096, 0))
+    assert launch.by_k == {4: "ngram-simple k=4", 2: "ngram-simple k=2", 0: "spec-off"}
+
+
+def test_a_policy_that_never_speculates_is_no_speculative_config():
+    summary = pd.DataFrame({"config": ["ngram k=4"] * 2, "concurrency": [1, 8], "speedup_tpot": [0.95, 0.88],
+                            "speedup_tpot_lo": [0.89, 0.8]})
+    policy = serving_policy(summary, {"ngram k=4": 4})
+    assert list(policy["k"]) == [0, 0]
+    assert not as_launch(policy, "ngram", "").drafts
+    paying = serving_policy(summary.assign(speedup_tpot=[1.2, 0.88], speedup_tpot_lo=[1.1, 0.8]), {"ngram k=4": 4})
+    assert as_launch(paying, "ngram", "draft").ranges == ((1, 7, 4), (8, 4096, 0))
+
+
+def test_the_policy_switches_off_between_its_last_drafting_level_and_the_next():
+    policy = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 2, 0, 0]})
+    assert policy_switch(policy) == pytest.approx(8.0)
+    assert math.isnan(policy_switch(policy.assign(k=0))) and math.isnan(policy_switch(policy.assign(k=3)))
+
+
+def test_a_policy_that_drafts_everywhere_switches_where_its_k_first_falls():
+    policy = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 4, 1, 2]})
+    assert policy_switch(policy) == pytest.approx(8.0)
+    assert policy_switch(policy.assign(k=[2, 4, 4, 1])) == pytest.approx(32.0)
+
+
+def test_the_policy_runs_the_best_point_estimate_unless_its_interval_admits_a_loss_over_5_percent():
+    summary = pd.DataFrame({"config": ["ngram k=4"] * 3, "concurrency": [1, 8, 16],
+                            "speedup_tpot": [1.08, 1.08, 0.99], "speedup_tpot_lo": [0.97, 0.93, 0.97]})
+    policy = serving_policy(summary, {"ngram k=4": 4})
+    assert list(policy["k"]) == [4, 0, 0]  # 1.08 [0.97–]: runs; 1.08 [0.93–]: could lose 7%; 0.99: never pays
