@@ -20,7 +20,7 @@ import pandas as pd
 from predictor import publish  # benchmarks/predictor.py
 
 from specnb.app.parameters import declared_defaults
-from specnb.measure.serving_load import LEVEL_UNITS, level_column
+from specnb.measure.load_shapes import SHAPES, shape_of
 
 STEM = "08_serving"
 
@@ -32,8 +32,9 @@ def ci(row, metric: str) -> str:
 
 
 def sweep_table(summary: pd.DataFrame) -> str:
-    column = level_column(summary)
-    rows = [{"config": r["config"], LEVEL_UNITS[column]: r[column], "output tok/s": f"{r['output_throughput']:.1f}",
+    shape = shape_of(summary)
+    column = shape.column
+    rows = [{"config": r["config"], shape.unit: r[column], "output tok/s": f"{r['output_throughput']:.1f}",
              "median TPOT (ms)": f"{r['median_tpot_ms']:.1f}", "p90 TPOT (ms)": f"{r['p90_tpot_ms']:.1f}",
              "median ITL (ms)": f"{r['median_itl_ms']:.1f}", "median TTFT (ms)": f"{r['median_ttft_ms']:.0f}",
              "α": "—" if pd.isna(r["alpha"]) else f"{r['alpha']:.2f}",
@@ -50,7 +51,7 @@ def crossing(row) -> str:
         return ""
     lo = "≤ first level" if pd.isna(row.crossover_lo) or row.crossover_lo <= 1 else f"{row.crossover_lo:.1f}"
     hi = "beyond the last level" if pd.isna(row.crossover_hi) else f"{row.crossover_hi:.1f}"
-    return f" at ≈ {row.crossover:.1f} {LEVEL_UNITS[getattr(row, 'level', 'concurrency')]} (95% CI {lo} to {hi})"
+    return f" at ≈ {row.crossover:.1f} {SHAPES[getattr(row, 'load', 'closed')].unit} (95% CI {lo} to {hi})"
 
 
 def render(run: Path, stem: str = STEM) -> str:

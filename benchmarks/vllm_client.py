@@ -5,7 +5,7 @@
         [--rounds 2] [--out DIR] [--fixture tests/fixtures/vllm_bench_ngram.json]
 
 For every round, level and server, in an order rotated per round: our closed loop
-(``serving_load.closed_loop``) then ``vllm bench serve`` (``specnb.measure.vllm_bench``), the same
+(``serving_load.send_closed``) then ``vllm bench serve`` (``specnb.measure.vllm_bench``), the same
 prompts once each, greedy, end-of-sequence ignored. Prints median TTFT and TPOT of both clients per
 server and level and pooled over rounds (``vllm_bench.client_check``), and the bench file read into
 the sweep's tables (``from_vllm_bench``). ``--fixture`` keeps the first bench file of the first
@@ -22,8 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from specnb.app.serving_setup import endpoint_targets
+from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_load import closed_loop, run_async
+from specnb.measure.serving_load import run_async, send_closed
 from specnb.measure.serving_summary import from_vllm_bench, latency_stats
 from specnb.measure.serving_sweep import check_target, request_row
 from specnb.measure.vllm_bench import client_check, run_bench
@@ -65,8 +66,9 @@ def main() -> None:
             order = targets[r % len(targets):] + targets[:r % len(targets)]
             for target in order:
                 t0 = time.perf_counter()
-                done, _ = run_async(closed_loop(target, texts, level, args.tokens))
-                ours += [request_row(d, target, "closed", level, r, i, prompts) for i, d in enumerate(done)]
+                done, _ = run_async(send_closed(target, texts, level, [args.tokens] * len(texts)))
+                load = Closed(concurrency=level, lengths=Lengths(tokens=args.tokens))
+                ours += [request_row(d, target, load, i, prompts) | {"round": r} for i, d in enumerate(done)]
                 result = run_bench(command, target, texts, level, args.tokens, out / f"{target.name}-r{r}",
                                    args.tokenizer)
                 records, _ = from_vllm_bench(result, target.name)

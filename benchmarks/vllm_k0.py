@@ -22,21 +22,22 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specnb.app.serving_setup import vllm_configs
 from specnb.core.devices import cpu_name
 from specnb.core.paths import git_commit
+from specnb.engine.engines.engine_vllm import configs as vllm_configs
+from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import sweep_servers
-from specnb.predict.serving_predictor import zero_range_speedup
+from specnb.predict.serving_policy import zero_range_speedup
 
 DEFAULT_K = {"ngram": 4, "suffix": 8, "eagle3": 3}
 
 
 def k0_configs(methods: list[str], max_num_seqs: int) -> list:
-    """spec-off, then per method its static configuration and its all-zero-schedule twin ("METHOD k=0")."""
-    static = vllm_configs("smollm2-135m", [f"{m}:{DEFAULT_K.get(m, 3)}" for m in methods], max_num_seqs)
-    zero = [replace(c, name=f"{c.method} k=0", schedule=[(1, max_num_seqs, 0)]) for c in static[1:]]
+    """spec-off, then per method its static configuration and its all-zero-schedule twin ("METHOD k0 k=K")."""
+    static = vllm_configs("smollm2-135m", "f32", [f"{m}:{DEFAULT_K.get(m, 3)}" for m in methods], max_num_seqs)
+    zero = [replace(c, entry=f"{c.method} k0", schedule=[(1, max_num_seqs, 0)]) for c in static[1:]]
     return [*static, *zero]
 
 
@@ -52,14 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(c) for c in args.levels.split(",") if c]
     configs = k0_configs([m for m in args.methods.split(",") if m], max(8, *levels))
     started = time.monotonic()
-    sweep = sweep_servers(configs, select_prompts("all", args.prompts), levels, max_tokens=args.tokens,
-                          rounds=args.rounds, progress=True)
+    loads = [Closed(concurrency=c, lengths=Lengths(tokens=args.tokens)) for c in levels]
+    sweep = sweep_servers(configs, select_prompts("all", args.prompts), loads, rounds=args.rounds, progress=True)
     if sweep.stopped:
         print("note:", sweep.stopped)
     summary = summarise_sweep(sweep.records, sweep.runs)
     columns = ["config", "concurrency", "mean_tpot_ms", "speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi"]
     print(summary[[c for c in columns if c in summary]].to_string(index=False))
-    for config in [c for c in summary["config"].unique() if c != "spec-off" and not c.endswith("k=0")]:
+    static = [c.name for c in configs if c.speculative and not c.schedule]
+    for config in [c for c in summary["config"].unique() if c in static]:
         priced = zero_range_speedup(summary, config, levels)
         print(f"{config}: a k = 0 range priced at", ", ".join(f"{priced[b]:.3f} at {b}" for b in levels))
     summary.assign(cpu=cpu_name(), commit=git_commit() or "", date=time.strftime("%Y-%m-%d"),

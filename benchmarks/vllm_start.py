@@ -28,7 +28,7 @@ import pandas as pd
 from specnb.core.devices import cpu_name
 from specnb.core.paths import git_commit
 from specnb.engine.vllm_server import VllmConfig, VllmServer
-from specnb.measure.serving_load import Target, closed_loop, run_async
+from specnb.measure.serving_load import Target, run_async, send_closed
 from specnb.models.embedded import embedded_verifier_path
 
 REQUESTS, TOKENS = 6, 48
@@ -58,10 +58,11 @@ def launch(name: str, overrides: dict, round_index: int, levels: list[int]) -> l
     rows = []
     with VllmServer(config, timeout_s=900) as server:
         start_s = time.monotonic() - started
-        target = Target(name=name, url=server.url, engine="vllm", model=server.model)
-        run_async(closed_loop(target, [PROMPT], 1, 4))  # warm-up
+        target = Target(url=server.url, engine="vllm", model=server.model)
+        run_async(send_closed(target, [PROMPT], 1, [4]))  # warm-up
         for level in levels:
-            done, _ = run_async(closed_loop(target, [PROMPT] * (REQUESTS * level), level, TOKENS, True))
+            n = REQUESTS * level
+            done, _ = run_async(send_closed(target, [PROMPT] * n, level, [TOKENS] * n))
             tpots = [d.tpot for d in done if d.success]
             rows.append({"setting": name, "round": round_index, "concurrency": level, "start_s": round(start_s, 1),
                          "median_tpot_ms": round(1000 * pd.Series(tpots).median(), 1), "requests": len(tpots),

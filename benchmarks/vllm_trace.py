@@ -27,11 +27,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from specnb.app.serving_setup import vllm_configs
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
+from specnb.engine.engines.engine_vllm import configs as vllm_configs
 from specnb.engine.vllm_server import check_schedule
+from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import sweep_servers
@@ -40,9 +41,9 @@ from specnb.measure.serving_sweep import sweep_servers
 def trace_configs(schedule: list[tuple[int, int, int]], max_num_seqs: int) -> list:
     """spec-off, static n-gram at the schedule's largest k, that k on vLLM's dynamic path, the schedule."""
     k = max(r[2] for r in schedule)
-    off, static = vllm_configs("smollm2-135m", [f"ngram:{k}"], max_num_seqs)
-    dynamic = replace(static, name=f"ngram k={k} dynamic", schedule=[(1, max_num_seqs, k)])
-    scheduled = replace(static, name="schedule", schedule=list(schedule))
+    off, static = vllm_configs("smollm2-135m", "f32", [f"ngram:{k}"], max_num_seqs)
+    dynamic = replace(static, entry="ngram dynamic", schedule=[(1, max_num_seqs, k)])
+    scheduled = replace(static, adaptive=True, schedule=list(schedule))
     return [off, static, dynamic, scheduled]
 
 
@@ -68,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     configs = trace_configs(schedule, args.max_num_seqs)
     prompts = pd.concat([select_prompts("all", args.prompts)] * args.repeats, ignore_index=True)
-    sweep = sweep_servers(configs, prompts, [args.rate], max_tokens=args.tokens, rounds=args.rounds,
-                          mode="poisson", burstiness=args.burstiness, progress=True)
+    load = Open(rate=args.rate, burstiness=args.burstiness, lengths=Lengths(tokens=args.tokens))
+    sweep = sweep_servers(configs, prompts, [load], rounds=args.rounds, progress=True)
     if sweep.stopped:
         print("note:", sweep.stopped)
     table = summarise_sweep(sweep.records, sweep.runs)  # one level, the rate: each one's speedup over spec-off
