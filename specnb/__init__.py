@@ -15,18 +15,25 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                drafts by kind (``pairs``), γ settled in one place (``gamma``), KV caches,
                accept/reject (``accept``), the stage timer (``timing``),
                llama.cpp built for this CPU and run in a child process (``llama_build``,
-               ``isolation``, ``llama_cpp``), a serving engine's process (``serving``), an EAGLE-3
-               head in the serving engines' formats (``head_export``)
+               ``isolation``, ``llama_cpp``); the serving engines, one module each, in one table
+               (``engines/``: ``seam`` holds the ``ServingEngine`` record and a configuration's
+               ``Speculation``; ``engine_llama``, ``engine_vllm``, ``engine_openai``,
+               ``engine_simulated``), their processes (``server_process``, ``llama_server``,
+               ``vllm_server``, ``simulated``, ``servers``), vLLM's install (``vllm_build``), an
+               EAGLE-3 head in the serving engines' formats (``head_export``)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs
                (``sizing``), per-position acceptance, forward-pass microbenchmarks (``forward``),
                the notebooks' tables (``analysis``),
-               load on a serving engine, its sweep and summaries (``serving_load``, ``serving``,
-               ``serving_summary``), vLLM's own load client beside ours (``vllm_bench``)
+               load on a serving engine: its shape as a record (``load_shapes``), the requests
+               (``serving_load``), the sweep and the engine's counters (``serving_sweep``), summaries
+               and CIs (``serving_summary``), vLLM's own load client beside ours (``vllm_bench``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor, ``gamma="auto"`` (``auto_gamma``), calibration and
-               validation, speculation under serving load (``serving``)
+               validation, speculation under serving load (``serving_predictor``) and the policy and
+               launch that follow from it (``serving_policy``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
-               papermill runner and the ``specnb`` command
+               papermill runner and the ``specnb`` command, notebook 08's parameters
+               (``serving_setup``) and its policy checked as one server (``policy_check``)
     notebooks/ (beside the package) the narrative, calling into all of the above
 
 What a user's own notebook or script needs is importable from here, whatever folder it lives in:

@@ -10,6 +10,7 @@ folders of those names; shared helpers live in ``tests/helpers.py``, fixtures in
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,61 @@ def test_every_specnb_name_a_benchmark_imports_exists(script):
             missing += [f"line {node.lineno}: from {node.module} import {a.name}" for a in node.names
                         if not hasattr(found, a.name) and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
     assert BENCHMARKS and not missing, missing
+
+
+def test_every_module_the_map_names_exists():
+    """The package map (its docstring) names modules in double backticks: each must be one (or a
+    folder, or a record/name the map explains: ``ServingEngine``, ``Speculation``, ``gamma="auto"``)."""
+    stems = {name.rsplit(".", 1)[1] for name in MODULES if "." in name}
+    named = re.findall(r"``([A-Za-z_][\w/]*)``", specnb.__doc__.split("What a user's own notebook")[0])
+    records = {"ServingEngine", "Speculation", "specnb"}
+    missing = [n for n in named if n.rstrip("/").rsplit("/", 1)[-1] not in stems and n not in records]
+    assert missing == []
+
+
+# Where an engine's name may be compared: the engines' own modules, their processes and builds.
+ENGINE_HOMES = ("specnb.engine.engines", "specnb.engine.llama_", "specnb.engine.vllm_", "specnb.engine.simulated")
+
+
+def compared_strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, string) of every string constant a comparison (==, !=, in, not in) tests against."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                found += [(node.lineno, c.value) for c in ast.walk(side)
+                          if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+    return found
+
+
+def notebook_sources() -> dict[str, str]:
+    import json
+
+    def code(cell) -> bool:
+        return cell["cell_type"] == "code" and "parameters" not in cell.get("metadata", {}).get("tags", [])
+
+    return {path.name: "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if code(c))
+            for path in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb"))}
+
+
+def test_engines_and_load_shapes_are_seams_not_string_branches():
+    """The serving seam's bar: outside the engine modules at most 3 comparisons against an engine's
+    name; no test of a load mode's name, no column-name inference of a load shape; no configuration's
+    identity parsed back out of its display name (a regex on "k=", a startswith on a name)."""
+    from specnb.engine.engines.seam import engines
+
+    names = set(engines())
+    sources = {name: path.read_text() for name, path in MODULES.items() if not name.startswith(ENGINE_HOMES)}
+    sources |= notebook_sources()
+    engine_compares, mode_compares = [], []
+    for name, text in sources.items():
+        for line, value in compared_strings(ast.parse(text)):
+            engine_compares += [f"{name}:{line} {value!r}"] if value in names else []
+            mode_compares += [f"{name}:{line} {value!r}"] if value in ("closed", "poisson", "open") else []
+    assert len(engine_compares) <= 3, engine_compares
+    assert mode_compares == []
+    inferred = [name for name, text in sources.items() if re.search(r"\blevel_column\b|\bmode\s*[!=]=", text)]
+    assert inferred == []
+    parsed = [name for name, text in sources.items()
+              if re.search(r"k=\(\\d|\.startswith\(FREE|\bconfig\w*\.startswith\(|\[\"config\"\]\.str\.", text)]
+    assert parsed == []

@@ -1,4 +1,4 @@
-"""The policy, checked on the engine that can run it as one server (``Engine.schedules``: vLLM, the
+"""The policy, checked on the engine that can run it as one server (``ServingEngine.schedules``: vLLM, the
 simulated engine): measure the static configurations, turn the policy into a configuration of its
 own and measure it beside them.
 

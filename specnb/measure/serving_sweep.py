@@ -166,7 +166,7 @@ def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int 
                   clock: Callable[[], float] = time.perf_counter) -> pd.DataFrame:
     """The engine's cost of one forward with n tokens in the batch, for n in ``sizes``: a prompt of n
     random token ids evaluated in one batch, the same matrix shapes as one decode step over n
-    sequences, timed as the target's engine can (``Engine.probe``: llama.cpp times it itself, vLLM by
+    sequences, timed as the target's engine can (``ServingEngine.probe``: llama.cpp times it itself, vLLM by
     the client). Sizes interleaved, ``repeats`` each; median ms. ``clock``: seconds (a test passes its own)."""
     import httpx
 
@@ -324,7 +324,7 @@ def run_row(target: Target, load, duration: float, done: list[RequestRecord], co
 
 
 def sweep_servers(configs, prompts: pd.DataFrame, loads: list, **settings) -> Sweep:
-    """Start one server per configuration (each its engine's: ``Engine.server``), run
+    """Start one server per configuration (each its engine's: ``ServingEngine.server``), run
     ``run_sweep`` on them (a server that dies ends it, saying how it died and its last log line, see
     there), and stop every server however the sweep ends (Ctrl-C included). A speculative
     configuration the engine refuses to start is left out and named in ``stopped`` with the engine's

@@ -172,6 +172,33 @@ def test_the_serving_notebook_on_vllm_without_vllm_is_a_note_not_a_failure(tmp_p
 
 
 @pytest.mark.slow
+def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
+    """The engine seam end to end: notebook 08's smoke path on the simulated engine (registered through
+    ``specnb.engine.engines.engine_simulated``, nothing else knows it): spec-off and n-gram started,
+    counters read, greedy text identical, summary, the policy launched as one scheduled server and
+    checked, its text — and every process it started gone after."""
+    tag = uuid.uuid4().hex
+    cost = {"fixed_ms": 20.0, "per_token_ms": 2.0, "acceptance": [0.8, 0.6, 0.4], "speed": 2.0}
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {
+        "OMP_NUM_THREADS": "1", "SPECNB_SIM_COST": json.dumps(cost), "SPECNB_TEST_RUN": tag}
+    done = subprocess.run([sys.executable, "-m", "specnb", "run", "08", "--smoke", "-p", "engine", "simulated",
+                           "--json", "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=REPO_ROOT,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "08_serving.summary.csv").set_index(["config", "concurrency"])
+    assert set(summary.index.get_level_values("config")) == {"spec-off", "ngram k=3"}
+    ngram = summary.loc["ngram k=3"]
+    assert (ngram["identical_outputs"] == ngram["paired_requests"]).all() and (ngram["paired_requests"] > 0).all()
+    assert (ngram["spec_decode_num_drafts"] > 0).all() and ngram["alpha"].between(0, 1).all()
+    assert set(summary["engine"]) == {"simulated"} and set(summary["k"]) == {0, 3}  # the records carry the record
+    results = json.loads((tmp_path / "08_serving.summary.json").read_text())["results"]
+    assert json.loads(results["policy_vllm"])["method"] == "ngram"  # the policy, as a user pastes it
+    check = pd.read_csv(tmp_path / "08_serving.check_summary.csv")
+    assert "adaptive" in set(check["config"]) and (tmp_path / "08_serving.trace.csv").is_file()
+    assert processes_with(tag) == []  # the kernel and every simulated server are gone
+
+
+@pytest.mark.slow
 def test_a_bad_level_is_refused_before_any_server_in_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "specnb", "run", "08", "-p", "concurrency", "[0]",

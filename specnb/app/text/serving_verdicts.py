@@ -131,7 +131,7 @@ def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, config
     schedule is pasted in; one method per server: the family whose own schedule comes closest to the
     best static configuration at its worst level, ``choose_launch``, with the ``model`` folder of a
     head or draft model) and, for an engine whose speculation is fixed per launch, its own lines per
-    load range (``Engine.policy_lines``)."""
+    load range (``ServingEngine.policy_lines``)."""
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
     choice = choose_launch(summary, policy, config_drafts(configs))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from specnb.engine.engines import eagle3_heads
 from specnb.engine.engines.eagle3_heads import eagle3_missing, eagle_heads
-from specnb.engine.engines.seam import Engine, Launch, model_drafts, parse_entry, range_text, register
+from specnb.engine.engines.seam import Launch, ServingEngine, model_drafts, parse_entry, range_text, register
 from specnb.engine.llama_server import SPEC_TYPES, Server, ServerConfig, default_threads, missing_note, spec_flags
 
 NGRAM_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
@@ -100,7 +100,7 @@ def policy_lines(launch: Launch, configs: list) -> list[str]:
     return lines
 
 
-ENGINE = register(Engine(
+ENGINE = register(ServingEngine(
     name="llama.cpp", label="llama-server", metrics_prefix="llamacpp", launched=True, configs=configs,
     server=lambda config, timeout_s=None: Server(config) if timeout_s is None else Server(config, timeout_s=timeout_s),
     missing=missing_note, machine=machine, probe=probe, launch_text=launch_text, policy_lines=policy_lines,

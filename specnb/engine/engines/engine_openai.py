@@ -5,7 +5,7 @@ such engine is known to change k with the batch size."""
 
 from __future__ import annotations
 
-from specnb.engine.engines.seam import Engine, Launch, range_text, register
+from specnb.engine.engines.seam import Launch, ServingEngine, range_text, register
 
 
 def policy_lines(launch: Launch, configs: list) -> list[str]:
@@ -17,4 +17,4 @@ def policy_lines(launch: Launch, configs: list) -> list[str]:
     return lines
 
 
-ENGINE = register(Engine(name="sglang", label="SGLang", metrics_prefix="sglang", policy_lines=policy_lines))
+ENGINE = register(ServingEngine(name="sglang", label="SGLang", metrics_prefix="sglang", policy_lines=policy_lines))

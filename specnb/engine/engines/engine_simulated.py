@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from specnb.core.errors import ParameterError
 from specnb.engine.engines import engine_vllm
-from specnb.engine.engines.seam import Engine, Speculation, parse_entry, register
+from specnb.engine.engines.seam import ServingEngine, Speculation, parse_entry, register
 from specnb.engine.simulated import SimConfig, SimCost, SimServer
 
 FAMILIES = ("ngram", "suffix", "eagle3", "draft_model")  # what an entry may name; all cost as the model says
@@ -63,7 +63,7 @@ def scheduled(config: SimConfig, k: int, schedule) -> SimConfig:
     return replace(config, speculation=replace(config.speculation, adaptive=True, k=k, schedule=ranges))
 
 
-ENGINE = register(Engine(
+ENGINE = register(ServingEngine(
     name="simulated", label="the simulated engine", metrics_prefix="vllm", launched=True, configs=configs,
     server=lambda config, timeout_s=None: SimServer(config) if timeout_s is None else SimServer(config, timeout_s),
     machine=machine, probe=engine_vllm.probe, launch_text=launch_text, launch_json=engine_vllm.launch_json,

@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 
 from specnb.engine.engines.eagle3_heads import eagle3_folder, eagle3_missing
-from specnb.engine.engines.seam import Engine, Launch, model_drafts, parse_entry, register
+from specnb.engine.engines.seam import Launch, ServingEngine, model_drafts, parse_entry, register
 from specnb.engine.vllm_server import VllmConfig, VllmServer, missing_note, speculative_config
 
 FREE_METHODS = ("ngram", "suffix")  # methods that draft without a model: no draft folder, no forward to pay
@@ -112,7 +112,7 @@ def server(config, timeout_s=None):
     return VllmServer(config) if timeout_s is None else VllmServer(config, timeout_s=timeout_s)
 
 
-ENGINE = register(Engine(
+ENGINE = register(ServingEngine(
     name="vllm", label="vLLM", metrics_prefix="vllm", launched=True, configs=configs, server=server,
     missing=missing_note, machine=machine, probe=probe, launch_text=launch_text, launch_json=launch_json,
     default_entries=default_entries, default_note=default_note, scheduled=scheduled))

@@ -72,7 +72,7 @@ class Launch:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Engine:
+class ServingEngine:
     """One serving engine. Callables a launch-only or endpoint-only engine lacks are None.
 
     - ``configs(verifier, precision, entries, max_level, threads)``: spec-off then one launch
@@ -118,17 +118,17 @@ class Engine:
         return self.scheduled is not None
 
 
-ENGINES: dict[str, Engine] = {}
+ENGINES: dict[str, ServingEngine] = {}
 BUILT_IN = ("engine_llama", "engine_vllm", "engine_openai", "engine_simulated")
 
 
-def register(engine: Engine) -> Engine:
+def register(engine: ServingEngine) -> ServingEngine:
     """Add ``engine`` to the table (registered again, it replaces the old one: tests swap engines in)."""
     ENGINES[engine.name] = engine
     return engine
 
 
-def engines() -> dict[str, Engine]:
+def engines() -> dict[str, ServingEngine]:
     """The table, the built-in engines registered first (imported here, on first use: their launch
     configurations import ``Speculation`` from this module)."""
     import importlib
@@ -138,7 +138,7 @@ def engines() -> dict[str, Engine]:
     return ENGINES
 
 
-def engine_named(name: str) -> Engine:
+def engine_named(name: str) -> ServingEngine:
     """The registered engine of that name, or ``ParameterError`` listing the known ones."""
     from specnb.core.errors import ParameterError
 
@@ -148,7 +148,7 @@ def engine_named(name: str) -> Engine:
     return known[name]
 
 
-def engine_of(config) -> Engine:
+def engine_of(config) -> ServingEngine:
     """The engine a launch configuration belongs to (each configuration class names it in ``engine``)."""
     return engine_named(config.engine)
 
