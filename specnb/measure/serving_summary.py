@@ -29,7 +29,8 @@ from specnb.measure.load_shapes import Closed, Open, shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
 
 # What each summary row carries from its records: the load's shape and the configuration's identity.
-CARRIED = ("load", "burstiness", "max_tokens_asked", "range_ratio", "method", "family", "k", "uses_model", "adaptive")
+CARRIED = ("load", "burstiness", "max_tokens_asked", "range_ratio", "method", "family", "k", "uses_model", "adaptive",
+           "schedule")
 TIMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "latency"}
 
 
@@ -396,3 +397,16 @@ def trace_rate(summary: pd.DataFrame, concurrency: float, baseline: str = BASELI
     base = summary[summary["config"] == baseline].sort_values("concurrency")
     levels, rates = np.log2(base["concurrency"].to_numpy(float)), base["request_throughput"].to_numpy(float)
     return float(np.interp(math.log2(concurrency), levels, rates))
+
+
+def scheduled_k(row: dict, column: str) -> int | None:
+    """The k a scheduled configuration drafts at a summary row's load: its schedule's range holding the
+    row's measured mean batch (else its level); None for a configuration without a schedule. Where it
+    is 0 the row's counters are not the schedule's acceptance: the few drafts in them came from moments
+    the batch dipped into a drafting range (ramp-up, drain), so α and τ there are shown as such."""
+    schedule = row.get("schedule")
+    if not isinstance(schedule, str) or not schedule:
+        return None
+    batch = row.get("mean_batch")
+    batch = row[column] if batch is None or pd.isna(batch) else batch
+    return next((int(k) for lo, hi, k in json.loads(schedule) if lo <= round(float(batch)) <= hi), 0)

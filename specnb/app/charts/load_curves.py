@@ -5,6 +5,7 @@ line, latency against throughput, per-position acceptance, predicted against mea
 from __future__ import annotations
 
 import json
+import math
 
 import altair as alt
 import pandas as pd
@@ -12,6 +13,7 @@ import pandas as pd
 from specnb.core.intervals import speedup_text
 from specnb.engine.engines.seam import BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
+from specnb.measure.serving_summary import scheduled_k
 
 
 def level_axis(frame: pd.DataFrame) -> alt.X:
@@ -28,15 +30,20 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
         lo, hi = row.get(f"{name}_lo"), row.get(f"{name}_hi")
         return speedup_text(row[name], None if pd.isna(lo) else lo, hi)
 
+    def counted(row, name, digits):  # a schedule's k = 0 range drafted nothing: its counters are not its own
+        return "— (k = 0 here)" if scheduled_k(row, column) == 0 else round(row[name], digits)
+
     order = {name: i for i, name in enumerate(dict.fromkeys([BASELINE_CONFIG, *summary["config"]]))}
     column, unit = shape_of(summary).column, shape_of(summary).unit
     rows = summary.assign(_order=summary["config"].map(order)).sort_values(["_order", column]).to_dict("records")
     return pd.DataFrame({
         "config": [r["config"] for r in rows], unit: [r[column] for r in rows],
+        "engine's batch": [round(r["mean_batch"], 1) if not pd.isna(r.get("mean_batch", math.nan)) else "—"
+                           for r in rows],
         "output tok/s": [round(r["output_throughput"], 1) for r in rows],
         "median TPOT ms": [round(r["median_tpot_ms"], 1) for r in rows],
         "median ITL ms": [round(r["median_itl_ms"], 1) for r in rows],
-        "α": [round(r["alpha"], 3) for r in rows], "τ": [round(r["tau"], 2) for r in rows],
+        "α": [counted(r, "alpha", 3) for r in rows], "τ": [counted(r, "tau", 2) for r in rows],
         "TPOT speedup": [ci(r, "speedup_tpot") for r in rows],
         "throughput speedup": [ci(r, "speedup_output_throughput") for r in rows],
         "partial": [r["partial"] for r in rows]})

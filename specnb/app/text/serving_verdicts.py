@@ -151,22 +151,59 @@ def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, config
 
 
 def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,
-                       policy: pd.DataFrame, machine: str, note: str = "") -> Report:
-    lines = [f"machine: {machine}"]
+                       verdict: str, machine: str, note: str = "", trace_error: float = math.nan) -> Report:
+    """The report's end: the one verdict first (``launch_verdict``: what to launch for the load
+    measured, and what it rests on), then each configuration's pays / loses / no measurable difference
+    (``crossover_line``, by its CIs), the predictors' errors, the machine, what was left out."""
+    lines = [verdict] if verdict else []
     if "speedup_tpot" in summary:
-        for row in crossings.to_dict("records"):
-            lines.append(crossover_line(row))
+        lines += [crossover_line(row) for row in crossings.to_dict("records")]
         error = median_error(validation) if len(validation) else math.nan
         if not math.isnan(error):
-            lines.append(f"the serving predictor's median error: {error:.1%}")
-        if len(policy):
-            on = policy[policy["k"] > 0]["concurrency"].tolist()
-            lines.append("policy: " + (f"speculate at concurrency {', '.join(map(str, on))}, spec-off elsewhere" if on
-                                       else "spec-off at every level measured: no `--speculative-config` for vLLM, "
-                                            "no `--spec-type` for llama-server"))
+            lines.append(f"the serving predictor's median error per level: {error:.1%}")
+        if not math.isnan(trace_error):
+            lines.append(f"the trace's speedups predicted from the per-load figures: median error {trace_error:.1%}")
+    lines.append(f"machine: {machine}")
     if note:
         lines.append(note)
-    return Report(bullets(lines), {"machine": machine})
+    return Report(bullets(lines), {"machine": machine, "verdict": verdict})
+
+
+def launch_verdict(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, configs: list,
+                   trace: pd.DataFrame | None = None) -> tuple[str, str]:
+    """The one answer a report gives: (line, value), what to launch for the load this run measured and
+    what that rests on. Where the bursty trace ran (the load most like production), it judges, with
+    paired CIs and ties going to the simplest configuration (``trace_launch``). Otherwise the per-level
+    policy does: no level drafting is "launch without speculation"; one configuration at every level is
+    that configuration; a mix is the engine's schedule where it takes one (``launch_json``), else its
+    lines per load range. ``value``: what a user pastes ("" for no speculation, "adaptive" for the
+    schedule the check launched)."""
+    if trace is not None and len(trace):
+        line, value = trace_launch(trace, configs)
+        return "**verdict**: " + line.removeprefix("launch for load like this trace: ") + \
+            " — judged over the bursty trace (paired 95% CIs; a tie goes to the simplest)", value
+    if policy.empty or "speedup_tpot" not in summary:
+        return "", ""
+    loads = f"{policy['concurrency'].min():g}–{policy['concurrency'].max():g} concurrent"
+    drafting = policy[policy["k"] > 0]
+    if drafting.empty:
+        return (f"**verdict**: launch without speculation for {loads} — no configuration beat spec-off beyond the "
+                "noise at any level measured"), ""
+    choice = choose_launch(summary, policy, config_drafts(configs))
+    served = engine_named(engine)
+    if set(policy["config"]) == {drafting["config"].iloc[0]}:
+        config = drafting["config"].iloc[0]
+        text = next((engine_of(c).launch_text(c) for c in configs if c.name == config), "")
+        return (f"**verdict**: launch **{config}**" + (f" (`{text}`)" if text else "") + f" at every load measured "
+                f"({loads}): the policy chose it at each level"), text
+    if served.schedules:
+        text = served.launch_json(choice.launch)
+        return (f"**verdict**: launch the schedule `--speculative-config '{text}'` for {loads} (not checked as one "
+                "server here: no bursty trace ran)" if text else
+                f"**verdict**: launch without speculation for {loads} — {choice.why_not}"), text
+    lines = served.policy_lines(as_launch(policy, choice.launch.family, ""), configs)
+    return (f"**verdict**: {served.label} fixes speculation per launch, so pick by the load you expect: "
+            + "; ".join(lines)), "; ".join(lines)
 
 
 def trace_launch(trace: pd.DataFrame, configs=()) -> tuple[str, str]:

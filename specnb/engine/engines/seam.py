@@ -16,6 +16,7 @@ launched as one server, its per-batch-size ``schedule``. Its display name is der
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,10 +47,21 @@ class Speculation:
             return ADAPTIVE_CONFIG
         return f"{self.entry} k={self.k}" if self.entry else BASELINE_CONFIG
 
+    def k_at(self, batch: float) -> int:
+        """The draft length at a scheduler batch size: the ``schedule`` range that holds it (vLLM's
+        ``num_speculative_tokens_per_batch_size``), else ``k``; 0 for spec-off."""
+        if not self.entry:
+            return 0
+        for lo, hi, k in self.schedule or ():
+            if lo <= round(batch) <= hi:
+                return k
+        return self.k if not self.schedule else 0
+
     def columns(self) -> dict:
         """What every record and summary row of this configuration carries about it."""
         return {"config": self.name, "method": self.method, "family": self.family,
-                "k": self.k if self.entry else 0, "uses_model": self.uses_model, "adaptive": self.adaptive}
+                "k": self.k if self.entry else 0, "uses_model": self.uses_model, "adaptive": self.adaptive,
+                "schedule": json.dumps([list(r) for r in self.schedule]) if self.schedule else ""}
 
 
 SPEC_OFF = Speculation()

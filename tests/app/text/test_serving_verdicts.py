@@ -9,7 +9,13 @@ import numpy as np
 import pandas as pd
 
 from specnb.app.charts import load_curves
-from specnb.app.text.serving_verdicts import crossover_line, policy_text, serving_conclusion, sweep_text
+from specnb.app.text.serving_verdicts import (
+    crossover_line,
+    launch_verdict,
+    policy_text,
+    serving_conclusion,
+    sweep_text,
+)
 from specnb.measure.serving_summary import crossover
 from specnb.predict.serving_policy import serving_policy
 
@@ -67,8 +73,9 @@ def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
     assert "no `--speculative-config`" in report.markdown and "num_speculative_tokens" not in report.markdown
     assert "no --spec-type (spec-off)" in report.markdown
     assert report.values["policy_vllm"] == "no --speculative-config"
-    end = serving_conclusion(levels, crossover(levels, "speedup_tpot"), pd.DataFrame(), policy, "AMD EPYC").markdown
-    assert "no `--speculative-config` for vLLM" in end
+    verdict, launch = launch_verdict(levels, policy, "llama.cpp", [])
+    end = serving_conclusion(levels, crossover(levels, "speedup_tpot"), pd.DataFrame(), verdict, "AMD EPYC").markdown
+    assert end.startswith("- **verdict**: launch without speculation for 1–4 concurrent") and launch == ""
 
 
 def test_a_paying_policy_prints_the_schedule():
@@ -241,3 +248,35 @@ def test_a_static_configuration_clearly_best_on_the_trace_is_launched():
     # two static ones inside each other's noise: the smaller k
     line, value = launch_for({"spec-off": 130.6, "ngram k=2": 91.0, "ngram k=4": 90.0, "adaptive": 120.0}, 0.2)
     assert json.loads(value)["num_speculative_tokens"] == 2 and "**ngram k=2**" in line
+
+
+def test_the_report_gives_one_answer_for_the_load_it_measured():
+    from specnb.engine.vllm_server import VllmConfig
+
+    levels = summary("concurrency")  # ngram k=3 pays at 1 and 2 (CIs above 1), not at 4
+    policy = serving_policy(levels)
+    on_vllm, value = launch_verdict(levels, policy, "vllm", [])
+    assert on_vllm.startswith("**verdict**: launch the schedule `--speculative-config '")
+    assert json.loads(value)["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
+    on_llama, _ = launch_verdict(levels, policy, "llama.cpp", [])
+    assert "fixes speculation per launch" in on_llama and "4 or more concurrent: no --spec-type (spec-off)" in on_llama
+    everywhere = levels.assign(speedup_tpot_lo=1.1)
+    everywhere.loc[everywhere["config"] == "ngram k=3", "speedup_tpot"] = 1.3
+    configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=3)]
+    line, value = launch_verdict(everywhere, serving_policy(everywhere), "vllm", configs)
+    assert line.startswith("**verdict**: launch **ngram k=3**") and json.loads(value)["num_speculative_tokens"] == 3
+    end = serving_conclusion(everywhere, crossover(everywhere, "speedup_tpot"), pd.DataFrame(), line, "m").markdown
+    assert end.count("**verdict**") == 1 and "policy:" not in end  # one answer, first
+
+
+def test_a_trace_that_ran_gives_the_verdict():
+    from specnb.engine.vllm_server import VllmConfig
+    from specnb.measure.serving_summary import trace_check
+
+    configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
+    trace = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0, "adaptive": 120.0}),
+                        n_boot=200)
+    line, value = launch_verdict(summary("concurrency"), serving_policy(summary("concurrency")), "vllm", configs,
+                                 trace)
+    assert line.startswith("**verdict**: **ngram k=4**") and "judged over the bursty trace" in line
+    assert json.loads(value)["num_speculative_tokens"] == 4
