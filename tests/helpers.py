@@ -41,7 +41,7 @@ def tiny_model(arch: str = "llama", vocab: int = 200, hidden: int = 64, layers: 
 
 
 def engine_eagle3_head(folder) -> str:
-    """The EAGLE-3 head the engine tests run (a name or a folder, as ``serving_setup.EAGLE3_HEAD`` takes
+    """The EAGLE-3 head the engine tests run (a name or a folder, as ``eagle3_heads.EAGLE3_HEAD`` takes
     either): the embedded ``smollm2-eagle3`` once that folder holds the standard layout, else an untrained
     head started from the embedded verifier (``Eagle3Draft.init_from_verifier``), saved in ``folder``,
     which gets some drafts accepted all the same."""

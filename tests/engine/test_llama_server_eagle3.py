@@ -11,7 +11,7 @@ import httpx
 import pytest
 from helpers import engine_eagle3_head, gone
 
-from specnb.app import serving_setup as setup
+from specnb.engine.engines import eagle3_heads, engine_llama
 from specnb.engine.llama_build import converter_path
 from specnb.engine.llama_server import Server, missing_note
 
@@ -43,8 +43,8 @@ def counter(url: str, name: str) -> float:
 
 
 def test_the_eagle3_head_drafts_on_llama_server_losslessly(head, monkeypatch, capsys):
-    monkeypatch.setattr(setup, "EAGLE3_HEAD", head)
-    configs = setup.server_configs("smollm2-135m", "f32", ["eagle3:3"], slots=1, ctx_per_slot=512, threads=1)
+    monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", head)
+    configs = engine_llama.configs("smollm2-135m", "f32", ["eagle3:3"], 1, threads=1)
     assert [c.spec_type for c in configs] == ["none", "draft-eagle3"]
     seen = {}
     for config in configs:

@@ -6,6 +6,7 @@ import sys
 
 import pandas as pd
 import pytest
+from helpers import spec
 
 from specnb.measure.serving_load import Target
 from specnb.measure.vllm_bench import BenchFailed, bench_args, client_check, run_bench, write_dataset
@@ -14,8 +15,8 @@ from specnb.measure.vllm_bench import BenchFailed, bench_args, client_check, run
 def test_arguments_send_our_prompts_as_our_client_does(tmp_path):
     dataset = write_dataset(["a \"quoted\" prompt", "two"], tmp_path / "p.jsonl")
     assert [json.loads(line)["prompt"] for line in dataset.read_text().splitlines()] == ['a "quoted" prompt', "two"]
-    args = bench_args(Target(name="ngram k=4", url="http://127.0.0.1:9", engine="vllm", model="m"), dataset, 2, 4, 32,
-                      tmp_path / "r.json", "/hf/folder")
+    target = Target(url="http://127.0.0.1:9", engine="vllm", model="m", speculation=spec("ngram", 4))
+    args = bench_args(target, dataset, 2, 4, 32, tmp_path / "r.json", "/hf/folder")
     pairs = dict(zip(args, args[1:]))  # each flag to the word after it
     assert pairs["--max-concurrency"] == "4" and pairs["--custom-output-len"] == "32" and pairs["--num-prompts"] == "2"
     assert pairs["--request-rate"] == "inf" and pairs["--temperature"] == "0" and pairs["--backend"] == "openai-chat"
@@ -43,7 +44,7 @@ def stand_in(tmp_path, fail: str) -> list[str]:
 
 
 def test_run_bench_returns_the_file_vllm_bench_saved_or_one_line(tmp_path):
-    target = Target(name="spec-off", url="http://127.0.0.1:9", engine="vllm", model="m")
+    target = Target(url="http://127.0.0.1:9", engine="vllm", model="m")
     assert run_bench(stand_in(tmp_path, "no"), target, ["p"], 2, 8, tmp_path / "out", "tok") == {"max_concurrency": 2}
     with pytest.raises(BenchFailed, match=r"concurrency 2 \(exit 1\): ConnectionError: cannot reach the server$"):
         run_bench(stand_in(tmp_path, "yes"), target, ["p"], 2, 8, tmp_path / "out", "tok")
