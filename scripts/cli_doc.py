@@ -24,7 +24,7 @@ Generated from the command's argparse parsers by `python scripts/cli_doc.py`; do
 Every command takes `--json` (one JSON document on stdout) and otherwise prints a small table. An
 error you can fix (an unknown model, a bad value) is one line on stderr and exit code 2; Ctrl-C ends
 with one line and exit code 130. `specnb run` also prints where the run's report (`index.html`) is,
-last, on stderr. Models are Hugging Face ids, local folders or embedded names (`specnb models`).
+last (on stderr with `--json`). Models are Hugging Face ids, local folders or embedded names (`specnb models`).
 
 ```bash
 specnb flops Qwen/Qwen2.5-3B-Instruct                              # 6,171,394,048 FLOPs/token (seed convention)
