@@ -41,6 +41,9 @@ $(VENV)/.llama: $(VENV)/.installed specnb/engine/llama_build.py
 # torchaudio and torchcodec wheels it asks for (they do not load beside torch +cpu); a self-test then serves a few
 # tokens. If either fails, setup says why in one line and goes on (notebook 08 leaves vLLM out and says so);
 # SPECNB_SKIP_VLLM=1 leaves it out on purpose. tcmalloc first, which vLLM's CPU path preloads where it is found.
+# Where nvidia-smi is found nothing is built (that wheel is for CPUs): setup prints one line saying how to point
+# notebook 08 at a vLLM server on the GPU (-p engine vllm -p endpoint http://127.0.0.1:8000), naming the vLLM
+# already importable there if there is one.
 $(VENV)/.vllm: $(VENV)/.installed $(VENV)/.llama specnb/engine/vllm_build.py specnb/engine/vllm_setup.py | system-libs
 	$(BIN)/python -m specnb.engine.vllm_setup
 	touch $@

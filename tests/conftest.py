@@ -1,5 +1,9 @@
 """Shared fixtures (shared helpers, the tiny-model factory included, are in ``helpers.py``)."""
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -33,3 +37,37 @@ def verifier_folder(tmp_path_factory):
     word_model(0).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     return folder
+
+
+def browser_missing(reason: str):
+    """A browser test without its browser fails loudly (CI must run it), or skips with the reason under
+    ``SPECNB_BROWSER_OPTIONAL=1``."""
+    if os.environ.get("SPECNB_BROWSER_OPTIONAL", "").strip().lower() in ("1", "true", "yes"):
+        pytest.skip(reason)
+    pytest.fail(f"{reason}. Install: pip install playwright; apt-get install -y --no-install-recommends chromium "
+                f"(or python -m playwright install --with-deps chromium). Or set SPECNB_BROWSER_OPTIONAL=1 to skip",
+                pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """(sync_playwright, executable or None for playwright's own browser): ``$SPECNB_CHROMIUM``, playwright's
+    own Chromium where ``playwright install chromium`` ran, else the system's (Debian's ``chromium``)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        browser_missing("the playwright package is not installed (pip install playwright)")
+    explicit = os.environ.get("SPECNB_CHROMIUM")
+    if explicit:
+        if not (shutil.which(explicit) or Path(explicit).is_file()):
+            browser_missing(f"SPECNB_CHROMIUM={explicit} does not exist")
+        return sync_playwright, shutil.which(explicit) or explicit
+    with sync_playwright() as p:
+        own = p.chromium.executable_path
+    if own and Path(own).is_file():
+        return sync_playwright, None
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return sync_playwright, found
+    browser_missing("no Chromium found (apt-get install chromium, or python -m playwright install chromium)")

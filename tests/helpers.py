@@ -2,7 +2,7 @@
 a word-level tokenizer, a synthetic hardware profile (``synthetic_profile``), drafts that agree with their
 verifier often but not always, ragged prompts, synthetic run records, and checks (a trace replays the
 engine's steps; confidence stopping is lossless and stops chains; an HTML page fetches nothing from the
-network).
+network), executed notebooks as nbformat stores them.
 
 Test modules import it as ``helpers`` (``tests/`` is on ``sys.path`` through its ``conftest.py``);
 fixtures live in ``conftest.py``.
@@ -297,3 +297,20 @@ def open_loop(*rates, tokens: int = 32, burstiness: float = 1.0, seed: int = 0) 
     from specnb.measure.load_shapes import Lengths, Open
 
     return [Open(rate=r, burstiness=burstiness, lengths=Lengths(tokens=tokens), seed=seed) for r in rates]
+
+
+# ---------------------------------------------------------------------------- executed notebooks
+
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def executed_notebook(question: str, outputs: list[dict]) -> dict:
+    """An executed notebook as nbformat stores it: a title cell with the question, then one code cell."""
+    title = {"cell_type": "markdown", "metadata": {}, "source": ["# 01 · Title\n", "\n", question]}
+    code = {"cell_type": "code", "metadata": {}, "source": "x", "execution_count": 1, "outputs": outputs}
+    return {"cells": [title, code], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def displayed(mime: str, payload) -> dict:
+    """One ``display_data`` output of ``mime``."""
+    return {"output_type": "display_data", "metadata": {}, "data": {mime: payload, "text/plain": "<...>"}}

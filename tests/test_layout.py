@@ -5,8 +5,9 @@ folders before it, never one after it (lazy imports inside functions included: t
 dependencies all the same). The package docstring is the map and names every folder.
 
 The tests mirror it: ``tests/<layer>/test_<module>[_<aspect>].py`` tests ``specnb/<layer>/<module>``
-(subpackages mirrored the same way), ``tests/notebooks`` and ``tests/benchmarks`` the repository's
-folders of those names; shared helpers live in ``tests/helpers.py``, fixtures in ``tests/conftest.py``.
+(subpackages mirrored the same way), ``tests/notebooks``, ``tests/benchmarks`` and ``tests/docs`` the
+repository's folders of those names; shared helpers live in ``tests/helpers.py``, fixtures in
+``tests/conftest.py``.
 """
 
 import ast
@@ -20,7 +21,7 @@ import specnb
 PACKAGE = Path(specnb.__file__).parent
 LAYERS = ("core", "models", "engine", "measure", "predict", "app")
 TESTS = Path(__file__).parent
-OTHER_FOLDERS = ("notebooks", "benchmarks")  # the repository's other code, tested beside the package
+OTHER_FOLDERS = ("notebooks", "benchmarks", "docs")  # the repository's other folders, tested beside the package
 SHARED = ("conftest.py", "helpers.py", "test_layout.py")  # the only files at the top of tests/
 
 

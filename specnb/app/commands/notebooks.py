@@ -35,13 +35,14 @@ def _args_run(p: argparse.ArgumentParser) -> None:
 
 @command(
     "run",
-    "execute notebooks into outputs/<run-id>/ (ipynb, offline html, csv, summary json)",
+    "execute notebooks into outputs/<run-id>/ (ipynb, offline html, csv, summary json, index.html)",
     _args_run,
 )
 def run_run(args: argparse.Namespace) -> list[dict]:
     from pathlib import Path
 
     from specnb.app.parameters import parse_value
+    from specnb.app.report import index_path
     from specnb.app.runner import run_notebooks
 
     params = {key: parse_value(value) for key, value in args.parameter}
@@ -53,6 +54,7 @@ def run_run(args: argparse.Namespace) -> list[dict]:
         progress=not args.json,
         jobs=args.jobs,
     )
+    args.closing = f"report: {index_path(Path(runs[0].ipynb).parent)}"
     return [
         {"notebook": r.name, "ok": r.ok, "seconds": round(r.seconds, 1), "html": r.html}
         for r in runs
