@@ -337,3 +337,22 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
     mean = pd.DataFrame(batches).groupby(["config", "concurrency"], as_index=False)["mean_batch"].mean()
     return records, summary.merge(mean, on=["config", "concurrency"])
 
+
+def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: list[int]):
+    """(records, runs) of one open-loop trace per configuration on the simulated engine in virtual
+    time, each run row with the engine's ``batch_trace`` ([t_s, batch] as JSON)."""
+    import json
+
+    import pandas as pd
+
+    from specnb.engine.simulated import run_open
+
+    rate = len(arrivals_s) / max(arrivals_s)
+    records, runs = [], []
+    for spec in speculations:
+        rows, trace = run_open(cost, spec, arrivals_s, [4] * len(arrivals_s), output_lens, with_batch_trace=True)
+        level = {"load": "open", "request_rate": rate, "round": 0}
+        records += [{"engine": "simulated", **spec.columns(), **level, "prompt_index": i, "prompt_id": str(i),
+                     "partial": False, **r} for i, r in enumerate(rows)]
+        runs.append({"config": spec.name, **level, "batch_trace": json.dumps(trace)})
+    return pd.DataFrame(records), pd.DataFrame(runs)
