@@ -22,7 +22,7 @@ import math
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import BASELINE_CONFIG
+from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_rounds import batch_of, relative_mad, round_speedups
 from specnb.predict.serving_predictor import require_steps
@@ -33,10 +33,11 @@ TIE = 0.01  # the smallest difference that is not a tie, whatever the spreads sa
 
 
 def round_figures(records: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
-    """Per (configuration, level): the median over rounds of its per-round TPOT speedup
-    (``serving_summary.round_speedups``), their spread (``relative_mad``) and how many rounds."""
+    """Per static configuration and level: the median over rounds of its per-round TPOT speedup
+    (``serving_rounds.round_speedups``), their spread (``relative_mad``) and how many rounds. An
+    adaptive launch measured beside them (a check pass) is the policy's outcome, not a candidate."""
     column = shape_of(records).column
-    per_round = round_speedups(records[records["success"]], baseline)
+    per_round = round_speedups(records[records["success"] & (records["config"] != ADAPTIVE_CONFIG)], baseline)
     rows = [{"config": config, column: level, "median_speedup": float(group["speedup_tpot"].median()),
              "spread": relative_mad(group["speedup_tpot"]), "rounds": len(group)}
             for (config, level), group in per_round.groupby(["config", column], sort=True)]
@@ -68,7 +69,7 @@ def choose_level(figures: list[dict], identity: dict[str, tuple[int, bool]], bas
     than the noise (the larger of the two spreads, at least ``TIE``); within it, a tie, kept by the
     incumbent and named in ``tie_with``. A measurement from fewer than ``MIN_ROUNDS`` rounds or with a
     spread above ``NOISY_MAD`` cannot replace anything, and flags the level ``noisy``."""
-    incumbent = {"config": baseline, "median_speedup": 1.0, "spread": 0.0, "rounds": math.nan}
+    incumbent = {"config": baseline, "median_speedup": 1.0, "spread": 0.0, "rounds": math.nan}  # its own: 1.00x
     ties, noisy = [], False
     for row in sorted(figures, key=lambda r: cheapness(r["config"], identity, baseline)):
         if row["rounds"] < MIN_ROUNDS or not row["spread"] <= NOISY_MAD:
@@ -113,7 +114,8 @@ def noise_aware_policy(records: pd.DataFrame, summary: pd.DataFrame | None = Non
         here = figures[figures[column] == level].to_dict("records")
         row = choose_level(here, identity, baseline)
         batch = batches.get((row["config"], level), batches.get((baseline, level), float(level)))
-        rows.append({column: level, "batch": batch, **row, "speedup_tpot": row["median_speedup"]})
+        rows.append({column: level, "batch": batch, **row, "speedup_tpot": row["median_speedup"]}
+                    | ({"rounds": len(rounds)} if row["config"] == baseline else {}))
     return pd.DataFrame(rows)
 
 

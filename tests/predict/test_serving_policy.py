@@ -162,6 +162,9 @@ def test_the_noise_aware_policy_switches_where_the_truth_does_within_one_level(s
     around = np.searchsorted(batches, stop)
     assert batches[max(0, around - 2)] <= switch <= batches[min(len(batches) - 1, around + 1)]
     assert serving_policy(summary, records=records).equals(policy)  # given 3 rounds, the policy is this one
+    assert (policy["rounds"] == 3).all()
+    checked = pd.concat([records, records[records["config"] == "ngram k=4"].assign(config="adaptive")])
+    assert noise_aware_policy(checked, summary).equals(policy)  # a launch measured beside them is no candidate
 
 
 def test_a_policy_from_fewer_than_three_rounds_is_refused_and_serving_policy_falls_back(swept):
