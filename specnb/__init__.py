@@ -26,11 +26,13 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                the notebooks' tables (``analysis``),
                load on a serving engine: its shape as a record (``load_shapes``), the requests
                (``serving_load``), the sweep and the engine's counters (``serving_sweep``), summaries
-               and CIs (``serving_summary``), vLLM's own load client beside ours (``vllm_bench``)
+               and CIs (``serving_summary``), per-round figures and the engine's own batch
+               (``serving_rounds``), vLLM's own load client beside ours (``vllm_bench``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor, ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_predictor``) and the policy and
-               launch that follow from it (``serving_policy``)
+               launch that follow from it (``serving_policy``; over rounds, ``noise_aware``), a
+               trace's TPOT from its batch occupancy (``trace_prediction``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
                papermill runner and the ``specnb`` command, notebook 08's parameters
                (``serving_setup``) and its policy checked as one server (``policy_check``)

@@ -314,3 +314,62 @@ def executed_notebook(question: str, outputs: list[dict]) -> dict:
 def displayed(mime: str, payload) -> dict:
     """One ``display_data`` output of ``mime``."""
     return {"output_type": "display_data", "metadata": {}, "data": {mime: payload, "text/plain": "<...>"}}
+
+
+# ---------------------------------------------------------------------------- simulated serving sweeps
+
+
+def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, tokens: int = 48,
+              per_worker: int = 3):
+    """(records, summary) of a closed-loop sweep on the simulated engine in virtual time: every
+    configuration at every concurrency in ``levels``, ``rounds`` rounds, each its own acceptance draws
+    (the cost's seed) and output lengths (drawn around ``tokens``, the same for every configuration, so
+    requests pair). Records carry the sweep's columns; the summary per (configuration, level) its mean
+    TPOT and the engine's time-weighted mean running batch (``mean_batch``), as a gauge gives it."""
+    from dataclasses import replace
+
+    import numpy as np
+    import pandas as pd
+
+    from specnb.engine.simulated import run_closed
+    from specnb.measure.serving_rounds import mean_batch
+
+    records, batches = [], []
+    for round_index in range(rounds):
+        for c in levels:
+            n = max(12, per_worker * c)
+            lengths = np.random.default_rng([round_index, c]).integers(tokens // 2, 3 * tokens // 2 + 1, n)
+            for spec in speculations:
+                rows, trace = run_closed(replace(cost, seed=round_index), spec, [4] * n, list(lengths), c,
+                                         with_batch_trace=True)
+                records += [{"engine": "simulated", **spec.columns(), "load": "closed", "concurrency": c,
+                             "round": round_index, "prompt_index": i, "prompt_id": str(i), "partial": False, **r}
+                            for i, r in enumerate(rows)]
+                batches.append({"config": spec.name, "concurrency": c, "mean_batch": mean_batch(trace)})
+    records = pd.DataFrame(records)
+    summary = (records.groupby(["config", "concurrency"], as_index=False)
+               .agg(k=("k", "first"), family=("family", "first"), uses_model=("uses_model", "first"),
+                    load=("load", "first"), mean_tpot_ms=("tpot", "mean")))
+    summary["mean_tpot_ms"] *= 1e3
+    mean = pd.DataFrame(batches).groupby(["config", "concurrency"], as_index=False)["mean_batch"].mean()
+    return records, summary.merge(mean, on=["config", "concurrency"])
+
+
+def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: list[int]):
+    """(records, runs) of one open-loop trace per configuration on the simulated engine in virtual
+    time, each run row with the engine's ``batch_trace`` ([t_s, batch] as JSON)."""
+    import json
+
+    import pandas as pd
+
+    from specnb.engine.simulated import run_open
+
+    rate = len(arrivals_s) / max(arrivals_s)
+    records, runs = [], []
+    for spec in speculations:
+        rows, trace = run_open(cost, spec, arrivals_s, [4] * len(arrivals_s), output_lens, with_batch_trace=True)
+        level = {"load": "open", "request_rate": rate, "round": 0}
+        records += [{"engine": "simulated", **spec.columns(), **level, "prompt_index": i, "prompt_id": str(i),
+                     "partial": False, **r} for i, r in enumerate(rows)]
+        runs.append({"config": spec.name, **level, "batch_trace": json.dumps(trace)})
+    return pd.DataFrame(records), pd.DataFrame(runs)

@@ -243,12 +243,14 @@ class _Timeline:
     tokens: dict[int, int] = field(default_factory=dict)
     batches: dict[int, list[int]] = field(default_factory=dict)
     prompt_lens: dict[int, int] = field(default_factory=dict)
+    batch_trace: list[list[float]] = field(default_factory=list)  # [t_s, batch] at each step's start, 0 when idle
 
     def sent(self, request: SimRequest, at_ms: float) -> None:
         self.sent_ms[request.id], self.prompt_lens[request.id] = at_ms, request.prompt_len
         self.chunks_ms[request.id], self.tokens[request.id], self.batches[request.id] = [], 0, []
 
-    def record(self, step: SimStep, now_ms: float) -> None:
+    def record(self, step: SimStep, now_ms: float, busy: bool = True) -> None:
+        self.batch_trace += [[(now_ms - step.duration_ms) / 1e3, step.batch]] + ([] if busy else [[now_ms / 1e3, 0]])
         for rid, n in step.emitted.items():
             self.chunks_ms[rid].append(now_ms)  # one streamed chunk per step: accepted drafts arrive as a burst
             self.tokens[rid] += n
@@ -268,10 +270,11 @@ class _Timeline:
 
 
 def run_closed(cost: SimCost, speculation: Speculation, prompt_lens: list[int], output_lens: list[int],
-               concurrency: int) -> list[dict]:
+               concurrency: int, with_batch_trace: bool = False) -> list[dict] | tuple[list[dict], list]:
     """A closed loop in virtual time: ``concurrency`` workers, each sending the next request (list
     order) when its last one finished; one record per request, in list order (ignore_eos: each
-    request generates its output length)."""
+    request generates its output length). ``with_batch_trace``: also the running batch as a gauge
+    gives it, [t_s, batch] at each step's start, [t_s, 0] from where the engine idles."""
     engine, timeline = SimEngine(cost, speculation), _Timeline()
     pending = deque(SimRequest(id=i, prompt_len=p, max_tokens=o, key=i)
                     for i, (p, o) in enumerate(zip(prompt_lens, output_lens)))
@@ -283,17 +286,17 @@ def run_closed(cost: SimCost, speculation: Speculation, prompt_lens: list[int], 
         send()
     while engine.busy:
         step = engine.step()
-        timeline.record(step, engine.now_ms)
         for _ in step.finished:
             if pending:
                 send()
-    return timeline.records()
+        timeline.record(step, engine.now_ms, engine.busy)
+    return (timeline.records(), timeline.batch_trace) if with_batch_trace else timeline.records()
 
 
 def run_open(cost: SimCost, speculation: Speculation, arrivals_s: list[float], prompt_lens: list[int],
-             output_lens: list[int]) -> list[dict]:
+             output_lens: list[int], with_batch_trace: bool = False) -> list[dict] | tuple[list[dict], list]:
     """An open loop in virtual time: request i arrives at ``arrivals_s[i]`` (seconds from the start),
-    whatever is in flight; a request arriving during a step waits for the next one."""
+    whatever is in flight; a request arriving during a step waits for the next (``with_batch_trace``: as run_closed)."""
     engine, timeline = SimEngine(cost, speculation), _Timeline()
     order = sorted(range(len(arrivals_s)), key=lambda i: arrivals_s[i])
     pending = deque((1e3 * arrivals_s[i], SimRequest(id=i, prompt_len=prompt_lens[i], max_tokens=output_lens[i],
@@ -305,8 +308,8 @@ def run_open(cost: SimCost, speculation: Speculation, arrivals_s: list[float], p
             at_ms, request = pending.popleft()
             timeline.sent(engine.add(request), at_ms)
         step = engine.step()
-        timeline.record(step, engine.now_ms)
-    return timeline.records()
+        timeline.record(step, engine.now_ms, engine.busy)
+    return (timeline.records(), timeline.batch_trace) if with_batch_trace else timeline.records()
 
 
 def expected_tokens(cost: SimCost, k: int) -> float:

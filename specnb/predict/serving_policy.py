@@ -17,6 +17,17 @@ One vLLM server runs one method: ``choose_launch`` prices each method's own sche
 and keeps the one closest at its worst level; the ``Launch`` it returns is what an engine's
 ``launch_json`` / ``policy_lines`` print. The best static configuration per level, spec-off counting
 as 1.00x, is ``serving_summary.best_static``'s, the one home the closed loop's check uses too.
+
+**A policy that knows its noise** (``noise_aware.noise_aware_policy``, what ``serving_policy`` runs
+given the sweep's records from at least 3 rounds): the median over rounds, ties and too-noisy
+measurements to the cheaper configuration, as vLLM's proposed ``tune_speculative_k`` (PR #49163).
+
+**Ranges keyed on the engine's batch** (``batch_ranges``): vLLM looks k up by the scheduler's running
+batch, not by how many requests a client keeps in flight, and the load is what decides whether
+speculation pays — acceptance is not a load signal (vllm#26504). So a noise-aware policy carries each
+level's measured mean batch (``serving_rounds.batch_of``: ``mean_batch``, else the level) and its
+ranges change k at the geometric mean of adjacent measured batches, from a batch-1 anchor (required)
+to the largest measured batch (reported: above it nothing is extrapolated, the last choice holds).
 """
 
 from __future__ import annotations
@@ -26,19 +37,29 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from specnb.core.errors import ParameterError
 from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_summary import best_static, draft_lengths
+from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
 from specnb.predict.serving_predictor import predict_serving, require_steps, step_cost, step_ms
 
 POLICY_FLOOR = 0.95  # the lowest lower 95% bound of a TPOT speedup the policy will run
+BATCH_ONE = 1.5  # a level whose measured batch is at most this is the batch-1 anchor
 
 
-def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None, baseline: str = BASELINE_CONFIG
-                   ) -> pd.DataFrame:
-    """Per measured level: the configuration to run (the best TPOT speedup above 1 whose lower CI
-    bound is at least ``POLICY_FLOOR``, else spec-off), its draft length k (0 for spec-off; ``lengths``
-    default: as the records carry them, ``draft_lengths``) and the speedup it stands on."""
+def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None, baseline: str = BASELINE_CONFIG,
+                   records: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per measured level: the configuration to run, its draft length k (0 for spec-off; ``lengths``
+    default: as the records carry them, ``draft_lengths``) and the speedup it stands on.
+
+    Given the sweep's ``records`` from at least ``MIN_ROUNDS`` rounds: ``noise_aware_policy`` (the
+    median over rounds, ties and noisy levels to the cheaper configuration, ranges on the engine's
+    batch). Otherwise — no records, or fewer rounds, one noisy figure per level — the rule from the
+    summary alone: the best TPOT speedup above 1 whose lower CI bound is at least ``POLICY_FLOOR``,
+    else spec-off."""
+    if records is not None and len(set(records.loc[records["success"], "round"])) >= MIN_ROUNDS:
+        return noise_aware_policy(records, summary, lengths, baseline)
     require_steps(summary)
     lengths = draft_lengths(summary) if lengths is None else lengths
     rows = []
@@ -98,28 +119,123 @@ def adaptive_expected(summary: pd.DataFrame, policy: pd.DataFrame, base: str,
                       for row in levels.to_dict("records")}, name="expected_speedup_tpot")
 
 
-def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]]:
-    """[[first, last, k], ...] over batch sizes: each measured level's k holds up to the next level − 1,
-    the last level's to ``max_batch`` (vLLM's ``num_speculative_tokens_per_batch_size`` shape)."""
-    levels = policy.sort_values("concurrency")
+@dataclass(frozen=True, kw_only=True)
+class BatchRanges:
+    """A batch-keyed policy as vLLM's ``num_speculative_tokens_per_batch_size`` takes it, and what it
+    rests on. ``ranges``: inclusive [first, last, k] over batch sizes from 1 to the launch's largest;
+    ``measured``: the measured batches, ascending; ``interpolated``: [first, last] spans of batch
+    sizes up to the largest measured one that no level measured (each takes the k of the measured
+    batch nearer in log); ``max_measured``: the largest measured batch, above which nothing was
+    measured and the last measured choice holds."""
+
+    ranges: list[list[int]]
+    measured: list[float]
+    interpolated: list[list[int]]
+    max_measured: float
+    max_batch: int
+
+    def text(self) -> str:
+        """One line a notebook prints under the schedule: where its k is read between measurements,
+        and above which batch it is not measured at all."""
+        spans = ", ".join(f"{lo}" if lo == hi else f"{lo}–{hi}" for lo, hi in self.interpolated)
+        between = (f"batch sizes {spans} were never measured (each takes the k of the measured batch nearer in log); "
+                   if spans else "")
+        return (f"{between}not measured above a batch of {self.max_measured:.3g}: the last measured choice holds "
+                f"from there to {self.max_batch}")
+
+
+def batch_cuts(batches) -> list[int]:
+    """The first batch size of each measured batch's range after the first: where the geometric mean
+    of two adjacent measured batches falls (the nearer one in log takes a batch between them)."""
+    return [math.ceil(math.sqrt(a * b) - 1e-9) for a, b in zip(batches[:-1], batches[1:])]
+
+
+def level_spans(policy: pd.DataFrame, max_batch: int = 4096) -> list[tuple[int, int, int, str]]:
+    """(first, last, k, config) per level over batch sizes, unmerged. With a ``batch`` column (a
+    noise-aware policy): from 1 to the geometric mean with the next measured batch, the last to
+    ``max_batch`` (``batch_ranges``). Without (the summary-only rule): each level's k from that level
+    up to the next level − 1, as launches printed before the batch was measured."""
+    if "batch" in policy:
+        levels = policy.sort_values("batch")
+        cuts = batch_cuts(levels["batch"].to_numpy(float))
+        starts, ends = [1, *cuts], [c - 1 for c in cuts] + [max_batch]
+    else:
+        levels = policy.sort_values("concurrency")
+        starts = [int(x) for x in levels["concurrency"]]
+        ends = [s - 1 for s in starts[1:]] + [max_batch]
+    return [(lo, hi, int(k), config) for lo, hi, k, config in zip(starts, ends, levels["k"], levels["config"])
+            if lo <= hi]
+
+
+def merged(spans: list[tuple[int, int, int, str]]) -> list[list[int]]:
+    """[first, last, k] ranges, adjacent spans with the same k joined."""
     ranges = []
-    starts = [int(x) for x in levels["concurrency"]]
-    for i, (start, k) in enumerate(zip(starts, levels["k"])):
-        end = starts[i + 1] - 1 if i + 1 < len(starts) else max_batch
-        if ranges and ranges[-1][2] == int(k):
-            ranges[-1][1] = end
+    for lo, hi, k, _ in spans:
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = hi
         else:
-            ranges.append([start, end, int(k)])
+            ranges.append([lo, hi, k])
     return ranges
+
+
+def batch_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> BatchRanges:
+    """A noise-aware policy's ranges over the engine's batch (its ``batch`` column): k changes at the
+    geometric mean of adjacent measured batches, the first range starts at 1 and the last measured
+    choice holds beyond the largest measured batch (reported, not extrapolated: ``max_measured``).
+    Refused (ParameterError) without a batch-1 anchor, a level whose measured batch is at most
+    ``BATCH_ONE`` (PR #49163 requires one: below the smallest measured batch nothing says what pays)."""
+    batches = sorted(float(b) for b in policy["batch"])
+    if not batches or not 0 < batches[0] <= BATCH_ONE:
+        smallest = f"{batches[0]:.3g}" if batches else "none"
+        raise ParameterError(f"a policy needs a batch-1 anchor: a level whose measured batch is at most {BATCH_ONE} "
+                             f"(the smallest here: {smallest}); sweep concurrency 1 as well")
+    measured = {round(b) for b in batches}
+    top = max(1, round(batches[-1]))
+    gaps = [b for b in range(1, top + 1) if b not in measured]
+    return BatchRanges(ranges=merged(level_spans(policy, max_batch)), measured=batches, interpolated=runs_of(gaps),
+                       max_measured=batches[-1], max_batch=max_batch)
+
+
+def runs_of(values: list[int]) -> list[list[int]]:
+    """Ascending integers as [first, last] runs of consecutive ones."""
+    runs = []
+    for v in values:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return runs
+
+
+def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]]:
+    """[[first, last, k], ...] over batch sizes (vLLM's ``num_speculative_tokens_per_batch_size``
+    shape). A policy with a measured ``batch`` column (``noise_aware_policy``): ``batch_ranges``'
+    ranges, k changing at the geometric mean of adjacent measured batches from 1. One without (the
+    summary-only rule): each level's k holds from the level up to the next level − 1, the last
+    level's to ``max_batch``."""
+    if "batch" in policy:
+        return batch_ranges(policy, max_batch).ranges
+    return merged(level_spans(policy, max_batch))
+
+
+def scheduled_config(policy: pd.DataFrame, batch: float, max_batch: int = 4096) -> str:
+    """The configuration a launch of ``policy``'s ranges runs at a running batch of ``batch`` (the
+    level whose span holds it; below the first span the first level's, above the last the last's)."""
+    spans = level_spans(policy, max_batch)
+    b = int(round(batch))
+    return next((config for lo, hi, _, config in spans if lo <= b <= hi), spans[0][3] if b < spans[0][0] else
+                spans[-1][3])
 
 
 def policy_switch(policy: pd.DataFrame) -> float:
     """The load where the policy stops speculating: the geometric mean of its last level that drafts
     and the next one, which does not; where it drafts at every level, the load where its k first falls
     (a schedule of k alone, e.g. 4 at low load and 1 above); NaN where neither happens (it never
-    drafts, or drafts one k throughout)."""
-    levels = policy.sort_values("concurrency")
-    at, ks = levels["concurrency"].to_numpy(float), levels["k"].to_numpy()
+    drafts, or drafts one k throughout). The load is the measured ``batch`` where the policy carries
+    one (a noise-aware policy), else the ``concurrency``."""
+    key = "batch" if "batch" in policy else "concurrency"
+    levels = policy.sort_values(key)
+    at, ks = levels[key].to_numpy(float), levels["k"].to_numpy()
     falls = [i for i in range(1, len(ks)) if ks[i] < ks[i - 1]]
     i = next((i for i in falls if ks[i] == 0), falls[0] if falls and ks.all() else None)
     return math.nan if i is None else float(math.sqrt(at[i - 1] * at[i]))

@@ -274,3 +274,18 @@ def test_a_client_that_goes_away_frees_its_slot():
         while running(server.url) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert running(server.url) == 0  # 100,000 tokens would have run for 20 s
+
+
+def test_the_batch_trace_holds_every_decoding_sequence_second_and_the_idle_spells():
+    arrivals_s, lengths = [0.0, 0.0, 0.001, 10.0], [6, 9, 4, 5]
+    plain = run_open(COST, NGRAM3, arrivals_s, [8] * 4, lengths)
+    records, trace = run_open(COST, NGRAM3, arrivals_s, [8] * 4, lengths, with_batch_trace=True)
+    assert records == plain  # asking for the trace changes nothing else
+    t, batch = np.array(trace).T
+    assert (np.diff(t) >= 0).all() and batch[-1] == 0
+    assert 0 in batch[:-1]  # the idle spell before the last arrival reads as batch 0
+    sequence_s = float(np.sum(batch[:-1] * np.diff(t)))  # Σ b·dt: each decoding sequence's time in the steps
+    assert sequence_s == pytest.approx(sum(r["latency"] - r["ttft"] for r in records))
+    closed, closed_trace = run_closed(COST, NGRAM3, [4] * 12, [8] * 12, 3, with_batch_trace=True)
+    t, batch = np.array(closed_trace).T
+    assert float(np.sum(batch[:-1] * np.diff(t))) == pytest.approx(sum(r["latency"] - r["ttft"] for r in closed))

@@ -3,13 +3,20 @@ method is given for it, every k = 0 range priced (worked by hand on small summar
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
+from helpers import sim_sweep
 
+from specnb.core.errors import ParameterError
+from specnb.engine.engines.seam import SPEC_OFF, Speculation
+from specnb.engine.simulated import SimCost, crossover, expected_speedup
 from specnb.measure.serving_summary import draft_lengths
+from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.serving_policy import (
     adaptive_expected,
     as_launch,
+    batch_ranges,
     choose_launch,
     launch_policy,
     no_launch_why,
@@ -116,3 +123,100 @@ def test_the_policy_runs_the_best_point_estimate_unless_its_interval_admits_a_lo
                             "speedup_tpot": [1.08, 1.08, 0.99], "speedup_tpot_lo": [0.97, 0.93, 0.97]})
     policy = serving_policy(summary, {"ngram k=4": 4})
     assert list(policy["k"]) == [4, 0, 0]  # 1.08 [0.97–]: runs; 1.08 [0.93–]: could lose 7%; 0.99: never pays
+
+
+# ------------------------------------------------------------ the noise-aware policy, where the truth is known
+
+# n-gram k = 4 pays most at a batch of 1–4, k = 2 from there to its crossover (30), spec-off above
+COST = SimCost(fixed_ms=10.0, per_token_ms=0.5, prefill_per_token_ms=0.0, acceptance=(0.7,))
+NGRAM = {k: Speculation(entry="ngram", k=k, method="ngram", family="ngram") for k in (1, 2, 4)}
+LEVELS = [1, 2, 4, 8, 16, 32, 64]
+
+
+@pytest.fixture(scope="module")
+def swept():
+    """Three rounds (each its own acceptance draws and output lengths) of spec-off, k = 2 and k = 4."""
+    return sim_sweep(COST, [SPEC_OFF, NGRAM[2], NGRAM[4]], LEVELS)
+
+
+def truth_k(batch: float) -> int:
+    """The k that is fastest at a steady decode batch, by the cost model (spec-off counting as 1)."""
+    speedups = {0: 1.0, **{k: expected_speedup(COST, NGRAM[k], batch) for k in (2, 4)}}
+    return max(speedups, key=speedups.get)
+
+
+def test_the_noise_aware_policy_switches_where_the_truth_does_within_one_level(swept):
+    records, summary = swept
+    policy = noise_aware_policy(records, summary)
+    assert list(policy.columns[:8]) == ["concurrency", "batch", "config", "k", "median_speedup", "spread", "rounds",
+                                        "noisy"] and "tie_with" in policy
+    batches = policy["batch"].to_numpy()
+    for i, k in enumerate(policy["k"]):
+        near = {truth_k(b) for b in batches[max(0, i - 1):i + 2]}  # the level and its neighbours
+        assert k in near, (policy["concurrency"][i], k, near)
+    assert list(policy["k"])[0] == 4 and list(policy["k"])[-1] == 0
+    assert not policy["noisy"].any() and (policy["spread"] <= 0.1).all()
+    # it stops speculating between the last level below k = 2's crossover and the first above it, give or take one
+    stop = crossover(COST, NGRAM[2], 64)
+    switch = policy_switch(policy)
+    around = np.searchsorted(batches, stop)
+    assert batches[max(0, around - 2)] <= switch <= batches[min(len(batches) - 1, around + 1)]
+    assert serving_policy(summary, records=records).equals(policy)  # given 3 rounds, the policy is this one
+    assert (policy["rounds"] == 3).all()
+    checked = pd.concat([records, records[records["config"] == "ngram k=4"].assign(config="adaptive")])
+    assert noise_aware_policy(checked, summary).equals(policy)  # a launch measured beside them is no candidate
+
+
+def test_a_policy_from_fewer_than_three_rounds_is_refused_and_serving_policy_falls_back(swept):
+    records, summary = swept
+    two = records[records["round"] < 2]
+    with pytest.raises(ParameterError, match="at least 3 rounds.*hold 2"):
+        noise_aware_policy(two, summary)
+    fallback = serving_policy(summary.assign(speedup_tpot=1.2, speedup_tpot_lo=1.1), records=two)
+    assert "spread" not in fallback and set(fallback["k"]) == {4}  # today's rule: the best point estimate
+
+
+def test_a_tie_goes_to_the_cheaper_configuration():
+    # each step costs the same whatever it verifies, and only the first draft is ever accepted: k = 1 and
+    # k = 2 run the same steps, and a draft model at k = 1 too (its forward is free here)
+    cost = SimCost(fixed_ms=10.0, per_token_ms=0.0, acceptance=(0.9, 0.0))
+    model = Speculation(entry="draft", k=1, method="draft_model", family="draft_model", uses_model=True)
+    records, summary = sim_sweep(cost, [SPEC_OFF, NGRAM[2], model, NGRAM[1]], [1, 4], tokens=24)
+    policy = noise_aware_policy(records, summary)
+    assert list(policy["config"]) == ["ngram k=1", "ngram k=1"] and list(policy["k"]) == [1, 1]
+    assert list(policy["tie_with"]) == ["draft k=1, ngram k=2"] * 2  # the free one at k = 1 first, then k = 2
+
+
+def test_a_noisy_level_keeps_the_cheaper_choice_and_is_flagged(swept):
+    records, summary = swept
+    jitter = {0: 1.0, 1: 1.25, 2: 0.8}  # k = 4's decode time at concurrency 1, per round: rel. MAD 0.2
+    hit = (records["config"] == "ngram k=4") & (records["concurrency"] == 1)
+    factor = records["round"].map(jitter).where(hit, 1.0)
+    noisy = records.assign(latency=records["ttft"] + (records["latency"] - records["ttft"]) * factor)
+    policy = noise_aware_policy(noisy, summary).set_index("concurrency")
+    assert policy.loc[1, "config"] == "ngram k=2" and policy.loc[1, "noisy"]  # k = 4 measured best, but too noisy
+    assert not policy.drop(index=1)["noisy"].any()
+
+
+def test_ranges_are_keyed_on_the_engines_batch_not_the_clients_concurrency(swept):
+    records, summary = swept
+    halved = summary.assign(mean_batch=summary["concurrency"] / 2)  # the engine ran half the requests in flight
+    policy = noise_aware_policy(records, halved)
+    assert list(policy["batch"]) == [c / 2 for c in LEVELS]
+    assert list(policy["k"]) == [4, 4, 2, 2, 2, 0, 0]
+    # k changes at the geometric mean of adjacent measured batches: 4 → 2 between 1 and 2, 2 → 0 between 8 and 16
+    assert policy_ranges(policy) == [[1, 1, 4], [2, math.ceil(math.sqrt(8 * 16)) - 1, 2], [12, 4096, 0]]
+    ranges = batch_ranges(policy)
+    assert ranges.max_measured == 32 and ranges.measured == [c / 2 for c in LEVELS]
+    assert ranges.interpolated == [[3, 3], [5, 7], [9, 15], [17, 31]]
+    assert "not measured above a batch of 32" in ranges.text() and "9–15" in ranges.text()
+    assert policy_switch(policy) == pytest.approx(math.sqrt(8 * 16))  # on the batch too
+    # the same sweep keyed on concurrency would switch off at 23, not 12
+    assert policy_ranges(noise_aware_policy(records, summary.drop(columns="mean_batch")))[-1][0] == 23
+
+
+def test_a_policy_without_a_batch_1_anchor_is_refused(swept):
+    records, summary = swept
+    policy = noise_aware_policy(records[records["concurrency"] >= 4], summary)
+    with pytest.raises(ParameterError, match="batch-1 anchor.*smallest here: 3.5"):
+        policy_ranges(policy)
