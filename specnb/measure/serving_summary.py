@@ -4,7 +4,7 @@ the engine's counters, speedups over spec-off with CIs, and where each configura
 Names follow ``vllm bench serve``'s result JSON (``completed``, ``request_throughput``,
 ``output_throughput``, ``mean_/median_/p90_/p99_`` of ``ttft_ms``, ``tpot_ms``, ``itl_ms``,
 ``e2el_ms``, ``request_goodput``, ``spec_decode_acceptance_length``), so a table here and a vLLM
-result file line up; ``from_vllm_bench`` reads such a file into the same shape.
+result file line up; ``vllm_bench.from_vllm_bench`` reads such a file into the same shape.
 
 Speedups pair each request with spec-off's on the same prompt, round and level (greedy and lossless:
 the same tokens). TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup
@@ -25,7 +25,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.acceptance import counter_rates
-from specnb.measure.load_shapes import Closed, Open, shape_of
+from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
 
 # What each summary row carries from its records: the load's shape and the configuration's identity.
@@ -233,61 +233,6 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
                      "ci_excludes_1_top": excludes_one(group.iloc[-1], metric),
                      "dip_ci_below_1": bool((dip[f"{metric}_hi"] < 1.0).any())})
     return pd.DataFrame(rows)
-
-
-# The fields ``vllm bench serve --save-result --save-detailed`` writes, as in vLLM's
-# vllm/benchmarks/serve.py: ``benchmark()``'s result dict (duration, completed, failed, totals; the
-# per-request lists input_lens, output_lens, ttfts, itls, latencies, start_times, generated_texts,
-# errors; spec_decode_num_drafts, _draft_tokens, _accepted_tokens and
-# _per_position_acceptance_rates, the counters differenced around the run) merged into
-# ``main_async``'s result_json (request_rate, a number or "inf"; burstiness; max_concurrency, a number
-# or null). Without --save-detailed, input_lens, output_lens, start_times, ttfts, itls, generated_texts
-# and errors are deleted before saving.
-VLLM_LISTS = ("ttfts", "itls", "latencies", "output_lens", "input_lens", "errors")
-
-
-def vllm_level(result: dict) -> dict:
-    """The load columns of a vLLM bench run (``load_shapes``): a finite ``request_rate`` is open-loop
-    arrivals at that rate (capped or not by ``max_concurrency``); otherwise the concurrency cap, or
-    every request at once when there is none."""
-    rate = result.get("request_rate", "inf")
-    if rate not in (None, "inf") and math.isfinite(float(rate)):
-        return {"load": Open.name, Open.column: float(rate), "burstiness": float(result.get("burstiness", 1.0))}
-    return {"load": Closed.name, Closed.column: float(result.get("max_concurrency") or len(result["latencies"]))}
-
-
-def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(records, runs) from the JSON ``vllm bench serve --save-result --save-detailed`` writes: its
-    per-request lists become rows, its spec-decode figures the run's counters (per position: its
-    rates × drafts). A file saved without --save-detailed has no per-request lists: ParameterError."""
-    missing = [name for name in VLLM_LISTS if name not in result]
-    if missing:
-        raise ParameterError(f"the vLLM bench result has no {', '.join(missing)}: save it with "
-                             "`vllm bench serve --save-result --save-detailed`")
-    n = len(result["latencies"])
-    load = vllm_level(result)
-    errors = [str(e or "") for e in result["errors"]]
-    records = pd.DataFrame({
-        "engine": engine, "config": config, **load, "round": 0, "prompt_index": range(n),
-        "category": "", "partial": False,
-        "success": [not e and bool(k) for e, k in zip(errors, result["output_lens"])],
-        "error": errors, "prompt_len": result["input_lens"], "output_tokens": result["output_lens"],
-        "ttft": result["ttfts"], "itl": result["itls"], "latency": result["latencies"],
-        "start_time": result.get("start_times", [0.0] * n), "generated_text": result.get("generated_texts", [""] * n)})
-    records["tpot"] = (records["latency"] - records["ttft"]) / (records["output_tokens"] - 1).where(
-        records["output_tokens"] > 1)
-    drafts = float(result.get("spec_decode_num_drafts", 0) or 0)
-    per_pos = [rate * drafts for rate in result.get("spec_decode_per_position_acceptance_rates") or []]
-    runs = pd.DataFrame([{"engine": engine, "config": config, **load, "round": 0,
-                          "duration": result["duration"], "completed": result["completed"],
-                          "failed": result.get("failed", n - result["completed"]),
-                          "total_output_tokens": result["total_output_tokens"], "partial": False,
-                          "spec_decode_num_drafts": drafts,
-                          "spec_decode_draft_tokens": float(result.get("spec_decode_draft_tokens", 0) or 0),
-                          "spec_decode_accepted_tokens": float(result.get("spec_decode_accepted_tokens", 0) or 0),
-                          "accepted_per_pos": json.dumps(per_pos), "n_decode": 0.0,
-                          "tokens_predicted": float(result["total_output_tokens"])}])
-    return records, runs
 
 
 # ---------------------------------------------------------------- the closed loop: the policy measured

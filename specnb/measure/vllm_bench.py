@@ -7,7 +7,7 @@ vLLM bench runs in vLLM's environment, as ``vllm bench serve`` (``command``: the
 The prompts go as its ``custom`` dataset (a JSONL of ``prompt``), unshuffled, without its chat
 template (our client sends each prompt as one user message and the server applies the template, as
 ``openai-chat`` does), greedy, ``--ignore-eos`` at our ``max_tokens``; ``--save-result
---save-detailed`` keeps the per-request lists that ``serving_summary.from_vllm_bench`` reads into the
+--save-detailed`` keeps the per-request lists that ``from_vllm_bench`` reads into the
 sweep's tables.
 
 Where the two clients' timings differ by design: vLLM bench's latency ends at the last content chunk
@@ -18,6 +18,7 @@ chunk and TPOT = (latency − TTFT) ÷ (output tokens − 1).
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -25,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specnb.core.errors import SpecnbError
+from specnb.core.errors import ParameterError, SpecnbError
+from specnb.measure.load_shapes import Closed, Open
 from specnb.measure.serving_load import Target
 
 ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")  # a Python exception's last line
@@ -88,3 +90,58 @@ def client_check(ours: pd.DataFrame, theirs: pd.DataFrame, tolerance: float = 0.
         rows.append({"metric": f"median_{metric}_ms", "specnb": a, "vllm_bench": b, "ratio": a / b,
                      "within": abs(a / b - 1.0) <= tolerance})
     return pd.DataFrame(rows)
+
+
+# The fields ``vllm bench serve --save-result --save-detailed`` writes, as in vLLM's
+# vllm/benchmarks/serve.py: ``benchmark()``'s result dict (duration, completed, failed, totals; the
+# per-request lists input_lens, output_lens, ttfts, itls, latencies, start_times, generated_texts,
+# errors; spec_decode_num_drafts, _draft_tokens, _accepted_tokens and
+# _per_position_acceptance_rates, the counters differenced around the run) merged into
+# ``main_async``'s result_json (request_rate, a number or "inf"; burstiness; max_concurrency, a number
+# or null). Without --save-detailed, input_lens, output_lens, start_times, ttfts, itls, generated_texts
+# and errors are deleted before saving.
+VLLM_LISTS = ("ttfts", "itls", "latencies", "output_lens", "input_lens", "errors")
+
+
+def vllm_level(result: dict) -> dict:
+    """The load columns of a vLLM bench run (``load_shapes``): a finite ``request_rate`` is open-loop
+    arrivals at that rate (capped or not by ``max_concurrency``); otherwise the concurrency cap, or
+    every request at once when there is none."""
+    rate = result.get("request_rate", "inf")
+    if rate not in (None, "inf") and math.isfinite(float(rate)):
+        return {"load": Open.name, Open.column: float(rate), "burstiness": float(result.get("burstiness", 1.0))}
+    return {"load": Closed.name, Closed.column: float(result.get("max_concurrency") or len(result["latencies"]))}
+
+
+def from_vllm_bench(result: dict, config: str, engine: str = "vllm") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(records, runs) from the JSON ``vllm bench serve --save-result --save-detailed`` writes: its
+    per-request lists become rows, its spec-decode figures the run's counters (per position: its
+    rates × drafts). A file saved without --save-detailed has no per-request lists: ParameterError."""
+    missing = [name for name in VLLM_LISTS if name not in result]
+    if missing:
+        raise ParameterError(f"the vLLM bench result has no {', '.join(missing)}: save it with "
+                             "`vllm bench serve --save-result --save-detailed`")
+    n = len(result["latencies"])
+    load = vllm_level(result)
+    errors = [str(e or "") for e in result["errors"]]
+    records = pd.DataFrame({
+        "engine": engine, "config": config, **load, "round": 0, "prompt_index": range(n),
+        "category": "", "partial": False,
+        "success": [not e and bool(k) for e, k in zip(errors, result["output_lens"])],
+        "error": errors, "prompt_len": result["input_lens"], "output_tokens": result["output_lens"],
+        "ttft": result["ttfts"], "itl": result["itls"], "latency": result["latencies"],
+        "start_time": result.get("start_times", [0.0] * n), "generated_text": result.get("generated_texts", [""] * n)})
+    records["tpot"] = (records["latency"] - records["ttft"]) / (records["output_tokens"] - 1).where(
+        records["output_tokens"] > 1)
+    drafts = float(result.get("spec_decode_num_drafts", 0) or 0)
+    per_pos = [rate * drafts for rate in result.get("spec_decode_per_position_acceptance_rates") or []]
+    runs = pd.DataFrame([{"engine": engine, "config": config, **load, "round": 0,
+                          "duration": result["duration"], "completed": result["completed"],
+                          "failed": result.get("failed", n - result["completed"]),
+                          "total_output_tokens": result["total_output_tokens"], "partial": False,
+                          "spec_decode_num_drafts": drafts,
+                          "spec_decode_draft_tokens": float(result.get("spec_decode_draft_tokens", 0) or 0),
+                          "spec_decode_accepted_tokens": float(result.get("spec_decode_accepted_tokens", 0) or 0),
+                          "accepted_per_pos": json.dumps(per_pos), "n_decode": 0.0,
+                          "tokens_predicted": float(result["total_output_tokens"])}])
+    return records, runs

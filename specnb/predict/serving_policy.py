@@ -163,8 +163,8 @@ def level_spans(policy: pd.DataFrame, max_batch: int = 4096) -> list[tuple[int, 
         levels = policy.sort_values("concurrency")
         starts = [int(x) for x in levels["concurrency"]]
         ends = [s - 1 for s in starts[1:]] + [max_batch]
-    return [(lo, hi, int(k), config) for lo, hi, k, config in zip(starts, ends, levels["k"], levels["config"])
-            if lo <= hi]
+    configs = levels["config"] if "config" in levels else [""] * len(levels)
+    return [(lo, hi, int(k), config) for lo, hi, k, config in zip(starts, ends, levels["k"], configs) if lo <= hi]
 
 
 def merged(spans: list[tuple[int, int, int, str]]) -> list[list[int]]:

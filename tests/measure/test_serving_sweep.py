@@ -19,7 +19,6 @@ from specnb.measure.serving_load import arrival_gaps, run_async, send_closed, se
 from specnb.measure.serving_summary import (
     adaptive_check,
     crossover,
-    from_vllm_bench,
     log_cross,
     summarise_sweep,
     trace_check,
@@ -36,6 +35,7 @@ from specnb.measure.serving_sweep import (
     probe_tokens,
     run_sweep,
 )
+from specnb.measure.vllm_bench import from_vllm_bench
 
 SCRAPE = """# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative decoding verification steps
 # TYPE llamacpp:spec_decode_num_drafts_total counter
