@@ -85,7 +85,8 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
         if ended_early:
             return PolicyCheck(sweep=sweep, note="no adaptive configuration: the sweep ended early")
         summary = summarise_sweep(sweep.records, sweep.runs)
-        choice = choose_launch(summary, serving_policy(summary))
+        overall = serving_policy(summary, records=sweep.records)  # noise-aware from 3 rounds on
+        choice = choose_launch(summary, overall, records=sweep.records)
         adaptive = adaptive_config(launched, choice.policy, choice.launch.family)
         if adaptive is None:
             return PolicyCheck(sweep=sweep, note=f"no adaptive configuration: {choice.why_not}, so the policy is "

@@ -43,6 +43,18 @@ def check_levels(levels, name: str = "concurrency") -> list:
     return [int(v) for v in values] if name == "concurrency" else values
 
 
+def check_rounds(rounds, policy: bool) -> int:
+    """Rounds are a whole number ≥ 1; where a policy is asked (closed-loop levels with speculation), at
+    least 3: its noise is the spread over rounds (``serving_policy``, vLLM's proposed tuner: the median
+    of ≥ 3 runs)."""
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+        raise ParameterError(f"rounds must be a whole number >= 1, got {rounds!r}")
+    if policy and rounds < 3:
+        raise ParameterError(f"rounds must be >= 3 where a policy is asked (its noise is the spread over rounds), got "
+                             f"{rounds}; use rates for open-loop runs or leave speculation out for one round")
+    return rounds
+
+
 def load_shapes(concurrency, rates, max_new_tokens: int, range_ratio: float = 0.0, burstiness: float = 1.0,
                 seed: int = 0, context: int | None = None) -> list:
     """The loads a sweep runs: a closed loop at each concurrency, or open-loop arrivals at each rate

@@ -58,7 +58,8 @@ def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None,
     batch). Otherwise — no records, or fewer rounds, one noisy figure per level — the rule from the
     summary alone: the best TPOT speedup above 1 whose lower CI bound is at least ``POLICY_FLOOR``,
     else spec-off."""
-    if records is not None and len(set(records.loc[records["success"], "round"])) >= MIN_ROUNDS:
+    if records is not None and {"success", "round"} <= set(records.columns) and \
+            records.loc[records["success"], "round"].nunique() >= MIN_ROUNDS:
         return noise_aware_policy(records, summary, lengths, baseline)
     require_steps(summary)
     lengths = draft_lengths(summary) if lengths is None else lengths
@@ -84,15 +85,17 @@ def zero_range_speedup(summary: pd.DataFrame, base: str, levels, baseline: str =
     return pd.Series({b: step_ms(cost, b) / (step_ms(cost, b) + own[b]) for b in levels}, name="zero_range_speedup")
 
 
-def launch_policy(summary: pd.DataFrame, family: dict[str, int], baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+def launch_policy(summary: pd.DataFrame, family: dict[str, int], baseline: str = BASELINE_CONFIG,
+                  records: pd.DataFrame | None = None) -> pd.DataFrame:
     """One vLLM launch's schedule over ``family`` (one method's configurations and their k, the
     launch built on the one with the largest k): ``serving_policy``'s choice per level, except where
     it says k = 0 and the family's best measured configuration there is faster than the launch's k = 0
     range (``zero_range_speedup``) — there the launch drafts with that configuration's k, unless its
     lower bound admits a loss of more than 5% against that range (``POLICY_FLOOR``, as against
-    spec-off in ``serving_policy``)."""
+    spec-off in ``serving_policy``). ``records``: the sweep's, for the noise-aware rule over rounds."""
     base = max(family, key=family.get)
-    policy = serving_policy(summary[summary["config"].isin([baseline, *family])], family, baseline)
+    mine = None if records is None else records[records["config"].isin([baseline, *family])]
+    policy = serving_policy(summary[summary["config"].isin([baseline, *family])], family, baseline, records=mine)
     zero = zero_range_speedup(summary, base, policy["concurrency"], baseline)
     own = summary[summary["config"].isin(list(family))]
     rows = []
@@ -252,14 +255,15 @@ class LaunchChoice:
     why_not: str = ""
 
 
-def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str, str] | None = None
-                  ) -> LaunchChoice:
+def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str, str] | None = None,
+                  records: pd.DataFrame | None = None) -> LaunchChoice:
     """Each method family's launch (``launch_policy``: its own schedule, drafting where that beats its
     k = 0 range) priced per level (``adaptive_expected``), and no speculation at all beside them; the
     one whose worst level comes closest to the best static configuration there wins, ties to the
     higher mean, then to the family ``policy`` (the one over every configuration) chose most. Where
     ``policy`` drafts at no level (none paid within ``POLICY_FLOOR``), no launch drafts either.
-    ``drafts``: each launched configuration's head or draft-model folder, for the launch's ``model``."""
+    ``drafts``: each launched configuration's head or draft-model folder, for the launch's ``model``;
+    ``records``: the sweep's, so each family's schedule follows the noise-aware rule as ``policy`` did."""
     lengths, family_of = draft_lengths(summary), families(summary)
     if not lengths:
         return LaunchChoice(policy=policy, launch=as_launch(policy, "ngram", ""))
@@ -268,7 +272,7 @@ def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str,
     ranked = []
     for family in sorted(set(family_of.values())):
         members = {c: k for c, k in lengths.items() if family_of[c] == family}
-        own = launch_policy(summary, members)
+        own = launch_policy(summary, members, records=records)
         ratio = adaptive_expected(summary, own, max(members, key=members.get)) / best.reindex(own["concurrency"])
         votes = sum(family_of.get(c) == family for c in chosen)
         ranked.append((round(float(ratio.min()), 6), round(float(ratio.mean()), 6), votes, family, own))

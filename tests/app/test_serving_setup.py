@@ -139,3 +139,12 @@ def test_endpoints_are_loopback_unless_remote_is_allowed(monkeypatch):
         setup.endpoint_targets("http://127.0.0.1:8000", "tgi")
     monkeypatch.setenv("SPECNB_ALLOW_REMOTE", "1")
     assert setup.endpoint_targets("http://10.0.0.5:8000", "sglang")[0].url == "http://10.0.0.5:8000"
+
+
+def test_a_policy_needs_three_rounds_and_says_so_in_one_line():
+    assert setup.check_rounds(3, policy=True) == 3 and setup.check_rounds(1, policy=False) == 1
+    for bad, policy, message in ((2, True, "rounds must be >= 3 where a policy is asked"),
+                                 (0, False, "rounds must be a whole number >= 1"), ("3", True, "whole number")):
+        with pytest.raises(ParameterError, match=message) as err:
+            setup.check_rounds(bad, policy)
+        assert "\n" not in str(err.value)

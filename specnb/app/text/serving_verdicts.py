@@ -12,7 +12,7 @@ from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, engine_named, engine_of
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
-from specnb.predict.serving_policy import as_launch, choose_launch
+from specnb.predict.serving_policy import as_launch, batch_ranges, choose_launch
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms
 
 SCHEDULE_FORMAT = "vllm"  # the engine whose --speculative-config is the form a per-batch-size schedule is pasted in
@@ -126,7 +126,8 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
-def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, configs: list) -> Report:
+def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, configs: list,
+                records: pd.DataFrame | None = None) -> Report:
     """The policy per level, then as one ``--speculative-config`` (vLLM's form, the one a per-batch-size
     schedule is pasted in; one method per server: the family whose own schedule comes closest to the
     best static configuration at its worst level, ``choose_launch``, with the ``model`` folder of a
@@ -134,7 +135,7 @@ def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, config
     load range (``ServingEngine.policy_lines``)."""
     if policy.empty:
         return Report("No speculative configuration to choose from.", {})
-    choice = choose_launch(summary, policy, config_drafts(configs))
+    choice = choose_launch(summary, policy, config_drafts(configs), records=records)
     launch = engine_named(SCHEDULE_FORMAT).launch_json(choice.launch)
     lines = engine_named(engine).policy_lines(as_launch(policy, choice.launch.family, ""), configs)
     family = choice.launch.family
@@ -142,12 +143,24 @@ def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, config
                    if launch else f"vLLM: no `--speculative-config` ({choice.why_not}, so launch vLLM without "
                                   "speculation)")
     label = engine_named(engine).label
-    body = (bullets([f"{r['concurrency']} concurrent: {r['config']} (k = {r['k']}, TPOT {r['speedup_tpot']:.2f}x)"
-                     for r in policy.to_dict("records")])
+    body = (bullets([policy_level(r) for r in policy.to_dict("records")])
+            + (f"\n\nOver the engine's batch: {batch_ranges(policy).text()}." if "batch" in policy else "")
             + f"\n\n{launch_part}"
             + (f"\n\n{label} (speculation is fixed per launch: pick by the load you expect):\n\n" + bullets(lines)
                if lines else ""))
     return Report(body, {"policy_vllm": launch or "no --speculative-config", "policy_llama_server": lines})
+
+
+def policy_level(row: dict) -> str:
+    """One level of the policy: what runs there and what it rests on (the median over rounds with its
+    spread and the engine's batch, for the noise-aware rule; the summary's speedup otherwise)."""
+    head = f"{row['concurrency']:g} concurrent: {row['config']} (k = {row['k']}"
+    if pd.isna(row.get("median_speedup", math.nan)):
+        return head + f", TPOT {row['speedup_tpot']:.2f}x)"
+    tie = f"; tie with {row['tie_with']}, the cheaper kept" if row.get("tie_with") else ""
+    noisy = "; too noisy to prefer a costlier one (relative MAD > 0.1)" if row.get("noisy") else ""
+    return (head + f", median TPOT {row['median_speedup']:.2f}x over {int(row['rounds'])} rounds, spread "
+            f"{row['spread']:.1%}; engine's batch {row['batch']:.1f}{tie}{noisy})")
 
 
 def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,
@@ -170,7 +183,7 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
 
 
 def launch_verdict(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, configs: list,
-                   trace: pd.DataFrame | None = None) -> tuple[str, str]:
+                   trace: pd.DataFrame | None = None, records: pd.DataFrame | None = None) -> tuple[str, str]:
     """The one answer a report gives: (line, value), what to launch for the load this run measured and
     what that rests on. Where the bursty trace ran (the load most like production), it judges, with
     paired CIs and ties going to the simplest configuration (``trace_launch``). Otherwise the per-level
@@ -189,7 +202,7 @@ def launch_verdict(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, con
     if drafting.empty:
         return (f"**verdict**: launch without speculation for {loads} — no configuration beat spec-off beyond the "
                 "noise at any level measured"), ""
-    choice = choose_launch(summary, policy, config_drafts(configs))
+    choice = choose_launch(summary, policy, config_drafts(configs), records=records)
     served = engine_named(engine)
     if set(policy["config"]) == {drafting["config"].iloc[0]}:
         config = drafting["config"].iloc[0]
