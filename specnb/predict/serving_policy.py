@@ -94,7 +94,7 @@ def launch_policy(summary: pd.DataFrame, family: dict[str, int], baseline: str =
     lower bound admits a loss of more than 5% against that range (``POLICY_FLOOR``, as against
     spec-off in ``serving_policy``). ``records``: the sweep's, for the noise-aware rule over rounds."""
     base = max(family, key=family.get)
-    mine = None if records is None else records[records["config"].isin([baseline, *family])]
+    mine = None if records is None or "config" not in records else records[records["config"].isin([baseline, *family])]
     policy = serving_policy(summary[summary["config"].isin([baseline, *family])], family, baseline, records=mine)
     zero = zero_range_speedup(summary, base, policy["concurrency"], baseline)
     own = summary[summary["config"].isin(list(family))]
