@@ -542,3 +542,12 @@ def test_a_file_vllm_bench_wrote_reads_into_its_own_figures():
     assert row["alpha"] * 100 == pytest.approx(result["spec_decode_acceptance_rate"])
     assert row["tau"] == pytest.approx(result["spec_decode_acceptance_length"])
     assert json.loads(row["per_position"]) == pytest.approx(result["spec_decode_per_position_acceptance_rates"])
+
+
+def test_an_engines_own_request_fields_ride_in_every_body():
+    from specnb.measure.serving_load import request_body
+
+    llama = request_body(Target(url="http://127.0.0.1:1", engine="llama.cpp"), "p", 4, True)
+    vllm = request_body(Target(url="http://127.0.0.1:1", engine="vllm"), "p", 4, True)
+    assert llama["cache_prompt"] is False and "cache_prompt" not in vllm  # vLLM: off at launch instead
+    assert {k: v for k, v in llama.items() if k != "cache_prompt"} == vllm
