@@ -79,7 +79,7 @@ class BatchSampler:
                 before = self.clock()
                 try:
                     batch = read_gauge(client.get(f"{self.url}/metrics").text, self.gauge)
-                except httpx.HTTPError:  # a server going down is the run's to report, not the sampler's
+                except (httpx.HTTPError, ValueError):  # a server going down is the run's to report, not the sampler's
                     batch = None
                 if batch is not None:
                     self.samples.append(((before + self.clock()) / 2, batch))
