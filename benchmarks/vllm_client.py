@@ -67,7 +67,7 @@ def main() -> None:
             for target in order:
                 t0 = time.perf_counter()
                 done, _ = run_async(send_closed(target, texts, level, [args.tokens] * len(texts)))
-                load = Closed(concurrency=level, lengths=Lengths(tokens=args.tokens))
+                load = Closed(concurrency=level, lengths=Lengths(tokens=args.tokens, range_ratio=0.0))  # as sent
                 ours += [request_row(d, target, load, i, prompts) | {"round": r} for i, d in enumerate(done)]
                 result = run_bench(command, target, texts, level, args.tokens, out / f"{target.name}-r{r}",
                                    args.tokenizer)

@@ -25,9 +25,10 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``sizing``), per-position acceptance, forward-pass microbenchmarks (``forward``),
                the notebooks' tables (``analysis``),
                load on a serving engine: its shape as a record (``load_shapes``), the requests
-               (``serving_load``), the sweep and the engine's counters (``serving_sweep``), summaries
-               and CIs (``serving_summary``), per-round figures and the engine's own batch
-               (``serving_rounds``), vLLM's own load client beside ours (``vllm_bench``)
+               (``serving_load``), the sweep and the engine's counters (``serving_sweep``), a run's
+               steady window and the engine's own batch (``serving_steady``), summaries and CIs
+               (``serving_summary``), per-round figures and a trace's occupancy (``serving_rounds``),
+               vLLM's own load client beside ours (``vllm_bench``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor, ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_predictor``) and the policy and

@@ -55,17 +55,25 @@ def check_rounds(rounds, policy: bool) -> int:
     return rounds
 
 
-def load_shapes(concurrency, rates, max_new_tokens: int, range_ratio: float = 0.0, burstiness: float = 1.0,
-                seed: int = 0, context: int | None = None) -> list:
+def load_shapes(concurrency, rates, max_new_tokens: int, range_ratio: float = 0.5, burstiness: float = 1.0,
+                seed: int = 0, context: int | None = None, turnovers: int = 3) -> list:
     """The loads a sweep runs: a closed loop at each concurrency, or open-loop arrivals at each rate
-    when ``rates`` is not empty; every request's output length by the same rule (``Lengths``)."""
+    when ``rates`` is not empty; every request's output length by the same rule (``Lengths``: drawn
+    over [L/2, 3L/2] unless told, checked against ``context``, ``launch_context``); a closed loop's
+    slots turn over ``turnovers`` times in each run's steady window (``Closed``)."""
     lengths = Lengths(tokens=max_new_tokens, range_ratio=range_ratio).check(context)
     if rates:
         if not isinstance(burstiness, (int, float)) or burstiness <= 0:
             raise ParameterError(f"burstiness must be above 0 (1: Poisson arrivals, below 1: bursts), got "
                                  f"{burstiness!r}")
         return [Open(rate=r, burstiness=burstiness, lengths=lengths, seed=seed) for r in check_levels(rates, "rates")]
-    return [Closed(concurrency=c, lengths=lengths, seed=seed) for c in check_levels(concurrency)]
+    return [Closed(concurrency=c, lengths=lengths, seed=seed, turnovers=turnovers) for c in check_levels(concurrency)]
+
+
+def launch_context(engine: str, endpoint: str = "") -> int | None:
+    """The tokens one request may hold in what notebook 08 launches of ``engine`` (None at an
+    endpoint, whose launch is someone else's)."""
+    return None if endpoint else engine_named(engine).context
 
 
 def serving_speculation(engine: str, speculation, smoke: bool = False, verifier: str = "") -> list[str]:

@@ -16,6 +16,10 @@ cache sized explicitly (``VLLM_CPU_KVCACHE_SPACE``, GiB: no profiling pass), Int
 wheel and tcmalloc (Debian's ``libtcmalloc-minimal4``) in ``LD_PRELOAD`` where found (without them
 vLLM's GNU OpenMP decoded 10x slower on the loaded machine), vLLM's own thread binding (one bound
 thread beat two unbound), usage statistics off (no network).
+
+Prefix caching is off (``--no-enable-prefix-caching``): a sweep sends every prompt to every
+configuration and cycles prompts to fill a level, so with the cache a request's prefill would cost
+what earlier requests happened to leave behind, not what its prompt costs.
 """
 
 from __future__ import annotations
@@ -155,10 +159,11 @@ def speculative_config(config: VllmConfig) -> dict | None:
 
 def serve_args(config: VllmConfig, port: int, host: str = "127.0.0.1") -> list[str]:
     """``vllm serve``'s arguments: loopback, one port, float32 (the checkpoints' precision), greedy-ready,
-    the speculation as JSON."""
+    no prefix cache, the speculation as JSON."""
     args = ["serve", str(config.model), "--host", host, "--port", str(port), "--dtype", "float32",
             "--max-model-len", str(config.max_model_len), "--max-num-seqs", str(config.max_num_seqs),
-            "--seed", "0", "--disable-uvicorn-access-log", "--uvicorn-log-level", "warning"]
+            "--no-enable-prefix-caching", "--seed", "0", "--disable-uvicorn-access-log",
+            "--uvicorn-log-level", "warning"]
     if config.eager:
         args.append("--enforce-eager")
     spec = speculative_config(config)

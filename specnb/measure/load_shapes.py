@@ -1,5 +1,5 @@
-"""The shape of a load, as a record every request and summary row carries: how requests arrive and
-how long each one is asked to be.
+"""The shape of a load, as a record every request and summary row carries: how requests arrive,
+how long each one is asked to be, and which of them saw the level sustained.
 
 GuideLLM makes each load profile a strategy object the scheduler asks for the next request, never
 branching on a profile's name; ``vllm bench serve`` keeps request rate (Poisson or gamma arrivals,
@@ -11,11 +11,22 @@ Here a shape is a frozen dataclass:
 - ``Open``: arrivals at ``rate`` requests/s, exponential gaps at burstiness 1, gamma below (bursts
   with quiet spells between), none capped (``request_rate``).
 
-Both carry the output-length rule (``Lengths``), the number of requests (0: every prompt once) and
-the seed. ``columns()`` is what a record carries, ``shape_of(frame)`` reads it back from a table — a
-new shape (a replayed trace, open-loop steps) is a new record type and one line in ``SHAPES``, not a
-new string branch. ``steps_batch`` says whether the level *is* the number of sequences in an engine
-step (a closed loop), what the serving predictor and policy price a step by.
+Both carry the output-length rule (``Lengths``: drawn over [L/2, 3L/2] by default, as vLLM bench's
+``--random-range-ratio 0.5``), the number of requests (0: as many as the shape needs) and the seed.
+Lengths are drawn because equal ones make a closed loop run in lockstep: a level's requests start
+together and drain together, so spec-off's successors prefill in one batch while speculation's,
+desynchronised by acceptance, land in their neighbours' decode steps (issue 40).
+
+A closed loop is also measured in its **steady window** only (``window``): from the run's first
+completion (the first wave's ramp-up is over) to its last send (after it the queue is empty and the
+level drains). ``turnovers`` is how many requests each slot runs inside it: a run sends
+(turnovers + 2)·concurrency requests, one wave to ramp up, one to drain. An open loop's window is the
+whole trace: its rate holds throughout.
+
+``columns()`` is what a record carries, ``shape_of(frame)`` reads it back from a table — a new shape
+(a replayed trace, open-loop steps) is a new record type and one line in ``SHAPES``, not a new string
+branch. ``steps_batch`` says whether the level *is* the number of sequences in an engine step (a
+closed loop), what the serving predictor and policy price a step by.
 """
 
 from __future__ import annotations
@@ -30,11 +41,12 @@ from specnb.core.errors import ParameterError
 
 @dataclass(frozen=True, kw_only=True)
 class Lengths:
-    """Output tokens asked per request: ``tokens`` each (``range_ratio`` 0), or drawn uniformly over
-    [tokens·(1 − r), tokens·(1 + r)] per (prompt, round), seeded, as vLLM bench's ``--random-range-ratio``."""
+    """Output tokens asked per request: drawn uniformly over [tokens·(1 − r), tokens·(1 + r)] per
+    (prompt, round), seeded, as vLLM bench's ``--random-range-ratio`` (0.5 unless told), or ``tokens``
+    each at ``range_ratio`` 0 — which makes a closed loop run in lockstep (see the module)."""
 
     tokens: int
-    range_ratio: float = 0.0
+    range_ratio: float = 0.5
 
     def check(self, context: int | None = None) -> Lengths:
         if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 1:
@@ -68,11 +80,12 @@ class Lengths:
 
 @dataclass(frozen=True, kw_only=True)
 class Closed:
-    """``concurrency`` requests in flight."""
+    """``concurrency`` requests in flight, each slot turning over ``turnovers`` times in the steady window."""
 
     concurrency: int
     lengths: Lengths = field(default_factory=lambda: Lengths(tokens=32))
     requests: int = 0
+    turnovers: int = 3
     seed: int = 0
     name = "closed"
     column = "concurrency"
@@ -81,8 +94,23 @@ class Closed:
     level_format = "{:g} concurrent"
     steps_batch = True  # the level is the number of sequences a step serves
 
+    def __post_init__(self):
+        turnovers = self.turnovers
+        if not isinstance(turnovers, int) or isinstance(turnovers, bool) or turnovers < 1:
+            raise ParameterError(f"turnovers must be a whole number >= 1 (requests each slot runs in a run's steady "
+                                 f"window; below 1 the window holds none), got {turnovers!r}")
+
     @property
     def level(self) -> float:
+        return self.concurrency
+
+    @property
+    def run_requests(self) -> int:
+        """Requests one run sends: a wave to ramp up, ``turnovers`` in the steady window, a wave to drain."""
+        return (self.turnovers + 2) * self.concurrency
+
+    @property
+    def warm_concurrency(self) -> int:
         return self.concurrency
 
     def text(self) -> str:
@@ -95,20 +123,27 @@ class Closed:
         return send_closed(target, texts, self.concurrency, max_tokens, ignore_eos)
 
     def requests_for(self, texts: list[str]) -> list[str]:
-        """Each prompt once, cycled until every worker has one (fewer prompts would never fill it)."""
-        n = max(len(texts), self.requests or 0, self.concurrency)
+        """Each prompt once, cycled until one run's worth (``run_requests``): fewer would leave no
+        steady window."""
+        n = max(len(texts), self.requests or 0, self.run_requests)
         return [texts[i % len(texts)] for i in range(n)]
 
-    def pieces(self, n: int, per_slot: int = 4) -> list[list[int]]:
-        """The request indices in the pieces each configuration runs in turn: ``per_slot``·c at a time, so
-        configurations alternate every few seconds at low concurrency (a slow spell of a shared machine
-        then lands on all of them, not on the one whose whole level it overlapped)."""
-        size = max(1, per_slot * self.concurrency)
-        return [list(range(start, min(start + size, n))) for start in range(0, n, size)]
+    def pieces(self, n: int) -> list[list[int]]:
+        """The request indices in the pieces each configuration runs in turn: as many runs of at least
+        ``run_requests`` as ``n`` holds (the remainder spread over them, so no run is too short for a
+        steady window). Configurations alternate run by run, so a slow spell of a shared machine lands
+        on all of them, not on the one whose whole level it overlapped."""
+        count = max(1, n // self.run_requests)
+        return [part.tolist() for part in np.array_split(np.arange(n), count)]
+
+    def window(self, sent_s: np.ndarray, finished_s: np.ndarray) -> tuple[float, float]:
+        """(start, end) in s of the run's steady window: its first completion, its last send."""
+        done = finished_s[np.isfinite(finished_s)]
+        return (float(done.min()), float(np.max(sent_s))) if len(done) else (math.inf, -math.inf)
 
     def columns(self) -> dict:
         return {"load": self.name, self.column: self.concurrency, "burstiness": math.nan, "requests": self.requests,
-                "load_seed": self.seed, **self.lengths.columns()}
+                "turnovers": self.turnovers, "load_seed": self.seed, **self.lengths.columns()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +169,10 @@ class Open:
     def text(self) -> str:
         return self.level_format.format(self.rate)
 
+    @property
+    def warm_concurrency(self) -> int:
+        return 1  # no level of requests in flight to warm up at
+
     def send(self, target, texts: list[str], max_tokens: list[int], ignore_eos: bool, round_index: int):
         """The coroutine that sends ``texts`` as this load, arrivals seeded per round."""
         from specnb.measure.serving_load import send_open
@@ -144,9 +183,13 @@ class Open:
         n = self.requests or len(texts)
         return [texts[i % len(texts)] for i in range(n)]
 
-    def pieces(self, n: int, per_slot: int = 4) -> list[list[int]]:
+    def pieces(self, n: int) -> list[list[int]]:
         """One piece: the arrival process spans the run."""
         return [list(range(n))]
+
+    def window(self, sent_s: np.ndarray, finished_s: np.ndarray) -> tuple[float, float]:
+        """The whole trace: its rate holds from the first arrival to the last."""
+        return -math.inf, math.inf
 
     def columns(self) -> dict:
         return {"load": self.name, self.column: self.rate, "burstiness": self.burstiness, "requests": self.requests,
@@ -163,6 +206,14 @@ def shape_of(frame) -> type:
     if len(names) > 1:
         raise ParameterError(f"one table holds several load shapes ({', '.join(sorted(names))}): summarise each apart")
     return SHAPES[names.pop()] if names else Closed
+
+
+def steady_flags(load, sent_s, finished_s) -> np.ndarray:
+    """Per request of one run, whether its whole life lies in the load's steady window (``window``):
+    sent at or after its start, finished at or before its end; a request that never finished is not."""
+    sent_s, finished_s = np.asarray(sent_s, float), np.asarray(finished_s, float)
+    start, end = load.window(sent_s, finished_s)
+    return (sent_s >= start) & (finished_s <= end)  # NaN finished: False
 
 
 def level_text(shape: type, value) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specnb.engine.engines.seam import SPEC_OFF, Speculation
+from specnb.engine.engines.seam import SPEC_OFF, Speculation, engines
 
 
 @dataclass(kw_only=True)
@@ -71,11 +71,18 @@ def request_body(target: Target, prompt: str, max_tokens: int, ignore_eos: bool)
     """Greedy chat completion, streamed with usage (and ``ignore_eos``: every request is ``max_tokens`` long,
     as vLLM bench sends it). ``continuous_usage_stats`` is vLLM's (and SGLang's) ask for usage on every
     chunk, so a stream cut short still says how many tokens it carried; llama-server ignores it and
-    sends usage in its last chunk for ``include_usage``."""
+    sends usage in its last chunk for ``include_usage``. The target's engine adds its own fields
+    (``ServingEngine.request_extra``: llama-server's ``cache_prompt: false``)."""
     usage = {"include_usage": True, "continuous_usage_stats": True}
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0,
             "stream": True, "stream_options": usage, "ignore_eos": ignore_eos}
-    return body | ({"model": target.model} if target.model else {})
+    return body | ({"model": target.model} if target.model else {}) | request_extra(target.engine)
+
+
+def request_extra(engine: str) -> dict:
+    """What ``engine`` adds to every request body ({} for an engine not in the table)."""
+    found = engines().get(engine)
+    return dict(found.request_extra) if found else {}
 
 
 async def stream_one(client, target: Target, prompt: str, max_tokens: int, ignore_eos: bool, t0: float

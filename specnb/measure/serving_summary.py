@@ -7,10 +7,12 @@ Names follow ``vllm bench serve``'s result JSON (``completed``, ``request_throug
 result file line up; ``vllm_bench.from_vllm_bench`` reads such a file into the same shape.
 
 Speedups pair each request with spec-off's on the same prompt, round and level (greedy and lossless:
-the same tokens). TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup
-the same with whole latencies; the 95% CIs resample a prompt within a round (``speedup_ci``).
-Output throughput speedup is the ratio of the two runs' tokens per second; at a fixed concurrency
-throughput is concurrency × tokens ÷ latency (Little's law), so its CI is the E2E one, scaled.
+the same tokens), both steady where the records say (``serving_steady.steady_records``: ramp-up and
+drain are out; ``steady_requests`` counts the rest, ``mean_batch`` is the engine's own batch there).
+TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup the same with
+whole latencies; the 95% CIs resample a prompt within a round (``speedup_ci``). Output throughput
+speedup is the two runs' tokens per second (every request); at a fixed concurrency it is concurrency
+× tokens ÷ latency (Little's law), so its CI is the E2E one, scaled.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.acceptance import counter_rates
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
+from specnb.measure.serving_steady import level_batch, steady_records
 
 # What each summary row carries from its records: the load's shape and the configuration's identity.
-CARRIED = ("load", "burstiness", "max_tokens_asked", "range_ratio", "method", "family", "k", "uses_model", "adaptive",
-           "schedule")
+CARRIED = ("load", "burstiness", "turnovers", "max_tokens_asked", "range_ratio", "method", "family", "k",
+           "uses_model", "adaptive", "schedule")
 TIMES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "latency"}
 
 
@@ -69,11 +72,11 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
         row = {"engine": group["engine"].iloc[0], "config": config, column: level,
                **{name: group[name].iloc[0] for name in CARRIED if name in group},
                "completed": len(ok), "failed": len(group) - len(ok), "partial": bool(group["partial"].any()),
+               "steady_requests": len(steady_records(ok)), "mean_batch": level_batch(run),
                "duration": duration, "total_output_tokens": int(ok["output_tokens"].sum()),
                "request_throughput": len(ok) / duration if duration else math.nan,
                "output_throughput": ok["output_tokens"].sum() / duration if duration else math.nan,
-               **latency_stats(ok),
-               "request_goodput": goodput(ok, slo_tpot_ms, duration),
+               **latency_stats(ok), "request_goodput": goodput(ok, slo_tpot_ms, duration),
                "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
                "spec_decode_accepted_tokens": accepted, "alpha": rates.alpha, "tau": rates.tau,
                "acceptance_source": rates.source,
@@ -81,9 +84,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
                "n_decode": float(run["n_decode"].sum()), "tokens_predicted": float(run["tokens_predicted"].sum())}
         rows.append(row)
     summary = pd.DataFrame(rows)
-    if baseline in set(summary.get("config", [])):
-        summary = add_speedups(summary, records, baseline, seed, n_boot)
-    return summary
+    return add_speedups(summary, records, baseline, seed, n_boot) if baseline in set(summary["config"]) else summary
 
 
 def level_acceptance(run: pd.DataFrame) -> dict:
@@ -104,17 +105,16 @@ def summed_lists(lists: list[list[float]]) -> list[float]:
 
 def goodput(ok: pd.DataFrame, slo_tpot_ms: float, duration: float) -> float:
     """Requests per second that met the TPOT SLO (all completed requests when there is none)."""
-    if not duration:
-        return math.nan
     met = ok if not slo_tpot_ms else ok[ok["tpot"].fillna(0) * 1e3 <= slo_tpot_ms]
-    return len(met) / duration
+    return len(met) / duration if duration else math.nan
 
 
 def paired_requests(records: pd.DataFrame, config: str, level, baseline: str) -> pd.DataFrame:
-    """A configuration's successful requests at one level joined to the baseline's on (round, prompt)."""
+    """A configuration's successful steady requests at one level (``steady_records``) joined to the
+    baseline's on (round, prompt): a pair is two steady requests."""
     keys, column = ["round", "prompt_index"], shape_of(records).column
-    pick = lambda name: records[(records["config"] == name) & (records[column] == level)  # noqa: E731
-                                & records["success"]]
+    pick = lambda name: steady_records(records[(records["config"] == name) & (records[column] == level)  # noqa: E731
+                                               & records["success"]])
     return pick(config).merge(pick(baseline), on=keys, suffixes=("", "_base"))
 
 

@@ -2,10 +2,22 @@
 
 The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server`` or vLLM,
 started by ``specnb.engine.servers``, or a running vLLM or SGLang server (``-p endpoint``). Every
-speculation configuration is its own server (a *target*); the sweep runs each concurrency level on
-every target, on the same prompts, alternating every few requests in an order rotated piece by
-piece, so a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
+speculation configuration is its own server (a *target*); the sweep runs each level on every target,
+on the same prompts and output lengths, alternating run by run in an order rotated piece by piece, so
+a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
 interleaves candidates).
+
+**How a level is formed, and why** (issue 40: a closed loop of equal requests measured its own
+lockstep, not the engine): each target is first warmed at the level's own concurrency (``warm_up``:
+that many 4-token requests, not recorded). The level's requests are the prompts cycled to at least
+(turnovers + 2)·concurrency (``Closed.requests_for``), each asking a length drawn over [L/2, 3L/2]
+per (prompt, cycle, round) and generating it (``ignore_eos``), so every configuration generates the
+same tokens and requests pair exactly, while slots finish at different times and never start in
+lockstep. Each run is long enough to hold a steady window (``Closed.pieces``); a request is
+``steady`` when its whole life lies inside it (``load_shapes.steady_flags``), and summaries pair only
+steady requests — ramp-up and drain stay in the tables, marked. While a run is sent, the engine's own
+running batch is sampled from its ``/metrics`` (``serving_steady``): each run keeps its samples and
+their mean inside the steady window.
 
 - **Load** (``specnb.measure.serving_load``): closed loop or Poisson arrivals, streamed, one record
   per request with ``vllm bench serve``'s names.
@@ -35,6 +47,7 @@ import pandas as pd
 
 from specnb.core.errors import SpecnbError
 from specnb.measure.serving_load import RequestRecord, Target, run_async, send_closed
+from specnb.measure.serving_steady import send_sampled
 
 
 class EndpointError(SpecnbError, RuntimeError):
@@ -198,10 +211,19 @@ def level_order(names: list[str], level_index: int, round_index: int) -> list[st
     return names[shift:] + names[:shift]
 
 
-def warm_up(targets: list[Target], prompts: list[str], max_tokens: int = 4) -> None:
-    """One short request to each target, so its first measured run pays no one-time cost."""
+def warm_up(targets: list[Target], prompts: list[str], concurrency: int, max_tokens: int = 4) -> None:
+    """``concurrency`` short requests to each target, that many at once, not recorded: its first
+    measured run then pays no one-time cost of the level (a first batch of that size, its buffers)."""
+    texts = [prompts[i % len(prompts)] for i in range(concurrency)]
     for target in targets:
-        run_async(send_closed(target, prompts[:1], 1, [max_tokens]))
+        run_async(send_closed(target, texts, concurrency, [max_tokens] * concurrency))
+
+
+def length_keys(ids: list[str], n_prompts: int) -> list[str]:
+    """What each request's output length is drawn by: its prompt, and the cycle for a prompt sent
+    again to fill a level (the same prompt then asks another length, so cycled copies do not finish
+    together)."""
+    return [pid if i < n_prompts else f"{pid}#{i // n_prompts}" for i, pid in enumerate(ids)]
 
 
 @dataclass(kw_only=True)
@@ -222,23 +244,23 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, roun
               probe_max_tokens: int = 0) -> Sweep:
     """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals
     at a rate, ...) on every target, same prompts and output lengths, targets alternating piece by
-    piece (the shape's ``pieces``) in an order rotated per piece, level and round. ``down(name)``: ""
+    piece (the shape's ``pieces``) in an order rotated per piece, level and round; with ``warmup``,
+    each target warmed before each level at its concurrency (``warm_up``). ``down(name)``: ""
     while a target's server is up, else how it went down (default: "" while it answers
     ``/v1/models``), asked when a run had failed requests or its counters could not be read; a server
     that is down ends the sweep: finished levels are kept, the level it died in is marked ``partial``
     and ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it
     as it grows). ``probe_max_tokens``: first probe the first probe-able target's forward cost up to
     that many tokens in the batch (``probe_forward``)."""
-    texts = list(prompts["prompt"])
     prompts = prompts.reset_index(drop=True)
     by_name = {t.name: t for t in targets}
     down = down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
-    if warmup:
-        warm_up(targets, texts)
     probed = probed_target(targets) if probe_max_tokens else None
     state = SweepState(probe=probe_forward(probed, probe_tokens(probe_max_tokens), seed=seed) if probed
                        else pd.DataFrame())
     for li, load in enumerate(loads):
+        if warmup:
+            warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
         why = run_level(state, targets, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
                         down=down, on_run=on_run, progress=progress)
         if why:
@@ -253,7 +275,7 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
     ids = [str(prompts.iloc[i % len(prompts)].get("id", i % len(prompts))) for i in range(len(sent))]
     by_name = {t.name: t for t in targets}
     for r in range(rounds):
-        max_tokens = load.lengths.draw(ids, r, seed)
+        max_tokens = load.lengths.draw(length_keys(ids, len(prompts)), r, seed)
         for c, part in enumerate(load.pieces(len(sent))):
             for name in level_order(list(by_name), li, r + c):
                 target = by_name[name]
@@ -261,18 +283,19 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
                     before = scrape(target)
                 except EndpointError as err:
                     return f"{name}'s server went down at {load.text()} ({down(name) or err})"
-                done, duration = run_async(load.send(target, [sent[i] for i in part], [max_tokens[i] for i in part],
-                                                     ignore_eos, r))
+                run = send_sampled(target, load, [sent[i] for i in part], [max_tokens[i] for i in part], ignore_eos, r)
+                done, duration = run.done, run.duration
                 failed = [d for d in done if not d.success]
                 why = down(name) if failed else ""
                 try:
                     counters = Counters() if why else scrape(target).minus(before)
                 except EndpointError as err:
                     counters, why = Counters(), down(name) or str(err)
-                where = {"round": r, "chunk": c}
-                state.records += [request_row(d, target, load, i, prompts) | where | {"max_tokens": max_tokens[i]}
-                                  for i, d in zip(part, done)]
-                state.runs.append(run_row(target, load, duration, done, counters, partial=bool(why)) | where)
+                where, (steady, batch) = {"round": r, "chunk": c}, run.steady(load)
+                rows = [request_row(d, target, load, i, prompts) | {"max_tokens": max_tokens[i], "steady": bool(s)}
+                        for i, d, s in zip(part, done, steady)]
+                state.records += [row | where for row in rows]
+                state.runs.append(run_row(target, load, duration, done, counters, partial=bool(why)) | batch | where)
                 if progress:
                     print(f"{name} at {load.text()}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
                 if on_run:

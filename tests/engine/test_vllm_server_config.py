@@ -16,6 +16,7 @@ def test_spec_off_has_no_speculative_config_and_serves_loopback_in_float32():
     assert args[:2] == ["serve", "/m/verifier"] and "--speculative-config" not in args
     assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("--port") + 1] == "8123"
     assert args[args.index("--dtype") + 1] == "float32" and "--enforce-eager" in args
+    assert "--no-enable-prefix-caching" in args  # vLLM 0.32's BooleanOptionalAction for enable_prefix_caching
 
 
 def test_each_method_gets_its_own_speculative_config(tmp_path):

@@ -81,6 +81,7 @@ class FakeEngine(BaseHTTPRequestHandler):
     drafts = 0
     die_after = None  # requests served before every later one is refused (a dying server)
     served = 0
+    refused = 0
 
     def log_message(self, *args):
         pass
@@ -108,6 +109,7 @@ class FakeEngine(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         cls = type(self)
         if cls.die_after is not None and cls.served >= cls.die_after:
+            cls.refused += 1
             self.connection.close()  # the client sees the connection drop
             return
         cls.served += 1
@@ -130,7 +132,7 @@ class FakeEngine(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake():
-    handler = type("Engine", (FakeEngine,), {"drafts": 0, "served": 0, "die_after": None})
+    handler = type("Engine", (FakeEngine,), {"drafts": 0, "served": 0, "die_after": None, "refused": 0})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -168,16 +170,18 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
     _, url = fake
     targets = [Target(url=url), Target(speculation=spec("ngram", 2), url=url)]
     sweep = run_sweep(targets, PROMPTS, closed(1, 2, tokens=5), rounds=2)
-    # each level in one piece of 4 requests: 2 levels × 2 rounds × 2 targets
-    assert sweep.stopped == "" and len(sweep.runs) == 8 and len(sweep.records) == 32
-    assert set(sweep.runs["spec_decode_num_drafts"]) == {4.0}  # per run, not cumulative
+    # each level one run of (3 turnovers + 2)·c requests (5, 10): 2 levels × 2 rounds × 2 targets
+    assert sweep.stopped == "" and len(sweep.runs) == 8 and len(sweep.records) == (5 + 10) * 2 * 2
+    assert set(sweep.runs["spec_decode_num_drafts"]) == {5.0, 10.0}  # per run, not cumulative
     assert level_order(["a", "b"], 0, 0) == ["a", "b"] and level_order(["a", "b"], 1, 0) == ["b", "a"]
     summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, n_boot=200)
     row = summary[(summary["config"] == "ngram k=2") & (summary["concurrency"] == 2)].iloc[0]
     assert row["alpha"] == pytest.approx(0.5) and row["tau"] == pytest.approx(2.0)
     assert json.loads(row["per_position"]) == pytest.approx([1.0])
-    assert row["completed"] == 8 and row["request_goodput"] == pytest.approx(row["request_throughput"])
-    assert row["identical_outputs"] == row["paired_requests"] == 8
+    assert row["completed"] == 20 and row["request_goodput"] == pytest.approx(row["request_throughput"])
+    assert 0 < row["paired_requests"] <= row["steady_requests"] < 20  # pairs of steady requests only
+    assert row["identical_outputs"] == row["paired_requests"]
+    assert np.isnan(row["mean_batch"])  # the fake engine has no batch gauge
     for metric in ("speedup_tpot", "speedup_e2el", "speedup_output_throughput"):
         assert row[f"{metric}_lo"] <= row[metric] <= row[f"{metric}_hi"]
     assert {"mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "p90_e2el_ms"} <= set(summary.columns)
@@ -186,13 +190,14 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
 def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
     _, url = fake
     sweep = run_sweep([Target(url=url)], PROMPTS.head(2), closed(4, tokens=2), warmup=False)
-    assert list(sweep.records["prompt_index"]) == [0, 1, 2, 3] and list(sweep.records["category"]) == ["x"] * 4
+    # (3 turnovers + 2) · 4 workers = 20 requests from 2 prompts
+    assert list(sweep.records["prompt_index"]) == list(range(20)) and list(sweep.records["category"]) == ["x"] * 20
     assert sweep.records["success"].all()
 
 
 def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
     handler, url = fake
-    handler.die_after = 1 + 4 + 2  # warm-up, all of level 1, half of level 2
+    handler.die_after = 1 + 5 + 2 + 3  # warm-up at 1, all of level 1, warm-up at 2, 3 of level 2's 10
 
     def down(name):
         return "" if handler.served < handler.die_after else "killed by SIGKILL: last log line"
@@ -206,12 +211,10 @@ def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
 
 def test_an_endpoint_that_stops_answering_ends_the_sweep(fake):
     handler, url = fake
-    handler.die_after = 1 + 4  # warm-up and level 1; then every request is dropped
-    scrapes = []
+    handler.die_after = 1 + 5  # warm-up and level 1; then every request is dropped
 
-    def models_then_gone(self):  # answers the two scrapes around level 1, then nothing
-        scrapes.append(self.path)
-        self.connection.close() if len(scrapes) > 2 else FakeEngine.do_GET(self)
+    def models_then_gone(self):  # answers every GET until a request was dropped (level 2's warm-up), then none
+        self.connection.close() if handler.refused else FakeEngine.do_GET(self)
 
     handler.do_GET = models_then_gone
     sweep = run_sweep([Target(url=url)], PROMPTS, closed(1, 2, tokens=3))
@@ -455,15 +458,16 @@ def test_probe_sizes_reach_the_largest_verification_batch():
     assert probe_tokens(40) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48]
 
 
-def test_low_concurrency_alternates_configurations_every_few_requests(fake):
-    one, four = closed(1, 4)
-    assert one.pieces(10) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+def test_low_concurrency_alternates_configurations_run_by_run_each_run_long_enough_for_a_steady_window(fake):
+    one, four = closed(1, 4)  # runs of (3 + 2)·c requests at least: 5 and 20
+    assert one.pieces(10) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert one.pieces(13) == [list(range(7)), list(range(7, 13))]  # the remainder spread, no short run
     assert four.pieces(10) == [list(range(10))] and open_loop(0.5)[0].pieces(10) == [list(range(10))]
     _, url = fake
-    sweep = run_sweep([Target(url=url), Target(speculation=spec("b", 1), url=url)], pd.concat([PROMPTS] * 2),
+    sweep = run_sweep([Target(url=url), Target(speculation=spec("b", 1), url=url)], pd.concat([PROMPTS] * 3),
                       closed(1, tokens=2), warmup=False)
     assert list(sweep.runs["config"]) == ["spec-off", "b k=1", "b k=1", "spec-off"]  # rotated piece by piece
-    assert sorted(sweep.records.loc[sweep.records["config"] == "b k=1", "prompt_index"]) == list(range(8))
+    assert sorted(sweep.records.loc[sweep.records["config"] == "b k=1", "prompt_index"]) == list(range(12))
 
 
 def test_bursty_arrivals_keep_the_mean_rate_and_bunch_up():
@@ -542,3 +546,12 @@ def test_a_file_vllm_bench_wrote_reads_into_its_own_figures():
     assert row["alpha"] * 100 == pytest.approx(result["spec_decode_acceptance_rate"])
     assert row["tau"] == pytest.approx(result["spec_decode_acceptance_length"])
     assert json.loads(row["per_position"]) == pytest.approx(result["spec_decode_per_position_acceptance_rates"])
+
+
+def test_an_engines_own_request_fields_ride_in_every_body():
+    from specnb.measure.serving_load import request_body
+
+    llama = request_body(Target(url="http://127.0.0.1:1", engine="llama.cpp"), "p", 4, True)
+    vllm = request_body(Target(url="http://127.0.0.1:1", engine="vllm"), "p", 4, True)
+    assert llama["cache_prompt"] is False and "cache_prompt" not in vllm  # vLLM: off at launch instead
+    assert {k: v for k, v in llama.items() if k != "cache_prompt"} == vllm

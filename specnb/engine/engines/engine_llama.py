@@ -1,7 +1,9 @@
 """llama.cpp's ``llama-server`` behind the engine seam: its configurations from speculation entries
 (n-gram lookups, embedded drafts exported to GGUF, the EAGLE-3 head as ``draft-eagle3``), its server,
 its forward probe (llama.cpp times a prompt's forward itself) and its flags as a user pastes them.
-The server's process and flags are ``specnb.engine.llama_server``'s."""
+Its running batch is ``llamacpp:requests_processing`` (slots busy, with ``--metrics``), and requests
+carry ``cache_prompt: false``: a slot then prefills every prompt in full, as vLLM without its prefix
+cache does. The server's process and flags are ``specnb.engine.llama_server``'s."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from specnb.engine.llama_server import SPEC_TYPES, Server, ServerConfig, default
 
 NGRAM_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
 DEFAULT_HEAD = "eagle3:2"  # the head's k with the best TPOT speedup at one request (2026-12-02, benchmarks/README.md)
+CTX_PER_SLOT = 512  # tokens per slot: prompt and output of one request
 
 
 def configs(verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0
@@ -27,7 +30,7 @@ def configs(verifier: str, precision: str, entries: list[str], max_level: int, t
     heads = eagle_heads()
     parsed = [parse_entry(spec, (*NGRAM_TYPES, *model_drafts(), "eagle3", *heads)) for spec in entries]
     head_of = {kind: head_for(kind, verifier) for kind, _ in parsed if kind == "eagle3" or kind in heads}
-    common = {"model": str(embedded_gguf(verifier, precision)), "slots": int(max_level), "ctx_per_slot": 512,
+    common = {"model": str(embedded_gguf(verifier, precision)), "slots": int(max_level), "ctx_per_slot": CTX_PER_SLOT,
               "threads": threads or default_threads()}
     out = [ServerConfig(**common)]
     for kind, k in parsed:
@@ -104,4 +107,5 @@ ENGINE = register(ServingEngine(
     name="llama.cpp", label="llama-server", metrics_prefix="llamacpp", launched=True, configs=configs,
     server=lambda config, timeout_s=None: Server(config) if timeout_s is None else Server(config, timeout_s=timeout_s),
     missing=missing_note, machine=machine, probe=probe, launch_text=launch_text, policy_lines=policy_lines,
-    default_entries=default_entries, default_note=default_note))
+    default_entries=default_entries, default_note=default_note, batch_gauge="requests_processing",
+    request_extra={"cache_prompt": False}, context=CTX_PER_SLOT))

@@ -17,4 +17,5 @@ def policy_lines(launch: Launch, configs: list) -> list[str]:
     return lines
 
 
-ENGINE = register(ServingEngine(name="sglang", label="SGLang", metrics_prefix="sglang", policy_lines=policy_lines))
+ENGINE = register(ServingEngine(name="sglang", label="SGLang", metrics_prefix="sglang", policy_lines=policy_lines,
+                                batch_gauge="num_running_reqs"))

@@ -67,4 +67,5 @@ ENGINE = register(ServingEngine(
     name="simulated", label="the simulated engine", metrics_prefix="vllm", launched=True, configs=configs,
     server=lambda config, timeout_s=None: SimServer(config) if timeout_s is None else SimServer(config, timeout_s),
     machine=machine, probe=engine_vllm.probe, launch_text=launch_text, launch_json=engine_vllm.launch_json,
-    default_entries=lambda smoke, verifier: [f"ngram:{3 if smoke else 4}"], scheduled=scheduled))
+    default_entries=lambda smoke, verifier: [f"ngram:{3 if smoke else 4}"], scheduled=scheduled,
+    batch_gauge="num_requests_running"))

@@ -16,10 +16,11 @@ from specnb.engine.vllm_server import VllmConfig, VllmServer, missing_note, spec
 FREE_METHODS = ("ngram", "suffix")  # methods that draft without a model: no draft folder, no forward to pay
 HEAD_METHODS = ("eagle3",)  # drafting heads named as a method, loaded from the verifier's head folder
 DEFAULT_HEAD = "eagle3:3"  # the head's k with the best TPOT speedup at one request (2026-12-02, benchmarks/README.md)
+MAX_MODEL_LEN = 1024  # tokens per request: prompt and output
 
 
 def configs(verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0,
-            max_model_len: int = 1024) -> list[VllmConfig]:
+            max_model_len: int = MAX_MODEL_LEN) -> list[VllmConfig]:
     """spec-off, then one vLLM per entry: ``"ngram:4"`` (prompt lookup), ``"suffix:8"`` (suffix
     decoding, at most 8 tokens), ``"smollm2-draft-xs:3"`` (a distilled draft, ``draft_model``, from its
     HF folder; vLLM computes its full tied head, where specnb's own loop restricts it to the trimmed
@@ -115,4 +116,5 @@ def server(config, timeout_s=None):
 ENGINE = register(ServingEngine(
     name="vllm", label="vLLM", metrics_prefix="vllm", launched=True, configs=configs, server=server,
     missing=missing_note, machine=machine, probe=probe, launch_text=launch_text, launch_json=launch_json,
-    default_entries=default_entries, default_note=default_note, scheduled=scheduled))
+    default_entries=default_entries, default_note=default_note, scheduled=scheduled,
+    batch_gauge="num_requests_running", context=MAX_MODEL_LEN))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 BASELINE_CONFIG = "spec-off"  # the display name of a configuration that does not speculate
@@ -106,6 +106,14 @@ class ServingEngine:
     - ``scheduled(config, k, schedule)``: ``config`` launched as the policy (``adaptive``) at draft
       length ``k`` with the ``(lo, hi, k)`` batch-size ranges ``schedule`` (None: static at k), for
       an engine that can change k with the batch size; None for one that cannot.
+
+    What a sweep asks of a running engine, as data: ``batch_gauge``, the gauge (after the prefix) that
+    says how many requests its scheduler runs now — sampled during every run, so a level's batch is
+    the engine's own word, not the client's concurrency ("" where the engine has none: the batch is
+    NaN); ``request_extra``, fields merged into every request body (llama-server's
+    ``cache_prompt: false``, so a repeated prompt prefix is prefilled every time, as on vLLM launched
+    without prefix caching); ``context``, the tokens one request may hold in the launch notebook 08
+    starts (None at an endpoint: not known), what drawn output lengths are checked against.
     """
 
     name: str  # what ``-p engine`` says and records carry
@@ -123,6 +131,9 @@ class ServingEngine:
     default_entries: Callable[[bool, str], list[str]] = lambda smoke, verifier: ["ngram:4"]
     default_note: Callable[[bool, str], str] = lambda smoke, verifier: ""
     scheduled: Callable[..., Any] | None = None
+    batch_gauge: str = ""  # "num_requests_running" (vLLM), "requests_processing" (llama-server), ...
+    request_extra: dict = field(default_factory=dict)
+    context: int | None = None
 
     @property
     def schedules(self) -> bool:
