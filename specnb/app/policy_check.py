@@ -40,12 +40,14 @@ def empty() -> Sweep:
 class PolicyCheck:
     """``sweep``: the static configurations; ``check`` and ``trace``: every configuration with the
     adaptive one beside them (empty where it was not launched); ``adaptive``: its launch (None: none);
+    ``policy``: the per-level policy it launched (what a trace prediction reads adaptive's TPOT from);
     ``rate``: the trace's mean arrival rate (requests/s); ``note``: why a part is missing, one line."""
 
     sweep: Sweep
     check: Sweep = field(default_factory=empty)
     trace: Sweep = field(default_factory=empty)
     adaptive: object | None = None
+    policy: pd.DataFrame = field(default_factory=pd.DataFrame)
     rate: float = math.nan
     note: str = ""
 
@@ -103,5 +105,5 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
             trace = empty() if check.stopped else run_sweep(
                 targets_of(launched, every), trace_prompts, [trace_load], down=down, on_run=on_run("trace"),
                 **(settings | {"probe_max_tokens": 0}))
-        return PolicyCheck(sweep=sweep, check=check, trace=trace, adaptive=adaptive, rate=rate,
+        return PolicyCheck(sweep=sweep, check=check, trace=trace, adaptive=adaptive, policy=choice.policy, rate=rate,
                            note=check.stopped or trace.stopped)

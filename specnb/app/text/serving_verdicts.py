@@ -303,3 +303,21 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) ->
     if loop.note:
         lines.append(f"note: {loop.note}")
     return Report(bullets(lines), values)
+
+
+def trace_prediction_text(table: pd.DataFrame) -> Report:
+    """Each configuration's trace speedup as the per-load figures predicted it (its TPOT against the
+    engine's batch, read over the batches the trace held: ``predict.trace_prediction``) against what the
+    trace measured, and the median error (target ≤ 10%)."""
+    if table.empty:
+        return Report("No trace prediction: the trace's runs carry no batch samples to weigh the per-load figures by.",
+                      {})
+    error = float(table["error"].median())
+    lines = [f"{r['config']}: predicted {r['predicted_speedup_tpot']:.2f}x, measured "
+             f"{speedup_text(r['measured_speedup_tpot'], r['measured_lo'], r['measured_hi'])} "
+             f"({r['error']:.1%} off" + (f"; {r['clamped_share']:.0%} of its decoding beyond the batches measured"
+                                         if r.get("clamped_share", 0) > 0 else "") + ")"
+             for r in table.to_dict("records")]
+    lines.append(f"median error of the predicted trace speedups: **{error:.1%}** (target ≤ 10%)")
+    return Report(bullets(lines), {"trace_prediction_median_error": error})
+
