@@ -38,7 +38,8 @@ def crossover_line(row) -> str:
         return (f"{name} still pays at {top} (the most measured)" if row.get("ci_excludes_1_top", True) else
                 f"{name} is above 1 at every level measured, but shows " + noise(f"{top}, the most measured"))
     if row["verdict"].startswith("loses between"):
-        stretch = f"between {row['loses_from']:g} and {row['loses_to']:g} {unit}"
+        stretch = (f"at {row['loses_from']:g} {unit}" if row["loses_from"] == row["loses_to"] else
+                   f"between {row['loses_from']:g} and {row['loses_to']:g} {unit}")
         dip = (f"loses {stretch}" if row.get("dip_ci_below_1", True) else
                f"dips below 1 {stretch}, no measurable difference there (95% CIs hold 1)")
         return f"{name} {dip}; " + (f"pays again at {top}" if row.get("ci_excludes_1_top", True) else noise(top))

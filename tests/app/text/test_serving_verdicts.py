@@ -280,3 +280,8 @@ def test_a_trace_that_ran_gives_the_verdict():
                                  trace)
     assert line.startswith("**verdict**: **ngram k=4**") and "judged over the bursty trace" in line
     assert json.loads(value)["num_speculative_tokens"] == 4
+
+
+def test_a_dip_at_one_level_is_named_as_that_level():
+    line = crossover_line(crossing_of([0.7, 1.4, 1.4, 1.3], 0.1))
+    assert "loses at 1 concurrent requests" in line and "between 1 and 1" not in line
