@@ -133,13 +133,15 @@ class Variant:
         return {**trims, **user, **self.selects, **({"trimmed": said} if trims else {})}
 
 
-# vLLM's CPU path is slow per step (70-130 ms TPOT here) and each configuration is a server of its own (a minute
-# or more to start): with the default's 32 tokens per request its run alone was 16.8 min of a 20 min demo. The
-# demo's vLLM run asks 16 tokens per request: the same prompts (both folds of the predictor's cross-fit), levels,
-# configurations and trace, half the decoding; `-p max_new_tokens 32` runs it whole.
+# The demo's budget (20 min on 2 cores). Notebook 08 measures each level as 3 rounds of runs long enough to hold a
+# steady window ((turnovers + 2)·c requests a run), three times the requests of one pass: the demo trims it to levels
+# 1-4 at 16 tokens a request on llama-server, and on vLLM (70-130 ms a step here, a minute or more to start each
+# server) to 8 prompts at levels 1 and 4 with 2 turnovers. Every trim is printed in the notebook; `-p` overrides it.
 # `-p precision` (the GGUF's) asks about llama-server alone.
-VARIANTS = {"08_serving": (Variant(), Variant(suffix="vllm", selects={"engine": "vllm"},
-                                              trims={"max_new_tokens": 16}, not_with=("precision",)))}
+VARIANTS = {"08_serving": (
+    Variant(trims={"concurrency": [1, 2, 4], "max_new_tokens": 16}),
+    Variant(suffix="vllm", selects={"engine": "vllm"}, not_with=("precision",),
+            trims={"max_new_tokens": 16, "n_prompts": 8, "concurrency": [1, 4], "turnovers": 2}))}
 
 
 def variants(path: Path, user: dict[str, Any], smoke: bool) -> list[tuple[str, dict[str, Any]]]:

@@ -273,8 +273,8 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) ->
     over the bursty trace against every static configuration (target: each 95% CI above 1), and what the trace
     supports launching (``trace_launch``; ``configs``: the static ``VllmConfig``s)."""
     if loop is None:
-        return Report("The closed loop (the policy launched as its own vLLM, `adaptive`) runs when notebook 08 starts "
-                      "vLLM itself on closed-loop levels.", {})
+        return Report("The policy is launched as its own server (`adaptive`) where notebook 08 starts an engine that "
+                      "changes k with the batch (vLLM, the simulated engine) on closed-loop levels.", {})
     if loop.adaptive is None:
         return Report(f"No `adaptive` launch: {loop.note}.", {"adaptive": "none"})
     spec = engine_of(loop.adaptive).launch_text(loop.adaptive)  # as launched: a head's or draft's folder included
