@@ -1,0 +1,40 @@
+"""benchmarks/serving_study.py: two runs compared (the same policy, speedups agreeing within their CIs)
+on hand-made tables, and its bad arguments as one line with exit 2 before anything runs."""
+
+import subprocess
+import sys
+
+import pandas as pd
+
+from specnb.core.paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import serving_study  # noqa: E402
+
+SCRIPT = REPO_ROOT / "benchmarks" / "serving_study.py"
+
+
+def summary(points: list[tuple[float, float, float]]) -> pd.DataFrame:
+    rows = [{"config": "spec-off", "concurrency": c, "speedup_tpot": 1.0} for c in (1, 4)]
+    rows += [{"config": "ngram k=4", "concurrency": c, "mean_batch": c * 0.9, "speedup_tpot": x,
+              "speedup_tpot_lo": lo, "speedup_tpot_hi": hi} for c, (x, lo, hi) in zip((1, 4), points)]
+    return pd.DataFrame(rows)
+
+
+def test_two_runs_agree_where_their_cis_overlap_and_policies_compare_k_by_level():
+    a = summary([(1.20, 1.10, 1.30), (0.90, 0.85, 0.95)])
+    b = summary([(1.25, 1.12, 1.38), (1.05, 1.00, 1.10)])
+    table = serving_study.agreement(a, b).set_index("concurrency")
+    assert list(table["agree"]) == [True, False] and "spec-off" not in set(table["config"])
+    policy = pd.DataFrame({"concurrency": [1, 4], "k": [4, 0]})
+    assert serving_study.same_policy(policy, policy.copy())
+    assert not serving_study.same_policy(policy, policy.assign(k=[4, 4]))
+    assert not serving_study.same_policy(policy, policy.iloc[:1])
+
+
+def test_bad_arguments_are_one_line_and_exit_2():
+    for args, message in ((["--seeds", "3"], "--seeds takes two different whole numbers"),
+                          (["--rounds", "2"], "--rounds must be >= 3")):
+        done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+                              cwd=REPO_ROOT)
+        assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1]
