@@ -102,7 +102,7 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
     return Report(bullets(lines), values)
 
 
-def closed_loop_only() -> Report:
+def open_loop_note() -> Report:
     """Why an open-loop sweep has no prediction and policy (``serving_predictor.require_steps``)."""
     return Report("The serving predictor and the policy price an engine step by the requests in it, so they need "
                   "closed-loop concurrency levels; this sweep ran Poisson arrivals (requests/s), so they are left "
