@@ -62,13 +62,16 @@ def cheapness(config: str, identity: dict[str, tuple[int, bool]], baseline: str 
     return (config != baseline, k, uses_model, config)
 
 
-def choose_level(figures: list[dict], identity: dict[str, tuple[int, bool]], baseline: str = BASELINE_CONFIG
-                 ) -> dict:
+def choose_level(figures: list[dict], identity: dict[str, tuple[int, bool]], baseline: str = BASELINE_CONFIG,
+                 pays: dict[str, bool] | None = None) -> dict:
     """One level's choice among ``figures`` (``round_figures`` rows there), walked cheapest first: a
     costlier configuration replaces the incumbent only when its median beats the incumbent's by more
     than the noise (the larger of the two spreads, at least ``TIE``); within it, a tie, kept by the
     incumbent and named in ``tie_with``. A measurement from fewer than ``MIN_ROUNDS`` rounds or with a
-    spread above ``NOISY_MAD`` cannot replace anything, and flags the level ``noisy``."""
+    spread above ``NOISY_MAD`` cannot replace anything, and flags the level ``noisy``. ``pays``: per
+    configuration, whether its pooled 95% CI over spec-off lies above 1 — three rounds can agree
+    closely on a gain the requests' own spread does not support, and the project says a configuration
+    pays only where its CI does: one that does not cannot replace spec-off (a tie with it)."""
     incumbent = {"config": baseline, "median_speedup": 1.0, "spread": 0.0, "rounds": math.nan}  # its own: 1.00x
     ties, noisy = [], False
     for row in sorted(figures, key=lambda r: cheapness(r["config"], identity, baseline)):
@@ -77,9 +80,10 @@ def choose_level(figures: list[dict], identity: dict[str, tuple[int, bool]], bas
             continue
         margin = max(row["spread"], incumbent["spread"], TIE)
         gain = row["median_speedup"] / incumbent["median_speedup"] - 1.0
-        if gain > margin:
+        unproven = incumbent["config"] == baseline and not (pays or {}).get(row["config"], True)
+        if gain > margin and not unproven:
             incumbent, ties = row, []
-        elif abs(gain) <= margin:
+        elif abs(gain) <= margin or unproven:
             ties.append(row["config"])
     return {"config": incumbent["config"], "k": identity.get(incumbent["config"], (0, False))[0],
             "median_speedup": incumbent["median_speedup"], "spread": incumbent["spread"],
@@ -112,11 +116,20 @@ def noise_aware_policy(records: pd.DataFrame, summary: pd.DataFrame | None = Non
     rows = []
     for level in levels:
         here = figures[figures[column] == level].to_dict("records")
-        row = choose_level(here, identity, baseline)
+        row = choose_level(here, identity, baseline, paying(summary, column, level))
         batch = batches.get((row["config"], level), batches.get((baseline, level), float(level)))
         rows.append({column: level, "batch": batch, **row, "speedup_tpot": row["median_speedup"]}
                     | ({"rounds": len(rounds)} if row["config"] == baseline else {}))
     return pd.DataFrame(rows)
+
+
+def paying(summary: pd.DataFrame | None, column: str, level) -> dict[str, bool] | None:
+    """Per configuration at ``level``: whether its pooled TPOT speedup's 95% CI lies above 1 (None
+    without a summary carrying CIs: the rounds alone decide)."""
+    if summary is None or "speedup_tpot_lo" not in summary:
+        return None
+    here = summary[summary[column] == level]
+    return {c: bool(lo > 1.0) for c, lo in zip(here["config"], here["speedup_tpot_lo"])}
 
 
 def level_batches(summary: pd.DataFrame | None, column: str) -> dict[tuple[str, float], float]:

@@ -220,3 +220,13 @@ def test_a_policy_without_a_batch_1_anchor_is_refused(swept):
     policy = noise_aware_policy(records[records["concurrency"] >= 4], summary)
     with pytest.raises(ParameterError, match="batch-1 anchor.*smallest here: 3.5"):
         policy_ranges(policy)
+
+
+def test_rounds_that_agree_do_not_make_a_gain_whose_ci_holds_1_pay(swept):
+    """Three rounds can agree closely on a gain the requests' own spread does not support: a
+    configuration replaces spec-off only where its pooled 95% CI over spec-off lies above 1."""
+    records, summary = swept
+    clear = noise_aware_policy(records, summary.assign(speedup_tpot_lo=1.05)).set_index("concurrency")
+    held = noise_aware_policy(records, summary.assign(speedup_tpot_lo=0.95)).set_index("concurrency")
+    assert (clear["k"] > 0).any() and (held["k"] == 0).all()
+    assert (held.loc[clear.index[clear["k"] > 0], "tie_with"] != "").all()  # named, not silently dropped
