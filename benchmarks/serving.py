@@ -19,7 +19,6 @@ from pathlib import Path
 import pandas as pd
 from predictor import publish  # benchmarks/predictor.py
 
-from specnb.app.parameters import declared_defaults
 from specnb.measure.load_shapes import SHAPES, shape_of
 
 STEM = "08_serving"
@@ -34,14 +33,11 @@ def ci(row, metric: str) -> str:
 def sweep_table(summary: pd.DataFrame) -> str:
     shape = shape_of(summary)
     column = shape.column
-    rows = [{"config": r["config"], shape.unit: r[column], "output tok/s": f"{r['output_throughput']:.1f}",
-             "median TPOT (ms)": f"{r['median_tpot_ms']:.1f}", "p90 TPOT (ms)": f"{r['p90_tpot_ms']:.1f}",
-             "median ITL (ms)": f"{r['median_itl_ms']:.1f}", "median TTFT (ms)": f"{r['median_ttft_ms']:.0f}",
+    batch = lambda r: "—" if pd.isna(r.get("mean_batch")) else f"{r['mean_batch']:.1f}"  # noqa: E731
+    rows = [{"config": r["config"], shape.unit: r[column], "engine's batch": batch(r),
+             "median TPOT (ms)": f"{r['median_tpot_ms']:.1f}", "median TTFT (ms)": f"{r['median_ttft_ms']:.0f}",
              "α": "—" if pd.isna(r["alpha"]) else f"{r['alpha']:.2f}",
-             "τ": "—" if pd.isna(r["tau"]) else f"{r['tau']:.2f}",
-             "TPOT speedup [95% CI]": ci(r, "speedup_tpot"),
-             "throughput speedup [95% CI]": ci(r, "speedup_output_throughput"),
-             "partial": "yes" if r["partial"] else ""}
+             "TPOT speedup [95% CI]": ci(r, "speedup_tpot")}
             for r in summary.sort_values(["config", column]).to_dict("records")]
     return pd.DataFrame(rows).to_markdown(index=False)
 
@@ -57,24 +53,20 @@ def crossing(row) -> str:
 def render(run: Path, stem: str = STEM) -> str:
     record = json.loads((run / f"{stem}.summary.json").read_text())
     env, res = record["environment"], record["results"]
-    params = declared_defaults(run / f"{stem}.ipynb") | record["parameters"]
-    used = res.get("settings") or {  # what the notebook ran with (smoke settings included)
-        "verifier": params["verifier"], "precision": params["precision"], "prompts": params["n_prompts"],
-        "rounds": params["rounds"], "max_new_tokens": params["max_new_tokens"], "mode": "closed",
-        "levels": params["concurrency"]}
+    used = res.get("settings") or {}  # what the notebook ran with (smoke and demo trims included)
     summary = pd.read_csv(run / f"{stem}.summary.csv")
     lines = [
-        f"Machine: {env['cpu']} ({env['cpu_count']} cores), {env['gpu'] or 'no GPU'}; {env['time_utc'][:10]}; commit "
-        f"{str(env['git_commit'])[:7]}; notebook 08 defaults{' (smoke)' if params.get('smoke') else ''}, run "
-        f"`{run.name}`, {res.get('minutes', '?')} min. {res.get('machine', '')}; load average "
-        f"{res.get('load_average_start', '?')} at the start, {res.get('load_average_end', '?')} at the end.",
-        f"Verifier `{used['verifier']}` ({used['precision']}), {used['prompts']} prompts × {used['rounds']} "
-        f"round(s), {used['max_new_tokens']} new tokens, greedy; {used['mode']} loop at {used['levels']} "
-        "(concurrent requests, or requests/s for Poisson arrivals), configurations alternating every 4·c requests in "
-        "a rotated order; speedups over spec-off on the same prompts, CI from resampling prompts.",
+        f"{env['cpu']} ({env['cpu_count']} cores), {env['time_utc'][:10]}, commit {str(env['git_commit'])[:7]}, run "
+        f"`{run.name}`, {res.get('minutes', '?')} min; {res.get('machine', '')}.",
+        f"{used.get('prompts', '?')} prompts × {used.get('rounds', '?')} rounds, {used.get('max_new_tokens', '?')} "
+        f"tokens on average (range ratio {used.get('length_range_ratio', '?')}), {used.get('load', '?')} loop at "
+        f"{used.get('levels', '?')}, {used.get('turnovers', '?')} turnovers; speedups over spec-off on steady "
+        "requests, CI from resampling (prompt, round).",
         "",
         sweep_table(summary),
     ]
+    if res.get("verdict"):
+        lines += ["", f"Verdict: {res['verdict'].removeprefix('**verdict**: ')}"]
     crossover = run / f"{stem}.crossover.csv"
     if crossover.is_file():
         lines += [""] + [f"- {r.config}: {r.verdict}" + crossing(r) for r in pd.read_csv(crossover).itertuples()]
@@ -83,8 +75,9 @@ def render(run: Path, stem: str = STEM) -> str:
                  == "held out" else "over the levels it was not calibrated on")
         lines += ["", f"Serving predictor: median error {res['serving_predictor_median_error']:.1%} {where} "
                       "(target ≤ 15%)."]
-    if "policy_vllm" in res:
-        lines += ["", f"Policy, as vLLM's `--speculative-config`: `{res['policy_vllm']}`"]
+    if "trace_prediction_median_error" in res:
+        error = res["trace_prediction_median_error"]
+        lines += ["", f"Trace predicted from the per-load figures: median error {error:.1%} (target ≤ 10%)."]
     return "\n".join(lines)
 
 

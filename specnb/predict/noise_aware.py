@@ -83,7 +83,7 @@ def choose_level(figures: list[dict], identity: dict[str, tuple[int, bool]], bas
         unproven = incumbent["config"] == baseline and not (pays or {}).get(row["config"], True)
         if gain > margin and not unproven:
             incumbent, ties = row, []
-        elif abs(gain) <= margin or unproven:
+        elif abs(gain) <= margin or gain > margin:  # within the noise, or a gain whose CI holds 1
             ties.append(row["config"])
     return {"config": incumbent["config"], "k": identity.get(incumbent["config"], (0, False))[0],
             "median_speedup": incumbent["median_speedup"], "spread": incumbent["spread"],
