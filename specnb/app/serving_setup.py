@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import BASELINE_CONFIG, Speculation, engine_named, engines, parse_entry
+from specnb.engine.engines.seam import BASELINE_CONFIG, Speculation, engine_named, engines
 from specnb.measure.load_shapes import Closed, Lengths, Open
 from specnb.measure.serving_load import Target
 
@@ -138,11 +138,16 @@ def endpoint_targets(endpoint: str, engine: str) -> list[Target]:
 
 
 def endpoint_speculation(label: str) -> Speculation:
-    """What an endpoint's label says it drafts: "" or "spec-off" none, ``TYPE:K`` family TYPE at k = K."""
+    """What an endpoint's label says it drafts: "" or "spec-off" nothing; ``TYPE:K`` the family TYPE
+    (vLLM's words: ngram, suffix, eagle3, draft_model, mtp, ...) at k = K — what the user said, read
+    once into the configuration's record."""
     if label in ("", BASELINE_CONFIG):
         return Speculation()
-    family, k = parse_entry(label, (label.rpartition(":")[0] or "ngram",))
-    return Speculation(entry=family, k=k, method=family, family=family, uses_model=family not in FREE_FAMILIES)
+    family, _, k = label.rpartition(":")
+    if not family or not k.isdigit() or int(k) < 1:
+        raise ParameterError(f"endpoint configuration {label!r} must be spec-off or TYPE:K with K >= 1 (e.g. ngram:4, "
+                             "eagle3:3), as in spec-off=URL,ngram:4=URL")
+    return Speculation(entry=family, k=int(k), method=family, family=family, uses_model=family not in FREE_FAMILIES)
 
 
 def probe_max_tokens(concurrency, configs: list) -> int:
