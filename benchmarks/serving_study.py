@@ -103,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     started, runs = time.monotonic(), {}
     for seed in seeds:
         folder = Path(args.out) / f"seed-{seed}"
-        done = subprocess.run(run_args(args, seed, folder))
+        try:
+            done = subprocess.run(run_args(args, seed, folder))
+        except KeyboardInterrupt:  # the run itself keeps what it finished (specnb run's own Ctrl-C handling)
+            print(f"serving_study: interrupted during seed {seed}; finished runs are kept in {Path(args.out)}")
+            return 130
         if done.returncode:
             print(f"serving_study: seed {seed}'s run failed (exit {done.returncode}); its folder is {folder}")
             return done.returncode
