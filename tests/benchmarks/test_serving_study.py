@@ -8,8 +8,19 @@ import pandas as pd
 
 from specnb.core.paths import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import serving_study  # noqa: E402
+
+def load_script():
+    """benchmarks/serving_study.py as a module, without putting benchmarks/ on sys.path (its kernels.py would
+    shadow the package of that name for every test after this one)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("serving_study", REPO_ROOT / "benchmarks" / "serving_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+serving_study = load_script()
 
 SCRIPT = REPO_ROOT / "benchmarks" / "serving_study.py"
 
