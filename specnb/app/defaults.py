@@ -12,13 +12,14 @@ import json
 from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.core.theory import optimal_gamma
+from specnb.engine.engines.seam import model_drafts
 from specnb.engine.kinds.by_name import flops_table, kind_of_name
 from specnb.models.registry import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP, embedded_draft_names
 
 
 def distilled_draft_names() -> list[str]:
     """The committed distilled drafts (causal LMs), not the EAGLE / Medusa heads beside them."""
-    return [name for name in embedded_draft_names() if not kind_of_name(name).reads_features]
+    return model_drafts()
 
 
 def head_draft_names() -> list[str]:

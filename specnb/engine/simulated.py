@@ -82,14 +82,9 @@ class SimCost:
 
 
 def draft_length(speculation: Speculation, batch: int) -> int:
-    """k at a running batch of ``batch`` sequences: the inclusive (lo, hi, k) range holding it, else
-    ``speculation.k``; 0 when not speculating."""
-    if not speculation.speculative:
-        return 0
-    for lo, hi, k in speculation.schedule or ():
-        if lo <= batch <= hi:
-            return k
-    return speculation.k
+    """k at a running batch of ``batch`` sequences (``Speculation.k_at``: the inclusive (lo, hi, k)
+    range holding it, else ``speculation.k``; 0 when not speculating)."""
+    return speculation.k_at(batch)
 
 
 def stop_length(key: int, max_tokens: int, ignore_eos: bool) -> int:

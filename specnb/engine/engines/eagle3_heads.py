@@ -29,6 +29,12 @@ def eagle3_missing(verifier: str, needs_converter: bool = False, head: str | Non
     return ""
 
 
+def wants_head(smoke: bool, verifier: str) -> bool:
+    """Whether an engine's default speculation looks for the verifier's EAGLE-3 head: not in a smoke
+    run (one server fewer), and only where a verifier is named."""
+    return not smoke and bool(verifier)
+
+
 def eagle3_folder(verifier: str, alternatives: str) -> Path:
     """The folder an engine's ``eagle3`` loads for ``verifier`` (the standard layout, as it is); where
     there is none, one line saying why and naming ``alternatives``."""

@@ -8,7 +8,7 @@ cache does. The server's process and flags are ``specnb.engine.llama_server``'s.
 from __future__ import annotations
 
 from specnb.engine.engines import eagle3_heads
-from specnb.engine.engines.eagle3_heads import eagle3_missing, eagle_heads
+from specnb.engine.engines.eagle3_heads import eagle3_missing, eagle_heads, wants_head
 from specnb.engine.engines.seam import Launch, ServingEngine, model_drafts, parse_entry, range_text, register
 from specnb.engine.llama_server import SPEC_TYPES, Server, ServerConfig, default_threads, missing_note, spec_flags
 
@@ -64,10 +64,6 @@ def default_entries(smoke: bool, verifier: str) -> list[str]:
     """ngram-simple at k = 4 (3 in a smoke run), and the EAGLE-3 head beside it where there is one."""
     ngram = [f"ngram-simple:{3 if smoke else 4}"]
     return ngram + ([DEFAULT_HEAD] if wants_head(smoke, verifier) and not eagle3_missing(verifier, True) else [])
-
-
-def wants_head(smoke: bool, verifier: str) -> bool:
-    return not smoke and bool(verifier)
 
 
 def default_note(smoke: bool, verifier: str) -> str:

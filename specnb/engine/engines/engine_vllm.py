@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from specnb.engine.engines.eagle3_heads import eagle3_folder, eagle3_missing
+from specnb.engine.engines.eagle3_heads import eagle3_folder, eagle3_missing, wants_head
 from specnb.engine.engines.seam import Launch, ServingEngine, model_drafts, parse_entry, register
 from specnb.engine.vllm_server import VllmConfig, VllmServer, missing_note, speculative_config
 
@@ -54,10 +54,6 @@ def default_entries(smoke: bool, verifier: str) -> list[str]:
     """n-gram at k = 4 (3 in a smoke run), and the EAGLE-3 head beside it where there is one."""
     ngram = [f"ngram:{3 if smoke else 4}"]
     return ngram + ([DEFAULT_HEAD] if wants_head(smoke, verifier) and not eagle3_missing(verifier) else [])
-
-
-def wants_head(smoke: bool, verifier: str) -> bool:
-    return not smoke and bool(verifier)
 
 
 def default_note(smoke: bool, verifier: str) -> str:

@@ -52,10 +52,7 @@ class Speculation:
         ``num_speculative_tokens_per_batch_size``), else ``k``; 0 for spec-off."""
         if not self.entry:
             return 0
-        for lo, hi, k in self.schedule or ():
-            if lo <= round(batch) <= hi:
-                return k
-        return self.k if not self.schedule else 0
+        return next((k for lo, hi, k in self.schedule or () if lo <= round(batch) <= hi), self.k)
 
     def columns(self) -> dict:
         """What every record and summary row of this configuration carries about it."""
