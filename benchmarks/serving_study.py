@@ -8,7 +8,7 @@ Each seed is one ``specnb run 08`` (the notebook measures everything: drawn leng
 the engine's batch, the noise-aware policy, the adaptive launch, the bursty trace and its prediction);
 this script reads the two runs' tables and checks issue 40's targets: the same policy (the same k at
 every level) and the same launch line, every configuration's per-level speedups agreeing within their
-CIs, and the trace prediction's median error. Raw tables stay in the run folders; the comparison goes
+CIs, and the trace forecast's median error. Raw tables stay in the run folders; the comparison goes
 to ``benchmarks/results/serving_study.csv`` and between the ``serving-study`` markers of the README.
 A bad argument is one line and exit 2; Ctrl-C keeps every finished run's folder.
 """
@@ -75,8 +75,9 @@ def markdown(runs: dict[int, dict], table: pd.DataFrame, machine: str, minutes: 
              f"`{res_b.get('launch_line') or 'no speculation'}` — "
              + ("**the same**" if res_a.get("launch_line") == res_b.get("launch_line") else "**different**"),
              f"- per-level speedups agreeing within their CIs: {int(table['agree'].sum())} of {len(table)}",
-             f"- trace prediction's median error: {res_a.get('trace_prediction_median_error', float('nan')):.1%} / "
-             f"{res_b.get('trace_prediction_median_error', float('nan')):.1%} (target ≤ 10%)", ""]
+             f"- trace forecast's median error: {res_a.get('trace_forecast_median_error', float('nan')):.1%} / "
+             f"{res_b.get('trace_forecast_median_error', float('nan')):.1%} (target ≤ 10%; made before the trace)",
+             ""]
     shown = table.assign(**{f"seed {s}": [f"{x:.2f}x [{lo:.2f}–{hi:.2f}]" for x, lo, hi in zip(
         table[f"speedup_tpot_{t}"], table[f"speedup_tpot_lo_{t}"], table[f"speedup_tpot_hi_{t}"])]
         for s, t in zip((sa, sb), "ab")})

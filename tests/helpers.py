@@ -320,12 +320,15 @@ def displayed(mime: str, payload) -> dict:
 
 
 def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, tokens: int = 48,
-              per_worker: int = 3):
+              per_worker: int = 3, prompt_len: int = 4):
     """(records, summary) of a closed-loop sweep on the simulated engine in virtual time: every
     configuration at every concurrency in ``levels``, ``rounds`` rounds, each its own acceptance draws
     (the cost's seed) and output lengths (drawn around ``tokens``, the same for every configuration, so
-    requests pair). Records carry the sweep's columns; the summary per (configuration, level) its mean
-    TPOT and the engine's time-weighted mean running batch (``mean_batch``), as a gauge gives it."""
+    requests pair), every prompt ``prompt_len`` tokens. Records carry the sweep's columns; the summary
+    per (configuration, level) its mean TPOT and TTFT, request throughput (Little's law: concurrency ÷
+    mean latency), the engine's time-weighted mean running batch (``mean_batch``), as a gauge gives
+    it, and the spec-decode counters as the engine's would difference them (one verification per
+    streamed chunk after the first: drafted k each, accepted what it emitted beyond one)."""
     from dataclasses import replace
 
     import numpy as np
@@ -340,24 +343,34 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
             n = max(12, per_worker * c)
             lengths = np.random.default_rng([round_index, c]).integers(tokens // 2, 3 * tokens // 2 + 1, n)
             for spec in speculations:
-                rows, trace = run_closed(replace(cost, seed=round_index), spec, [4] * n, list(lengths), c,
+                rows, trace = run_closed(replace(cost, seed=round_index), spec, [prompt_len] * n, list(lengths), c,
                                          with_batch_trace=True)
                 records += [{"engine": "simulated", **spec.columns(), "load": "closed", "concurrency": c,
                              "round": round_index, "prompt_index": i, "prompt_id": str(i), "partial": False, **r}
                             for i, r in enumerate(rows)]
                 batches.append({"config": spec.name, "concurrency": c, "mean_batch": mean_batch(trace)})
     records = pd.DataFrame(records)
-    summary = (records.groupby(["config", "concurrency"], as_index=False)
+    steps = records["itl"].map(len)  # verifications: one streamed chunk each after the first token's
+    counted = records.assign(tokens_predicted=records["output_tokens"] - 1, steps=steps,
+                             spec_decode_draft_tokens=steps * records["k"])
+    summary = (counted.groupby(["config", "concurrency"], as_index=False)
                .agg(k=("k", "first"), family=("family", "first"), uses_model=("uses_model", "first"),
-                    load=("load", "first"), mean_tpot_ms=("tpot", "mean")))
+                    load=("load", "first"), mean_tpot_ms=("tpot", "mean"), mean_ttft_ms=("ttft", "mean"),
+                    mean_latency=("latency", "mean"), tokens_predicted=("tokens_predicted", "sum"),
+                    steps=("steps", "sum"), spec_decode_draft_tokens=("spec_decode_draft_tokens", "sum")))
     summary["mean_tpot_ms"] *= 1e3
+    summary["mean_ttft_ms"] *= 1e3
+    summary["request_throughput"] = summary["concurrency"] / summary.pop("mean_latency")
+    summary["spec_decode_accepted_tokens"] = summary["tokens_predicted"] - summary.pop("steps")
     mean = pd.DataFrame(batches).groupby(["config", "concurrency"], as_index=False)["mean_batch"].mean()
     return records, summary.merge(mean, on=["config", "concurrency"])
 
 
-def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: list[int]):
+def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: list[int], prompt_len: int = 4,
+              round_index: int = 0):
     """(records, runs) of one open-loop trace per configuration on the simulated engine in virtual
-    time, each run row with the engine's ``batch_trace`` ([t_s, batch] as JSON)."""
+    time, each run row with the engine's ``batch_trace`` ([t_s, batch] as JSON); every prompt
+    ``prompt_len`` tokens, the rows marked as ``round_index``."""
     import json
 
     import pandas as pd
@@ -367,8 +380,9 @@ def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: li
     rate = len(arrivals_s) / max(arrivals_s)
     records, runs = [], []
     for spec in speculations:
-        rows, trace = run_open(cost, spec, arrivals_s, [4] * len(arrivals_s), output_lens, with_batch_trace=True)
-        level = {"load": "open", "request_rate": rate, "round": 0}
+        rows, trace = run_open(cost, spec, arrivals_s, [prompt_len] * len(arrivals_s), output_lens,
+                               with_batch_trace=True)
+        level = {"load": "open", "request_rate": rate, "round": round_index}
         records += [{"engine": "simulated", **spec.columns(), **level, "prompt_index": i, "prompt_id": str(i),
                      "partial": False, **r} for i, r in enumerate(rows)]
         runs.append({"config": spec.name, **level, "batch_trace": json.dumps(trace)})

@@ -14,6 +14,8 @@ own and measure it beside them.
    keeps the policy's switch-off load (or where its k first falls) in flight on spec-off
    (``serving_summary.trace_rate`` at ``serving_policy.policy_switch``), so bursts go above the
    crossover and quiet spells below it; ``serving_summary.trace_check`` compares the configurations.
+   Just before it is sent, its speedups are forecast from the sweep's figures alone
+   (``trace_forecast``) and handed to ``on_forecast``, so the forecast is on record before the trace.
 
 Every server is stopped however the check ends (the ``start`` context managers).
 """
@@ -30,6 +32,7 @@ from specnb.measure.load_shapes import Open
 from specnb.measure.serving_summary import summarise_sweep, trace_rate
 from specnb.measure.serving_sweep import Sweep, run_sweep, targets_of
 from specnb.predict.serving_policy import choose_launch, policy_ranges, policy_switch, serving_policy
+from specnb.predict.trace_forecast import forecast_trace, trace_rounds
 
 
 def empty() -> Sweep:
@@ -41,7 +44,8 @@ class PolicyCheck:
     """``sweep``: the static configurations; ``check`` and ``trace``: every configuration with the
     adaptive one beside them (empty where it was not launched); ``adaptive``: its launch (None: none);
     ``policy``: the per-level policy it launched (what a trace prediction reads adaptive's TPOT from);
-    ``rate``: the trace's mean arrival rate (requests/s); ``note``: why a part is missing, one line."""
+    ``rate``: the trace's mean arrival rate (requests/s); ``forecast``: the trace's speedups as
+    forecast before it was sent (``trace_forecast.forecast_trace``); ``note``: why a part is missing, one line."""
 
     sweep: Sweep
     check: Sweep = field(default_factory=empty)
@@ -49,6 +53,7 @@ class PolicyCheck:
     adaptive: object | None = None
     policy: pd.DataFrame = field(default_factory=pd.DataFrame)
     rate: float = math.nan
+    forecast: pd.DataFrame = field(default_factory=pd.DataFrame)
     note: str = ""
 
 
@@ -69,11 +74,13 @@ def adaptive_config(configs: list, policy: pd.DataFrame, family: str):
 
 def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Callable | None = None,
                  burstiness: float = 0.25, trace_repeats: int = 2,
-                 on_run: Callable[[str], Callable | None] = lambda phase: None, **settings) -> PolicyCheck:
+                 on_run: Callable[[str], Callable | None] = lambda phase: None,
+                 on_forecast: Callable[[pd.DataFrame], None] | None = None, **settings) -> PolicyCheck:
     """Steps 1–4 of the module docstring on ``configs`` (one engine's, one that schedules), at the
     closed-loop ``loads``; ``start``: the context manager that starts servers and yields ``Running``
     (``specnb.engine.servers.servers``: a method the engine refuses is left out with its line);
-    ``on_run(phase)``: the saver for "sweep", "check" and "trace"; ``settings``: ``run_sweep``'s.
+    ``on_run(phase)``: the saver for "sweep", "check" and "trace"; ``on_forecast(table)``: sees the
+    trace's forecast before the trace is sent (to record it); ``settings``: ``run_sweep``'s.
     A server that dies ends the check with what was measured."""
     if start is None:
         from specnb.engine.servers import servers as start
@@ -102,8 +109,12 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
             rate = trace_rate(summary, switch if not math.isnan(switch) else max(load.level for load in loads))
             trace_load = Open(rate=rate, burstiness=burstiness, lengths=loads[0].lengths, seed=loads[0].seed)
             trace_prompts = pd.concat([prompts] * trace_repeats, ignore_index=True)
+            forecast = pd.DataFrame() if check.stopped else forecast_trace(summary, trace_rounds(
+                trace_load, trace_prompts, settings.get("rounds", 1), settings.get("seed", 0)), choice.policy)
+            if on_forecast and len(forecast):
+                on_forecast(forecast)
             trace = empty() if check.stopped else run_sweep(
                 targets_of(launched, every), trace_prompts, [trace_load], down=down, on_run=on_run("trace"),
                 **(settings | {"probe_max_tokens": 0}))
         return PolicyCheck(sweep=sweep, check=check, trace=trace, adaptive=adaptive, policy=choice.policy, rate=rate,
-                           note=check.stopped or trace.stopped)
+                           forecast=forecast, note=check.stopped or trace.stopped)

@@ -175,3 +175,16 @@ def saver(rec, commit: str | None, phase: str = ""):
 def phase_savers(rec, commit: str | None):
     """``policy_check.check_policy``'s ``on_run``: one ``saver`` per phase."""
     return lambda phase: saver(rec, commit, phase)
+
+
+def forecast_saver(rec):
+    """``policy_check.check_policy``'s ``on_forecast``: the trace's forecast written (a table, and each
+    configuration's forecast speedup, mean batch and clamped share in ``results.json``) before the
+    trace is sent, so what was forecast cannot have read any of it."""
+    def save(forecast) -> None:
+        rec.table("trace_forecast", forecast)
+        rec.value("trace_forecast", {r["config"]: {"speedup_tpot": round(float(r["predicted_speedup_tpot"]), 4),
+                                                   "mean_batch": round(float(r["trace_mean_batch"]), 2),
+                                                   "clamped_share": round(float(r["clamped_share"]), 3)}
+                                     for r in forecast.to_dict("records")})
+    return save

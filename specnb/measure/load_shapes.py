@@ -177,7 +177,12 @@ class Open:
         """The coroutine that sends ``texts`` as this load, arrivals seeded per round."""
         from specnb.measure.serving_load import send_open
 
-        return send_open(target, texts, self.rate, max_tokens, self.seed + round_index, ignore_eos, self.burstiness)
+        return send_open(target, texts, self.rate, max_tokens, self.round_seed(round_index), ignore_eos,
+                         self.burstiness)
+
+    def round_seed(self, round_index: int) -> int:
+        """The seed of a round's arrivals (``serving_load.arrival_gaps``): each round its own draw."""
+        return self.seed + round_index
 
     def requests_for(self, texts: list[str]) -> list[str]:
         n = self.requests or len(texts)

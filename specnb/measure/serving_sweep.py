@@ -226,6 +226,14 @@ def length_keys(ids: list[str], n_prompts: int) -> list[str]:
     return [pid if i < n_prompts else f"{pid}#{i // n_prompts}" for i, pid in enumerate(ids)]
 
 
+def request_lengths(load, prompts: pd.DataFrame, round_index: int, seed: int) -> list[int]:
+    """Output tokens each of ``load``'s requests asks in one round (its prompts cycled to the load's
+    count, ``length_keys``): what a sweep sends, and what a trace forecast draws before it is sent."""
+    n = len(load.requests_for(list(prompts["prompt"])))
+    ids = [str(prompts.iloc[i % len(prompts)].get("id", i % len(prompts))) for i in range(n)]
+    return load.lengths.draw(length_keys(ids, len(prompts)), round_index, seed)
+
+
 @dataclass(kw_only=True)
 class SweepState:
     """What a sweep has measured so far and how it reports it: the tables grow run by run."""
@@ -272,10 +280,9 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
               seed: int, ignore_eos: bool, down, on_run, progress: bool) -> str:
     """One load's rounds on every target (see ``run_sweep``); "" or why the sweep stops here."""
     sent = load.requests_for(list(prompts["prompt"]))
-    ids = [str(prompts.iloc[i % len(prompts)].get("id", i % len(prompts))) for i in range(len(sent))]
     by_name = {t.name: t for t in targets}
     for r in range(rounds):
-        max_tokens = load.lengths.draw(length_keys(ids, len(prompts)), r, seed)
+        max_tokens = request_lengths(load, prompts, r, seed)
         for c, part in enumerate(load.pieces(len(sent))):
             for name in level_order(list(by_name), li, r + c):
                 target = by_name[name]

@@ -1,4 +1,4 @@
-"""A trace's TPOT, predicted from the closed-loop sweep and the batch the engine actually ran.
+"""A trace's TPOT, reconstructed from the closed-loop sweep and the batch the engine actually ran.
 
 Why: a bursty trace spends its time at many batch sizes, the sweep measured TPOT at a few. Whether
 speculation pays is decided by the load — the engine's running batch — not by acceptance, which does
@@ -6,7 +6,12 @@ not signal load (vllm#26504). If a configuration's TPOT is a function of the bat
 a trace follows from how long the trace held each batch, and the sweep's figures are checked where it
 matters: on the trace the policy was built for.
 
-- **TPOT(b)** per configuration (``tpot_at``): its ``mean_tpot_ms`` against its measured batch
+A **diagnostic**, not a forecast: it reads the batches the trace run itself held, so it can only be
+made after the trace and part of its agreement is the trace's own. It isolates the TPOT(b) curves:
+where the forecast (``trace_forecast``, made before the trace from the per-level figures alone) misses
+and this does not, the miss is in how the forecast's queue filled, not in TPOT(b).
+
+- **TPOT(b)** per configuration (``tpot_at``): its steady TPOT (``tpot_column``) against its measured batch
   (``serving_rounds.batch_of``: ``mean_batch``, else ``concurrency``), linear in log batch between
   measured batches and clamped — never extrapolated (as vLLM's proposed ``tune_speculative_k``,
   PR #49163) — beyond the ends, which ``clamped_share`` reports.
@@ -45,18 +50,36 @@ def trace_occupancy(runs: pd.DataFrame, config: str) -> pd.Series:
     return held.groupby(level=0).sum().rename("seconds")
 
 
-def tpot_curve(summary: pd.DataFrame, config: str) -> tuple[np.ndarray, np.ndarray]:
-    """(log batch, TPOT ms) of ``config``'s measured levels, ascending in batch."""
+def tpot_column(summary: pd.DataFrame) -> str:
+    """The steady TPOT a summary carries: token-weighted (``tpot_weighted_ms``, Σ decode s ÷ Σ decode
+    tokens, what a trace's TPOT is) where it has one, else the mean over requests (``mean_tpot_ms``)."""
+    return "tpot_weighted_ms" if "tpot_weighted_ms" in summary else "mean_tpot_ms"
+
+
+def batch_curve(summary: pd.DataFrame, config: str, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(log batch, ``column``) of ``config``'s measured levels, ascending in batch (levels without a
+    figure left out)."""
     rows = summary[summary["config"] == config]
     if rows.empty:
         raise ParameterError(f"no summary rows for {config!r}: the sweep did not measure it")
-    frame = pd.DataFrame({"batch": batch_of(rows).to_numpy(), "tpot": rows["mean_tpot_ms"].to_numpy(float)})
-    frame = frame.groupby("batch", as_index=False)["tpot"].mean()
-    return np.log(frame["batch"].to_numpy()), frame["tpot"].to_numpy()
+    if column not in rows:
+        raise ParameterError(f"the summary has no {column!r} column: summarise the sweep with "
+                             "serving_summary.summarise_sweep")
+    frame = pd.DataFrame({"batch": batch_of(rows).to_numpy(), "value": rows[column].to_numpy(float)}).dropna()
+    if frame.empty:
+        raise ParameterError(f"no {column!r} figure for {config!r} at any level: none of its requests finished")
+    frame = frame.groupby("batch", as_index=False)["value"].mean()
+    return np.log(frame["batch"].to_numpy()), frame["value"].to_numpy()
+
+
+def tpot_curve(summary: pd.DataFrame, config: str) -> tuple[np.ndarray, np.ndarray]:
+    """(log batch, TPOT ms) of ``config``'s measured levels (``tpot_column``), ascending in batch."""
+    return batch_curve(summary, config, tpot_column(summary))
 
 
 def tpot_at(curve: tuple[np.ndarray, np.ndarray], batch: float) -> tuple[float, bool]:
-    """(TPOT ms at ``batch``, whether it lies outside the measured batches and was clamped to an end)."""
+    """(TPOT ms — or any ``batch_curve``'s figure — at ``batch``, whether it lies outside the measured
+    batches and was clamped to an end)."""
     x, y = curve
     at = math.log(batch)
     return float(np.interp(at, x, y)), bool(at < x[0] - 1e-12 or at > x[-1] + 1e-12)

@@ -31,11 +31,11 @@ def measured(speedups_lo):
     steps = {1: 10.0, 4: 12.0, 16: 20.0}
     counters = {"tokens_predicted": 100.0, "spec_decode_accepted_tokens": 40.0}
     rows = [{"config": "spec-off", "k": 0, "family": "none", "concurrency": c, "speedup_tpot": 1.0,
-             "speedup_tpot_lo": 1.0,
+             "speedup_tpot_lo": 1.0, "mean_ttft_ms": 2 * t,
              "mean_tpot_ms": t, "request_throughput": 0.25 * c, **counters, "spec_decode_accepted_tokens": 0.0,
              "spec_decode_draft_tokens": 0.0} for c, t in steps.items()]
     rows += [{"config": "ngram k=4", "k": 4, "family": "ngram", "concurrency": c, "speedup_tpot": lo + 0.1,
-              "speedup_tpot_lo": lo,
+              "speedup_tpot_lo": lo, "mean_ttft_ms": 2 * steps[c],
               "mean_tpot_ms": steps[c] / (lo + 0.1), "request_throughput": 0.3 * c, **counters,
               "spec_decode_draft_tokens": 240.0} for c, lo in zip(steps, speedups_lo)]
     return pd.DataFrame(rows)
@@ -43,7 +43,7 @@ def measured(speedups_lo):
 
 @pytest.fixture
 def loop(monkeypatch):
-    seen = {"started": [], "stopped": [], "sweeps": []}
+    seen = {"started": [], "stopped": [], "sweeps": [], "forecasts": []}
 
     @contextlib.contextmanager
     def start(configs, keep_going=False):
@@ -54,6 +54,7 @@ def loop(monkeypatch):
             seen["stopped"].append([c.name for c in configs])
 
     def run_sweep(targets, prompts, loads, **settings):
+        seen["forecasts"].append(None)  # a sweep sent here: a forecast seen after it lands after this marker
         seen["sweeps"].append({"targets": [t.name for t in targets], "levels": [load.level for load in loads],
                                "prompts": len(prompts), "load": loads[0].name,
                                "burstiness": getattr(loads[0], "burstiness", None),
@@ -66,7 +67,8 @@ def loop(monkeypatch):
 
     def run(speedups_lo):
         monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs: measured(speedups_lo))
-        return policy_check.check_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80), seen
+        return policy_check.check_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80,
+                                         on_forecast=seen["forecasts"].append), seen
     return run
 
 
@@ -83,6 +85,15 @@ def test_a_paying_policy_is_launched_as_adaptive_and_measured_beside_the_static_
     # the policy switches off between 4 and 16, at 8: halfway in log concurrency, spec-off's 1 and 4 requests/s
     assert trace["load"] == "open" and trace["burstiness"] == 0.25 and trace["levels"] == [pytest.approx(2.5)]
     assert trace["prompts"] == 8 and result.rate == pytest.approx(2.5) and result.note == ""
+
+
+def test_the_trace_is_forecast_from_the_sweep_alone_and_handed_over_before_it_is_sent(loop):
+    result, seen = loop([1.2, 1.05, 0.8])
+    sweep, check, forecast, trace = seen["forecasts"]  # the sweep and the check, then the forecast, then the trace
+    assert sweep is None and check is None and trace is None and forecast is result.forecast
+    assert set(forecast["config"]) == {"spec-off", "ngram k=4", "adaptive"}
+    assert forecast.set_index("config").loc["spec-off", "predicted_speedup_tpot"] == 1.0
+    assert forecast["predicted_tpot_ms"].notna().all()
 
 
 def test_where_no_level_pays_nothing_is_launched_and_the_note_says_no_speculative_config(loop):

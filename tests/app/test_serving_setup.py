@@ -157,3 +157,18 @@ def test_a_policy_needs_three_rounds_and_says_so_in_one_line():
         with pytest.raises(ParameterError, match=message) as err:
             setup.check_rounds(bad, policy)
         assert "\n" not in str(err.value)
+
+
+def test_the_forecast_saver_writes_the_forecast_to_the_table_and_results_json(tmp_path):
+    import pandas as pd
+
+    from specnb.app.recorder import Recorder
+
+    rec = Recorder(tmp_path, "08_serving")
+    forecast = pd.DataFrame({"config": ["spec-off", "adaptive"], "predicted_tpot_ms": [20.0, 16.0],
+                             "trace_mean_batch": [6.04, 5.51], "clamped_share": [0.1, 0.0],
+                             "predicted_speedup_tpot": [1.0, 1.25], "clamped": [True, False]})
+    setup.forecast_saver(rec)(forecast)
+    results = json.loads((tmp_path / "08_serving.results.json").read_text())
+    assert results["trace_forecast"]["adaptive"] == {"speedup_tpot": 1.25, "mean_batch": 5.51, "clamped_share": 0.0}
+    assert len(pd.read_csv(tmp_path / "08_serving.trace_forecast.csv")) == 2

@@ -197,6 +197,9 @@ def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     assert json.loads(results["policy_vllm"])["method"] == "ngram"  # the policy, as a user pastes it
     check = pd.read_csv(tmp_path / "08_serving.check_summary.csv")
     assert "adaptive" in set(check["config"]) and (tmp_path / "08_serving.trace.csv").is_file()
+    # the trace forecast, written before the trace, then held against it; the reconstruction beside it
+    assert set(results["trace_forecast"]) == {"spec-off", "ngram k=3", "adaptive"}
+    assert results["trace_forecast_median_error"] >= 0 and "trace_reconstruction_median_error" in results
     assert processes_with(tag) == []  # the kernel and every simulated server are gone
 
 

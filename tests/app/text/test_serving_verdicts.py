@@ -15,6 +15,7 @@ from specnb.app.text.serving_verdicts import (
     policy_text,
     serving_conclusion,
     sweep_text,
+    trace_forecast_text,
 )
 from specnb.measure.serving_summary import crossover
 from specnb.predict.serving_policy import serving_policy
@@ -285,3 +286,18 @@ def test_a_trace_that_ran_gives_the_verdict():
 def test_a_dip_at_one_level_is_named_as_that_level():
     line = crossover_line(crossing_of([0.7, 1.4, 1.4, 1.3], 0.1))
     assert "loses at 1 concurrent requests" in line and "between 1 and 1" not in line
+
+
+def test_the_trace_forecast_is_reported_first_and_the_reconstruction_as_a_diagnostic():
+    def table(errors):
+        return pd.DataFrame({"config": ["ngram k=2", "adaptive"], "predicted_speedup_tpot": [1.1, 1.2],
+                             "measured_speedup_tpot": [1.0, 1.25], "measured_lo": [0.95, 1.2],
+                             "measured_hi": [1.05, 1.3], "error": errors, "clamped_share": [0.0, 0.3]})
+
+    report = trace_forecast_text(table([0.1, 0.04]), table([0.02, 0.01]))
+    assert report.values == {"trace_forecast_median_error": 0.07, "trace_reconstruction_median_error": 0.015}
+    text = report.markdown
+    assert text.index("forecast 1.10x before the trace was sent") < text.index("diagnostic")
+    assert "30% of its decoding beyond the batches measured" in text and "**7.0%**" in text
+    none = trace_forecast_text(table([0.1, 0.04]).iloc[:0], table([0.02, 0.01]))
+    assert "No trace forecast" in none.markdown and set(none.values) == {"trace_reconstruction_median_error"}
