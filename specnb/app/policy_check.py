@@ -4,7 +4,7 @@ is a schedule and measure it beside them.
 
 1. **Sweep** the static configurations (spec-off, ``ngram:K``, ...) at every level, summarised with
    the run's seed, and **decide** (``serving_decision.decide``: the per-level policy and the one
-   launch, ``serving_policy.choose_launch``): that record is what is launched here and what the
+   launch, ``serving_launch.choose_launch``): that record is what is launched here and what the
    notebook prints.
 2. **Adaptive**: where the launch is a schedule of more than one range, a server launched with it
    (``decision.server``), while the static servers keep running. A launch of one range is a static

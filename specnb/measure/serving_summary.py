@@ -239,7 +239,7 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
 
 def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per level, the static configuration with the best TPOT speedup, and spec-off at 1.00x where
-    none beats it: what a policy is held against, before it runs (``serving_policy.choose_launch``)
+    none beats it: what a policy is held against, before it runs (``serving_launch.choose_launch``)
     and after (``adaptive_check``)."""
     column = shape_of(summary).column
     static = summary[~summary["config"].isin([baseline, ADAPTIVE_CONFIG])]

@@ -1,7 +1,7 @@
 """The serving decision: what a run of notebook 08 says to launch, made once and only rendered after.
 
 One record (``ServingDecision``) holds the per-level policy, the one launch chosen for it
-(``serving_policy.choose_launch``), the engine configuration that launch is (the static one, or the
+(``serving_launch.choose_launch``), the engine configuration that launch is (the static one, or the
 schedule as one server), the ``--speculative-config`` it is launched with, the lines an engine that
 fixes speculation per launch prints, the load the bursty trace is centred on and, once the trace is
 measured, what the trace supports (``with_trace``). ``decide`` makes it from the sweep's summary,
@@ -19,7 +19,8 @@ import pandas as pd
 from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch, engine_named, engine_of
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_summary import draft_lengths
-from specnb.predict.serving_policy import as_launch, choose_launch, policy_ranges, policy_switch, serving_policy
+from specnb.predict.serving_launch import choose_launch
+from specnb.predict.serving_policy import as_launch, policy_ranges, policy_switch, serving_policy
 
 SCHEDULE_FORMAT = "vllm"  # the engine whose --speculative-config is the form a per-batch-size schedule is pasted in
 
@@ -39,7 +40,7 @@ class ServingDecision:
     ``launch_json``: the ``--speculative-config`` of that launch in vLLM's form ("" for none), what
     results.json's ``policy_vllm`` holds; ``lines``: the policy per load range for an engine that
     fixes speculation per launch (llama-server), else (); ``candidates``: every launch priced
-    (``serving_policy.rank_launches``); ``switch``: the load the bursty trace keeps in flight on
+    (``serving_launch.rank_launches``); ``switch``: the load the bursty trace keeps in flight on
     spec-off (where the policy stops speculating or its k first falls; NaN: none); ``configs``: the
     static configurations measured. After the trace (``with_trace``): ``trace_pick``, the
     configuration it supports ("adaptive" for the schedule) and ``trace_json``, its launch line."""

@@ -13,18 +13,14 @@ from specnb.engine.engines.seam import SPEC_OFF, Speculation
 from specnb.engine.simulated import SimCost, crossover, expected_speedup
 from specnb.measure.serving_summary import draft_lengths
 from specnb.predict.noise_aware import noise_aware_policy
-from specnb.predict.serving_policy import (
+from specnb.predict.serving_launch import (
     adaptive_expected,
-    as_launch,
-    batch_ranges,
     choose_launch,
     launch_policy,
     no_launch_why,
-    policy_ranges,
-    policy_switch,
-    serving_policy,
     zero_range_speedup,
 )
+from specnb.predict.serving_policy import as_launch, batch_ranges, policy_ranges, policy_switch, serving_policy
 
 
 def one_method_each(eagle3: list[float], ngram=(1.12, 1.08, 1.05, 0.95)) -> pd.DataFrame:

@@ -128,7 +128,7 @@ def prediction_text(validation: pd.DataFrame) -> Report:
 def policy_text(decision: ServingDecision) -> Report:
     """The decision's policy per level, then its one launch as one ``--speculative-config`` (vLLM's form,
     the one a per-batch-size schedule is pasted in; one method per server: of every launch priced, the
-    one closest to the best static configuration at its worst level, ``serving_policy.choose_launch``,
+    one closest to the best static configuration at its worst level, ``serving_launch.choose_launch``,
     with the ``model`` folder of a head or draft model) and, for an engine whose speculation is fixed
     per launch, its own lines per load range (``decision.lines``). Renders ``decision`` only."""
     policy = decision.policy
@@ -154,7 +154,7 @@ def policy_text(decision: ServingDecision) -> Report:
 
 def candidates_text(candidates: pd.DataFrame) -> str:
     """Every launch priced, chosen first: its speedup over the best static configuration at its worst
-    level and on average (``serving_policy.rank_launches``)."""
+    level and on average (``serving_launch.rank_launches``)."""
     if candidates.empty:
         return ""
     return "\n\nEach launch against the best static configuration per level (worst level, mean): " + ", ".join(
