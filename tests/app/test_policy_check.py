@@ -68,6 +68,7 @@ def loop(monkeypatch):
     def run(speedups_lo):
         monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs, seed: measured(speedups_lo))
         return policy_check.check_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80), seen
+    run.start = start
     return run
 
 
@@ -119,3 +120,26 @@ def test_adaptive_takes_the_family_member_with_the_largest_k():
     adaptive = scheduled_server(configs, policy, "ngram")
     assert (adaptive.name, adaptive.k, adaptive.schedule) == ("adaptive", 2, [(1, 1, 2), (2, 4096, 0)])
     assert scheduled_server(configs, policy.assign(k=0), "ngram") is None
+
+
+def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkeypatch, loop):
+    """The summary's CIs depend on the run's seed: the seed reaches the summary the decision is made
+    from, and the policy text and verdict render that one decision, so each seed prints exactly the
+    schedule its check launched (the notebook's path: ``decision = loop.decision``)."""
+    import json
+
+    from specnb.app.text.serving_verdicts import launch_verdict, policy_text
+    from specnb.engine.engines.engine_vllm import launch_text
+
+    bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95
+    monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs, seed: measured(bounds[seed]))
+    printed = {}
+    for seed in bounds:
+        result = policy_check.check_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
+                                           closed(1, 4, 16), start=loop.start, seed=seed)
+        report, (verdict, line) = policy_text(result.decision), launch_verdict(result.decision)
+        launched = launch_text(result.adaptive)
+        assert report.values["policy_vllm"] == launched == line == result.decision.launch_line
+        assert f"`--speculative-config '{launched}'`" in verdict and result.decision.seed == seed
+        printed[seed] = json.loads(launched)["num_speculative_tokens_per_batch_size"]
+    assert printed[0] != printed[1] and printed[1][0][:2] == [1, 1]  # seed 1 drafts at 1 only

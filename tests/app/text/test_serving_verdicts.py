@@ -298,3 +298,30 @@ def test_a_trace_that_ran_gives_the_verdict():
 def test_a_dip_at_one_level_is_named_as_that_level():
     line = crossover_line(crossing_of([0.7, 1.4, 1.4, 1.3], 0.1))
     assert "loses at 1 concurrent requests" in line and "between 1 and 1" not in line
+
+
+def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alone():
+    from specnb.app.policy_check import PolicyCheck
+    from specnb.app.text.serving_verdicts import adaptive_text
+    from specnb.engine.vllm_server import VllmConfig
+    from specnb.measure.serving_summary import trace_check
+    from specnb.measure.serving_sweep import Sweep
+
+    configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
+    table = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0}), n_boot=200)
+    assert set(table["config"]) == set(configs_named(configs)) and table["adaptive_speedup_tpot"].isna().all()
+    everywhere = summary("concurrency").assign(speedup_tpot_lo=1.1)
+    everywhere.loc[everywhere["config"] == "ngram k=3", "speedup_tpot"] = 1.3
+    decision = decide(everywhere, engine="vllm", configs=[*configs, VllmConfig(model="/m", method="ngram", k=3)])
+    assert decision.kind == "static" and not decision.checked  # one range: no schedule to launch or check
+    judged = with_trace(decision, table)
+    assert judged.trace_pick == "ngram k=4" and json.loads(judged.launch_line)["num_speculative_tokens"] == 4
+    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=decision, rate=1.1,
+                       note="no adaptive configuration: the launch is ngram k=3 at every load")
+    report = adaptive_text(pd.DataFrame(), table, loop, judged)
+    assert "the static configurations alone" in report.markdown and "adaptive ran" not in report.markdown
+    assert "**ngram k=4**" in report.markdown and report.values["adaptive"] == "none"
+
+
+def configs_named(configs) -> list[str]:
+    return [c.name for c in configs]
