@@ -71,11 +71,11 @@ class PolicyCheck:
 def unchecked_note(decision: ServingDecision) -> str:
     """Why no schedule is launched beside the static configurations."""
     if decision.kind == "static":
-        return (f"no adaptive configuration: the launch is {decision.config} at every load, a static configuration "
-                "measured as itself (one range, no schedule to check)")
+        return (f"the launch is {decision.config} at every load, a static configuration measured as itself (one "
+                "range, no schedule to check)")
     if decision.kind == "none":
-        return f"no adaptive configuration: {decision.why_not}, so the policy is no --speculative-config"
-    return "no adaptive configuration: the engine has no launch of its own for the schedule"
+        return f"{decision.why_not}, so the policy is no --speculative-config"
+    return "the engine has no launch of its own for the schedule"
 
 
 def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Callable | None = None,
@@ -102,7 +102,7 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
         summary = summarise_sweep(sweep.records, sweep.runs, seed=seed)
         decision = decide(summary, sweep.records, seed, engine=engine_of(configs[0]).name, configs=launched)
         if ended_early:
-            return PolicyCheck(sweep=sweep, decision=decision, note="no adaptive configuration: the sweep ended early")
+            return PolicyCheck(sweep=sweep, decision=decision, note="the sweep ended early")
         check, again = empty(), settings | {"probe_max_tokens": 0}  # the sweep's forward probe serves every pass
         with contextlib.ExitStack() as stack:
             if decision.checked:

@@ -157,9 +157,10 @@ def candidates_text(candidates: pd.DataFrame) -> str:
     level and on average (``serving_launch.rank_launches``)."""
     if candidates.empty:
         return ""
-    return "\n\nEach launch against the best static configuration per level (worst level, mean): " + ", ".join(
-        f"{r['candidate']} {r['worst']:.2f}, {r['mean']:.2f}" for r in candidates.to_dict("records")) + \
-        f" — {candidates['candidate'].iloc[0]} chosen."
+    each = ", ".join(f"{r['candidate']} {r['worst']:.2f} (mean over levels {r['mean']:.2f})"
+                     for r in candidates.to_dict("records"))
+    return (f"\n\nEach launch as a share of the best static configuration's speedup, at its worst level: {each} — "
+            f"{candidates['candidate'].iloc[0]} chosen.")
 
 
 def policy_level(row: dict) -> str:

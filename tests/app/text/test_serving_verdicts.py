@@ -317,7 +317,7 @@ def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alo
     judged = with_trace(decision, table)
     assert judged.trace_pick == "ngram k=4" and json.loads(judged.launch_line)["num_speculative_tokens"] == 4
     loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=decision, rate=1.1,
-                       note="no adaptive configuration: the launch is ngram k=3 at every load")
+                       note="the launch is ngram k=3 at every load")
     report = adaptive_text(pd.DataFrame(), table, loop, judged)
     assert "the static configurations alone" in report.markdown and "adaptive ran" not in report.markdown
     assert "**ngram k=4**" in report.markdown and report.values["adaptive"] == "none"
