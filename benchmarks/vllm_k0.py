@@ -29,7 +29,7 @@ from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import sweep_servers
-from specnb.predict.serving_policy import zero_range_speedup
+from specnb.predict.serving_launch import zero_range_speedup
 
 DEFAULT_K = {"ngram": 4, "suffix": 8, "eagle3": 3}
 

@@ -32,9 +32,10 @@ The folders follow the data flow, and imports only go downwards (a test checks i
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor, ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_predictor``) and the policy and
-               launch that follow from it (``serving_policy``; over rounds, ``noise_aware``), a
-               trace's speedups forecast before it is sent (``trace_forecast``) and reconstructed
-               from its batch occupancy (``trace_prediction``)
+               launch that follow from it (``serving_policy``; over rounds, ``noise_aware``;
+               one launch, ``serving_launch``; decided once, ``serving_decision``), a trace's
+               speedups forecast before it is sent (``trace_forecast``) and reconstructed from its
+               batch occupancy (``trace_prediction``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
                papermill runner and the ``specnb`` command, notebook 08's parameters
                (``serving_setup``) and its policy checked as one server (``policy_check``)

@@ -1,27 +1,33 @@
 """The policy, checked on the engine that can run it as one server (``ServingEngine.schedules``: vLLM, the
-simulated engine): measure the static configurations, turn the policy into a configuration of its
-own and measure it beside them.
+simulated engine): measure the static configurations, decide once what to launch, launch it where it
+is a schedule and measure it beside them.
 
-1. **Sweep** the static configurations (spec-off, ``ngram:K``, ...) at every level: where the policy
-   comes from (``serving_policy.serving_policy``, one method per server: ``serving_policy.choose_launch``).
-2. **Adaptive**: a server launched with the policy's ranges as its per-batch-size schedule
-   (``adaptive_config``), while the static servers keep running — or none where no launch is expected
-   to do better than no speculation (``choose_launch``: a k = 0 range is not free): then the policy
-   is "no ``--speculative-config``", and nothing is launched for it.
-3. **Check**: the same levels again on every configuration, adaptive included, interleaved as any
-   sweep (``serving_summary.adaptive_check`` holds it against the best static one per level).
+1. **Sweep** the static configurations (spec-off, ``ngram:K``, ...) at every level, summarised with
+   the run's seed, and **decide** (``serving_decision.decide``: the per-level policy and the one
+   launch, ``serving_launch.choose_launch``): that record is what is launched here and what the
+   notebook prints.
+2. **Adaptive**: where the launch is a schedule of more than one range, a server launched with it
+   (``decision.server``), while the static servers keep running. A launch of one range is a static
+   configuration, measured as itself already, and no speculation needs no server: nothing more is
+   launched for either.
+3. **Check** (a schedule only): the same levels again on every configuration, adaptive included,
+   interleaved as any sweep (``serving_summary.adaptive_check`` holds it against the best static one
+   per level).
 4. **Trace**: one bursty open-loop run (gamma gaps, ``serving_load.arrival_gaps``) at the rate that
-   keeps the policy's switch-off load (or where its k first falls) in flight on spec-off
-   (``serving_summary.trace_rate`` at ``serving_policy.policy_switch``), so bursts go above the
-   crossover and quiet spells below it; ``serving_summary.trace_check`` compares the configurations.
-   Just before it is sent, its speedups are forecast from the sweep's figures alone
-   (``trace_forecast``) and handed to ``on_forecast``, so the forecast is on record before the trace.
+   keeps the decision's switch load (``decision.switch``: where the policy stops speculating or its k
+   first falls) in flight on spec-off (``serving_summary.trace_rate``), so bursts go above the
+   crossover and quiet spells below it, on every configuration running — the schedule beside the
+   static ones, or the static ones alone: the only check of the verdict on bursty load either way
+   (``serving_summary.trace_check``, ``serving_decision.with_trace``). Just before it is sent, its
+   speedups are forecast from the sweep's figures alone (``trace_forecast``) and handed to
+   ``on_forecast``, so the forecast is on record before the trace.
 
 Every server is stopped however the check ends (the ``start`` context managers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +37,7 @@ import pandas as pd
 from specnb.measure.load_shapes import Open
 from specnb.measure.serving_summary import summarise_sweep, trace_rate
 from specnb.measure.serving_sweep import Sweep, run_sweep, targets_of
-from specnb.predict.serving_policy import choose_launch, policy_ranges, policy_switch, serving_policy
+from specnb.predict.serving_decision import ServingDecision, decide
 from specnb.predict.trace_forecast import forecast_trace, trace_rounds
 
 
@@ -41,35 +47,40 @@ def empty() -> Sweep:
 
 @dataclass(kw_only=True)
 class PolicyCheck:
-    """``sweep``: the static configurations; ``check`` and ``trace``: every configuration with the
-    adaptive one beside them (empty where it was not launched); ``adaptive``: its launch (None: none);
-    ``policy``: the per-level policy it launched (what a trace prediction reads adaptive's TPOT from);
-    ``rate``: the trace's mean arrival rate (requests/s); ``forecast``: the trace's speedups as
-    forecast before it was sent (``trace_forecast.forecast_trace``); ``note``: why a part is missing, one line."""
+    """``sweep``: the static configurations; ``decision``: what to launch, made once from them
+    (``serving_decision.decide``); ``check``: every configuration with the adaptive one beside them
+    (empty where no schedule was launched); ``trace``: every configuration running over the bursty
+    trace; ``rate``: its mean arrival rate (requests/s); ``forecast``: the trace's speedups as forecast
+    before it was sent (``trace_forecast.forecast_trace``); ``note``: why a part is missing, one line."""
 
     sweep: Sweep
+    decision: ServingDecision | None = None
     check: Sweep = field(default_factory=empty)
     trace: Sweep = field(default_factory=empty)
-    adaptive: object | None = None
-    policy: pd.DataFrame = field(default_factory=pd.DataFrame)
     rate: float = math.nan
     forecast: pd.DataFrame = field(default_factory=pd.DataFrame)
     note: str = ""
 
+    @property
+    def adaptive(self):
+        """The schedule's server as launched (None: no schedule was launched)."""
+        return self.decision.server if self.decision is not None and self.decision.checked else None
 
-def adaptive_config(configs: list, policy: pd.DataFrame, family: str):
-    """The policy as one launch named ``adaptive``: ``family``'s static configuration with the largest
-    k, at the policy's largest k, with its ranges as the schedule (none where one range drafts at every
-    batch size: a static launch, as ``launch_json`` prints it); None where no range drafts."""
-    ranges = policy_ranges(policy)
-    k = max((r[2] for r in ranges), default=0)
-    members = [c for c in configs if c.speculative and c.speculation.family == family]
-    if not k or not members:
-        return None
-    from specnb.engine.engines.seam import engine_of
+    @property
+    def policy(self) -> pd.DataFrame:
+        """The launched schedule's per-level table (what a trace prediction reads adaptive's TPOT from);
+        empty where none was launched."""
+        return self.decision.launched if self.adaptive is not None else pd.DataFrame()
 
-    base = max(members, key=lambda c: c.draft_length)
-    return engine_of(base).scheduled(base, k, ranges if len(ranges) > 1 else None)
+
+def unchecked_note(decision: ServingDecision) -> str:
+    """Why no schedule is launched beside the static configurations."""
+    if decision.kind == "static":
+        return (f"the launch is {decision.config} at every load, a static configuration measured as itself (one "
+                "range, no schedule to check)")
+    if decision.kind == "none":
+        return f"{decision.why_not}, so the policy is no --speculative-config"
+    return "the engine has no launch of its own for the schedule"
 
 
 def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Callable | None = None,
@@ -80,10 +91,14 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
     closed-loop ``loads``; ``start``: the context manager that starts servers and yields ``Running``
     (``specnb.engine.servers.servers``: a method the engine refuses is left out with its line);
     ``on_run(phase)``: the saver for "sweep", "check" and "trace"; ``on_forecast(table)``: sees the
-    trace's forecast before the trace is sent (to record it); ``settings``: ``run_sweep``'s.
-    A server that dies ends the check with what was measured."""
+    trace's forecast before the trace is sent (to record it); ``settings``: ``run_sweep``'s, its
+    ``seed`` the summary's and the decision's too. A server that dies ends the check with what was
+    measured."""
     if start is None:
         from specnb.engine.servers import servers as start
+    from specnb.engine.engines.seam import engine_of
+
+    seed = settings.get("seed", 0)
     with start(configs, keep_going=True) as running:
         every = dict(running.servers)
         launched = [c for c in configs if c.name in every]
@@ -91,30 +106,29 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
         down = lambda name: every[name].exit_note()  # noqa: E731
         sweep = run_sweep(targets_of(launched, every), prompts, loads, down=down, on_run=on_run("sweep"), **settings)
         ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
+        summary = summarise_sweep(sweep.records, sweep.runs, seed=seed)
+        decision = decide(summary, sweep.records, seed, engine=engine_of(configs[0]).name, configs=launched)
         if ended_early:
-            return PolicyCheck(sweep=sweep, note="no adaptive configuration: the sweep ended early")
-        summary = summarise_sweep(sweep.records, sweep.runs)
-        overall = serving_policy(summary, records=sweep.records)  # noise-aware from 3 rounds on
-        choice = choose_launch(summary, overall, records=sweep.records)
-        adaptive = adaptive_config(launched, choice.policy, choice.launch.family)
-        if adaptive is None:
-            return PolicyCheck(sweep=sweep, note=f"no adaptive configuration: {choice.why_not}, so the policy is "
-                                                 "no --speculative-config")
-        with start([adaptive]) as extra:
-            every |= extra.servers
-            launched.append(adaptive)
-            check = run_sweep(targets_of(launched, every), prompts, loads, down=down, on_run=on_run("check"),
-                              **(settings | {"probe_max_tokens": 0}))  # the sweep's forward probe serves both
-            switch = policy_switch(choice.policy)
-            rate = trace_rate(summary, switch if not math.isnan(switch) else max(load.level for load in loads))
-            trace_load = Open(rate=rate, burstiness=burstiness, lengths=loads[0].lengths, seed=loads[0].seed)
-            trace_prompts = pd.concat([prompts] * trace_repeats, ignore_index=True)
-            forecast = pd.DataFrame() if check.stopped else forecast_trace(summary, trace_rounds(
-                trace_load, trace_prompts, settings.get("rounds", 1), settings.get("seed", 0)), choice.policy)
-            if on_forecast and len(forecast):
-                on_forecast(forecast)
-            trace = empty() if check.stopped else run_sweep(
-                targets_of(launched, every), trace_prompts, [trace_load], down=down, on_run=on_run("trace"),
-                **(settings | {"probe_max_tokens": 0}))
-        return PolicyCheck(sweep=sweep, check=check, trace=trace, adaptive=adaptive, policy=choice.policy, rate=rate,
-                           forecast=forecast, note=check.stopped or trace.stopped)
+            return PolicyCheck(sweep=sweep, decision=decision, note="the sweep ended early")
+        check, again = empty(), settings | {"probe_max_tokens": 0}  # the sweep's forward probe serves every pass
+        with contextlib.ExitStack() as stack:
+            if decision.checked:
+                every |= stack.enter_context(start([decision.server])).servers
+                launched.append(decision.server)
+                check = run_sweep(targets_of(launched, every), prompts, loads, down=down, on_run=on_run("check"),
+                                  **again)
+            trace, rate, forecast = empty(), math.nan, pd.DataFrame()
+            if decision.kind and len(launched) > 1 and not check.stopped:  # the trace: built and sent here, once
+                switch = decision.switch if not math.isnan(decision.switch) else max(load.level for load in loads)
+                rate = trace_rate(summary, switch)
+                trace_load = Open(rate=rate, burstiness=burstiness, lengths=loads[0].lengths, seed=loads[0].seed)
+                trace_prompts = pd.concat([prompts] * trace_repeats, ignore_index=True)
+                forecast = forecast_trace(summary, trace_rounds(trace_load, trace_prompts, settings.get("rounds", 1),
+                                                                seed), decision.launched if decision.checked else None)
+                if on_forecast and len(forecast):
+                    on_forecast(forecast)
+                trace = run_sweep(targets_of(launched, every), trace_prompts, [trace_load], down=down,
+                                  on_run=on_run("trace"), **again)
+        why = "" if decision.checked else unchecked_note(decision)
+        return PolicyCheck(sweep=sweep, decision=decision, check=check, trace=trace, rate=rate, forecast=forecast,
+                           note="; ".join(filter(None, [why, check.stopped or trace.stopped])))

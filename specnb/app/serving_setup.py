@@ -155,11 +155,6 @@ def probe_max_tokens(concurrency, configs: list) -> int:
     return int(max(concurrency) * (1 + max([c.draft_length for c in configs if c.speculative] + [0])))
 
 
-def config_drafts(configs: list) -> dict[str, str]:
-    """Each launched configuration's head or draft-model folder (what a pasted launch's ``model`` names)."""
-    return {c.name: str(c.draft) for c in configs if getattr(c, "draft", None)}
-
-
 def saver(rec, commit: str | None, phase: str = ""):
     """A callback for ``run_sweep``'s ``on_run``: writes the per-request and per-run tables (with the
     commit) after every run, so an interrupted sweep keeps what it measured; a ``phase`` of the

@@ -239,7 +239,7 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
 
 def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per level, the static configuration with the best TPOT speedup, and spec-off at 1.00x where
-    none beats it: what a policy is held against, before it runs (``serving_policy.choose_launch``)
+    none beats it: what a policy is held against, before it runs (``serving_launch.choose_launch``)
     and after (``adaptive_check``)."""
     column = shape_of(summary).column
     static = summary[~summary["config"].isin([baseline, ADAPTIVE_CONFIG])]
@@ -299,21 +299,24 @@ def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: 
     its own over the trace's fastest configuration, adaptive included (``best``, the lowest TPOT over
     the trace's tokens; ``speedup_over_best``), each with a 95% CI resampling a prompt within a round
     (``speedup_ci``); mean TPOT as read. ``beats``: adaptive's CI against it lies above 1, since a mean
-    lower by a millisecond or two is noise, not a win (``trace_launch`` judges the trace with these)."""
-    ok = records[records["success"]]
-    if adaptive not in set(ok["config"]):
+    lower by a millisecond or two is noise, not a win (``serving_decision.trace_pick`` judges the trace
+    with these). A trace without adaptive (a static launch, no schedule to run) compares the static
+    configurations alone: the adaptive columns NaN, ``beats`` False."""
+    ok = records[records["success"]] if len(records) else records
+    if ok.empty or ok["config"].nunique() < 2:
         return pd.DataFrame()
+    ran = adaptive in set(ok["config"])
     timed, mean_ms = decode_timed(ok), ok.groupby("config")["tpot"].mean() * 1e3
     pooled = timed.groupby("config")[["decode_s", "decode_tokens"]].sum()
     best = (pooled["decode_s"] / pooled["decode_tokens"]).idxmin()
     ks = ok.groupby("config")["k"].first().to_dict() if "k" in ok else {}  # what each drafts, as recorded
     rows = []
     for config in [c for c in ok["config"].unique() if c != adaptive]:
-        ours = trace_speedup(timed, adaptive, config, seed, n_boot)
+        ours = trace_speedup(timed, adaptive, config, seed, n_boot) if ran else (math.nan,) * 3
         over_best = (1 / ours[0], 1 / ours[2], 1 / ours[1]) if best == adaptive else \
             trace_speedup(timed, config, best, seed, n_boot)  # against adaptive: its CI turned round
         rows.append({"config": config, "k": ks.get(config, math.nan), "mean_tpot_ms": float(mean_ms[config]),
-                     "adaptive_mean_tpot_ms": float(mean_ms[adaptive]),
+                     "adaptive_mean_tpot_ms": float(mean_ms[adaptive]) if ran else math.nan,
                      **ci_columns("speedup_tpot", trace_speedup(timed, config, baseline, seed, n_boot)),
                      **ci_columns("adaptive_speedup_tpot", ours), "best": best,
                      **ci_columns("speedup_over_best", over_best), "beats": bool(ours[1] > 1.0)})

@@ -1,22 +1,12 @@
 """The policy that follows from a serving sweep: per load, whether to speculate and with which k,
-and the one launch an engine is given for it.
+as ranges a launch takes.
 
 The policy (``serving_policy``): per concurrency level the configuration (of those measured) with the
 best TPOT speedup above 1 whose lower 95% bound is at least ``POLICY_FLOOR``, else none — as vLLM's
 ``num_speculative_tokens_per_batch_size`` and as llama-server flags. A policy is held against the
 best static configuration at each level, so it follows the best point estimate; the floor keeps out
-one whose interval admits a loss of more than 5%. A vLLM server runs one method, and a schedule's
-k = 0 range is not spec-off for any method: the step still goes through the speculative path (the
-proposer is called, a draft model's or head's first forward runs, the scheduler and sampler take
-their speculative branches). ``zero_range_speedup`` prices it at the method's own step cost δ(b),
-which is what an all-zero schedule measured against spec-off (``benchmarks/vllm_k0.py``);
-``launch_policy`` drafts instead at a level where the method's measured speedup beats that.
-
-One vLLM server runs one method: ``choose_launch`` prices each method's own schedule
-(``launch_policy``) and vLLM without speculation against the best static configuration per level
-and keeps the one closest at its worst level; the ``Launch`` it returns is what an engine's
-``launch_json`` / ``policy_lines`` print. The best static configuration per level, spec-off counting
-as 1.00x, is ``serving_summary.best_static``'s, the one home the closed loop's check uses too.
+one whose interval admits a loss of more than 5%. The one launch a server running one method is
+given for it is ``serving_launch``'s.
 
 **A policy that knows its noise** (``noise_aware.noise_aware_policy``, what ``serving_policy`` runs
 given the sweep's records from at least 3 rounds): the median over rounds, ties and too-noisy
@@ -26,8 +16,9 @@ measurements to the cheaper configuration, as vLLM's proposed ``tune_speculative
 batch, not by how many requests a client keeps in flight, and the load is what decides whether
 speculation pays — acceptance is not a load signal (vllm#26504). So a noise-aware policy carries each
 level's measured mean batch (``serving_rounds.batch_of``: ``mean_batch``, else the level) and its
-ranges change k at the geometric mean of adjacent measured batches, from a batch-1 anchor (required)
-to the largest measured batch (reported: above it nothing is extrapolated, the last choice holds).
+ranges change k where the two choices' speedups cross, each interpolated in log batch between the
+measured batches (``with_cuts``, the ``cut`` column), from a batch-1 anchor (required) to the largest
+measured batch (reported: above it nothing is extrapolated, the last choice holds).
 """
 
 from __future__ import annotations
@@ -38,14 +29,14 @@ from dataclasses import dataclass
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
-from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_summary import best_static, draft_lengths
+from specnb.engine.engines.seam import BASELINE_CONFIG, Launch
+from specnb.measure.serving_summary import draft_lengths
 from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
-from specnb.predict.serving_predictor import predict_serving, require_steps, step_cost, step_ms
+from specnb.predict.serving_predictor import require_steps
 
 POLICY_FLOOR = 0.95  # the lowest lower 95% bound of a TPOT speedup the policy will run
 BATCH_ONE = 1.5  # a level whose measured batch is at most this is the batch-1 anchor
+MAX_BATCH = 4096  # the last range of a launch runs to this batch size
 
 
 def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None, baseline: str = BASELINE_CONFIG,
@@ -57,10 +48,11 @@ def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None,
     median over rounds, ties and noisy levels to the cheaper configuration, ranges on the engine's
     batch). Otherwise — no records, or fewer rounds, one noisy figure per level — the rule from the
     summary alone: the best TPOT speedup above 1 whose lower CI bound is at least ``POLICY_FLOOR``,
-    else spec-off."""
+    else spec-off. Either way each level after the first carries the load its range starts at
+    (``with_cuts``: where the two choices' speedups cross)."""
     if records is not None and {"success", "round"} <= set(records.columns) and \
             records.loc[records["success"], "round"].nunique() >= MIN_ROUNDS:
-        return noise_aware_policy(records, summary, lengths, baseline)
+        return with_cuts(noise_aware_policy(records, summary, lengths, baseline), summary, baseline)
     require_steps(summary)
     lengths = draft_lengths(summary) if lengths is None else lengths
     rows = []
@@ -72,54 +64,47 @@ def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None,
         best = paying.sort_values("speedup_tpot").iloc[-1]
         rows.append({"concurrency": level, "config": best["config"], "k": lengths.get(best["config"], 0),
                      "speedup_tpot": float(best["speedup_tpot"])})
-    return pd.DataFrame(rows)
+    return with_cuts(pd.DataFrame(rows), summary, baseline)
 
 
-def zero_range_speedup(summary: pd.DataFrame, base: str, levels, baseline: str = BASELINE_CONFIG) -> pd.Series:
-    """Per level, the TPOT speedup over spec-off of a launch built on configuration ``base`` where its
-    schedule says k = 0: the step is spec-off's plus ``base``'s own cost beyond verification δ(b)
-    (``predict_serving``'s ``draft_ms``, calibrated at its lowest level), since vLLM still takes the
-    speculative path at k = 0 — for n-gram as for a head, whose first forward is only part of it."""
-    cost = step_cost(summary, baseline)
-    own = predict_serving(summary, base, list(levels), baseline).set_index("concurrency")["draft_ms"]
-    return pd.Series({b: step_ms(cost, b) / (step_ms(cost, b) + own[b]) for b in levels}, name="zero_range_speedup")
+def speedups_of(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG,
+                zero: pd.Series | None = None) -> dict[tuple[str, float], float]:
+    """(configuration, level) → its measured TPOT speedup; ``baseline``'s is 1.00, or, in a launch whose
+    k = 0 ranges are priced (``zero``: per level), that range's."""
+    rows = summary[summary["config"] != baseline]
+    out = dict(zip(zip(rows["config"], rows["concurrency"]), rows["speedup_tpot"])) if "speedup_tpot" in rows else {}
+    levels = summary["concurrency"].unique()
+    return out | {(baseline, level): 1.0 if zero is None else float(zero[level]) for level in levels}
 
 
-def launch_policy(summary: pd.DataFrame, family: dict[str, int], baseline: str = BASELINE_CONFIG,
-                  records: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One vLLM launch's schedule over ``family`` (one method's configurations and their k, the
-    launch built on the one with the largest k): ``serving_policy``'s choice per level, except where
-    it says k = 0 and the family's best measured configuration there is faster than the launch's k = 0
-    range (``zero_range_speedup``) — there the launch drafts with that configuration's k, unless its
-    lower bound admits a loss of more than 5% against that range (``POLICY_FLOOR``, as against
-    spec-off in ``serving_policy``). ``records``: the sweep's, for the noise-aware rule over rounds."""
-    base = max(family, key=family.get)
-    mine = None if records is None or "config" not in records else records[records["config"].isin([baseline, *family])]
-    policy = serving_policy(summary[summary["config"].isin([baseline, *family])], family, baseline, records=mine)
-    zero = zero_range_speedup(summary, base, policy["concurrency"], baseline)
-    own = summary[summary["config"].isin(list(family))]
-    rows = []
-    for row in policy.to_dict("records"):
-        here = own[own["concurrency"] == row["concurrency"]].sort_values("speedup_tpot")
-        best = here.iloc[-1] if len(here) else None
-        z = zero[row["concurrency"]]
-        if row["k"] == 0 and best is not None and best["speedup_tpot"] > z and \
-                best["speedup_tpot_lo"] >= POLICY_FLOOR * z:
-            row = row | {"config": best["config"], "k": family[best["config"]],
-                         "speedup_tpot": float(best["speedup_tpot"])}
-        rows.append(row)
-    return pd.DataFrame(rows)
+def crossing(loads: tuple[float, float], gaps: tuple[float, float]) -> float:
+    """Where one choice's speedup minus the next one's, ``gaps`` at the two ``loads``, reaches 0, the
+    gap linear in log load: from there the next choice is the faster. The geometric mean of the loads
+    where the gap does not change sign (a tie kept by the cheaper, a noisy level, a speedup not
+    measured): no crossing was measured between them."""
+    (a, b), (g0, g1) = loads, gaps
+    frac = g0 / (g0 - g1) if g0 >= 0 >= g1 and g0 > g1 else 0.5  # NaN fails every comparison
+    return float(math.exp(math.log(a) + frac * (math.log(b) - math.log(a))))
 
 
-def adaptive_expected(summary: pd.DataFrame, policy: pd.DataFrame, base: str,
-                      baseline: str = BASELINE_CONFIG) -> pd.Series:
-    """The TPOT speedup one launch of ``policy``'s schedule, built on configuration ``base``, should
-    reach per level: the chosen configuration's measured one where it drafts, ``zero_range_speedup``
-    where k = 0."""
-    levels = policy.sort_values("concurrency")
-    zero = zero_range_speedup(summary, base, list(levels["concurrency"]), baseline)
-    return pd.Series({row["concurrency"]: float(row["speedup_tpot"] if row["k"] > 0 else zero[row["concurrency"]])
-                      for row in levels.to_dict("records")}, name="expected_speedup_tpot")
+def with_cuts(policy: pd.DataFrame, summary: pd.DataFrame, baseline: str = BASELINE_CONFIG,
+              zero: pd.Series | None = None) -> pd.DataFrame:
+    """``policy`` with ``cut``: per level after the first, the load (its ``batch``, else its
+    ``concurrency``) where its range starts — where the previous level's choice and its own cross,
+    each one's measured speedup at both levels interpolated in log load (``crossing``); NaN on the
+    first. ``zero``: the k = 0 range's speedup per level, for a launch's table (spec-off's is 1.00)."""
+    if policy.empty:
+        return policy
+    key = "batch" if "batch" in policy else "concurrency"
+    levels = policy.sort_values(key)
+    speed = speedups_of(summary, baseline, zero)
+    at = lambda config, level: speed.get((config, level), math.nan)  # noqa: E731
+    rows = levels.to_dict("records")
+    cuts = [math.nan] + [crossing((float(a[key]), float(b[key])),
+                                  (at(a["config"], a["concurrency"]) - at(b["config"], a["concurrency"]),
+                                   at(a["config"], b["concurrency"]) - at(b["config"], b["concurrency"])))
+                         for a, b in zip(rows[:-1], rows[1:])]
+    return levels.assign(cut=cuts).sort_index()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,25 +132,26 @@ class BatchRanges:
                 f"from there to {self.max_batch}")
 
 
-def batch_cuts(batches) -> list[int]:
-    """The first batch size of each measured batch's range after the first: where the geometric mean
-    of two adjacent measured batches falls (the nearer one in log takes a batch between them)."""
-    return [math.ceil(math.sqrt(a * b) - 1e-9) for a, b in zip(batches[:-1], batches[1:])]
+def level_cuts(levels: pd.DataFrame, key: str) -> list[float]:
+    """Per level after the first (``levels`` sorted on ``key``), the load its range starts at: its
+    ``cut`` (``with_cuts``: where the speedups cross), else — a table made without the summary — the
+    geometric mean of the two loads (``crossing`` with nothing measured)."""
+    at = levels[key].to_numpy(float)
+    given = levels["cut"].to_numpy(float)[1:] if "cut" in levels else [math.nan] * (len(at) - 1)
+    return [c if not math.isnan(c) else crossing((a, b), (math.nan, math.nan))
+            for a, b, c in zip(at[:-1], at[1:], given)]
 
 
 def level_spans(policy: pd.DataFrame, max_batch: int = 4096) -> list[tuple[int, int, int, str]]:
-    """(first, last, k, config) per level over batch sizes, unmerged. With a ``batch`` column (a
-    noise-aware policy): from 1 to the geometric mean with the next measured batch, the last to
-    ``max_batch`` (``batch_ranges``). Without (the summary-only rule): each level's k from that level
-    up to the next level − 1, as launches printed before the batch was measured."""
-    if "batch" in policy:
-        levels = policy.sort_values("batch")
-        cuts = batch_cuts(levels["batch"].to_numpy(float))
-        starts, ends = [1, *cuts], [c - 1 for c in cuts] + [max_batch]
-    else:
-        levels = policy.sort_values("concurrency")
-        starts = [int(x) for x in levels["concurrency"]]
-        ends = [s - 1 for s in starts[1:]] + [max_batch]
+    """(first, last, k, config) per level over batch sizes, unmerged: each level's from where its
+    speedup crosses the previous level's choice (``level_cuts``) to the next cut − 1, the last to
+    ``max_batch``. Keyed on the measured ``batch`` (a noise-aware policy: the first from 1,
+    ``batch_ranges``), else on the ``concurrency`` (the summary-only rule: the first from its level)."""
+    key = "batch" if "batch" in policy else "concurrency"
+    levels = policy.sort_values(key)
+    cuts = [math.ceil(c - 1e-9) for c in level_cuts(levels, key)]
+    starts = [1 if key == "batch" else int(levels[key].iloc[0]), *cuts]
+    ends = [c - 1 for c in cuts] + [max_batch]
     configs = levels["config"] if "config" in levels else [""] * len(levels)
     return [(lo, hi, int(k), config) for lo, hi, k, config in zip(starts, ends, levels["k"], configs) if lo <= hi]
 
@@ -182,11 +168,12 @@ def merged(spans: list[tuple[int, int, int, str]]) -> list[list[int]]:
 
 
 def batch_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> BatchRanges:
-    """A noise-aware policy's ranges over the engine's batch (its ``batch`` column): k changes at the
-    geometric mean of adjacent measured batches, the first range starts at 1 and the last measured
-    choice holds beyond the largest measured batch (reported, not extrapolated: ``max_measured``).
-    Refused (ParameterError) without a batch-1 anchor, a level whose measured batch is at most
-    ``BATCH_ONE`` (PR #49163 requires one: below the smallest measured batch nothing says what pays)."""
+    """A noise-aware policy's ranges over the engine's batch (its ``batch`` column): k changes where
+    adjacent choices' speedups cross between measured batches (``level_spans``), the first range
+    starts at 1 and the last measured choice holds beyond the largest measured batch (reported, not
+    extrapolated: ``max_measured``). Refused (ParameterError) without a batch-1 anchor, a level whose
+    measured batch is at most ``BATCH_ONE`` (PR #49163 requires one: below the smallest measured
+    batch nothing says what pays)."""
     batches = sorted(float(b) for b in policy["batch"])
     if not batches or not 0 < batches[0] <= BATCH_ONE:
         smallest = f"{batches[0]:.3g}" if batches else "none"
@@ -213,9 +200,8 @@ def runs_of(values: list[int]) -> list[list[int]]:
 def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]]:
     """[[first, last, k], ...] over batch sizes (vLLM's ``num_speculative_tokens_per_batch_size``
     shape). A policy with a measured ``batch`` column (``noise_aware_policy``): ``batch_ranges``'
-    ranges, k changing at the geometric mean of adjacent measured batches from 1. One without (the
-    summary-only rule): each level's k holds from the level up to the next level − 1, the last
-    level's to ``max_batch``."""
+    ranges, from 1. One without (the summary-only rule): from its first level. Either way k changes
+    where adjacent choices' speedups cross (``level_spans``), the last level's holding to ``max_batch``."""
     if "batch" in policy:
         return batch_ranges(policy, max_batch).ranges
     return merged(level_spans(policy, max_batch))
@@ -231,65 +217,17 @@ def scheduled_config(policy: pd.DataFrame, batch: float, max_batch: int = 4096) 
 
 
 def policy_switch(policy: pd.DataFrame) -> float:
-    """The load where the policy stops speculating: the geometric mean of its last level that drafts
-    and the next one, which does not; where it drafts at every level, the load where its k first falls
-    (a schedule of k alone, e.g. 4 at low load and 1 above); NaN where neither happens (it never
-    drafts, or drafts one k throughout). The load is the measured ``batch`` where the policy carries
-    one (a noise-aware policy), else the ``concurrency``."""
+    """The load where the policy stops speculating: where its range after its last level that drafts
+    starts (``level_cuts``: where their speedups cross); where it drafts at every level, where its k
+    first falls (a schedule of k alone, e.g. 4 at low load and 1 above); NaN where neither happens (it
+    never drafts, or drafts one k throughout). The load is the measured ``batch`` where the policy
+    carries one (a noise-aware policy), else the ``concurrency``."""
     key = "batch" if "batch" in policy else "concurrency"
     levels = policy.sort_values(key)
-    at, ks = levels[key].to_numpy(float), levels["k"].to_numpy()
+    ks = levels["k"].to_numpy()
     falls = [i for i in range(1, len(ks)) if ks[i] < ks[i - 1]]
     i = next((i for i in falls if ks[i] == 0), falls[0] if falls and ks.all() else None)
-    return math.nan if i is None else float(math.sqrt(at[i - 1] * at[i]))
-
-
-@dataclass(frozen=True, kw_only=True)
-class LaunchChoice:
-    """The one launch a policy becomes on a server that runs one method: its per-level ``policy`` (as
-    ``serving_policy``'s table), the ``Launch`` engines print, and ``why_not``: why it drafts nowhere,
-    where it does not ("" otherwise)."""
-
-    policy: pd.DataFrame
-    launch: Launch
-    why_not: str = ""
-
-
-def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str, str] | None = None,
-                  records: pd.DataFrame | None = None) -> LaunchChoice:
-    """Each method family's launch (``launch_policy``: its own schedule, drafting where that beats its
-    k = 0 range) priced per level (``adaptive_expected``), and no speculation at all beside them; the
-    one whose worst level comes closest to the best static configuration there wins, ties to the
-    higher mean, then to the family ``policy`` (the one over every configuration) chose most. Where
-    ``policy`` drafts at no level (none paid within ``POLICY_FLOOR``), no launch drafts either.
-    ``drafts``: each launched configuration's head or draft-model folder, for the launch's ``model``;
-    ``records``: the sweep's, so each family's schedule follows the noise-aware rule as ``policy`` did."""
-    lengths, family_of = draft_lengths(summary), families(summary)
-    if not lengths:
-        return LaunchChoice(policy=policy, launch=as_launch(policy, "ngram", ""))
-    chosen = [c for c in policy["config"] if c != BASELINE_CONFIG] or list(lengths)
-    best = best_static(summary).set_index(shape_of(summary).column)["speedup_tpot"]
-    ranked = []
-    for family in sorted(set(family_of.values())):
-        members = {c: k for c, k in lengths.items() if family_of[c] == family}
-        own = launch_policy(summary, members, records=records)
-        ratio = adaptive_expected(summary, own, max(members, key=members.get)) / best.reindex(own["concurrency"])
-        votes = sum(family_of.get(c) == family for c in chosen)
-        ranked.append((round(float(ratio.min()), 6), round(float(ratio.mean()), 6), votes, family, own))
-    worst, mean, _, family, own = max(ranked, key=lambda r: r[:3])
-    spec_off = 1.0 / best.reindex(own["concurrency"])  # no speculation, against the same
-    if not (policy["k"] > 0).any() or (round(float(spec_off.min()), 6), round(float(spec_off.mean()), 6)) > \
-            (worst, mean):
-        off = own.assign(config=BASELINE_CONFIG, k=0, speedup_tpot=1.0)
-        return LaunchChoice(policy=off, launch=as_launch(off, family, ""), why_not=no_launch_why(policy, family))
-    return LaunchChoice(policy=own, launch=as_launch(own, family, launch_model(own, family, summary, drafts or {})))
-
-
-def families(summary: pd.DataFrame) -> dict[str, str]:
-    """Each speculative static configuration's method family (vLLM's words: ngram, eagle3, ...), as
-    its records carry it."""
-    rows = summary[(summary["config"] != BASELINE_CONFIG) & (summary["config"] != ADAPTIVE_CONFIG)]
-    return dict(zip(rows["config"], rows["family"])) if "family" in rows else {c: "ngram" for c in rows["config"]}
+    return math.nan if i is None else float(level_cuts(levels, key)[i - 1])
 
 
 def as_launch(policy: pd.DataFrame, family: str, draft: str) -> Launch:
@@ -297,26 +235,3 @@ def as_launch(policy: pd.DataFrame, family: str, draft: str) -> Launch:
     comes from (the first level that chose it)."""
     by_k = {int(r["k"]): r["config"] for r in policy.sort_values("concurrency").to_dict("records")[::-1]}
     return Launch(ranges=tuple(tuple(r) for r in policy_ranges(policy)), by_k=by_k, family=family, draft=draft)
-
-
-def no_launch_why(policy: pd.DataFrame, family: str) -> str:
-    """Why a launch drafts nowhere, given the policy over every configuration."""
-    if not (policy["k"] > 0).any():
-        return f"{family} did not pay at any level measured"
-    return (f"{family} pays at some levels, but its schedule's k = 0 ranges elsewhere cost more than that gains "
-            "(vLLM still takes the speculative path at k = 0), judged at its worst level against the best static "
-            "configuration")
-
-
-def launch_model(policy: pd.DataFrame, family: str, summary: pd.DataFrame, drafts: dict[str, str]) -> str:
-    """The ``model`` a pasted launch names for ``family``: the folder of the launched configuration its
-    levels chose most (an EAGLE-3 head's, a draft model's); a placeholder where the sweep ran on an
-    endpoint, whose folder only its operator knows; "" for a family that drafts without a model."""
-    members = [c for c, f in families(summary).items() if f == family]
-    folders = {c: drafts[c] for c in members if drafts.get(c)}
-    if folders:
-        chosen = [c for c in policy["config"] if c in folders] or list(folders)
-        return folders[max(sorted(set(chosen)), key=chosen.count)]
-    uses = summary[summary["config"].isin(members)]
-    needs_model = bool(uses["uses_model"].any()) if "uses_model" in uses else False
-    return f"<the {family} model's folder>" if needs_model else ""

@@ -19,7 +19,7 @@ and output lengths are seeded, and TPOT(b) and TTFT(b) were measured at the leve
   the share of sequence-seconds read off a clamped end. TTFT with nothing decoding is batch 1's.
 - **Adaptive** (the policy as one launch): TPOT(b) and TTFT(b) of the configuration its schedule
   runs at b (``serving_policy.scheduled_config``); in a k = 0 range spec-off's TPOT ÷ the k = 0
-  price (``serving_policy.zero_range_speedup``: vLLM still takes its speculative path there).
+  price (``serving_launch.zero_range_speedup``: vLLM still takes its speculative path there).
 - **Over the trace**: TPOT = Σ decode s ÷ Σ decode tokens over every round, what
   ``serving_summary.trace_check`` measures; forecast speedup = spec-off's forecast TPOT ÷ the
   configuration's. The columns are ``predict_trace``'s, so ``trace_prediction_table`` holds either
@@ -45,7 +45,8 @@ from specnb.measure.serving_load import arrival_gaps
 from specnb.measure.serving_rounds import batch_of
 from specnb.measure.serving_summary import draft_lengths
 from specnb.measure.serving_sweep import request_lengths
-from specnb.predict.serving_policy import families, scheduled_config, zero_range_speedup
+from specnb.predict.serving_launch import families, zero_range_speedup
+from specnb.predict.serving_policy import scheduled_config
 from specnb.predict.trace_prediction import batch_curve, tpot_at, tpot_curve
 
 TTFT_COLUMN = "mean_ttft_ms"

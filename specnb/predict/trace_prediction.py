@@ -24,7 +24,7 @@ and this does not, the miss is in how the forecast's queue filled, not in TPOT(b
   its decode time. Predicted trace speedup = predicted spec-off TPOT ÷ the configuration's.
 - **Adaptive** (the policy as one launch): at each batch, the TPOT of the configuration its schedule
   runs there (``serving_policy.scheduled_config``). Where the schedule says k = 0 that is spec-off's
-  curve: on vLLM a k = 0 range still takes the speculative path (``serving_policy.zero_range_speedup``
+  curve: on vLLM a k = 0 range still takes the speculative path (``serving_launch.zero_range_speedup``
   prices it), so the prediction is optimistic there by that step cost.
 """
 

@@ -2,6 +2,7 @@
 so what is launched, measured beside what, and stopped is what the test sees."""
 
 import contextlib
+import math
 
 import pandas as pd
 import pytest
@@ -66,25 +67,32 @@ def loop(monkeypatch):
     prompts = pd.DataFrame({"prompt": ["a", "b", "c", "d"], "id": list("abcd"), "category": "x"})
 
     def run(speedups_lo):
-        monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs: measured(speedups_lo))
+        monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs, seed: measured(speedups_lo))
         return policy_check.check_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80,
                                          on_forecast=seen["forecasts"].append), seen
+    run.start = start
     return run
 
 
 def test_a_paying_policy_is_launched_as_adaptive_and_measured_beside_the_static_ones(loop):
     result, seen = loop([1.2, 1.05, 0.8])
     assert result.adaptive.name == "adaptive" and result.adaptive.method == "ngram" and result.adaptive.k == 4
-    assert result.adaptive.schedule == [(1, 15, 4), (16, 4096, 0)]
+    # the k = 0 range costs n-gram's own δ (0.15 ms at 1: 7.69 ms × 5/3 − t(5) = 12.67), so it runs at 0.985x;
+    # ngram's 1.15 at 4 and 0.9 at 16 cross that at 4·4^(0.165 / 0.25) = 9.9
+    zero = 1 / (1 + (10 / 1.3 * 5 / 3 - (12 + 8 / 12)) / 10)
+    switch = 4 * 4 ** ((1.15 - zero) / 0.25)
+    assert result.adaptive.schedule == [(1, 9, 4), (10, 4096, 0)] and result.decision.switch == pytest.approx(switch)
+    assert result.decision.kind == "schedule" and result.decision.server is result.adaptive
     assert seen["started"] == [["spec-off", "ngram k=4"], ["adaptive"]]
     assert sorted(map(sorted, seen["stopped"])) == [["adaptive"], ["ngram k=4", "spec-off"]]
     first, check, trace = seen["sweeps"]
     assert first["targets"] == ["spec-off", "ngram k=4"] and check["targets"] == ["spec-off", "ngram k=4", "adaptive"]
     assert check["levels"] == [1, 4, 16] and check["load"] == "closed"
     assert first["probe"] == 80 and check["probe"] == trace["probe"] == 0  # probed once
-    # the policy switches off between 4 and 16, at 8: halfway in log concurrency, spec-off's 1 and 4 requests/s
-    assert trace["load"] == "open" and trace["burstiness"] == 0.25 and trace["levels"] == [pytest.approx(2.5)]
-    assert trace["prompts"] == 8 and result.rate == pytest.approx(2.5) and result.note == ""
+    # the trace keeps the switch in flight on spec-off: its request rate in log concurrency (1 at 4, 4 at 16)
+    rate = 1 + 3 * math.log(switch / 4, 16 / 4)
+    assert trace["load"] == "open" and trace["burstiness"] == 0.25 and trace["levels"] == [pytest.approx(rate)]
+    assert trace["prompts"] == 8 and result.rate == pytest.approx(rate) and result.note == ""
 
 
 def test_the_trace_is_forecast_from_the_sweep_alone_and_handed_over_before_it_is_sent(loop):
@@ -99,15 +107,50 @@ def test_the_trace_is_forecast_from_the_sweep_alone_and_handed_over_before_it_is
 def test_where_no_level_pays_nothing_is_launched_and_the_note_says_no_speculative_config(loop):
     result, seen = loop([0.9, 0.8, 0.7])
     assert result.adaptive is None and seen["started"] == [["spec-off", "ngram k=4"]]
-    assert len(seen["sweeps"]) == 1 and seen["stopped"] == [["spec-off", "ngram k=4"]]
-    assert "no --speculative-config" in result.note
+    assert seen["stopped"] == [["spec-off", "ngram k=4"]]
+    assert "no --speculative-config" in result.note and result.decision.kind == "none"
+    sweep, trace = seen["sweeps"]  # no check pass; the trace still holds the verdict against bursty load
+    assert trace["load"] == "open" and trace["targets"] == ["spec-off", "ngram k=4"]
+
+
+def test_a_launch_of_one_range_is_the_static_configuration_with_no_second_server_and_no_check_pass(loop):
+    result, seen = loop([1.2, 1.1, 1.05])  # ngram pays at every level: one range, k = 4 throughout
+    assert result.decision.kind == "static" and result.decision.config == "ngram k=4"
+    assert result.decision.server.name == "ngram k=4" and result.adaptive is None
+    assert seen["started"] == [["spec-off", "ngram k=4"]]  # nothing launched beside the static servers
+    sweep, trace = seen["sweeps"]  # no check pass: the sweep measured this launch as itself
+    assert trace["load"] == "open" and trace["targets"] == ["spec-off", "ngram k=4"]
+    assert "a static configuration measured as itself" in result.note
 
 
 def test_adaptive_takes_the_family_member_with_the_largest_k():
-    policy = pd.DataFrame({"concurrency": [1, 4], "k": [2, 0]})
+    from specnb.predict.serving_decision import scheduled_server
+
+    policy = pd.DataFrame({"concurrency": [1, 4], "k": [2, 0]})  # no speedups: the cut at the geometric mean
     configs = [config(), config("ngram", 2), config("ngram", 4)]
-    adaptive = policy_check.adaptive_config(configs, policy, "ngram")
-    assert (adaptive.name, adaptive.k, adaptive.schedule) == ("adaptive", 2, [(1, 3, 2), (4, 4096, 0)])
-    assert policy_check.adaptive_config(configs, policy.assign(k=0), "ngram") is None
-    # drafting at every level is a static launch: vLLM's dynamic path costs more at the same k
-    assert policy_check.adaptive_config(configs, policy.assign(k=2), "ngram").schedule is None
+    adaptive = scheduled_server(configs, policy, "ngram")
+    assert (adaptive.name, adaptive.k, adaptive.schedule) == ("adaptive", 2, [(1, 1, 2), (2, 4096, 0)])
+    assert scheduled_server(configs, policy.assign(k=0), "ngram") is None
+
+
+def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkeypatch, loop):
+    """The summary's CIs depend on the run's seed: the seed reaches the summary the decision is made
+    from, and the policy text and verdict render that one decision, so each seed prints exactly the
+    schedule its check launched (the notebook's path: ``decision = loop.decision``)."""
+    import json
+
+    from specnb.app.text.serving_verdicts import launch_verdict, policy_text
+    from specnb.engine.engines.engine_vllm import launch_text
+
+    bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95
+    monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs, seed: measured(bounds[seed]))
+    printed = {}
+    for seed in bounds:
+        result = policy_check.check_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
+                                           closed(1, 4, 16), start=loop.start, seed=seed)
+        report, (verdict, line) = policy_text(result.decision), launch_verdict(result.decision)
+        launched = launch_text(result.adaptive)
+        assert report.values["policy_vllm"] == launched == line == result.decision.launch_line
+        assert f"`--speculative-config '{launched}'`" in verdict and result.decision.seed == seed
+        printed[seed] = json.loads(launched)["num_speculative_tokens_per_batch_size"]
+    assert printed[0] != printed[1] and printed[1][0][:2] == [1, 1]  # seed 1 drafts at 1 only

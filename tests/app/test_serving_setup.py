@@ -137,7 +137,9 @@ def test_the_probe_reaches_the_largest_verification_batch_and_drafts_are_named_b
     configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=6),
                VllmConfig(model="/m", method="eagle3", draft="/heads/e3", k=3)]
     assert setup.probe_max_tokens([1, 8], configs) == 8 * 7
-    assert setup.config_drafts(configs) == {"eagle3 k=3": "/heads/e3"}
+    from specnb.predict.serving_decision import config_drafts
+
+    assert config_drafts(configs) == {"eagle3 k=3": "/heads/e3"}
 
 
 def test_endpoints_are_loopback_unless_remote_is_allowed(monkeypatch):

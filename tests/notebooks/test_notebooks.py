@@ -175,8 +175,9 @@ def test_the_serving_notebook_on_vllm_without_vllm_is_a_note_not_a_failure(tmp_p
 def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     """The engine seam end to end: notebook 08's smoke path on the simulated engine (registered through
     ``specnb.engine.engines.engine_simulated``, nothing else knows it): spec-off and n-gram started,
-    counters read, greedy text identical, summary, the policy launched as one scheduled server and
-    checked, its text — and every process it started gone after."""
+    counters read, greedy text identical, summary, the one decision (n-gram paying at every level: its
+    static configuration, so no second server and no check pass), the bursty trace over the static
+    configurations, its text — and every process it started gone after."""
     tag = uuid.uuid4().hex
     # drafting pays far beyond the noise (about 2.7x at one request), so the policy drafts and is launched, however
     # loaded the machine running the test is
@@ -194,11 +195,13 @@ def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     assert (ngram["spec_decode_num_drafts"] > 0).all() and ngram["alpha"].between(0, 1).all()
     assert set(summary["engine"]) == {"simulated"} and set(summary["k"]) == {0, 3}  # the records carry the record
     results = json.loads((tmp_path / "08_serving.summary.json").read_text())["results"]
-    assert json.loads(results["policy_vllm"])["method"] == "ngram"  # the policy, as a user pastes it
-    check = pd.read_csv(tmp_path / "08_serving.check_summary.csv")
-    assert "adaptive" in set(check["config"]) and (tmp_path / "08_serving.trace.csv").is_file()
+    assert json.loads(results["policy_vllm"]) == {"method": "ngram", "num_speculative_tokens": 3}  # as launched
+    assert results["launch_kind"] == "static" and results["launch_line"] == results["policy_vllm"]  # the trace agrees
+    assert not (tmp_path / "08_serving.check_summary.csv").exists()  # the sweep measured this launch as itself
+    trace = pd.read_csv(tmp_path / "08_serving.trace.csv")
+    assert set(trace["config"]) == {"spec-off", "ngram k=3"} and trace["adaptive_mean_tpot_ms"].isna().all()
     # the trace forecast, written before the trace, then held against it; the reconstruction beside it
-    assert set(results["trace_forecast"]) == {"spec-off", "ngram k=3", "adaptive"}
+    assert set(results["trace_forecast"]) == {"spec-off", "ngram k=3"}
     assert results["trace_forecast_median_error"] >= 0 and "trace_reconstruction_median_error" in results
     assert processes_with(tag) == []  # the kernel and every simulated server are gone
 

@@ -13,18 +13,14 @@ from specnb.engine.engines.seam import SPEC_OFF, Speculation
 from specnb.engine.simulated import SimCost, crossover, expected_speedup
 from specnb.measure.serving_summary import draft_lengths
 from specnb.predict.noise_aware import noise_aware_policy
-from specnb.predict.serving_policy import (
+from specnb.predict.serving_launch import (
     adaptive_expected,
-    as_launch,
-    batch_ranges,
     choose_launch,
     launch_policy,
     no_launch_why,
-    policy_ranges,
-    policy_switch,
-    serving_policy,
     zero_range_speedup,
 )
+from specnb.predict.serving_policy import as_launch, batch_ranges, policy_ranges, policy_switch, serving_policy
 
 
 def one_method_each(eagle3: list[float], ngram=(1.12, 1.08, 1.05, 0.95)) -> pd.DataFrame:
@@ -60,10 +56,12 @@ def test_one_vllm_launch_is_chosen_by_its_worst_level_with_every_k0_range_priced
     # eagle3's launch drafts at 4 too (0.90 beats its k = 0 range's 0.755), not at 16 (0.60 does not)
     eagle3 = launch_policy(summary, {"eagle3 k=3": 3})
     assert list(eagle3["k"]) == [3, 3, 3, 0]
-    assert list(adaptive_expected(summary, eagle3, "eagle3 k=3")) == pytest.approx([1.17, 1.10, 0.90, zero[16]])
+    expected = adaptive_expected(summary, eagle3, "eagle3 k=3")
+    assert list(expected["speedup_tpot"]) == pytest.approx([1.17, 1.10, 0.90, zero[16]])
     # n-gram's launch drafts at 16 as well (0.95 against 0.76 at k = 0): worst level 0.95 of the best static,
     # eagle3's 0.755, vLLM without speculation's 1 / 1.17
     choice = choose_launch(summary, overall)
+    assert (choice.kind, choice.config) == ("static", "ngram k=4")  # one range: the static configuration itself
     assert choice.launch.family == "ngram" and list(choice.policy["k"]) == [4, 4, 4, 4]
     assert choice.launch.ranges == ((1, 4096, 4),) and choice.launch.draft == "" and choice.why_not == ""
     # where the head pays at every level its schedule has no k = 0, and it is the one launch
@@ -80,7 +78,7 @@ def test_one_vllm_launch_is_chosen_by_its_worst_level_with_every_k0_range_priced
     choice = choose_launch(lone, alone)
     assert choice.launch.family == "ngram" and list(choice.policy["k"]) == [0, 0, 0, 0]
     assert set(choice.policy["config"]) == {"spec-off"} and not choice.launch.drafts
-    assert "k = 0 ranges elsewhere cost more" in choice.why_not
+    assert "k = 0 ranges elsewhere cost more" in choice.why_not and choice.kind == "none"
     assert "did not pay at any level" in no_launch_why(alone.assign(k=0), "ngram")
 
 
@@ -90,9 +88,12 @@ def test_policy_ranges_and_pasteable_forms():
         "speedup_tpot": [1.5, 1.3, 1.1, 1.2, 0.9, 0.95], "speedup_tpot_lo": [1.3, 1.1, 0.95, 1.05, 0.8, 0.85]})
     policy = serving_policy(summary, {"ngram-simple k=4": 4, "ngram-simple k=2": 2})
     assert list(policy["k"]) == [4, 2, 0] and list(policy["config"])[2] == "spec-off"
-    assert policy_ranges(policy) == [[1, 3, 4], [4, 15, 2], [16, 4096, 0]]
+    # k changes where the speedups cross, linear in log concurrency: 4 → 2 at 4^(0.2 / 0.3) = 2.5 (k = 4 leads by
+    # 0.2 at 1, trails by 0.1 at 4), 2 → 0 at 4·4^(0.2 / 0.25) = 12.1 (k = 2 at 1.2, then 0.95 against spec-off's 1)
+    assert policy["cut"].tolist()[1:] == pytest.approx([4 ** (2 / 3), 4 * 4 ** 0.8])
+    assert policy_ranges(policy) == [[1, 2, 4], [3, 12, 2], [13, 4096, 0]]
     launch = as_launch(policy, "ngram", "")
-    assert launch.ranges == ((1, 3, 4), (4, 15, 2), (16, 4096, 0))
+    assert launch.ranges == ((1, 2, 4), (3, 12, 2), (13, 4096, 0))
     assert launch.by_k == {4: "ngram-simple k=4", 2: "ngram-simple k=2", 0: "spec-off"}
 
 
@@ -103,7 +104,7 @@ def test_a_policy_that_never_speculates_is_no_speculative_config():
     assert list(policy["k"]) == [0, 0]
     assert not as_launch(policy, "ngram", "").drafts
     paying = serving_policy(summary.assign(speedup_tpot=[1.2, 0.88], speedup_tpot_lo=[1.1, 0.8]), {"ngram k=4": 4})
-    assert as_launch(paying, "ngram", "draft").ranges == ((1, 7, 4), (8, 4096, 0))
+    assert as_launch(paying, "ngram", "draft").ranges == ((1, 3, 4), (4, 4096, 0))  # 1.2 → 0.88: crosses 1 at 3.7
 
 
 def test_the_policy_switches_off_between_its_last_drafting_level_and_the_next():
@@ -161,7 +162,7 @@ def test_the_noise_aware_policy_switches_where_the_truth_does_within_one_level(s
     switch = policy_switch(policy)
     around = np.searchsorted(batches, stop)
     assert batches[max(0, around - 2)] <= switch <= batches[min(len(batches) - 1, around + 1)]
-    assert serving_policy(summary, records=records).equals(policy)  # given 3 rounds, the policy is this one
+    assert serving_policy(summary, records=records).drop(columns="cut").equals(policy)  # given 3 rounds, this one
     assert (policy["rounds"] == 3).all()
     checked = pd.concat([records, records[records["config"] == "ngram k=4"].assign(config="adaptive")])
     assert noise_aware_policy(checked, summary).equals(policy)  # a launch measured beside them is no candidate
@@ -230,3 +231,66 @@ def test_rounds_that_agree_do_not_make_a_gain_whose_ci_holds_1_pay(swept):
     held = noise_aware_policy(records, summary.assign(speedup_tpot_lo=0.95)).set_index("concurrency")
     assert (clear["k"] > 0).any() and (held["k"] == 0).all()
     assert (held.loc[clear.index[clear["k"] > 0], "tie_with"] != "").all()  # named, not silently dropped
+
+
+# ------------------------------------------------------------ the launch: every candidate, each priced with its CI
+
+def flat_step(ngram: list[float], ngram_lo: list[float]) -> pd.DataFrame:
+    """spec-off whose step barely grows (10 ms at 1 to 12 ms at 16) and n-gram k=4 that drafts little per
+    accepted token (100 tokens in 83.3 steps): its own step cost δ is small, so a k = 0 range runs at about
+    0.98x; n-gram's upper bounds 0.04 above its points."""
+    levels, step = [1, 2, 4, 16], [10.0, 10.1, 10.4, 12.0]
+    rows = [{"config": "spec-off", "k": 0, "family": "none", "uses_model": False, "concurrency": b,
+             "mean_tpot_ms": t, "speedup_tpot": 1.0, "speedup_tpot_lo": 1.0, "speedup_tpot_hi": 1.0,
+             "tokens_predicted": 100.0, "spec_decode_draft_tokens": 0.0, "spec_decode_accepted_tokens": 0.0}
+            for b, t in zip(levels, step)]
+    rows += [{"config": "ngram k=4", "k": 4, "family": "ngram", "uses_model": False, "concurrency": b,
+              "mean_tpot_ms": t / x, "speedup_tpot": x, "speedup_tpot_lo": lo, "speedup_tpot_hi": x + 0.04,
+              "tokens_predicted": 100.0, "spec_decode_draft_tokens": 333.3, "spec_decode_accepted_tokens": 16.7}
+             for b, t, x, lo in zip(levels, step, ngram, ngram_lo)]
+    return pd.DataFrame(rows)
+
+
+def test_a_static_configuration_ahead_at_every_level_is_the_launch_not_a_schedule_with_a_k0_range():
+    summary = flat_step([1.12, 1.08, 1.05, 1.03], [1.04, 1.00, 0.97, 0.90])
+    policy = serving_policy(summary)
+    assert list(policy["k"]) == [4, 4, 4, 0]  # at 16 its CI admits a 10% loss: the policy keeps spec-off
+    schedule = launch_policy(summary, {"ngram k=4": 4})
+    assert list(schedule["k"]) == [4, 4, 4, 0]  # and 1.03 [0.90–] does not beat the k = 0 range's 0.98 by the rule
+    choice = choose_launch(summary, policy)
+    # the schedule runs 0.98 at 16 where n-gram itself measured 1.03, the best static there: 0.95 of it; n-gram
+    # at every level is 1.00 of the best static everywhere, and one range is no schedule
+    assert (choice.kind, choice.config) == ("static", "ngram k=4")
+    assert choice.launch.ranges == ((1, 4096, 4),) and list(choice.policy["k"]) == [4, 4, 4, 4]
+    assert list(choice.candidates["candidate"]) == ["ngram k=4", "ngram schedule", "spec-off"]
+    assert choice.candidates["worst"].tolist()[:2] == pytest.approx([1.0, 0.98 / 1.03], abs=0.005)
+
+
+def test_a_k0_range_is_judged_with_its_own_ci_as_drafting_is():
+    from specnb.predict.serving_launch import drafts_over_zero, zero_range_ci
+
+    summary = flat_step([1.12, 1.08, 1.05, 1.03], [1.04, 1.00, 0.97, 0.90])
+    zero = zero_range_ci(summary, "ngram k=4", [1, 16])
+    # the calibration's CI: n-gram's TPOT at 1 read at 1.04x and 1.16x prices δ dearer and cheaper
+    assert (zero["speedup_tpot_lo"] < zero["speedup_tpot"]).all()
+    assert (zero["speedup_tpot"] < zero["speedup_tpot_hi"]).all()
+    assert zero.loc[16, "speedup_tpot"] == pytest.approx(zero_range_speedup(summary, "ngram k=4", [16])[16])
+    # drafting at 1.00 [0.945–] against a range at 0.97: its point is ahead, and against the range's point its
+    # lower bound holds (0.945 ≥ 0.95 × 0.97); against the range's upper bound 1.00 it admits a loss over 5%
+    assert not drafts_over_zero((1.0, 0.945, 1.05), (0.97, 0.94, 1.0))
+    assert drafts_over_zero((1.0, 0.955, 1.05), (0.97, 0.94, 1.0))
+    assert not drafts_over_zero((0.96, 0.955, 0.97), (0.97, 0.97, 0.97))  # behind it: the range runs
+
+
+def test_a_switch_sits_where_the_interpolated_speedups_cross_not_at_the_geometric_mean():
+    from specnb.predict.serving_policy import with_cuts
+
+    summary = pd.DataFrame({"config": ["spec-off", "ngram k=4"] * 2, "concurrency": [1, 1, 4, 4],
+                            "speedup_tpot": [1.0, 1.5, 1.0, 0.9]})
+    policy = pd.DataFrame({"concurrency": [1, 4], "batch": [1.0, 3.5], "config": ["ngram k=4", "spec-off"],
+                           "k": [4, 0]})
+    assert policy_ranges(policy) == [[1, 1, 4], [2, 4096, 0]]  # no speedups to read: the geometric mean, 1.87
+    cut = with_cuts(policy, summary)
+    # 1.5 at a batch of 1 to 0.9 at 3.5, linear in log batch, meets spec-off's 1.00 at 3.5^(5/6) = 2.84
+    assert cut["cut"].iloc[1] == pytest.approx(3.5 ** (5 / 6))
+    assert policy_ranges(cut) == [[1, 2, 4], [3, 4096, 0]] and policy_switch(cut) == pytest.approx(3.5 ** (5 / 6))

@@ -18,7 +18,8 @@ from specnb.measure.serving_load import RequestRecord, Target, arrival_gaps
 from specnb.measure.serving_steady import Run
 from specnb.measure.serving_summary import trace_check, trace_rate
 from specnb.predict.noise_aware import noise_aware_policy
-from specnb.predict.serving_policy import policy_ranges, policy_switch, zero_range_speedup
+from specnb.predict.serving_launch import zero_range_speedup
+from specnb.predict.serving_policy import policy_ranges, policy_switch
 from specnb.predict.trace_forecast import (
     TraceRound,
     adaptive_readers,

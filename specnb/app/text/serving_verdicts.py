@@ -7,15 +7,13 @@ import math
 
 import pandas as pd
 
-from specnb.app.serving_setup import config_drafts
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, engine_named, engine_of
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
-from specnb.predict.serving_policy import as_launch, batch_ranges, choose_launch
+from specnb.predict.serving_decision import ServingDecision, adaptive_ran
+from specnb.predict.serving_policy import batch_ranges
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms
-
-SCHEDULE_FORMAT = "vllm"  # the engine whose --speculative-config is the form a per-batch-size schedule is pasted in
 
 
 def fmt_ci(row, metric: str) -> str:
@@ -127,29 +125,42 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
-def policy_text(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, configs: list,
-                records: pd.DataFrame | None = None) -> Report:
-    """The policy per level, then as one ``--speculative-config`` (vLLM's form, the one a per-batch-size
-    schedule is pasted in; one method per server: the family whose own schedule comes closest to the
-    best static configuration at its worst level, ``choose_launch``, with the ``model`` folder of a
-    head or draft model) and, for an engine whose speculation is fixed per launch, its own lines per
-    load range (``ServingEngine.policy_lines``)."""
-    if policy.empty:
+def policy_text(decision: ServingDecision) -> Report:
+    """The decision's policy per level, then its one launch as one ``--speculative-config`` (vLLM's form,
+    the one a per-batch-size schedule is pasted in; one method per server: of every launch priced, the
+    one closest to the best static configuration at its worst level, ``serving_launch.choose_launch``,
+    with the ``model`` folder of a head or draft model) and, for an engine whose speculation is fixed
+    per launch, its own lines per load range (``decision.lines``). Renders ``decision`` only."""
+    policy = decision.policy
+    if not decision.kind:
         return Report("No speculative configuration to choose from.", {})
-    choice = choose_launch(summary, policy, config_drafts(configs), records=records)
-    launch = engine_named(SCHEDULE_FORMAT).launch_json(choice.launch)
-    lines = engine_named(engine).policy_lines(as_launch(policy, choice.launch.family, ""), configs)
-    family = choice.launch.family
-    launch_part = (f"vLLM (`--speculative-config`, {family}, the ranges as measured here):\n\n```\n{launch}\n```"
-                   if launch else f"vLLM: no `--speculative-config` ({choice.why_not}, so launch vLLM without "
-                                  "speculation)")
-    label = engine_named(engine).label
+    launch, family = decision.launch_json, decision.launch.family
+    if not launch:
+        launch_part = f"vLLM: no `--speculative-config` ({decision.why_not}, so launch vLLM without speculation)"
+    elif len(decision.launch.ranges) > 1:
+        launch_part = f"vLLM (`--speculative-config`, {family}, the ranges as measured here):\n\n```\n{launch}\n```"
+    else:
+        launch_part = (f"vLLM (`--speculative-config`, {decision.launch.by_k[decision.launch.ranges[0][2]]} at every "
+                       f"load: a schedule of one range is that static configuration):\n\n```\n{launch}\n```")
+    label = engine_named(decision.engine).label
     body = (bullets([policy_level(r) for r in policy.to_dict("records")])
             + (f"\n\nOver the engine's batch: {batch_ranges(policy).text()}." if "batch" in policy else "")
-            + f"\n\n{launch_part}"
-            + (f"\n\n{label} (speculation is fixed per launch: pick by the load you expect):\n\n" + bullets(lines)
-               if lines else ""))
-    return Report(body, {"policy_vllm": launch or "no --speculative-config", "policy_llama_server": lines})
+            + f"\n\n{launch_part}" + candidates_text(decision.candidates)
+            + (f"\n\n{label} (speculation is fixed per launch: pick by the load you expect):\n\n"
+               + bullets(list(decision.lines)) if decision.lines else ""))
+    return Report(body, {"policy_vllm": launch or "no --speculative-config",
+                         "policy_llama_server": list(decision.lines)})
+
+
+def candidates_text(candidates: pd.DataFrame) -> str:
+    """Every launch priced, chosen first: its speedup over the best static configuration at its worst
+    level and on average (``serving_launch.rank_launches``)."""
+    if candidates.empty:
+        return ""
+    each = ", ".join(f"{r['candidate']} {r['worst']:.2f} (mean over levels {r['mean']:.2f})"
+                     for r in candidates.to_dict("records"))
+    return (f"\n\nEach launch as a share of the best static configuration's speedup, at its worst level: {each} — "
+            f"{candidates['candidate'].iloc[0]} chosen.")
 
 
 def policy_level(row: dict) -> str:
@@ -184,104 +195,77 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
     return Report(bullets(lines), {"machine": machine, "verdict": verdict})
 
 
-def launch_verdict(summary: pd.DataFrame, policy: pd.DataFrame, engine: str, configs: list,
-                   trace: pd.DataFrame | None = None, records: pd.DataFrame | None = None) -> tuple[str, str]:
+def launch_verdict(decision: ServingDecision, trace: pd.DataFrame | None = None) -> tuple[str, str]:
     """The one answer a report gives: (line, value), what to launch for the load this run measured and
-    what that rests on. Where the bursty trace ran (the load most like production), it judges, with
-    paired CIs and ties going to the simplest configuration (``trace_launch``). Otherwise the per-level
-    policy does: no level drafting is "launch without speculation"; one configuration at every level is
-    that configuration; a mix is the engine's schedule where it takes one (``launch_json``), else its
-    lines per load range. ``value``: what a user pastes ("" for no speculation, "adaptive" for the
-    schedule the check launched)."""
-    if trace is not None and len(trace):
-        line, value = trace_launch(trace, configs)
-        return "**verdict**: " + line.removeprefix("launch for load like this trace: ") + \
+    what that rests on, rendered from ``decision``. Where the bursty trace ran (the load most like
+    production: ``with_trace``), it judges, with paired CIs and ties going to the simplest
+    configuration (``trace_launch``; ``trace``: ``serving_summary.trace_check``'s table). Otherwise
+    the decision's launch: no speculation, one static configuration at every load, a schedule, or an
+    engine's lines per load range. ``value``: ``decision.launch_line``, what a user pastes ("" for no
+    speculation)."""
+    value = decision.launch_line
+    if decision.trace_pick and trace is not None and len(trace):
+        return "**verdict**: " + trace_launch(decision, trace).removeprefix("launch for load like this trace: ") + \
             " — judged over the bursty trace (paired 95% CIs; a tie goes to the simplest)", value
-    if policy.empty or "speedup_tpot" not in summary:
+    policy = decision.policy
+    if not decision.kind:
         return "", ""
     loads = f"{policy['concurrency'].min():g}–{policy['concurrency'].max():g} concurrent"
-    drafting = policy[policy["k"] > 0]
-    if drafting.empty:
-        return (f"**verdict**: launch without speculation for {loads} — no configuration beat spec-off beyond the "
-                "noise at any level measured"), ""
-    choice = choose_launch(summary, policy, config_drafts(configs), records=records)
-    served = engine_named(engine)
-    if set(policy["config"]) == {drafting["config"].iloc[0]}:
-        config = drafting["config"].iloc[0]
-        text = next((engine_of(c).launch_text(c) for c in configs if c.name == config), "")
-        return (f"**verdict**: launch **{config}**" + (f" (`{text}`)" if text else "") + f" at every load measured "
-                f"({loads}): the policy chose it at each level"), text
-    if served.schedules:
-        text = served.launch_json(choice.launch)
-        return (f"**verdict**: launch the schedule `--speculative-config '{text}'` for {loads} (not checked as one "
-                "server here: no bursty trace ran)" if text else
-                f"**verdict**: launch without speculation for {loads} — {choice.why_not}"), text
-    lines = served.policy_lines(as_launch(policy, choice.launch.family, ""), configs)
-    return (f"**verdict**: {served.label} fixes speculation per launch, so pick by the load you expect: "
-            + "; ".join(lines)), "; ".join(lines)
+    if decision.kind == "none":
+        why = ("no configuration beat spec-off beyond the noise at any level measured" if not (policy["k"] > 0).any()
+               else decision.why_not)
+        return f"**verdict**: launch without speculation for {loads} — {why}", value
+    if decision.kind == "static":
+        why = ("of every launch, the closest to the best static configuration at its worst level "
+               f"({decision.candidates['worst'].iloc[0]:.2f} of it)" if len(decision.candidates) else
+               "the policy chose it at each level")
+        return (f"**verdict**: launch **{decision.config}**" + (f" (`{value}`)" if value else "")
+                + f" at every load measured ({loads}): {why}"), value
+    if decision.kind == "schedule":
+        return (f"**verdict**: launch the schedule `--speculative-config '{value}'` for {loads} (not checked as one "
+                "server here: no bursty trace ran)"), value
+    return (f"**verdict**: {engine_named(decision.engine).label} fixes speculation per launch, so pick by the load "
+            "you expect: " + value), value
 
 
-def trace_launch(trace: pd.DataFrame, configs=()) -> tuple[str, str]:
-    """What the trace supports launching: (line, value). The adaptive schedule only where it wins: its
-    95% CI against every static configuration, spec-off included, lies above 1 (``beats``). Otherwise
-    the simplest configuration inside the tie with the trace's fastest (``best``; inside: its CI
-    against the best holds 1), as its ``--speculative-config`` (``configs``: the static ``VllmConfig``s;
-    "" for spec-off). Simplest: spec-off, then static configurations by smaller k, then the schedule.
-    As vLLM's proposed ``tune_speculative_k`` (PR #49163) does, a difference within the noise is a
-    tie, and a tie goes to the simpler setting: nothing measurable is given up for it."""
-    if trace["beats"].all():
-        return ("launch for load like this trace: the adaptive line above (faster than every static "
-                "configuration, each 95% CI above 1)"), "adaptive"
-    pick = min(tied_with_best(trace), key=lambda name: simplicity(name, trace))
-    if pick == ADAPTIVE_CONFIG:  # the fastest, no static one in its noise (failed requests can leave a CI NaN)
-        return "launch for load like this trace: the adaptive line above (the fastest over the trace)", "adaptive"
+def trace_launch(decision: ServingDecision, trace: pd.DataFrame) -> str:
+    """What the trace supports launching (``decision.trace_pick``, ``serving_decision.with_trace``), as
+    one line with what it rests on: the adaptive schedule only where its 95% CI against every static
+    configuration lies above 1; otherwise the simplest configuration inside the noise of the fastest,
+    as its ``--speculative-config`` (``decision.trace_json``)."""
+    pick, ran = decision.trace_pick, adaptive_ran(trace)
+    if pick == ADAPTIVE_CONFIG:
+        return ("launch for load like this trace: the adaptive line above (faster than every static configuration, "
+                "each 95% CI above 1)" if trace["beats"].all() else
+                "launch for load like this trace: the adaptive line above (the fastest over the trace)")
     row, best = trace.set_index("config").loc[pick], trace["best"].iloc[0]
-    line = next((engine_of(c).launch_text(c) for c in configs if c.name == pick), "")
-    what = f"`--speculative-config '{line}'`" if line else "no `--speculative-config`"
+    what = f"`--speculative-config '{decision.trace_json}'`" if decision.trace_json else "no `--speculative-config`"
     why = ("the fastest over the trace" if pick == best else
            f"the simplest inside the noise of the fastest, {best} ({fmt_ci(row, 'speedup_over_best')} of its speed)")
-    return (f"launch for load like this trace: **{pick}**, {what} — {why} (adaptive ran "
-            f"{fmt_ci(row, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the line to paste for "
-            "it; a load that stays at one level reads the table per level"), line
+    schedule = (f" (adaptive ran {fmt_ci(row, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the "
+                "line to paste for it" if ran else "")
+    return (f"launch for load like this trace: **{pick}**, {what} — {why}{schedule}; a load that stays at one level "
+            "reads the table per level")
 
 
-def tied_with_best(trace: pd.DataFrame) -> list[str]:
-    """The configurations whose TPOT CI against the trace's fastest holds 1 (NaN, too few prompts to
-    tell: a tie), the fastest included; adaptive's is its own CI against the best static one."""
-    holds = lambda lo, hi: ~((lo > 1.0) | (hi < 1.0))  # noqa: E731
-    best = trace["best"].iloc[0]
-    names = trace.loc[holds(trace["speedup_over_best_lo"], trace["speedup_over_best_hi"]), "config"].tolist()
-    against = trace[trace["config"] == best]
-    if best == ADAPTIVE_CONFIG or holds(against["adaptive_speedup_tpot_lo"], against["adaptive_speedup_tpot_hi"]).all():
-        names.append(ADAPTIVE_CONFIG)
-    return names
-
-
-def simplicity(name: str, trace: pd.DataFrame) -> tuple[int, float]:
-    """Sort key, simplest first: spec-off, static configurations by k (as the trace's records carry
-    it), the schedule."""
-    if name == BASELINE_CONFIG:
-        return 0, 0
-    if name == ADAPTIVE_CONFIG:
-        return 2, 0
-    ks = dict(zip(trace["config"], trace["k"])) if "k" in trace else {}
-    return 1, float(ks[name]) if name in ks and not pd.isna(ks[name]) else math.inf
-
-
-def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) -> Report:
-    """The policy launched as its own configuration (``policy_check.PolicyCheck``): its TPOT speedup
-    against the best static configuration per level (target ≥ 0.95x of it), its paired TPOT speedup
-    over the bursty trace against every static configuration (target: each 95% CI above 1), and what the trace
-    supports launching (``trace_launch``; ``configs``: the static ``VllmConfig``s)."""
+def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: ServingDecision | None = None) -> Report:
+    """The decision launched (``policy_check.PolicyCheck``): a schedule as its own server, its TPOT
+    speedup against the best static configuration per level (target ≥ 0.95x of it); over the bursty
+    trace, every configuration that ran — adaptive's paired TPOT speedup against each static one
+    (target: each 95% CI above 1), or the static ones' over spec-off where no schedule was launched —
+    and what the trace supports launching (``trace_launch``; ``decision``: ``with_trace``'s, else the
+    loop's)."""
     if loop is None:
         return Report("The policy is launched as its own server (`adaptive`) where notebook 08 starts an engine that "
                       "changes k with the batch (vLLM, the simulated engine) on closed-loop levels.", {})
+    decision = decision or loop.decision
     if loop.adaptive is None:
-        return Report(f"No `adaptive` launch: {loop.note}.", {"adaptive": "none"})
-    spec = engine_of(loop.adaptive).launch_text(loop.adaptive)  # as launched: a head's or draft's folder included
-    lines = [f"launched as `--speculative-config '{spec}'`, measured again at every level beside spec-off and the "
-             "static configurations"]
-    values = {"adaptive": spec}
+        lines, values = [f"no `adaptive` launch: {loop.note}"], {"adaptive": "none"}
+    else:
+        spec = engine_of(loop.adaptive).launch_text(loop.adaptive)  # as launched: a head's or draft's folder included
+        lines = [f"launched as `--speculative-config '{spec}'`, measured again at every level beside spec-off and the "
+                 "static configurations"]
+        values = {"adaptive": spec}
     for row in check.to_dict("records"):
         lines.append(f"{row['concurrency']:g} concurrent: adaptive {fmt_ci(row, 'speedup_tpot')} against "
                      f"{row['best_static']} {row['best_static_speedup_tpot']:.2f}x: {row['ratio']:.2f} of it"
@@ -291,7 +275,7 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) ->
     if len(check):
         values["adaptive_meets_every_level"] = bool(check["meets"].all())
         values["adaptive_min_ratio"] = float(check["ratio"].min())
-    if len(trace):
+    if len(trace) and adaptive_ran(trace):
         others = ", ".join(f"{r['config']} {r['mean_tpot_ms']:.1f} ms (adaptive {r['adaptive_speedup_tpot']:.2f}x "
                            f"[{interval_text(r['adaptive_speedup_tpot_lo'], r['adaptive_speedup_tpot_hi'])}])"
                            for r in trace.to_dict("records"))
@@ -300,11 +284,18 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, configs=()) ->
                      + ("faster than every static configuration (each 95% CI above 1)" if trace["beats"].all()
                         else "not measurably faster than " + ", ".join(trace.loc[~trace["beats"], "config"])))
         values["adaptive_beats_every_static_on_trace"] = bool(trace["beats"].all())
-        line, values["vllm_launch_for_trace"] = trace_launch(trace, configs)
-        lines.append(line)
-    if loop.note:
+    elif len(trace):
+        each = ", ".join(f"{r['config']} {r['mean_tpot_ms']:.1f} ms" + (
+            "" if r["config"] == BASELINE_CONFIG else f" ({fmt_ci(r, 'speedup_tpot')} over spec-off)")
+            for r in trace.to_dict("records"))
+        lines.append(f"bursty trace at {loop.rate:.2f} requests/s on average, the static configurations alone: mean "
+                     f"TPOT {each}")
+    if len(trace) and decision is not None and decision.trace_pick:
+        lines.append(trace_launch(decision, trace))
+        values["vllm_launch_for_trace"] = decision.trace_json
+    if loop.note and loop.adaptive is not None:
         lines.append(f"note: {loop.note}")
-    return Report(bullets(lines), values)
+    return Report(bullets(lines) if len(lines) > 1 else f"No `adaptive` launch: {loop.note}.", values)
 
 
 def trace_forecast_text(forecast: pd.DataFrame, reconstruction: pd.DataFrame) -> Report:

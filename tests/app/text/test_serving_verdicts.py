@@ -18,7 +18,7 @@ from specnb.app.text.serving_verdicts import (
     trace_forecast_text,
 )
 from specnb.measure.serving_summary import crossover
-from specnb.predict.serving_policy import serving_policy
+from specnb.predict.serving_decision import ServingDecision, decide, with_trace
 
 
 def summary(column: str) -> pd.DataFrame:
@@ -69,20 +69,19 @@ def test_closed_loop_levels_read_as_concurrent_requests():
 def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
     levels = summary("concurrency")
     levels.loc[levels["config"] != "spec-off", "speedup_tpot_lo"] = 0.8
-    policy = serving_policy(levels)
-    report = policy_text(levels, policy, "llama.cpp", [])
+    decision = decide(levels, engine="llama.cpp")
+    report = policy_text(decision)
     assert "no `--speculative-config`" in report.markdown and "num_speculative_tokens" not in report.markdown
     assert "no --spec-type (spec-off)" in report.markdown
     assert report.values["policy_vllm"] == "no --speculative-config"
-    verdict, launch = launch_verdict(levels, policy, "llama.cpp", [])
+    verdict, launch = launch_verdict(decision)
     end = serving_conclusion(levels, crossover(levels, "speedup_tpot"), pd.DataFrame(), verdict, "AMD EPYC").markdown
     assert end.startswith("- **verdict**: launch without speculation for 1–4 concurrent") and launch == ""
 
 
 def test_a_paying_policy_prints_the_schedule():
     levels = summary("concurrency")
-    policy = serving_policy(levels)
-    report = policy_text(levels, policy, "vllm", [])
+    report = policy_text(decide(levels, engine="vllm"))
     config = json.loads(report.values["policy_vllm"])
     assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
 
@@ -91,25 +90,26 @@ def test_a_policy_that_drafts_at_every_level_is_printed_without_a_schedule():
     levels = summary("concurrency")
     ngram = levels["config"] == "ngram k=3"
     levels.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "mean_tpot_ms"]] = [1.3, 1.2, 20 / 1.3]
-    policy = serving_policy(levels)
-    config = json.loads(policy_text(levels, policy, "vllm", []).values["policy_vllm"])
+    config = json.loads(policy_text(decide(levels, engine="vllm")).values["policy_vllm"])
     assert config == {"method": "ngram", "num_speculative_tokens": 3}
 
 
-def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder():
+def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder(tmp_path):
     from specnb.engine.vllm_server import VllmConfig
 
     levels = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}, "family": {"ngram": "eagle3"}})
     levels["uses_model"] = levels["family"] == "eagle3"
+    (tmp_path / "config.json").write_text("{}")
     configs = [VllmConfig(model="/hf/verifier"),
-               VllmConfig(model="/hf/verifier", method="eagle3", draft="/heads/smollm2-eagle", k=3)]
-    policy = serving_policy(levels)
-    report = policy_text(levels, policy, "vllm", configs)
+               VllmConfig(model="/hf/verifier", method="eagle3", draft=str(tmp_path), k=3)]
+    decision = decide(levels, engine="vllm", configs=configs)
+    report = policy_text(decision)
     config = json.loads(report.values["policy_vllm"])
-    assert config == {"method": "eagle3", "num_speculative_tokens": 3, "model": "/heads/smollm2-eagle",
+    assert config == {"method": "eagle3", "num_speculative_tokens": 3, "model": str(tmp_path),
                       "num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4096, 0]]}
+    assert report.values["policy_vllm"] == decision.launch_json == decision.launch_line  # one launch, as launched
     assert "eagle3" in report.markdown and "llama-server" not in report.markdown  # launched on vLLM only
-    at_endpoint = json.loads(policy_text(levels, policy, "vllm", []).values["policy_vllm"])
+    at_endpoint = json.loads(policy_text(decide(levels, engine="vllm")).values["policy_vllm"])
     assert at_endpoint["method"] == "eagle3" and at_endpoint["model"] == "<the eagle3 model's folder>"
 
 
@@ -121,6 +121,14 @@ def test_the_identical_share_is_counted_over_every_level():
     assert report.values["ngram k=3 identical share"] == 0.75
 
 
+def scheduled(server, configs=()) -> ServingDecision:
+    """A decision whose launch is the schedule ``server`` (as ``decide`` makes one on vLLM)."""
+    from specnb.engine.engines.engine_vllm import launch_text
+
+    return ServingDecision(seed=0, engine="vllm", policy=pd.DataFrame(), launched=pd.DataFrame(), kind="schedule",
+                           config="adaptive", server=server, launch_json=launch_text(server), configs=tuple(configs))
+
+
 def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     from specnb.app.policy_check import PolicyCheck
     from specnb.app.text.serving_verdicts import adaptive_text
@@ -129,7 +137,7 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
 
     launched = VllmConfig(model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096, 0)],
                           adaptive=True)
-    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), adaptive=launched, rate=1.5)
+    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=scheduled(launched), rate=1.5)
     check = pd.DataFrame({"concurrency": [1, 4], "speedup_tpot": [1.3, 0.9], "speedup_tpot_lo": [1.1, 0.8],
                           "speedup_tpot_hi": [1.5, 1.0], "best_static": ["ngram k=4", "spec-off"],
                           "best_static_speedup_tpot": [1.35, 1.0], "ratio": [1.3 / 1.35, 0.9], "meets": [True, False]})
@@ -145,7 +153,7 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     assert not report.values["adaptive_meets_every_level"] and report.values["adaptive_beats_every_static_on_trace"]
     head = replace(launched, method="eagle3", draft=str(tmp_path), k=3, schedule=[(1, 3, 3), (4, 4096, 0)])
     (tmp_path / "config.json").write_text("{}")
-    spec = json.loads(adaptive_text(check, trace, replace(loop, adaptive=head)).values["adaptive"])
+    spec = json.loads(adaptive_text(check, trace, replace(loop, decision=scheduled(head))).values["adaptive"])
     assert spec["method"] == "eagle3" and spec["model"] == str(tmp_path)  # what was launched, the head included
     none = adaptive_text(pd.DataFrame(), pd.DataFrame(), PolicyCheck(sweep=loop.sweep, note="ngram did not pay"))
     assert none.markdown == "No `adaptive` launch: ngram did not pay." and none.values == {"adaptive": "none"}
@@ -159,8 +167,8 @@ def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lo
 
     static = [VllmConfig(model="/hf/verifier"),
               VllmConfig(model="/hf/verifier", method="ngram", k=4)]
-    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1,
-                      adaptive=replace(static[1], adaptive=True, schedule=[(1, 3, 4), (4, 4096, 0)]))
+    decision = scheduled(replace(static[1], adaptive=True, schedule=[(1, 3, 4), (4, 4096, 0)]), static)
+    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1, decision=decision)
 
     def trace(off_ms, ngram_ms):  # every CI clear of 1: the lower mean TPOT is the faster
         won, best = 138.0 < min(off_ms, ngram_ms), "spec-off" if off_ms < ngram_ms else "ngram k=4"
@@ -175,16 +183,17 @@ def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lo
                              "speedup_over_best_hi": [x if x == 1 else x + 0.03 for x in over_best],
                              "beats": [won, won]})
 
-    lost = adaptive_text(pd.DataFrame(), trace(140.0, 131.0), loop, static)
+    judged = lambda table: adaptive_text(pd.DataFrame(), table, loop, with_trace(decision, table))  # noqa: E731
+    lost = judged(trace(140.0, 131.0))
     assert lost.values["vllm_launch_for_trace"] == json.dumps(
         {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
     assert "launch for load like this trace: **ngram k=4**" in lost.markdown
     assert "adaptive ran 0.95x [0.90–0.99] of its speed" in lost.markdown
-    off = adaptive_text(pd.DataFrame(), trace(135.0, 150.0), loop, static)
+    off = judged(trace(135.0, 150.0))
     assert off.values["vllm_launch_for_trace"] == ""
     assert "**spec-off**, no `--speculative-config`" in off.markdown
-    won = adaptive_text(pd.DataFrame(), trace(150.0, 160.0), loop, static)
-    assert won.values["vllm_launch_for_trace"] == "adaptive" and "the adaptive line above" in won.markdown
+    won = judged(trace(150.0, 160.0))
+    assert won.values["vllm_launch_for_trace"] == decision.launch_json and "the adaptive line above" in won.markdown
 
 
 def crossing_of(speedups: list[float], half_width: float) -> dict:
@@ -229,12 +238,16 @@ def launch_for(tpot_ms: dict[str, float], spread: float = 0.05) -> tuple[str, st
 
     configs = [VllmConfig(model="/hf/verifier")] + [
         VllmConfig(model="/hf/verifier", method="ngram", k=k) for k in (2, 4)]
-    return trace_launch(trace_check(trace_records(tpot_ms, spread), n_boot=400), configs)
+    table = trace_check(trace_records(tpot_ms, spread), n_boot=400)
+    decision = with_trace(scheduled(replace(configs[2], adaptive=True, schedule=[(1, 3, 4), (4, 4096, 0)]), configs),
+                          table)
+    return trace_launch(decision, table), decision.launch_line
 
 
 def test_the_trace_launches_adaptive_only_where_its_ci_beats_every_static_configuration():
     line, value = launch_for({"spec-off": 130.6, "ngram k=2": 128.0, "ngram k=4": 127.0, "adaptive": 90.0})
-    assert value == "adaptive" and "the adaptive line above" in line
+    assert json.loads(value)["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 4096, 0]]
+    assert "the adaptive line above" in line
 
 
 def test_a_trace_within_noise_goes_to_the_simplest_configuration():
@@ -255,16 +268,16 @@ def test_the_report_gives_one_answer_for_the_load_it_measured():
     from specnb.engine.vllm_server import VllmConfig
 
     levels = summary("concurrency")  # ngram k=3 pays at 1 and 2 (CIs above 1), not at 4
-    policy = serving_policy(levels)
-    on_vllm, value = launch_verdict(levels, policy, "vllm", [])
+    on_vllm, value = launch_verdict(decide(levels, engine="vllm"))
     assert on_vllm.startswith("**verdict**: launch the schedule `--speculative-config '")
     assert json.loads(value)["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
-    on_llama, _ = launch_verdict(levels, policy, "llama.cpp", [])
-    assert "fixes speculation per launch" in on_llama and "4 or more concurrent: no --spec-type (spec-off)" in on_llama
+    on_llama, _ = launch_verdict(decide(levels, engine="llama.cpp"))
+    # one server per load range, spec-off's a real spec-off: it takes over where 1.2 at 2 and 0.8 at 4 cross 1 (2.8)
+    assert "fixes speculation per launch" in on_llama and "3 or more concurrent: no --spec-type (spec-off)" in on_llama
     everywhere = levels.assign(speedup_tpot_lo=1.1)
     everywhere.loc[everywhere["config"] == "ngram k=3", "speedup_tpot"] = 1.3
     configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=3)]
-    line, value = launch_verdict(everywhere, serving_policy(everywhere), "vllm", configs)
+    line, value = launch_verdict(decide(everywhere, engine="vllm", configs=configs))
     assert line.startswith("**verdict**: launch **ngram k=3**") and json.loads(value)["num_speculative_tokens"] == 3
     end = serving_conclusion(everywhere, crossover(everywhere, "speedup_tpot"), pd.DataFrame(), line, "m").markdown
     assert end.count("**verdict**") == 1 and "policy:" not in end  # one answer, first
@@ -277,7 +290,7 @@ def test_a_trace_that_ran_gives_the_verdict():
     configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
     trace = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0, "adaptive": 120.0}),
                         n_boot=200)
-    line, value = launch_verdict(summary("concurrency"), serving_policy(summary("concurrency")), "vllm", configs,
+    line, value = launch_verdict(with_trace(decide(summary("concurrency"), engine="vllm", configs=configs), trace),
                                  trace)
     assert line.startswith("**verdict**: **ngram k=4**") and "judged over the bursty trace" in line
     assert json.loads(value)["num_speculative_tokens"] == 4
@@ -301,3 +314,30 @@ def test_the_trace_forecast_is_reported_first_and_the_reconstruction_as_a_diagno
     assert "30% of its decoding beyond the batches measured" in text and "**7.0%**" in text
     none = trace_forecast_text(table([0.1, 0.04]).iloc[:0], table([0.02, 0.01]))
     assert "No trace forecast" in none.markdown and set(none.values) == {"trace_reconstruction_median_error"}
+
+
+def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alone():
+    from specnb.app.policy_check import PolicyCheck
+    from specnb.app.text.serving_verdicts import adaptive_text
+    from specnb.engine.vllm_server import VllmConfig
+    from specnb.measure.serving_summary import trace_check
+    from specnb.measure.serving_sweep import Sweep
+
+    configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
+    table = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0}), n_boot=200)
+    assert set(table["config"]) == set(configs_named(configs)) and table["adaptive_speedup_tpot"].isna().all()
+    everywhere = summary("concurrency").assign(speedup_tpot_lo=1.1)
+    everywhere.loc[everywhere["config"] == "ngram k=3", "speedup_tpot"] = 1.3
+    decision = decide(everywhere, engine="vllm", configs=[*configs, VllmConfig(model="/m", method="ngram", k=3)])
+    assert decision.kind == "static" and not decision.checked  # one range: no schedule to launch or check
+    judged = with_trace(decision, table)
+    assert judged.trace_pick == "ngram k=4" and json.loads(judged.launch_line)["num_speculative_tokens"] == 4
+    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=decision, rate=1.1,
+                       note="the launch is ngram k=3 at every load")
+    report = adaptive_text(pd.DataFrame(), table, loop, judged)
+    assert "the static configurations alone" in report.markdown and "adaptive ran" not in report.markdown
+    assert "**ngram k=4**" in report.markdown and report.values["adaptive"] == "none"
+
+
+def configs_named(configs) -> list[str]:
+    return [c.name for c in configs]
