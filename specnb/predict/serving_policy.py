@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
+from specnb.engine.engines.seam import BASELINE_CONFIG, NOT_CANDIDATES, Launch
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_summary import best_static, draft_lengths
 from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
@@ -64,7 +64,7 @@ def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None,
     require_steps(summary)
     lengths = draft_lengths(summary) if lengths is None else lengths
     rows = []
-    for level, group in summary[summary["config"] != baseline].groupby("concurrency"):
+    for level, group in summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])].groupby("concurrency"):
         paying = group[(group["speedup_tpot"] > 1.0) & (group["speedup_tpot_lo"] >= POLICY_FLOOR)]
         if paying.empty:
             rows.append({"concurrency": level, "config": baseline, "k": 0, "speedup_tpot": 1.0})
@@ -288,7 +288,7 @@ def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str,
 def families(summary: pd.DataFrame) -> dict[str, str]:
     """Each speculative static configuration's method family (vLLM's words: ngram, eagle3, ...), as
     its records carry it."""
-    rows = summary[(summary["config"] != BASELINE_CONFIG) & (summary["config"] != ADAPTIVE_CONFIG)]
+    rows = summary[~summary["config"].isin([BASELINE_CONFIG, *NOT_CANDIDATES])]
     return dict(zip(rows["config"], rows["family"])) if "family" in rows else {c: "ngram" for c in rows["config"]}
 
 
