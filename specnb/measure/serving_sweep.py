@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import SpecnbError
+from specnb.engine.server_process import ServerFailed
 from specnb.measure.serving_load import RequestRecord, Target, run_async, send_closed
 from specnb.measure.serving_steady import send_sampled
 
@@ -228,20 +229,32 @@ def length_keys(ids: list[str], n_prompts: int) -> list[str]:
 
 @dataclass(kw_only=True)
 class SweepState:
-    """What a sweep has measured so far and how it reports it: the tables grow run by run."""
+    """What a sweep has measured so far and how it reports it: the tables grow run by run; with
+    ``relaunch``, fresh servers each round (``relaunched``)."""
 
     records: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+    relaunch: Callable[[int], list[Target]] | None = None
+    warmup: bool = True
+    launch: int = 0
 
     def sweep(self) -> Sweep:
         return Sweep(records=pd.DataFrame(self.records), runs=pd.DataFrame(self.runs), probe=self.probe)
+
+    def relaunched(self, prompts: pd.DataFrame, load) -> list[Target]:
+        """Fresh servers, launch number ``launch`` (their records carry it), warmed at ``load``."""
+        self.launch += 1
+        targets = self.relaunch(self.launch)
+        if self.warmup:
+            warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
+        return targets
 
 
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, rounds: int = 1, seed: int = 0,
               ignore_eos: bool = True, warmup: bool = True, down: Callable[[str], str] | None = None,
               on_run: Callable[[Sweep], None] | None = None, progress: bool = False,
-              probe_max_tokens: int = 0) -> Sweep:
+              probe_max_tokens: int = 0, relaunch: Callable[[int], list[Target]] | None = None) -> Sweep:
     """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals
     at a rate, ...) on every target, same prompts and output lengths, targets alternating piece by
     piece (the shape's ``pieces``) in an order rotated per piece, level and round; with ``warmup``,
@@ -251,18 +264,25 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, roun
     that is down ends the sweep: finished levels are kept, the level it died in is marked ``partial``
     and ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it
     as it grows). ``probe_max_tokens``: first probe the first probe-able target's forward cost up to
-    that many tokens in the batch (``probe_forward``)."""
+    that many tokens in the batch (``probe_forward``). ``relaunch(n)``: fresh servers as targets,
+    launch ``n``, before every round but the first: each (level, round) on a launch of its own, so
+    rounds sample launch noise (``measure.launch_noise``); a failed relaunch ends the sweep."""
     prompts = prompts.reset_index(drop=True)
     by_name = {t.name: t for t in targets}
     down = down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
     probed = probed_target(targets) if probe_max_tokens else None
     state = SweepState(probe=probe_forward(probed, probe_tokens(probe_max_tokens), seed=seed) if probed
-                       else pd.DataFrame())
+                       else pd.DataFrame(), relaunch=relaunch, warmup=warmup)
     for li, load in enumerate(loads):
-        if warmup:
-            warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
-        why = run_level(state, targets, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
-                        down=down, on_run=on_run, progress=progress)
+        try:
+            if li and relaunch:
+                targets = state.relaunched(prompts, load)
+            elif warmup:
+                warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
+            why = run_level(state, targets, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
+                            down=down, on_run=on_run, progress=progress)
+        except ServerFailed as err:  # a relaunch that did not come up
+            why = f"relaunch {state.launch} failed at {load.text()} ({err})"
         if why:
             return stop(state.sweep(), load, why)
     return state.sweep()
@@ -275,6 +295,8 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
     ids = [str(prompts.iloc[i % len(prompts)].get("id", i % len(prompts))) for i in range(len(sent))]
     by_name = {t.name: t for t in targets}
     for r in range(rounds):
+        if r and state.relaunch:
+            by_name = {t.name: t for t in state.relaunched(prompts, load)}
         max_tokens = load.lengths.draw(length_keys(ids, len(prompts)), r, seed)
         for c, part in enumerate(load.pieces(len(sent))):
             for name in level_order(list(by_name), li, r + c):
@@ -319,7 +341,7 @@ def request_row(record: RequestRecord, target: Target, load, index: int, prompts
     row = asdict(record)
     row["itl"] = json.dumps([round(x, 6) for x in record.itl])
     meta = prompts.iloc[index % len(prompts)]
-    return {"engine": target.engine, **target.speculation.columns(), **load.columns(),
+    return {"engine": target.engine, **target.speculation.columns(), **load.columns(), "launch": target.launch,
             "prompt_index": index, "prompt_id": str(meta.get("id", index % len(prompts))),
             "category": meta.get("category", ""), "partial": False, **row}
 
@@ -331,7 +353,7 @@ def run_row(target: Target, load, duration: float, done: list[RequestRecord], co
     ok = [d for d in done if d.success]
     verified = [d for d in ok if d.spec_verify_ct]
     per_request = not counters.draft_tokens and not counters.drafts  # the engine counted nothing itself
-    return {"engine": target.engine, **target.speculation.columns(), **load.columns(),
+    return {"engine": target.engine, **target.speculation.columns(), **load.columns(), "launch": target.launch,
             "duration": duration, "completed": len(ok), "failed": len(done) - len(ok),
             "total_output_tokens": sum(d.output_tokens for d in ok), "partial": partial,
             "spec_decode_num_drafts": counters.drafts,
@@ -346,24 +368,28 @@ def run_row(target: Target, load, duration: float, done: list[RequestRecord], co
             "spec_accept_length_gauge": counters.accept_length_gauge}
 
 
-def sweep_servers(configs, prompts: pd.DataFrame, loads: list, **settings) -> Sweep:
+def sweep_servers(configs, prompts: pd.DataFrame, loads: list, relaunch: bool = False, **settings) -> Sweep:
     """Start one server per configuration (each its engine's: ``ServingEngine.server``), run
     ``run_sweep`` on them (a server that dies ends it, saying how it died and its last log line, see
     there), and stop every server however the sweep ends (Ctrl-C included). A speculative
     configuration the engine refuses to start is left out and named in ``stopped`` with the engine's
-    own line; the others are measured."""
-    from specnb.engine.servers import servers
+    own line; the others are measured. ``relaunch``: every round but the first on fresh servers
+    (``run_sweep``; ``ServingEngine.relaunch_each_round`` says where that is cheap)."""
 
-    with servers(configs, keep_going=True) as running:
-        sweep = run_sweep(targets_of(configs, running.servers), prompts, loads,
-                          down=lambda name: running.servers[name].exit_note(), **settings)
-    skipped = "; ".join(f"{name} left out: {line}" for name, line in running.failed.items())
+    from specnb.engine.servers import Launches
+
+    with Launches(configs) as launches:
+        fresh = lambda n: targets_of(configs, launches.start().servers, n)  # noqa: E731
+        sweep = run_sweep(targets_of(configs, launches.running.servers), prompts, loads,
+                          down=lambda name: launches.running.servers[name].exit_note(),
+                          relaunch=fresh if relaunch else None, **settings)
+    skipped = "; ".join(f"{name} left out: {line}" for name, line in launches.failed.items())
     sweep.stopped = "; ".join(filter(None, [skipped, sweep.stopped]))
     return sweep
 
 
-def targets_of(configs: list, servers: dict) -> list[Target]:
-    """The running servers as targets, each with its configuration's engine and speculation."""
+def targets_of(configs: list, servers: dict, launch: int = 0) -> list[Target]:
+    """The running servers as targets, each with its configuration's engine and speculation, of launch ``launch``."""
     by_name = {c.name: c for c in configs}
     return [Target(url=server.url, engine=by_name[name].engine, model=getattr(server, "model", ""),
-                   speculation=by_name[name].speculation) for name, server in servers.items()]
+                   speculation=by_name[name].speculation, launch=launch) for name, server in servers.items()]

@@ -187,6 +187,18 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
     assert {"mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "p90_e2el_ms"} <= set(summary.columns)
 
 
+def test_a_relaunching_sweep_runs_every_round_on_fresh_servers_and_records_say_which(fake):
+    _, url = fake
+    pair = lambda n: [Target(url=url, launch=n), Target(speculation=spec("ngram", 2), url=url, launch=n)]  # noqa: E731
+    asked = []
+    sweep = run_sweep(pair(0), PROMPTS, closed(1, 2, tokens=3), rounds=2, warmup=False,
+                      relaunch=lambda n: asked.append(n) or pair(n))
+    assert asked == [1, 2, 3] and sweep.stopped == ""  # every (level, round) but the first
+    launch = sweep.records.groupby(["concurrency", "round"])["launch"].agg(set).to_dict()
+    assert launch == {(1, 0): {0}, (1, 1): {1}, (2, 0): {2}, (2, 1): {3}}
+    assert set(sweep.runs["launch"]) == {0, 1, 2, 3}
+
+
 def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
     _, url = fake
     sweep = run_sweep([Target(url=url)], PROMPTS.head(2), closed(4, tokens=2), warmup=False)
