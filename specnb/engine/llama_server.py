@@ -50,11 +50,12 @@ class ServerConfig:
     threads: int = 0  # 0: default_threads()
     extra: list[str] = field(default_factory=list)
     entry: str = ""
+    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``launch_noise.with_twin``)
 
     @property
     def speculation(self) -> Speculation:
         if self.spec_type == "none":
-            return Speculation()
+            return Speculation(aa_twin=self.aa_twin)
         return Speculation(entry=self.entry or self.spec_type, k=self.n_max, method=self.spec_type,
                            family=FAMILY.get(self.spec_type, "ngram"), uses_model=self.drafts_with_model)
 

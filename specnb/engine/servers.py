@@ -1,5 +1,6 @@
 """Servers for a list of configurations, whichever engine each is for: each configuration names its
-engine (``config.engine``), whose ``server`` makes its process (``specnb.engine.engines``)."""
+engine (``config.engine``), whose ``server`` makes its process (``specnb.engine.engines``). ``servers``
+starts them once; ``Launches`` starts them again on demand (fresh launches, for launch noise)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,30 @@ def servers(configs: list, timeout_s: float | None = None, keep_going: bool = Fa
         if keep_going and len(configs) > 1 and len(running.servers) == 1:
             raise ServerFailed(next(iter(running.failed.values())))
         yield running
+
+
+class Launches:
+    """``servers(configs, keep_going=True)`` that can be started again: ``start`` stops the running
+    set (one set at a time: the same ports, memory and cores) and starts the configurations that came
+    up the first time. ``running``: the current set; ``failed``: every start's lines; ``count``: starts."""
+
+    def __init__(self, configs: list, timeout_s: float | None = None):
+        self.configs, self.timeout_s, self.stack = list(configs), timeout_s, contextlib.ExitStack()
+        self.running, self.failed, self.count = Running(), {}, 0
+
+    def __enter__(self) -> Launches:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stack.close()
+
+    def start(self) -> Running:
+        self.stack.close()
+        if self.count:
+            self.configs = [c for c in self.configs if c.name in self.running.servers]
+        self.running = self.stack.enter_context(servers(self.configs, self.timeout_s, keep_going=True))
+        self.failed |= {f"{name} (launch {self.count})" if self.count else name: line
+                        for name, line in self.running.failed.items()}
+        self.count += 1
+        return self.running

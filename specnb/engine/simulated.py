@@ -13,8 +13,10 @@ checked where the answer is known (``expected_speedup``, ``crossover``).
   position reached only if the ones before it were accepted), drawn from an RNG seeded by the
   request's key and token position, so one prompt accepts the same way at any load; the text depends
   only on the prompt (speculation is lossless, as greedy decoding is).
+- **Cost** (``simulated_cost.SimCost``): the step time, and what varies as on a real engine:
+  prompts in acceptance, launches in speed (one instance of ``SimEngine`` is one launch).
 - **Counters** are vLLM's (``vllm/v1/spec_decode/metrics.py``: drafts, draft tokens, accepted,
-  accepted per position; ``generation_tokens``, ``prompt_tokens``) so ``serving_sweep.parse_counters``
+  accepted per position; ``generation_tokens``, ``prompt_tokens``) so ``serving_endpoint.parse_counters``
   reads them unchanged; ``specnb_sim:batch_size_sum`` / ``specnb_sim:steps_total`` give the mean batch.
 - **Drivers** in virtual time (``run_closed``, ``run_open``): no HTTP, no sleeping, records in
   ``vllm bench serve``'s names — what tests and method checks use.
@@ -38,47 +40,10 @@ import numpy as np
 
 from specnb.core.errors import ParameterError
 from specnb.engine.engines.seam import Speculation
+from specnb.engine.simulated_cost import SimCost
 from specnb.engine.simulated_http import SimServer, serve  # noqa: F401 (SimServer: launched beside SimConfig)
 
 STOP_BASE, STOP_SPREAD = 8, 56  # without ignore_eos a request stops after 8 + key % 56 tokens
-
-
-@dataclass(frozen=True, kw_only=True)
-class SimCost:
-    """The step-cost model, in ms of simulated time:
-
-        step_ms = fixed_ms + per_token_ms · (decode sequences · (1 + k)) + prefill_per_token_ms · prompt tokens
-                  + [speculating] (draft_ms + draft_per_token_ms · k · decode sequences)
-
-    ``draft_ms`` is paid whenever the configuration speculates, k = 0 included (vLLM still runs its
-    speculative path); ``draft_per_token_ms`` is a draft model's forward per drafted token (0 for
-    n-gram). ``acceptance[j]``: probability draft position j is accepted given 0..j-1 were (the last
-    value repeats). ``speed``: simulated seconds per real second, for the HTTP server only."""
-
-    fixed_ms: float = 10.0
-    per_token_ms: float = 0.5
-    prefill_per_token_ms: float | None = None  # None: per_token_ms
-    draft_ms: float = 0.0
-    draft_per_token_ms: float = 0.0
-    acceptance: tuple[float, ...] = (0.7,)
-    max_num_seqs: int = 64
-    speed: float = 1.0
-    seed: int = 0
-
-    def __post_init__(self):
-        object.__setattr__(self, "acceptance", tuple(float(a) for a in self.acceptance))
-        if not all(0.0 <= a <= 1.0 for a in self.acceptance):
-            raise ParameterError(f"acceptance {self.acceptance} must be probabilities in [0, 1]")
-        if self.max_num_seqs < 1 or self.speed <= 0:
-            raise ParameterError(f"max_num_seqs ({self.max_num_seqs}) must be >= 1 and speed ({self.speed}) > 0")
-
-    def accept_probability(self, position: int) -> float:
-        return self.acceptance[min(position, len(self.acceptance) - 1)] if self.acceptance else 0.0
-
-    def step_ms(self, decode_tokens: int, prefill_tokens: int, sequences: int, k: int, speculative: bool) -> float:
-        prefill_ms = self.per_token_ms if self.prefill_per_token_ms is None else self.prefill_per_token_ms
-        draft = self.draft_ms + self.draft_per_token_ms * k * sequences if speculative else 0.0
-        return self.fixed_ms + self.per_token_ms * decode_tokens + prefill_ms * prefill_tokens + draft
 
 
 def draft_length(speculation: Speculation, batch: int) -> int:
@@ -134,10 +99,13 @@ COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total"
 
 
 class SimEngine:
-    """Continuous batching on a virtual clock (``now_ms``): ``add`` a request, ``step`` the engine."""
+    """Continuous batching on a virtual clock (``now_ms``): ``add`` a request, ``step`` the engine.
+    One instance is one launch: its steps all carry its ``launch_factor``."""
 
     def __init__(self, cost: SimCost, speculation: Speculation):
         self.cost, self.speculation = cost, speculation
+        self.launch_factor = cost.launch_factor()
+        self.acceptances: dict[int, tuple[float, ...]] = {}  # key → the prompt's acceptance per position
         self.now_ms = 0.0
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -178,8 +146,8 @@ class SimEngine:
         for request in admitted:
             request.emitted, emitted[request.id] = 1, 1
         prefill_tokens = sum(r.prompt_len for r in admitted)
-        duration_ms = self.cost.step_ms(len(decoding) * (1 + k), prefill_tokens, len(decoding), k,
-                                        self.speculation.speculative)
+        duration_ms = self.launch_factor * self.cost.step_ms(len(decoding) * (1 + k), prefill_tokens, len(decoding), k,
+                                                             self.speculation.speculative)
         self.now_ms += duration_ms
         finished = tuple(r.id for r in self.running if r.emitted >= r.length)
         self.running = [r for r in self.running if r.emitted < r.length]
@@ -212,9 +180,12 @@ class SimEngine:
         by the request's key and token position, so the draw does not depend on the load."""
         if not k:
             return 0
+        if request.key not in self.acceptances:
+            self.acceptances[request.key] = self.cost.prompt_acceptance(request.key)
+        accept = self.acceptances[request.key]
         draws = np.random.default_rng([self.cost.seed, request.key, request.emitted]).random(k)
         for j, u in enumerate(draws):
-            if u >= self.cost.accept_probability(j):
+            if u >= (accept[min(j, len(accept) - 1)] if accept else 0.0):
                 return j
         return k
 
@@ -265,14 +236,17 @@ class _Timeline:
 
 
 def run_closed(cost: SimCost, speculation: Speculation, prompt_lens: list[int], output_lens: list[int],
-               concurrency: int, with_batch_trace: bool = False) -> list[dict] | tuple[list[dict], list]:
+               concurrency: int, with_batch_trace: bool = False,
+               keys: list[int] | None = None) -> list[dict] | tuple[list[dict], list]:
     """A closed loop in virtual time: ``concurrency`` workers, each sending the next request (list
     order) when its last one finished; one record per request, in list order (ignore_eos: each
     request generates its output length). ``with_batch_trace``: also the running batch as a gauge
-    gives it, [t_s, batch] at each step's start, [t_s, 0] from where the engine idles."""
+    gives it, [t_s, batch] at each step's start, [t_s, 0] from where the engine idles. ``keys``: each
+    request's prompt (default its index): a key sent again accepts as it did the first time."""
     engine, timeline = SimEngine(cost, speculation), _Timeline()
-    pending = deque(SimRequest(id=i, prompt_len=p, max_tokens=o, key=i)
-                    for i, (p, o) in enumerate(zip(prompt_lens, output_lens)))
+    keys = range(len(prompt_lens)) if keys is None else keys
+    pending = deque(SimRequest(id=i, prompt_len=p, max_tokens=o, key=key)
+                    for i, (p, o, key) in enumerate(zip(prompt_lens, output_lens, keys)))
 
     def send():
         timeline.sent(engine.add(pending.popleft()), engine.now_ms)

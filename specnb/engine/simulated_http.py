@@ -10,7 +10,7 @@ as they do from vLLM. Endpoints and their shapes follow vLLM's OpenAI server:
   labelled ``model_name``, plus ``specnb_sim:batch_size_sum`` / ``specnb_sim:steps_total``);
 - ``POST /v1/chat/completions`` (streamed with ``stream_options.include_usage`` and
   ``continuous_usage_stats``, or one JSON) and ``POST /v1/completions`` (a prompt of token ids or
-  text; what ``serving_sweep.probe_forward`` times).
+  text; what ``serving_endpoint.probe_forward`` times).
 
 A prompt's length is its word count (or its number of token ids) and its key a CRC-32 of its text,
 so the same prompt gets the same text and the same acceptance whatever the load.
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
 import sys
 import time
 import zlib
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from specnb.engine.engines.seam import Speculation
@@ -35,6 +36,7 @@ from specnb.engine.server_process import ServerProcess
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 MAX_HEADER_LINES = 100
+LAUNCHES = itertools.count(1)  # this process's server launches, numbered: each its own launch_seed
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding ``specnb``: the child imports ours
 
 
@@ -288,14 +290,23 @@ def speculation_json(speculation: Speculation) -> str:
     return json.dumps(asdict(speculation))
 
 
+def launched_cost(cost, name: str, launch: int):
+    """``cost`` as one launch runs it: its ``launch_seed`` mixed with the configuration's name and the
+    launch's number, so every server started is a launch of its own (its own ``launch_factor``), as
+    two starts of one vLLM configuration are, while a sweep repeated in a fresh process draws the same."""
+    return replace(cost, launch_seed=zlib.crc32(f"{cost.launch_seed}:{name}:{launch}".encode()))
+
+
 class SimServer(ServerProcess):
     """The simulated engine as a launched server (``ServerProcess``): ``config`` is a
-    ``simulated.SimConfig`` (its speculation, cost model and served ``model`` name)."""
+    ``simulated.SimConfig`` (its speculation, cost model and served ``model`` name). Each instance is
+    one launch, numbered in this process (``LAUNCHES``), its cost's ``launch_seed`` its own (``launched_cost``)."""
 
     engine = "simulated"
 
     def __init__(self, config, timeout_s: float = 30.0, port: int = 0):
         self.config = config
+        self.cost = launched_cost(config.cost, config.name, next(LAUNCHES))
         super().__init__(config.name, timeout_s, port)
 
     @property
@@ -304,7 +315,7 @@ class SimServer(ServerProcess):
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "specnb.engine.simulated", "--host", "127.0.0.1", "--port", str(self.port),
-                "--cost", cost_json(self.config.cost), "--speculation", speculation_json(self.config.speculation),
+                "--cost", cost_json(self.cost), "--speculation", speculation_json(self.config.speculation),
                 "--model", self.config.model]
 
     def environment(self) -> dict[str, str]:

@@ -58,7 +58,7 @@ class VllmConfig:
     threads ("nobind").
     ``extra``: more ``vllm serve`` flags, verbatim; ``env``: more environment variables; ``entry``:
     what the user asked for (default the ``method``), the display name's root; ``adaptive``: a policy
-    launched as one server (named ``adaptive``)."""
+    launched as one server (named ``adaptive``); ``aa_twin``: spec-off launched again (``spec-off-aa``)."""
 
     engine: ClassVar[str] = "vllm"
     model: str
@@ -77,11 +77,12 @@ class VllmConfig:
     env: dict[str, str] = field(default_factory=dict)
     entry: str = ""
     adaptive: bool = False
+    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``launch_noise.with_twin``)
 
     @property
     def speculation(self) -> Speculation:
         if self.method == "none":
-            return Speculation()
+            return Speculation(aa_twin=self.aa_twin)
         schedule = tuple(tuple(int(x) for x in r) for r in self.schedule) if self.schedule else None
         return Speculation(entry=self.entry or self.method, k=self.k, method=self.method, family=self.method,
                            uses_model=self.drafts_with_model, schedule=schedule, adaptive=self.adaptive)

@@ -36,12 +36,15 @@ from specnb.engine.engines.seam import SPEC_OFF, Speculation, engines
 class Target:
     """One configuration's server: its base ``url``, the ``engine`` it is (a registered name:
     "llama.cpp", "vllm", "sglang", ...), the ``model`` name requests carry and what it drafts
-    (``speculation``; its display name, "spec-off" or "ngram k=4", is ``name``)."""
+    (``speculation``; its display name, "spec-off" or "ngram k=4", is ``name``); ``launch``: which
+    start of its server this is, numbered by a sweep that relaunches (0: the first), what the
+    records carry so launch noise can be told from the prompts' (``measure.launch_noise``)."""
 
     url: str
     engine: str = "llama.cpp"
     model: str = ""
     speculation: Speculation = SPEC_OFF
+    launch: int = 0
 
     @property
     def name(self) -> str:

@@ -10,7 +10,9 @@ Speedups pair each request with spec-off's on the same prompt, round and level (
 the same tokens), both steady where the records say (``serving_steady.steady_records``: ramp-up and
 drain are out; ``steady_requests`` counts the rest, ``mean_batch`` is the engine's own batch there).
 TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup the same with
-whole latencies; the 95% CIs resample a prompt within a round (``speedup_ci``). Output throughput
+whole latencies; the 95% CIs resample prompts, each with all its rounds (``speedup_ci``), and, given a
+``launch_noise.LaunchNoise``, add the launch-to-launch term in log space (``launch_sigma`` on each
+row says how much). Output throughput
 speedup is the two runs' tokens per second (every request); at a fixed concurrency it is concurrency
 × tokens ÷ latency (Little's law), so its CI is the E2E one, scaled.
 """
@@ -25,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
+from specnb.engine.engines.seam import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES
 from specnb.measure.acceptance import counter_rates
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
@@ -53,9 +55,10 @@ def latency_stats(records: pd.DataFrame) -> dict:
 
 
 def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = BASELINE_CONFIG,
-                    slo_tpot_ms: float = 0.0, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+                    slo_tpot_ms: float = 0.0, n_boot: int = 1000, seed: int = 0, launch_noise=None) -> pd.DataFrame:
     """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
-    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs. The level
+    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs (``add_speedups``;
+    ``launch_noise``, a ``launch_noise.LaunchNoise``: with the launch term; None: without). The level
     column is the records' load shape's (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
     column = shape_of(records).column
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
@@ -84,7 +87,9 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
                "n_decode": float(run["n_decode"].sum()), "tokens_predicted": float(run["tokens_predicted"].sum())}
         rows.append(row)
     summary = pd.DataFrame(rows)
-    return add_speedups(summary, records, baseline, seed, n_boot) if baseline in set(summary["config"]) else summary
+    if baseline not in set(summary["config"]):
+        return summary
+    return add_speedups(summary, records, baseline, seed, n_boot, launch_noise)
 
 
 def level_acceptance(run: pd.DataFrame) -> dict:
@@ -131,24 +136,39 @@ def row_rng(seed: int, config: str, level) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(config.encode()), int(round(float(level) * 1000))])
 
 
-def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -> tuple[float, float, float]:
-    """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling (prompt, round) units.
+def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int,
+               launch_noise=None) -> tuple[float, float, float]:
+    """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling prompts as clusters.
 
-    Requests that share a prompt and a round (a prompt cycled to fill more workers than there are
-    prompts, a trace repeating one) are one unit: they are not independent draws of the prompt mix.
-    Each round of a prompt is a unit of its own. The prompt is ``prompt_id`` where the records carry
-    one, else ``prompt_index``; units are numbered in sorted order, so row order never moves a draw."""
+    A prompt is the unit: every request of it — each round, each copy cycled to fill a level, each
+    repeat in a trace — moves with it. Rounds resend the same prompts greedily to the same servers,
+    so they repeat the same tokens and the same acceptance: counted as independent draws, as (prompt,
+    round) units were, three rounds narrowed a CI by √3 with nothing new learnt. Rounds are not also
+    resampled inside a prompt: each prompt's totals already carry its rounds' spread, and a second
+    stage would count it twice (Davison & Hinkley 1997, §3.8: resample the top stage only). The
+    prompt is ``prompt_id`` where the records carry one, else ``prompt_index``; clusters are numbered
+    in sorted order, so row order never moves a draw.
+
+    ``launch_noise`` (a ``launch_noise.LaunchNoise``, None: none): the interval widened by the launch
+    term, which no resampling of requests can show (``LaunchNoise.widen``: sigma ÷ √(launch pairs
+    pooled), added in log space)."""
     prompt = paired["prompt_id"] if "prompt_id" in paired else paired["prompt_index"]
     totals = ["tokens", "seconds", "tokens_base", "seconds_base"]  # paired_speedup's order
-    frame = pd.DataFrame({"unit": paired.groupby([prompt, paired["round"]]).ngroup(),
+    frame = pd.DataFrame({"unit": prompt.groupby(prompt).ngroup(),
                           "tokens": paired[tokens], "seconds": paired[time],
                           "tokens_base": paired[f"{tokens}_base"], "seconds_base": paired[f"{time}_base"]})
     point = float(paired_speedup(frame[totals].sum().to_numpy()))
     lo, hi = bootstrap_speedup(frame, np.unique(frame["unit"]), rng, n_boot, columns=totals, unit="unit")
+    if launch_noise is not None:
+        lo, hi = launch_noise.widen(point, lo, hi, paired)
     return point, lo, hi
 
 
-def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, seed: int, n_boot: int) -> pd.DataFrame:
+def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, seed: int, n_boot: int,
+                 launch_noise=None) -> pd.DataFrame:
+    """Each row's TPOT, E2E and output-throughput speedups over ``baseline`` at its level with 95% CIs
+    (``speedup_ci``), ``launch_noise`` added to every row but the baseline's own (one launch against
+    itself); ``launch_sigma``: the launch term each row's CI carries (0: none)."""
     records = decode_timed(records)
     rows, column = [], shape_of(summary).column
     for row in summary.to_dict("records"):
@@ -158,15 +178,17 @@ def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, se
         if paired.empty or base.empty:
             rows.append(row)
             continue
+        noise = launch_noise if row["config"] != baseline else None
         row["speedup_tpot"], row["speedup_tpot_lo"], row["speedup_tpot_hi"] = speedup_ci(
-            paired, "decode_tokens", "decode_s", rng, n_boot)
-        e2e, lo, hi = speedup_ci(paired, "output_tokens", "latency", rng, n_boot)
+            paired, "decode_tokens", "decode_s", rng, n_boot, noise)
+        e2e, lo, hi = speedup_ci(paired, "output_tokens", "latency", rng, n_boot, noise)
         row["speedup_e2el"], row["speedup_e2el_lo"], row["speedup_e2el_hi"] = e2e, lo, hi
         tp = row["output_throughput"] / float(base["output_throughput"].iloc[0])
         row["speedup_output_throughput"] = tp
         row["speedup_output_throughput_lo"], row["speedup_output_throughput_hi"] = lo * tp / e2e, hi * tp / e2e
         row["identical_outputs"] = int((paired["generated_text"] == paired["generated_text_base"]).sum())
         row["paired_requests"] = len(paired)
+        row["launch_sigma"] = launch_term(noise, paired)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -214,12 +236,13 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
     lower and upper 95% bounds do; ``verdict`` says which case it is (``pay_verdict``: a dip that
     recovers is "loses between", ``loses_from`` to ``loses_to``, not "stops paying"). Whether the
     lowest and top levels' CIs exclude 1 (``ci_excludes_1_lowest``, ``_top``; ``dip_ci_below_1``: a
-    level of the dip's does) says where the point estimates are more than noise."""
+    level of the dip's does) says where the point estimates are more than noise. Spec-off's A/A twin
+    (``AA_TWIN_CONFIG``) is no configuration to judge: it measures the launch noise."""
     if metric not in summary:
         raise ParameterError(f"no {metric} in the summary: the sweep needs a {baseline!r} configuration")
     rows, shape = [], shape_of(summary)
     column = shape.column
-    for config, group in summary[summary["config"] != baseline].groupby("config", sort=False):
+    for config, group in summary[~summary["config"].isin([baseline, AA_TWIN_CONFIG])].groupby("config", sort=False):
         group = group.sort_values(column)
         levels = group[column].to_numpy(float)
         point, lo, hi = (log_cross(levels, group[c].to_numpy(float)) for c in (metric, f"{metric}_lo",
@@ -242,7 +265,7 @@ def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.Da
     none beats it: what a policy is held against, before it runs (``serving_launch.choose_launch``)
     and after (``adaptive_check``)."""
     column = shape_of(summary).column
-    static = summary[~summary["config"].isin([baseline, ADAPTIVE_CONFIG])]
+    static = summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])]
     rows = []
     for level in sorted(summary[column].unique()):
         here = static[static[column] == level].sort_values("speedup_tpot")
@@ -255,7 +278,7 @@ def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.Da
 
 def draft_lengths(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> dict[str, int]:
     """Each speculative static configuration's draft length, as its records carry it (``k``)."""
-    rows = summary[~summary["config"].isin([baseline, ADAPTIVE_CONFIG])]
+    rows = summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])]
     if "k" not in rows:
         return {}
     return {c: int(k) for c, k in zip(rows["config"], rows["k"]) if k and not pd.isna(k)}
@@ -263,12 +286,13 @@ def draft_lengths(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> dic
 
 def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG,
                    target: float = 0.95, records: pd.DataFrame | None = None, n_boot: int = 1000,
-                   seed: int = 0) -> pd.DataFrame:
+                   seed: int = 0, launch_noise=None) -> pd.DataFrame:
     """Per level: the adaptive configuration's TPOT speedup against the best static configuration's
     at that level (``best_static``: spec-off counts as 1.00x), their ratio and whether it reaches
     ``target``. With the pass's ``records``, also the ratio's 95% CI: adaptive's requests paired with
-    the best static one's on the same prompts (``ratio_lo``, ``ratio_hi``), so a miss inside the
-    pass's noise shows."""
+    the best static one's on the same prompts (``ratio_lo``, ``ratio_hi``; prompts resampled with
+    their rounds, ``launch_noise`` added: two launches, ``speedup_ci``), so a miss inside the pass's
+    noise shows; ``launch_sigma`` the launch term it carries."""
     column = shape_of(summary).column
     if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
         return pd.DataFrame()
@@ -284,24 +308,27 @@ def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, basel
         lo = hi = math.nan
         paired = paired_requests(timed, adaptive, level, best_config) if timed is not None else pd.DataFrame()
         if len(paired):
-            _, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, adaptive, level), n_boot)
+            _, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, adaptive, level), n_boot,
+                                   launch_noise)
         rows.append({column: level, "speedup_tpot": x, "speedup_tpot_lo": float(own["speedup_tpot_lo"].iloc[0]),
                      "speedup_tpot_hi": float(own["speedup_tpot_hi"].iloc[0]), "best_static": best_config,
                      "best_static_speedup_tpot": best_x, "ratio": x / best_x, "ratio_lo": lo, "ratio_hi": hi,
-                     "meets": x / best_x >= target})
+                     "meets": x / best_x >= target,
+                     "launch_sigma": launch_term(launch_noise, paired) if len(paired) else math.nan})
     return pd.DataFrame(rows)
 
 
 def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: int = 1000,
-                seed: int = 0, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+                seed: int = 0, baseline: str = BASELINE_CONFIG, launch_noise=None) -> pd.DataFrame:
     """Over one trace (every request of a Poisson or bursty run), per other configuration: its paired
     TPOT speedup over ``baseline`` (``speedup_tpot``), adaptive's over it (``adaptive_speedup_tpot``) and
     its own over the trace's fastest configuration, adaptive included (``best``, the lowest TPOT over
-    the trace's tokens; ``speedup_over_best``), each with a 95% CI resampling a prompt within a round
-    (``speedup_ci``); mean TPOT as read. ``beats``: adaptive's CI against it lies above 1, since a mean
-    lower by a millisecond or two is noise, not a win (``serving_decision.trace_pick`` judges the trace
-    with these). A trace without adaptive (a static launch, no schedule to run) compares the static
-    configurations alone: the adaptive columns NaN, ``beats`` False."""
+    the trace's tokens; ``speedup_over_best``), each with a 95% CI resampling prompts with all their
+    requests and, given ``launch_noise``, the launch term added (``speedup_ci``; ``launch_sigma``:
+    the term, 0 without); mean TPOT as read. ``beats``: adaptive's CI against it lies above 1, since a
+    mean lower by a millisecond or two is noise, not a win (``serving_decision.trace_pick`` judges the
+    trace with these). A trace without adaptive (a static launch, no schedule to run) compares the
+    static configurations alone: the adaptive columns NaN, ``beats`` False."""
     ok = records[records["success"]] if len(records) else records
     if ok.empty or ok["config"].nunique() < 2:
         return pd.DataFrame()
@@ -311,16 +338,23 @@ def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: 
     best = (pooled["decode_s"] / pooled["decode_tokens"]).idxmin()
     ks = ok.groupby("config")["k"].first().to_dict() if "k" in ok else {}  # what each drafts, as recorded
     rows = []
+    speedup = lambda config, over: trace_speedup(timed, config, over, seed, n_boot, launch_noise)  # noqa: E731
     for config in [c for c in ok["config"].unique() if c != adaptive]:
-        ours = trace_speedup(timed, adaptive, config, seed, n_boot) if ran else (math.nan,) * 3
+        ours = speedup(adaptive, config) if ran else (math.nan,) * 3
         over_best = (1 / ours[0], 1 / ours[2], 1 / ours[1]) if best == adaptive else \
-            trace_speedup(timed, config, best, seed, n_boot)  # against adaptive: its CI turned round
+            speedup(config, best)  # against adaptive: its CI turned round
         rows.append({"config": config, "k": ks.get(config, math.nan), "mean_tpot_ms": float(mean_ms[config]),
                      "adaptive_mean_tpot_ms": float(mean_ms[adaptive]) if ran else math.nan,
-                     **ci_columns("speedup_tpot", trace_speedup(timed, config, baseline, seed, n_boot)),
+                     **ci_columns("speedup_tpot", speedup(config, baseline)),
                      **ci_columns("adaptive_speedup_tpot", ours), "best": best,
-                     **ci_columns("speedup_over_best", over_best), "beats": bool(ours[1] > 1.0)})
+                     **ci_columns("speedup_over_best", over_best), "beats": bool(ours[1] > 1.0),
+                     "launch_sigma": launch_term(launch_noise, ok[ok["config"] == config])})
     return pd.DataFrame(rows)
+
+
+def launch_term(launch_noise, paired: pd.DataFrame) -> float:
+    """The launch term a CI over ``paired`` carries (``LaunchNoise.term``), 0 without a noise figure."""
+    return launch_noise.term(paired) if launch_noise is not None else 0.0
 
 
 def ci_columns(name: str, values: tuple[float, float, float]) -> dict:
@@ -328,15 +362,19 @@ def ci_columns(name: str, values: tuple[float, float, float]) -> dict:
     return dict(zip([name, f"{name}_lo", f"{name}_hi"], values))
 
 
-def trace_speedup(timed: pd.DataFrame, config: str, over: str, seed: int, n_boot: int) -> tuple[float, float, float]:
+def trace_speedup(timed: pd.DataFrame, config: str, over: str, seed: int, n_boot: int,
+                  launch_noise=None) -> tuple[float, float, float]:
     """``config``'s paired TPOT speedup over ``over`` across every level of a trace, with its 95% CI
-    (NaN where they share no request); its own generator per pair (``row_rng``)."""
+    (NaN where they share no request): a prompt is one cluster across the trace's levels and rounds,
+    ``launch_noise`` added unless the two are one configuration (``speedup_ci``); its own generator
+    per pair (``row_rng``)."""
     column = shape_of(timed).column
     levels = timed[column].unique()
     paired = pd.concat([paired_requests(timed, config, level, over) for level in levels])
     if paired.empty:
         return (math.nan,) * 3
-    return speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, f"{config} over {over}", 0), n_boot)
+    return speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, f"{config} over {over}", 0), n_boot,
+                      launch_noise if config != over else None)
 
 
 def trace_rate(summary: pd.DataFrame, concurrency: float, baseline: str = BASELINE_CONFIG) -> float:

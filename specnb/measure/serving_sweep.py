@@ -37,121 +37,23 @@ Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_s
 from __future__ import annotations
 
 import json
-import re
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import pandas as pd
 
-from specnb.core.errors import SpecnbError
+from specnb.engine.server_process import ServerFailed
+from specnb.measure.serving_endpoint import (
+    Counters,
+    EndpointError,
+    probe_forward,
+    probe_tokens,
+    probed_target,
+    reachable,
+    scrape,
+)
 from specnb.measure.serving_load import RequestRecord, Target, run_async, send_closed
 from specnb.measure.serving_steady import send_sampled
-
-
-class EndpointError(SpecnbError, RuntimeError):
-    """An endpoint is unreachable or does not speak the OpenAI API; the message says which and why."""
-
-
-@dataclass(kw_only=True)
-class Counters:
-    """Spec-decode counters of one scrape (or the difference of two)."""
-
-    drafts: float = 0.0
-    draft_tokens: float = 0.0
-    accepted: float = 0.0
-    accepted_per_pos: list[float] = field(default_factory=list)
-    n_decode: float = 0.0  # llama.cpp: llama_decode() calls of the verifier
-    tokens_predicted: float = 0.0
-    accept_rate_gauge: float = float("nan")  # SGLang's gauges: read as they are, never differenced
-    accept_length_gauge: float = float("nan")
-
-    def minus(self, before: Counters) -> Counters:
-        """The counters' difference since ``before``; the gauges as they are now."""
-        n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
-        pad = lambda v: list(v) + [0.0] * (n - len(v))  # noqa: E731
-        return Counters(**{k: getattr(self, k) - getattr(before, k) for k in
-                           ("drafts", "draft_tokens", "accepted", "n_decode", "tokens_predicted")},
-                        accepted_per_pos=[a - b for a, b in zip(pad(self.accepted_per_pos),
-                                                                pad(before.accepted_per_pos))],
-                        accept_rate_gauge=self.accept_rate_gauge, accept_length_gauge=self.accept_length_gauge)
-
-
-COUNTER_NAMES = {"spec_decode_num_drafts_total": "drafts", "spec_decode_num_draft_tokens_total": "draft_tokens",
-                 "spec_decode_num_accepted_tokens_total": "accepted", "n_decode_total": "n_decode",
-                 "tokens_predicted_total": "tokens_predicted", "generation_tokens_total": "tokens_predicted"}
-GAUGE_NAMES = {"spec_accept_rate": "accept_rate_gauge", "spec_accept_length": "accept_length_gauge"}  # sglang:
-
-
-def metric_line() -> re.Pattern:
-    """A Prometheus sample of any registered engine's prefix: (name, labels, value)."""
-    from specnb.engine.engines.seam import engines
-
-    prefixes = "|".join(sorted({re.escape(e.metrics_prefix) for e in engines().values()}))
-    return re.compile(rf"^(?:{prefixes}):(\w+?)(?:\{{([^}}]*)\}})?\s+([-+0-9.eE]+|NaN)\s*$")
-
-
-def parse_counters(text: str) -> Counters:
-    """Counters from Prometheus text; series with several label sets (vLLM's per-model) are summed,
-    gauges averaged. SGLang's gauges read 0 on a server that never speculated: taken as absent."""
-    found, per_pos, gauges, pattern = Counters(), {}, {}, metric_line()
-    for line in text.splitlines():
-        match = pattern.match(line.strip())
-        if not match:
-            continue
-        name, labels, value = match.group(1), match.group(2) or "", float(match.group(3))
-        if name == "spec_decode_num_accepted_tokens_per_pos_total":
-            position = int(re.search(r'position="(\d+)"', labels).group(1))
-            per_pos[position] = per_pos.get(position, 0.0) + value
-        elif name in COUNTER_NAMES:
-            setattr(found, COUNTER_NAMES[name], getattr(found, COUNTER_NAMES[name]) + value)
-        elif name in GAUGE_NAMES:
-            gauges.setdefault(GAUGE_NAMES[name], []).append(value)
-    found.accepted_per_pos = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else []
-    if np.mean(gauges.get("accept_length_gauge", [0.0])) > 0:  # speculating: τ ≥ 1
-        for attr, values in gauges.items():
-            setattr(found, attr, float(np.mean(values)))
-    return found
-
-
-def scrape(target: Target, timeout_s: float = 10.0) -> Counters:
-    """The target's spec-decode counters now (zeros when it exposes no ``/metrics``)."""
-    import httpx
-
-    try:
-        response = httpx.get(f"{target.url}/metrics", timeout=timeout_s)
-    except httpx.HTTPError as err:
-        raise EndpointError(f"{target.name}: cannot read {target.url}/metrics: {err}") from err
-    return parse_counters(response.text) if response.status_code == 200 else Counters()
-
-
-def check_target(target: Target, timeout_s: float = 10.0) -> Target:
-    """Fail with one line unless ``target`` answers ``/v1/models`` like an OpenAI server; fills in
-    ``model`` with the first model it serves when none was given."""
-    import httpx
-
-    try:
-        response = httpx.get(f"{target.url}/v1/models", timeout=timeout_s)
-        models = [m["id"] for m in response.json()["data"]]
-    except httpx.HTTPError as err:
-        raise EndpointError(f"{target.name}: {target.url} is unreachable ({err}); start the server or fix "
-                            "-p endpoint") from err
-    except (ValueError, KeyError, TypeError) as err:
-        raise EndpointError(f"{target.name}: {target.url}/v1/models is not an OpenAI-compatible answer "
-                            f"(HTTP {response.status_code})") from err
-    return Target(url=target.url, engine=target.engine, model=target.model or (models[0] if models else ""),
-                  speculation=target.speculation)
-
-
-def reachable(target: Target, timeout_s: float = 5.0) -> bool:
-    """Whether the target still answers ``/v1/models`` (how a sweep on an endpoint tells a dead server)."""
-    import httpx
-
-    try:
-        return httpx.get(f"{target.url}/v1/models", timeout=timeout_s).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @dataclass(kw_only=True)
@@ -164,45 +66,6 @@ class Sweep:
     runs: pd.DataFrame
     stopped: str = ""
     probe: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-
-def probe_tokens(max_tokens: int) -> list[int]:
-    """1, 2, 3, 4, 6, 8, 12, ... up to the first size at or above ``max_tokens``."""
-    sizes, n = [1, 2, 3], 4
-    while sizes[-1] < max_tokens:
-        sizes += [n, n * 3 // 2]
-        n *= 2
-    return [x for i, x in enumerate(sizes) if i == 0 or sizes[i - 1] < max_tokens]
-
-
-def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int = 0,
-                  clock: Callable[[], float] = time.perf_counter) -> pd.DataFrame:
-    """The engine's cost of one forward with n tokens in the batch, for n in ``sizes``: a prompt of n
-    random token ids evaluated in one batch, the same matrix shapes as one decode step over n
-    sequences, timed as the target's engine can (``ServingEngine.probe``: llama.cpp times it itself, vLLM by
-    the client). Sizes interleaved, ``repeats`` each; median ms. ``clock``: seconds (a test passes its own)."""
-    import httpx
-
-    from specnb.engine.engines.seam import engine_named
-
-    probe = engine_named(target.engine).probe
-    rng = np.random.default_rng(seed)
-    rows = []
-    with httpx.Client(timeout=120.0) as client:
-        for r in range(repeats):
-            for n in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
-                timed = probe(client, target, rng.integers(1000, 20000, size=n).tolist(), clock)
-                if timed is not None:
-                    rows.append({"tokens": timed[0], "forward_ms": timed[1]})
-    frame = pd.DataFrame(rows, columns=["tokens", "forward_ms"])
-    return frame.groupby("tokens", as_index=False)["forward_ms"].median()
-
-
-def probed_target(targets: list[Target]) -> Target | None:
-    """The first target whose engine can time a forward (None: none can)."""
-    from specnb.engine.engines.seam import engine_named
-
-    return next((t for t in targets if engine_named(t.engine).probe is not None), None)
 
 
 def level_order(names: list[str], level_index: int, round_index: int) -> list[str]:
@@ -236,20 +99,32 @@ def request_lengths(load, prompts: pd.DataFrame, round_index: int, seed: int) ->
 
 @dataclass(kw_only=True)
 class SweepState:
-    """What a sweep has measured so far and how it reports it: the tables grow run by run."""
+    """What a sweep has measured so far and how it reports it: the tables grow run by run; with
+    ``relaunch``, fresh servers each round (``relaunched``)."""
 
     records: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+    relaunch: Callable[[int], list[Target]] | None = None
+    warmup: bool = True
+    launch: int = 0
 
     def sweep(self) -> Sweep:
         return Sweep(records=pd.DataFrame(self.records), runs=pd.DataFrame(self.runs), probe=self.probe)
+
+    def relaunched(self, prompts: pd.DataFrame, load) -> list[Target]:
+        """Fresh servers, launch number ``launch`` (their records carry it), warmed at ``load``."""
+        self.launch += 1
+        targets = self.relaunch(self.launch)
+        if self.warmup:
+            warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
+        return targets
 
 
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, rounds: int = 1, seed: int = 0,
               ignore_eos: bool = True, warmup: bool = True, down: Callable[[str], str] | None = None,
               on_run: Callable[[Sweep], None] | None = None, progress: bool = False,
-              probe_max_tokens: int = 0) -> Sweep:
+              probe_max_tokens: int = 0, relaunch: Callable[[int], list[Target]] | None = None) -> Sweep:
     """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals
     at a rate, ...) on every target, same prompts and output lengths, targets alternating piece by
     piece (the shape's ``pieces``) in an order rotated per piece, level and round; with ``warmup``,
@@ -259,18 +134,25 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, roun
     that is down ends the sweep: finished levels are kept, the level it died in is marked ``partial``
     and ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it
     as it grows). ``probe_max_tokens``: first probe the first probe-able target's forward cost up to
-    that many tokens in the batch (``probe_forward``)."""
+    that many tokens in the batch (``probe_forward``). ``relaunch(n)``: fresh servers as targets,
+    launch ``n``, before every round but the first: each (level, round) on a launch of its own, so
+    rounds sample launch noise (``measure.launch_noise``); a failed relaunch ends the sweep."""
     prompts = prompts.reset_index(drop=True)
     by_name = {t.name: t for t in targets}
     down = down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
     probed = probed_target(targets) if probe_max_tokens else None
     state = SweepState(probe=probe_forward(probed, probe_tokens(probe_max_tokens), seed=seed) if probed
-                       else pd.DataFrame())
+                       else pd.DataFrame(), relaunch=relaunch, warmup=warmup)
     for li, load in enumerate(loads):
-        if warmup:
-            warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
-        why = run_level(state, targets, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
-                        down=down, on_run=on_run, progress=progress)
+        try:
+            if li and relaunch:
+                targets = state.relaunched(prompts, load)
+            elif warmup:
+                warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
+            why = run_level(state, targets, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
+                            down=down, on_run=on_run, progress=progress)
+        except ServerFailed as err:  # a relaunch that did not come up
+            why = f"relaunch {state.launch} failed at {load.text()} ({err})"
         if why:
             return stop(state.sweep(), load, why)
     return state.sweep()
@@ -282,6 +164,8 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
     sent = load.requests_for(list(prompts["prompt"]))
     by_name = {t.name: t for t in targets}
     for r in range(rounds):
+        if r and state.relaunch:
+            by_name = {t.name: t for t in state.relaunched(prompts, load)}
         max_tokens = request_lengths(load, prompts, r, seed)
         for c, part in enumerate(load.pieces(len(sent))):
             for name in level_order(list(by_name), li, r + c):
@@ -326,7 +210,7 @@ def request_row(record: RequestRecord, target: Target, load, index: int, prompts
     row = asdict(record)
     row["itl"] = json.dumps([round(x, 6) for x in record.itl])
     meta = prompts.iloc[index % len(prompts)]
-    return {"engine": target.engine, **target.speculation.columns(), **load.columns(),
+    return {"engine": target.engine, **target.speculation.columns(), **load.columns(), "launch": target.launch,
             "prompt_index": index, "prompt_id": str(meta.get("id", index % len(prompts))),
             "category": meta.get("category", ""), "partial": False, **row}
 
@@ -338,7 +222,7 @@ def run_row(target: Target, load, duration: float, done: list[RequestRecord], co
     ok = [d for d in done if d.success]
     verified = [d for d in ok if d.spec_verify_ct]
     per_request = not counters.draft_tokens and not counters.drafts  # the engine counted nothing itself
-    return {"engine": target.engine, **target.speculation.columns(), **load.columns(),
+    return {"engine": target.engine, **target.speculation.columns(), **load.columns(), "launch": target.launch,
             "duration": duration, "completed": len(ok), "failed": len(done) - len(ok),
             "total_output_tokens": sum(d.output_tokens for d in ok), "partial": partial,
             "spec_decode_num_drafts": counters.drafts,
@@ -353,24 +237,28 @@ def run_row(target: Target, load, duration: float, done: list[RequestRecord], co
             "spec_accept_length_gauge": counters.accept_length_gauge}
 
 
-def sweep_servers(configs, prompts: pd.DataFrame, loads: list, **settings) -> Sweep:
+def sweep_servers(configs, prompts: pd.DataFrame, loads: list, relaunch: bool = False, **settings) -> Sweep:
     """Start one server per configuration (each its engine's: ``ServingEngine.server``), run
     ``run_sweep`` on them (a server that dies ends it, saying how it died and its last log line, see
     there), and stop every server however the sweep ends (Ctrl-C included). A speculative
     configuration the engine refuses to start is left out and named in ``stopped`` with the engine's
-    own line; the others are measured."""
-    from specnb.engine.servers import servers
+    own line; the others are measured. ``relaunch``: every round but the first on fresh servers
+    (``run_sweep``; ``ServingEngine.relaunch_each_round`` says where that is cheap)."""
 
-    with servers(configs, keep_going=True) as running:
-        sweep = run_sweep(targets_of(configs, running.servers), prompts, loads,
-                          down=lambda name: running.servers[name].exit_note(), **settings)
-    skipped = "; ".join(f"{name} left out: {line}" for name, line in running.failed.items())
+    from specnb.engine.servers import Launches
+
+    with Launches(configs) as launches:
+        fresh = lambda n: targets_of(configs, launches.start().servers, n)  # noqa: E731
+        sweep = run_sweep(targets_of(configs, launches.running.servers), prompts, loads,
+                          down=lambda name: launches.running.servers[name].exit_note(),
+                          relaunch=fresh if relaunch else None, **settings)
+    skipped = "; ".join(f"{name} left out: {line}" for name, line in launches.failed.items())
     sweep.stopped = "; ".join(filter(None, [skipped, sweep.stopped]))
     return sweep
 
 
-def targets_of(configs: list, servers: dict) -> list[Target]:
-    """The running servers as targets, each with its configuration's engine and speculation."""
+def targets_of(configs: list, servers: dict, launch: int = 0) -> list[Target]:
+    """The running servers as targets, each with its configuration's engine and speculation, of launch ``launch``."""
     by_name = {c.name: c for c in configs}
     return [Target(url=server.url, engine=by_name[name].engine, model=getattr(server, "model", ""),
-                   speculation=by_name[name].speculation) for name, server in servers.items()]
+                   speculation=by_name[name].speculation, launch=launch) for name, server in servers.items()]

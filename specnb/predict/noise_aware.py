@@ -22,7 +22,7 @@ import math
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
+from specnb.engine.engines.seam import BASELINE_CONFIG, NOT_CANDIDATES
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_rounds import batch_of, relative_mad, round_speedups
 from specnb.predict.serving_predictor import require_steps
@@ -35,9 +35,10 @@ TIE = 0.01  # the smallest difference that is not a tie, whatever the spreads sa
 def round_figures(records: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per static configuration and level: the median over rounds of its per-round TPOT speedup
     (``serving_rounds.round_speedups``), their spread (``relative_mad``) and how many rounds. An
-    adaptive launch measured beside them (a check pass) is the policy's outcome, not a candidate."""
+    adaptive launch measured beside them (a check pass) is the policy's outcome, and spec-off's A/A
+    twin its launch noise: neither is a candidate (``NOT_CANDIDATES``)."""
     column = shape_of(records).column
-    per_round = round_speedups(records[records["success"] & (records["config"] != ADAPTIVE_CONFIG)], baseline)
+    per_round = round_speedups(records[records["success"] & ~records["config"].isin(NOT_CANDIDATES)], baseline)
     rows = [{"config": config, column: level, "median_speedup": float(group["speedup_tpot"].median()),
              "spread": relative_mad(group["speedup_tpot"]), "rounds": len(group)}
             for (config, level), group in per_round.groupby(["config", column], sort=True)]

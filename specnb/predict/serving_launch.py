@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
+from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_summary import best_static, draft_lengths
 from specnb.predict.serving_policy import MAX_BATCH, POLICY_FLOOR, as_launch, policy_ranges, serving_policy, with_cuts
@@ -208,7 +208,7 @@ def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str,
 def families(summary: pd.DataFrame) -> dict[str, str]:
     """Each speculative static configuration's method family (vLLM's words: ngram, eagle3, ...), as
     its records carry it."""
-    rows = summary[(summary["config"] != BASELINE_CONFIG) & (summary["config"] != ADAPTIVE_CONFIG)]
+    rows = summary[~summary["config"].isin([BASELINE_CONFIG, *NOT_CANDIDATES])]
     return dict(zip(rows["config"], rows["family"])) if "family" in rows else {c: "ngram" for c in rows["config"]}
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import BASELINE_CONFIG, Launch
+from specnb.engine.engines.seam import BASELINE_CONFIG, NOT_CANDIDATES, Launch
 from specnb.measure.serving_summary import draft_lengths
 from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
 from specnb.predict.serving_predictor import require_steps
@@ -56,7 +56,7 @@ def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None,
     require_steps(summary)
     lengths = draft_lengths(summary) if lengths is None else lengths
     rows = []
-    for level, group in summary[summary["config"] != baseline].groupby("concurrency"):
+    for level, group in summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])].groupby("concurrency"):
         paying = group[(group["speedup_tpot"] > 1.0) & (group["speedup_tpot_lo"] >= POLICY_FLOOR)]
         if paying.empty:
             rows.append({"concurrency": level, "config": baseline, "k": 0, "speedup_tpot": 1.0})
@@ -71,7 +71,7 @@ def speedups_of(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG,
                 zero: pd.Series | None = None) -> dict[tuple[str, float], float]:
     """(configuration, level) → its measured TPOT speedup; ``baseline``'s is 1.00, or, in a launch whose
     k = 0 ranges are priced (``zero``: per level), that range's."""
-    rows = summary[summary["config"] != baseline]
+    rows = summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])]
     out = dict(zip(zip(rows["config"], rows["concurrency"]), rows["speedup_tpot"])) if "speedup_tpot" in rows else {}
     levels = summary["concurrency"].unique()
     return out | {(baseline, level): 1.0 if zero is None else float(zero[level]) for level in levels}

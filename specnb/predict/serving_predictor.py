@@ -93,7 +93,7 @@ def verify_ms(cost: pd.DataFrame, probe: pd.DataFrame | None, b: float, d: float
 def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = BASELINE_CONFIG,
                     probe: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted TPOT and TPOT speedup of ``config`` at each of ``levels``, calibrated at its lowest
-    level; ``probe``: the engine's forward cost against tokens (``specnb.measure.serving_sweep.probe_forward``)."""
+    level; ``probe``: the engine's forward cost against tokens (``specnb.measure.serving_endpoint.probe_forward``)."""
     cost = step_cost(summary, baseline)
     rows = summary[summary["config"] == config].sort_values("concurrency")
     if rows.empty:

@@ -66,3 +66,19 @@ def test_the_baseline_failing_or_ctrl_c_while_waiting_stops_every_launched_serve
             pytest.fail("no block runs when the baseline did not start")
     assert {e for e in events if e[0] == "stop"} == {("stop", "spec-off"), ("stop", "ngram")}
     assert ("ready", "ngram") not in events  # nothing waited for after the failure
+
+
+def test_launches_stop_one_set_before_starting_the_next_and_drop_what_never_came_up(monkeypatch):
+    events = []
+    monkeypatch.setattr(engine_servers, "server_for", lambda config, timeout_s=None: Fake(
+        config.name, events, ServerFailed("eagle3: refused") if config.name == "eagle3" else None))
+    with engine_servers.Launches([SimpleNamespace(name=n) for n in ["spec-off", "ngram", "eagle3"]]) as launches:
+        first = launches.running
+        events.clear()
+        second = launches.start()
+        assert second is not first and list(second.servers) == ["spec-off", "ngram"]
+        stops = [i for i, e in enumerate(events) if e[0] == "stop"]
+        assert len(stops) == 3 and max(stops) < events.index(("launch", "spec-off"))  # all stopped first
+        assert ("launch", "eagle3") not in events  # refused at the first start: not tried again
+        assert launches.failed == {"eagle3": "eagle3: refused"} and launches.count == 2
+    assert events[-2:] in ([("stop", "ngram"), ("stop", "spec-off")], [("stop", "spec-off"), ("stop", "ngram")])

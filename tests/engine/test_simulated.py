@@ -2,9 +2,11 @@
 against the stated truth (``expected_speedup``), and its server end to end under the project's own
 client. Anything about time uses virtual time; no wall-clock duration is compared with a tolerance."""
 
+import json
 import os
 import zlib
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -29,6 +31,7 @@ from specnb.engine.simulated import (
 
 NGRAM3 = Speculation(entry="ngram", k=3, method="ngram")
 COST = SimCost(fixed_ms=10.0, per_token_ms=0.5, draft_ms=1.0, acceptance=(0.8, 0.6, 0.4))
+COST_WITH_PREFILL = replace(COST, prefill_per_token_ms=0.2)
 
 
 def requests(n: int, prompt_len: int = 4, max_tokens: int = 16) -> list[SimRequest]:
@@ -143,6 +146,52 @@ def test_a_cost_with_an_impossible_value_is_refused():
         SimCost(acceptance=(1.5,))
     with pytest.raises(ParameterError, match="max_num_seqs"):
         SimCost(max_num_seqs=0)
+    with pytest.raises(ParameterError, match="launch_jitter"):
+        SimCost(launch_jitter=-0.1)
+
+
+def test_prompts_differ_in_acceptance_each_fixed_by_its_key_and_a_resent_prompt_accepts_as_before():
+    cost = SimCost(acceptance=(0.7, 0.5), prompt_acceptance_spread=1.0)
+    per_key = [cost.prompt_acceptance(key) for key in range(40)]
+    assert per_key == [cost.prompt_acceptance(key) for key in range(40)]  # a function of (seed, key)
+    firsts = np.array([a[0] for a in per_key])
+    assert firsts.std() > 0.1 and 0 < firsts.min() and firsts.max() < 1
+    assert all((a[0] > 0.7) == (a[1] > 0.5) for a in per_key)  # one shift per prompt, every position
+    assert SimCost(acceptance=(0.7, 0.5)).prompt_acceptance(3) == (0.7, 0.5)  # spread 0: the cost's own
+    assert SimCost(acceptance=(1.0, 0.0), prompt_acceptance_spread=2.0).prompt_acceptance(3) == (1.0, 0.0)
+    # six prompts sent twice (rounds): each round accepts exactly as the first; prompts differ
+    keys = [k for _ in range(2) for k in range(6)]
+    records = run_closed(cost, NGRAM3, [8] * 12, [48] * 12, 1, keys=keys)
+    gaps = [r["latency"] - r["ttft"] for r in records]
+    assert gaps[:6] == pytest.approx(gaps[6:]) and len({round(g, 6) for g in gaps[:6]}) > 1
+
+
+def test_every_step_of_a_launch_carries_its_one_factor_and_launches_differ():
+    cost = replace(COST, launch_jitter=0.05, prefill_per_token_ms=0.2)
+    base = run_closed(COST_WITH_PREFILL, NGRAM3, [8] * 12, [24] * 12, 3)
+    factors = []
+    for seed in range(4):
+        launched = replace(cost, launch_seed=seed)
+        records = run_closed(launched, NGRAM3, [8] * 12, [24] * 12, 3)
+        factor = launched.launch_factor()
+        assert [r["latency"] for r in records] == pytest.approx([factor * r["latency"] for r in base])
+        assert [r["ttft"] for r in records] == pytest.approx([factor * r["ttft"] for r in base])
+        assert [r["output_tokens"] for r in records] == [r["output_tokens"] for r in base]  # only speed changes
+        factors.append(factor)
+    assert len(set(factors)) == 4 and all(0.8 < f < 1.25 for f in factors)
+    assert replace(COST, launch_seed=7).launch_factor() == 1.0  # no jitter: every launch alike
+
+
+def test_each_simulated_server_started_is_a_launch_of_its_own():
+    cost = SimCost(launch_jitter=0.03)
+    off, twin = SimConfig(speculation=SPEC_OFF, cost=cost), SimConfig(speculation=Speculation(aa_twin=True), cost=cost)
+    seeds = [SimServer(c).cost.launch_seed for c in (off, off, twin)]  # built, never started
+    assert len(set(seeds)) == 3
+    server = SimServer(off)
+    assert replace(server.cost, launch_seed=cost.launch_seed) == cost  # only the launch's seed is its own
+    command = server.command()
+    assert json.loads(command[command.index("--cost") + 1])["launch_seed"] == server.cost.launch_seed
+    assert twin.name == "spec-off-aa" and not twin.speculative
 
 
 # ------------------------------------------------------------------ virtual-time loops and the truth
@@ -204,8 +253,8 @@ def test_an_open_loop_at_a_low_rate_sees_the_bare_step_costs():
 def test_the_server_streams_counts_and_answers_the_forward_probe_as_vllm_does():
     import httpx
 
+    from specnb.measure.serving_endpoint import parse_counters, probe_forward
     from specnb.measure.serving_load import Target, run_async, send_closed
-    from specnb.measure.serving_sweep import parse_counters, probe_forward
 
     config = SimConfig(speculation=NGRAM3, cost=SimCost(fixed_ms=10.0, per_token_ms=0.5, acceptance=(0.8, 0.6, 0.4),
                                                         speed=50.0), model="sim-model")
@@ -257,7 +306,7 @@ def test_a_client_that_goes_away_frees_its_slot():
 
     import httpx
 
-    from specnb.measure.serving_sweep import metric_line
+    from specnb.measure.serving_endpoint import metric_line
 
     def running(url: str) -> float:
         lines = [metric_line().match(line) for line in httpx.get(f"{url}/metrics").text.splitlines()]

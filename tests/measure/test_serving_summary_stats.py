@@ -1,5 +1,5 @@
-"""The serving summaries' statistics on hand-built records: the bootstrap's unit (a prompt within a
-round), one generator per row (a CI does not depend on row order), where a configuration pays or
+"""The serving summaries' statistics on hand-built records: the bootstrap's unit (a prompt, with all
+its rounds), one generator per row (a CI does not depend on row order), where a configuration pays or
 loses, and a trace judged with CIs as the levels are."""
 
 import numpy as np
@@ -32,12 +32,32 @@ def test_a_prompt_cycled_within_a_round_is_one_bootstrap_unit():
     assert point == pytest.approx(1.6 / 1.2) and (lo, hi) == (pytest.approx(1.0), pytest.approx(2.0))
 
 
-def test_rounds_of_one_prompt_are_distinct_units():
-    # one prompt, two rounds (1x in round 0, 2x in round 1): two units, not one merged (which has no CI)
+def test_rounds_of_one_prompt_move_together_as_one_cluster():
+    # one prompt, two rounds (1x in round 0, 2x in round 1): one cluster, so no interval; as (prompt,
+    # round) units it had one, [1.0, 2.0], from a prompt resent to the same server
     records = pd.concat([requests("spec-off", [0.2, 0.2], ["a", "a"], [0, 1]),
                          requests("ngram k=4", [0.2, 0.1], ["a", "a"], [0, 1])]).assign(prompt_index=0)
-    _, lo, hi = tpot_ci(records)
-    assert (lo, hi) == (pytest.approx(1.0), pytest.approx(2.0))
+    point, lo, hi = tpot_ci(records)
+    assert point == pytest.approx(0.4 / 0.3) and np.isnan(lo) and np.isnan(hi)
+
+
+def test_resending_the_same_prompts_in_more_rounds_does_not_narrow_the_ci():
+    # six prompts, each at its own speedup; three rounds that repeat round 0 exactly (greedy, same
+    # server) carry nothing new: the CI must be round 0's, where (prompt, round) units narrowed it
+    rng = np.random.default_rng(3)
+    base, spec = list(rng.uniform(0.2, 0.4, 6)), list(rng.uniform(0.1, 0.3, 6))
+    ids = [f"p{i}" for i in range(6)]
+
+    def level(rounds: int) -> pd.DataFrame:
+        return pd.concat([requests(config, seconds * rounds, ids * rounds, [r for r in range(rounds) for _ in ids])
+                          for config, seconds in (("spec-off", base), ("ngram k=4", spec))])
+
+    one, three = tpot_ci(level(1)), tpot_ci(level(3))
+    assert three == pytest.approx(one)
+    assert one[2] - one[1] > 0.05  # the prompts differ: an interval to narrow
+    units = level(3).assign(prompt_id=lambda f: f["prompt_id"] + "/" + f["round"].astype(str))
+    _, lo, hi = tpot_ci(units)  # each round a prompt of its own: what the old unit did
+    assert hi - lo < 0.8 * (one[2] - one[1])
 
 
 def sweep_records(seed: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -109,3 +129,31 @@ def test_the_crossover_row_says_whether_the_end_levels_cis_exclude_1():
     rows = crossover(summary, "speedup_tpot").set_index("config")
     assert rows.loc["clear", ["ci_excludes_1_lowest", "ci_excludes_1_top"]].tolist() == [True, True]
     assert rows.loc["noisy", ["ci_excludes_1_lowest", "ci_excludes_1_top"]].tolist() == [False, False]
+
+
+def test_the_launch_term_widens_every_row_but_the_baselines_own_and_each_row_says_how_much():
+    from specnb.measure.launch_noise import LaunchNoise
+    from specnb.measure.serving_summary import adaptive_check, summarise_sweep, trace_check
+
+    records, runs = sweep_records()
+    noise = LaunchNoise(sigma=0.05, source="test", pairs=3)
+    plain, wide = (summarise_sweep(records, runs, n_boot=200, launch_noise=n).set_index(["config", "concurrency"])
+                   for n in (None, noise))
+    assert (plain["launch_sigma"].dropna() == 0.0).all()
+    spec = wide.loc[("ngram k=4", 4)]
+    assert spec["launch_sigma"] == 0.05 and spec["speedup_tpot"] == plain.loc[("ngram k=4", 4), "speedup_tpot"]
+    for metric in CI_COLUMNS:
+        side = 1 if metric.endswith("_hi") else -1
+        assert side * (wide.loc[("ngram k=4", 4), metric] - plain.loc[("ngram k=4", 4), metric]) > 0
+    assert wide.loc[("spec-off", 4), "launch_sigma"] == 0.0  # one launch against itself
+    assert wide.loc[("spec-off", 4), "speedup_tpot_lo"] == plain.loc[("spec-off", 4), "speedup_tpot_lo"]
+    # a sweep that relaunched each round pools its rounds' launches: sigma ÷ √2 for two
+    relaunched = summarise_sweep(records.assign(launch=records["round"]), runs, n_boot=200, launch_noise=noise)
+    assert relaunched.set_index(["config", "concurrency"]).loc[("ngram k=4", 4), "launch_sigma"] == \
+        pytest.approx(0.05 / 2 ** 0.5)
+    check = [adaptive_check(s.reset_index(), records=records, n_boot=200, launch_noise=n).set_index("concurrency")
+             for s, n in ((plain, None), (wide, noise))]
+    assert check[1].loc[4, "ratio_lo"] < check[0].loc[4, "ratio_lo"] and check[1].loc[4, "launch_sigma"] == 0.05
+    traces = [trace_check(records, n_boot=200, launch_noise=n).set_index("config") for n in (None, noise)]
+    hi = "adaptive_speedup_tpot_hi"
+    assert traces[1].loc["ngram k=4", hi] > traces[0].loc["ngram k=4", hi]

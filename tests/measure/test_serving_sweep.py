@@ -15,6 +15,14 @@ from helpers import closed, open_loop, spec
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import counter_rates
+from specnb.measure.serving_endpoint import (
+    Counters,
+    EndpointError,
+    check_target,
+    parse_counters,
+    probe_forward,
+    probe_tokens,
+)
 from specnb.measure.serving_load import arrival_gaps, run_async, send_closed, send_open
 from specnb.measure.serving_summary import (
     adaptive_check,
@@ -24,17 +32,7 @@ from specnb.measure.serving_summary import (
     trace_check,
     trace_rate,
 )
-from specnb.measure.serving_sweep import (
-    Counters,
-    EndpointError,
-    Target,
-    check_target,
-    level_order,
-    parse_counters,
-    probe_forward,
-    probe_tokens,
-    run_sweep,
-)
+from specnb.measure.serving_sweep import Target, level_order, run_sweep
 from specnb.measure.vllm_bench import from_vllm_bench
 
 SCRAPE = """# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative decoding verification steps
@@ -185,6 +183,18 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
     for metric in ("speedup_tpot", "speedup_e2el", "speedup_output_throughput"):
         assert row[f"{metric}_lo"] <= row[metric] <= row[f"{metric}_hi"]
     assert {"mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "p90_e2el_ms"} <= set(summary.columns)
+
+
+def test_a_relaunching_sweep_runs_every_round_on_fresh_servers_and_records_say_which(fake):
+    _, url = fake
+    pair = lambda n: [Target(url=url, launch=n), Target(speculation=spec("ngram", 2), url=url, launch=n)]  # noqa: E731
+    asked = []
+    sweep = run_sweep(pair(0), PROMPTS, closed(1, 2, tokens=3), rounds=2, warmup=False,
+                      relaunch=lambda n: asked.append(n) or pair(n))
+    assert asked == [1, 2, 3] and sweep.stopped == ""  # every (level, round) but the first
+    launch = sweep.records.groupby(["concurrency", "round"])["launch"].agg(set).to_dict()
+    assert launch == {(1, 0): {0}, (1, 1): {1}, (2, 0): {2}, (2, 1): {3}}
+    assert set(sweep.runs["launch"]) == {0, 1, 2, 3}
 
 
 def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):

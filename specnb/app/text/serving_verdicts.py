@@ -9,7 +9,7 @@ import pandas as pd
 
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, engine_named, engine_of
+from specnb.engine.engines.seam import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, engine_named, engine_of
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
 from specnb.predict.serving_decision import ServingDecision, adaptive_ran
 from specnb.predict.serving_policy import batch_ranges
@@ -81,7 +81,8 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
         return Report("No spec-off configuration to compare with: the tables show each configuration alone.", {})
     lines, values, shape = [], {}, shape_of(summary)
     column = shape.column
-    for config, group in summary[summary["config"] != BASELINE_CONFIG].groupby("config", sort=False):
+    judged = summary[~summary["config"].isin([BASELINE_CONFIG, AA_TWIN_CONFIG])]  # the twin measures noise
+    for config, group in judged.groupby("config", sort=False):
         group = group.sort_values(column)
         first, last = group.iloc[0], group.iloc[-1]
         lines.append(f"**{config}**: α {first['alpha']:.2f}, τ {first['tau']:.2f}; TPOT speedup "

@@ -104,4 +104,4 @@ ENGINE = register(ServingEngine(
     server=lambda config, timeout_s=None: Server(config) if timeout_s is None else Server(config, timeout_s=timeout_s),
     missing=missing_note, machine=machine, probe=probe, launch_text=launch_text, policy_lines=policy_lines,
     default_entries=default_entries, default_note=default_note, batch_gauge="requests_processing",
-    request_extra={"cache_prompt": False}, context=CTX_PER_SLOT))
+    request_extra={"cache_prompt": False}, context=CTX_PER_SLOT, relaunch_each_round=True))

@@ -18,4 +18,4 @@ def policy_lines(launch: Launch, configs: list) -> list[str]:
 
 
 ENGINE = register(ServingEngine(name="sglang", label="SGLang", metrics_prefix="sglang", policy_lines=policy_lines,
-                                batch_gauge="num_running_reqs"))
+                                batch_gauge="num_running_reqs", relaunch_each_round=False))

@@ -3,7 +3,11 @@ continuous batching and no model, whose step time follows a stated cost model an
 vLLM's names, so every part of notebook 08 runs on it and its truth (each configuration's speedup at
 each batch, the crossover) is known. For tests and for anyone checking the method: ``-p engine
 simulated``. Its cost model is ``SimCost``'s defaults, or the JSON in ``SPECNB_SIM_COST`` (the fields
-of ``SimCost``: ``fixed_ms``, ``per_token_ms``, ``draft_ms``, ``acceptance``, ``speed``, ...)."""
+of ``SimCost``: ``fixed_ms``, ``per_token_ms``, ``draft_ms``, ``acceptance``, ``speed``,
+``prompt_acceptance_spread``, ``launch_jitter``, ...). Every server started is a launch of its own:
+``SimServer`` numbers its launches and mixes the number and the configuration's name into the cost's
+``launch_seed`` (``simulated_http.launched_cost``), so with ``launch_jitter`` two launches of one
+configuration (spec-off and its A/A twin, or one configuration relaunched each round) differ in speed."""
 
 from __future__ import annotations
 
@@ -45,7 +49,10 @@ def machine(configs: list) -> str:
     cost = configs[0].cost
     return (f"simulated engine (no model): a step costs {cost.fixed_ms:g} ms + {cost.per_token_ms:g} ms per token "
             f"in the batch, speculation {cost.draft_ms:g} ms + {cost.draft_per_token_ms:g} ms per drafted token, "
-            f"acceptance per position {list(cost.acceptance)}, run at {cost.speed:g}x real time")
+            f"acceptance per position {list(cost.acceptance)}, run at {cost.speed:g}x real time"
+            + (f", prompts' acceptance spread {cost.prompt_acceptance_spread:g} in logit" if
+               cost.prompt_acceptance_spread else "")
+            + (f", launches' speed spread {cost.launch_jitter:g} in log" if cost.launch_jitter else ""))
 
 
 def launch_text(config: SimConfig) -> str:
@@ -68,4 +75,4 @@ ENGINE = register(ServingEngine(
     server=lambda config, timeout_s=None: SimServer(config) if timeout_s is None else SimServer(config, timeout_s),
     machine=machine, probe=engine_vllm.probe, launch_text=launch_text, launch_json=engine_vllm.launch_json,
     default_entries=lambda smoke, verifier: [f"ngram:{3 if smoke else 4}"], scheduled=scheduled,
-    batch_gauge="num_requests_running"))
+    batch_gauge="num_requests_running", relaunch_each_round=True))

@@ -113,4 +113,4 @@ ENGINE = register(ServingEngine(
     name="vllm", label="vLLM", metrics_prefix="vllm", launched=True, configs=configs, server=server,
     missing=missing_note, machine=machine, probe=probe, launch_text=launch_text, launch_json=launch_json,
     default_entries=default_entries, default_note=default_note, scheduled=scheduled,
-    batch_gauge="num_requests_running", context=MAX_MODEL_LEN))
+    batch_gauge="num_requests_running", context=MAX_MODEL_LEN, relaunch_each_round=False))

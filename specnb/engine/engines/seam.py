@@ -23,6 +23,8 @@ from typing import Any
 
 BASELINE_CONFIG = "spec-off"  # the display name of a configuration that does not speculate
 ADAPTIVE_CONFIG = "adaptive"  # the display name of a policy launched as one server (its schedule)
+AA_TWIN_CONFIG = "spec-off-aa"  # spec-off launched a second time: an A/A pair that measures launch noise
+NOT_CANDIDATES = (ADAPTIVE_CONFIG, AA_TWIN_CONFIG)  # measured beside the static ones, never a policy's choice
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +38,7 @@ class Speculation:
     uses_model: bool = False
     schedule: tuple[tuple[int, int, int], ...] | None = None
     adaptive: bool = False  # the policy as one launch: named ``ADAPTIVE_CONFIG`` whatever its k
+    aa_twin: bool = False  # spec-off's second launch (``AA_TWIN_CONFIG``), only what launch noise is measured by
 
     @property
     def speculative(self) -> bool:
@@ -45,7 +48,9 @@ class Speculation:
     def name(self) -> str:
         if self.adaptive:
             return ADAPTIVE_CONFIG
-        return f"{self.entry} k={self.k}" if self.entry else BASELINE_CONFIG
+        if self.entry:
+            return f"{self.entry} k={self.k}"
+        return AA_TWIN_CONFIG if self.aa_twin else BASELINE_CONFIG
 
     def k_at(self, batch: float) -> int:
         """The draft length at a scheduler batch size: the ``schedule`` range that holds it (vLLM's
@@ -110,7 +115,11 @@ class ServingEngine:
     NaN); ``request_extra``, fields merged into every request body (llama-server's
     ``cache_prompt: false``, so a repeated prompt prefix is prefilled every time, as on vLLM launched
     without prefix caching); ``context``, the tokens one request may hold in the launch notebook 08
-    starts (None at an endpoint: not known), what drawn output lengths are checked against.
+    starts (None at an endpoint: not known), what drawn output lengths are checked against;
+    ``relaunch_each_round``: whether a sweep should start fresh servers for every round
+    (``serving_sweep.sweep_servers(relaunch=...)``), so each round is its own launch and launch-to-launch
+    noise is sampled, not frozen into every round (``measure.launch_noise``): cheap where a start takes
+    seconds (llama-server, the simulated engine), not where it takes minutes (vLLM).
     """
 
     name: str  # what ``-p engine`` says and records carry
@@ -131,6 +140,7 @@ class ServingEngine:
     batch_gauge: str = ""  # "num_requests_running" (vLLM), "requests_processing" (llama-server), ...
     request_extra: dict = field(default_factory=dict)
     context: int | None = None
+    relaunch_each_round: bool = False
 
     @property
     def schedules(self) -> bool:

@@ -35,8 +35,9 @@ def test_a_display_name_is_derived_from_the_record():
 def test_an_engine_registered_in_one_module_is_swept_at_an_endpoint(tgi):
     from specnb.app import serving_setup as setup
     from specnb.engine.simulated import SimConfig, SimCost, SimServer
+    from specnb.measure.serving_endpoint import check_target
     from specnb.measure.serving_summary import summarise_sweep
-    from specnb.measure.serving_sweep import check_target, run_sweep
+    from specnb.measure.serving_sweep import run_sweep
     from specnb.predict.serving_policy import as_launch, serving_policy
 
     cost = SimCost(fixed_ms=10.0, per_token_ms=1.0, acceptance=(0.9,), speed=5.0)
