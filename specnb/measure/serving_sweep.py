@@ -48,6 +48,7 @@ import pandas as pd
 from specnb.core.errors import SpecnbError
 from specnb.measure.serving_load import RequestRecord, Target, run_async, send_closed
 from specnb.measure.serving_steady import send_sampled
+from specnb.measure.serving_summary import summarise_sweep
 
 
 class EndpointError(SpecnbError, RuntimeError):
@@ -157,13 +158,16 @@ def reachable(target: Target, timeout_s: float = 5.0) -> bool:
 @dataclass(kw_only=True)
 class Sweep:
     """A sweep's raw data: ``records`` (one row per request), ``runs`` (one row per target, level
-    and round, with differenced counters), ``stopped``: one line when it ended early, and ``probe``:
-    the engine's forward cost against tokens in the batch (``probe_forward``), when measured."""
+    and round, with differenced counters), ``stopped``: one line when it ended early, ``probe``:
+    the engine's forward cost against tokens in the batch (``probe_forward``), when measured, and
+    ``screened``: each configuration left out of the levels above the lowest, with one line saying why
+    (``screen_out``)."""
 
     records: pd.DataFrame
     runs: pd.DataFrame
     stopped: str = ""
     probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+    screened: dict[str, str] = field(default_factory=dict)  # configuration: why it left the sweep
 
 
 def probe_tokens(max_tokens: int) -> list[int]:
@@ -233,15 +237,17 @@ class SweepState:
     records: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+    screened: dict[str, str] = field(default_factory=dict)  # configuration: why it left the sweep
 
     def sweep(self) -> Sweep:
-        return Sweep(records=pd.DataFrame(self.records), runs=pd.DataFrame(self.runs), probe=self.probe)
+        return Sweep(records=pd.DataFrame(self.records), runs=pd.DataFrame(self.runs), probe=self.probe,
+                     screened=dict(self.screened))
 
 
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, rounds: int = 1, seed: int = 0,
               ignore_eos: bool = True, warmup: bool = True, down: Callable[[str], str] | None = None,
               on_run: Callable[[Sweep], None] | None = None, progress: bool = False,
-              probe_max_tokens: int = 0) -> Sweep:
+              probe_max_tokens: int = 0, screen: bool = True) -> Sweep:
     """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals
     at a rate, ...) on every target, same prompts and output lengths, targets alternating piece by
     piece (the shape's ``pieces``) in an order rotated per piece, level and round; with ``warmup``,
@@ -251,21 +257,46 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, roun
     that is down ends the sweep: finished levels are kept, the level it died in is marked ``partial``
     and ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it
     as it grows). ``probe_max_tokens``: first probe the first probe-able target's forward cost up to
-    that many tokens in the batch (``probe_forward``)."""
+    that many tokens in the batch (``probe_forward``). With ``screen``, a speculative configuration that loses
+    at the lowest level (``screen_out``) is left out of the levels after it; ``screened`` says which and why."""
     prompts = prompts.reset_index(drop=True)
     by_name = {t.name: t for t in targets}
     down = down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
     probed = probed_target(targets) if probe_max_tokens else None
     state = SweepState(probe=probe_forward(probed, probe_tokens(probe_max_tokens), seed=seed) if probed
                        else pd.DataFrame())
+    lowest = min(load.level for load in loads)
     for li, load in enumerate(loads):
+        live = [t for t in targets if t.name not in state.screened]
         if warmup:
-            warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
-        why = run_level(state, targets, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
+            warm_up(live, list(prompts["prompt"]), load.warm_concurrency)
+        why = run_level(state, live, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
                         down=down, on_run=on_run, progress=progress)
         if why:
             return stop(state.sweep(), load, why)
+        if screen and load.level == lowest and li < len(loads) - 1:
+            state.screened |= screen_out(state.sweep(), load, live, seed)
     return state.sweep()
+
+
+def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int = 1000) -> dict[str, str]:
+    """The static speculative configurations whose TPOT speedup's 95% CI lies below 1 at ``load`` (the lowest
+    level), each with one line saying so: they lose at the lowest load, and on these engines speculation only
+    loses more as the batch grows (verifying k + 1 tokens a sequence costs more of a fuller step), so their
+    higher levels would be time spent on a known answer. The CI is the summary's own (``summarise_sweep`` with
+    its seed and resamples: a row's CI depends only on its own records). Spec-off is never screened, nor a
+    configuration with a schedule (``adaptive``: its k changes with the batch, so its lowest level does not
+    speak for the others); neither is anything where no spec-off ran at that level."""
+    at = lambda table: table[table[load.column] == load.level]  # noqa: E731
+    summary = summarise_sweep(at(sweep.records), at(sweep.runs), seed=seed, n_boot=n_boot)
+    if "speedup_tpot_hi" not in summary:
+        return {}
+    static = {t.name for t in targets if t.speculation.speculative and not t.speculation.schedule
+              and not t.speculation.adaptive}
+    losing = summary[summary["config"].isin(static) & (summary["speedup_tpot_hi"] < 1.0)]
+    return {row.config: f"{row.config} measured at {load.text()} only: TPOT speedup {row.speedup_tpot:.2f}x [95% CI "
+                        f"{row.speedup_tpot_lo:.2f}–{row.speedup_tpot_hi:.2f}] there, a loss at the lowest load, which "
+                        "only grows with the batch" for row in losing.itertuples()}
 
 
 def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int, *, rounds: int,
