@@ -1,10 +1,10 @@
 """Speculation under serving load: notebook 08's recorded figures, copied into benchmarks/README.md.
 
-    python benchmarks/serving.py [RUN_DIR] [--vllm]
+    python benchmarks/serving.py [RUN_DIR]
 
 RUN_DIR is a finished ``specnb run`` folder holding ``08_serving.*`` (default: the newest
-``outputs/*`` that has one); ``--vllm`` copies its vLLM run, ``08_serving-vllm.*``, into the
-``serving-vllm`` markers instead. The notebook measures everything (llama-server per configuration, the
+``outputs/*`` that has one); a run on vLLM goes between the ``serving-vllm`` markers, any other
+between the ``serving`` ones. The notebook measures everything (llama-server per configuration, the
 concurrency sweep, counters, speedups with CIs, the crossover, the serving predictor, the policy);
 this script only copies its figures, with the run's machine, date and commit, between the
 ``serving`` markers.
@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from predictor import publish  # benchmarks/predictor.py
+from engine import write_readme_section  # benchmarks/engine.py
+from predictor import find_run  # benchmarks/predictor.py
 
 from specnb.measure.load_shapes import SHAPES, shape_of
 
@@ -82,13 +83,18 @@ def render(run: Path, stem: str = STEM) -> str:
     return "\n".join(lines)
 
 
+def section(run: Path) -> str:
+    """The README markers a run's figures go between: ``serving-vllm`` for a run on vLLM, else ``serving``."""
+    settings = json.loads((run / f"{STEM}.summary.json").read_text())["results"].get("settings") or {}
+    return "serving-vllm" if settings.get("engine") == "vllm" else "serving"
+
+
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--vllm" in argv:
-        argv.remove("--vllm")
-        stem = f"{STEM}-vllm"
-        return publish(lambda run: render(run, stem), "serving-vllm", stem, argv)
-    return publish(render, "serving", STEM, argv)
+    run = find_run(list(sys.argv[1:] if argv is None else argv), STEM)
+    markdown = render(run)
+    print(markdown)
+    write_readme_section(markdown, name=section(run))
+    return 0
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ class Section:
     chart_uri: str | None
     html_link: str | None
     error: str | None = None
+    seconds: float | None = None
+    note: str = ""
 
 
 def index_path(run_dir: Path) -> Path:
@@ -100,7 +102,7 @@ def build_section(run: dict[str, Any], run_dir: Path) -> Section:
     link = page.name if page is not None and (Path(run_dir) / page.name).exists() else None
     return Section(name=run["name"], ok=bool(run["ok"]), question=find_question(cells),
                    verdict_markdown=find_verdict(cells), chart_uri=find_chart(cells), html_link=link,
-                   error=run.get("error"))
+                   error=run.get("error"), seconds=run.get("seconds"), note=run.get("note") or "")
 
 
 def read_environment(run_dir: Path, names: list[str]) -> dict[str, Any]:
@@ -136,9 +138,12 @@ def render_environment(env: dict[str, Any]) -> str:
 def render_section(section: Section) -> str:
     """One notebook: question, status, verdict, chart, link to its full page."""
     status = "ok" if section.ok else f"failed: {section.error or 'no error recorded'}"
+    status += f" ({section.seconds / 60:.1f} min)" if section.seconds is not None else ""
     parts = [f"<section id='{html.escape(section.name)}'>", f"<h2>{html.escape(section.name)}</h2>",
              f"<p class='question'>{html.escape(section.question or 'question not found')}</p>",
              f"<p class='status {'ok' if section.ok else 'failed'}'>{html.escape(status)}</p>"]
+    if section.note:
+        parts.append(f"<p class='note'>note: {html.escape(section.note)}</p>")
     if section.verdict_markdown:
         parts.append(f"<div class='verdict'>{render_markdown(section.verdict_markdown)}</div>")
     if section.chart_uri:
@@ -158,7 +163,8 @@ table{border-collapse:collapse}td,th{padding:.1rem .5rem;vertical-align:top}"""
 def render_index(sections: list[Section], env: dict[str, Any], title: str) -> str:
     """The whole page: no script and no remote resource, so it opens offline."""
     failed = [s.name for s in sections if not s.ok]
-    summary = f"{len(sections) - len(failed)} of {len(sections)} notebooks ran" + (
+    minutes = sum(s.seconds or 0.0 for s in sections) / 60
+    summary = f"{len(sections) - len(failed)} of {len(sections)} notebooks ran in {minutes:.1f} min" + (
         f"; failed: {', '.join(failed)}" if failed else "")
     body = "\n".join(render_section(s) for s in sections)
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"

@@ -5,7 +5,8 @@ in ``notebooks/`` into ``outputs/<run-id>/``, renders a standalone HTML file tha
 network request (no require.js, MathJax, mermaid or widget-manager scripts from a CDN; charts are
 inline SVG), and writes ``<stem>.summary.json`` with the parameters, the environment and whatever
 the notebook recorded; at the end, also after failures and Ctrl-C, the run's front page ``index.html``
-(``specnb.app.report``: each notebook's question, verdict, first chart and link). Notebooks run one
+(``specnb.app.report``: each notebook's question, verdict, first chart and link) and ``timings.csv`` (each
+notebook's minutes, what the demo's budget is checked against). Notebooks run one
 after another: most of them time model forwards, and two at once on a small machine would measure
 each other. Only a smoke run, which checks that every
 cell runs rather than what it times, runs two at once (``--jobs``).
@@ -65,6 +66,7 @@ class NotebookRun:
     parameters: dict[str, Any]
     error: str | None = None
     files: list[str] = field(default_factory=list)
+    note: str = ""  # why it ran otherwise than the demo's first choice (``variant``), one line
 
 
 def notebooks_dir() -> Path:
@@ -113,44 +115,73 @@ def new_run_dir(out: Path | None) -> Path:
 # only once that one has finished. 07 prices the predictor's pick from 06's hardware profile.
 READS_FROM = {"07_alternatives": ("06_decision_framework",)}
 
-# A notebook ``run_notebooks`` executes more than once, each run with parameters of its own and into files of its
-# own (``run_name``): notebook 08 sweeps llama-server, then vLLM, the engine the reference measured. One run only
-# in a smoke run (the suite starts vLLM on its own), or where the user set a key a run selects by, or an endpoint.
+# How the demo runs a notebook whose defaults do not fit its budget (notebook 08): once, as the first of its
+# variants whose engine is here — vLLM, the engine the reference measured; llama-server where setup left vLLM out
+# (or SPECNB_SKIP_VLLM=1), said in one line — with that variant's trims. `-p engine` picks a variant (its trims too);
+# a smoke run, `-p endpoint` or an engine no variant names runs the notebook's own defaults.
 @dataclass(frozen=True, kw_only=True)
 class Variant:
-    """One run of a notebook run more than once: ``suffix`` names its files (``08_serving-vllm``), ``selects`` is
-    what makes it this run (the user setting one of these keys means one run only), ``trims`` are defaults of its
-    own that a user's parameters override (the demo's budget), each said in the notebook through ``trimmed``."""
+    """One way the demo runs a notebook: ``selects`` is what makes it this variant (the user setting one of these
+    keys picks the variant that agrees), ``trims`` are defaults of its own that a user's parameters override (the
+    demo's budget), each said in the notebook through ``trimmed``; ``not_with``: a key only another variant reads
+    (the user setting it leaves this one out)."""
 
-    suffix: str = ""
     selects: dict[str, Any] = field(default_factory=dict)
     trims: dict[str, Any] = field(default_factory=dict)
-    not_with: tuple[str, ...] = ()  # the user setting one of these (a key only another run reads) leaves it out
+    not_with: tuple[str, ...] = ()
 
     def parameters(self, user: dict[str, Any]) -> dict[str, Any]:
         trims = {k: v for k, v in self.trims.items() if k not in user}
         said = ", ".join(f"{k} = {v!r}" for k, v in trims.items())
         return {**trims, **user, **self.selects, **({"trimmed": said} if trims else {})}
 
+    def agrees(self, user: dict[str, Any]) -> bool:
+        """Whether the user's parameters leave this variant in: every key it selects by that the user set has its
+        value, and the user set no key of ``not_with``."""
+        return all(user[k] == v for k, v in self.selects.items() if k in user) and not any(
+            k in user for k in self.not_with)
+
+    def describe(self) -> str:
+        return ", ".join(f"{k} = {v!r}" for k, v in self.selects.items()) or "its defaults"
+
+
+def engine_missing(engine: str) -> str | None:
+    """None where ``engine`` can start here, else one line saying why not (the engine's own ``missing``)."""
+    from specnb.engine.engines.seam import engine_named
+
+    return engine_named(engine).missing()
+
+
+def missing(variant: Variant) -> str | None:
+    """Why ``variant`` cannot run on this machine (its engine is absent), or None."""
+    return engine_missing(variant.selects["engine"]) if "engine" in variant.selects else None
+
 
 # The demo's budget (20 min on 2 cores). Notebook 08 measures each level as 3 rounds of runs long enough to hold a
-# steady window ((turnovers + 2)·c requests a run), three times the requests of one pass: the demo trims it to levels
-# 1-4 at 16 tokens a request on llama-server, and on vLLM (70-130 ms a step here, a minute or more to start each
-# server) to 8 prompts at levels 1 and 4 with 2 turnovers. Every trim is printed in the notebook; `-p` overrides it.
-# `-p precision` (the GGUF's) asks about llama-server alone.
+# steady window ((turnovers + 2)·c requests a run), three times the requests of one pass: on vLLM (70-130 ms a step
+# here, a minute or more to start each server) the demo trims it to 8 prompts at levels 1 and 4 with 2 turnovers, at
+# 16 tokens a request; on llama-server to levels 1-4 at 16 tokens. Every trim is printed in the notebook; `-p`
+# overrides it. `-p precision` (the GGUF's) asks about llama-server alone.
 VARIANTS = {"08_serving": (
-    Variant(trims={"concurrency": [1, 2, 4], "max_new_tokens": 16}),
-    Variant(suffix="vllm", selects={"engine": "vllm"}, not_with=("precision",),
-            trims={"max_new_tokens": 16, "n_prompts": 8, "concurrency": [1, 4], "turnovers": 2}))}
+    Variant(selects={"engine": "vllm"}, not_with=("precision",),
+            trims={"max_new_tokens": 16, "n_prompts": 8, "concurrency": [1, 4], "turnovers": 2}),
+    Variant(selects={"engine": "llama.cpp"}, trims={"concurrency": [1, 2, 4], "max_new_tokens": 16}))}
 
 
-def variants(path: Path, user: dict[str, Any], smoke: bool) -> list[tuple[str, dict[str, Any]]]:
-    """(run name, the parameters of that run: the user's with the run's own) for each run of notebook ``path``."""
-    runs = VARIANTS.get(path.stem, (Variant(),))
-    if smoke or "endpoint" in user or any(key in user for run in runs for key in run.selects):
-        runs = (Variant(),)
-    runs = [run for run in runs if not any(key in user for key in run.not_with)]
-    return [("-".join(filter(None, [path.stem, run.suffix])), run.parameters(user)) for run in runs]
+def variant(path: Path, user: dict[str, Any], smoke: bool) -> tuple[dict[str, Any], str]:
+    """The parameters notebook ``path`` runs with (the user's with its variant's own), and one line where it runs
+    as another variant than the first because that one's engine is absent here ("" otherwise)."""
+    runs = [run for run in VARIANTS.get(path.stem, ()) if run.agrees(user)]
+    if smoke or "endpoint" in user or not runs:
+        return dict(user), ""
+    for run in runs[:-1]:
+        if missing(run) is None:
+            return run.parameters(user), ""
+    first, chosen = runs[0], runs[-1]
+    if chosen is first:  # asked for by the user: the notebook says itself when its engine is absent
+        return chosen.parameters(user), ""
+    why = missing(first)
+    return chosen.parameters(user), f"{path.stem} runs with {chosen.describe()}, not {first.describe()}: {why}"
 
 
 def run_notebooks(
@@ -177,13 +208,16 @@ def run_notebooks(
             runs = run_side_by_side(paths, parameters, run_dir, jobs, progress)
         else:
             for path in paths:
-                for name, own in variants(path, parameters, smoke):
-                    runs.append(run_one(path, own, smoke, run_dir, progress, name=name))
+                own, note = variant(path, parameters, smoke)
+                if note and progress:
+                    print("note:", note, flush=True)
+                runs.append(run_one(path, own, smoke, run_dir, progress, note=note))
     except RunInterrupted as stop:
         runs = stop.runs or [*runs, stop.run]
         raise
     finally:
         (run_dir / "runs.json").write_text(json.dumps([asdict(r) for r in runs], indent=1, default=str))
+        write_timings(run_dir, runs)
         index = write_index(run_dir, [asdict(r) for r in runs])
     failed = [r for r in runs if not r.ok]
     if failed:
@@ -191,6 +225,22 @@ def run_notebooks(
         raise NotebookFailed(f"{len(failed)} of {len(runs)} notebook(s) failed (partial outputs kept in {run_dir}, "
                              f"report {index}): {lines}")
     return runs
+
+
+def write_timings(run_dir: Path, runs: list[NotebookRun]) -> Path:
+    """``timings.csv``: one row per notebook run (name, engine where it has one, ok, seconds, minutes) and a
+    ``total`` row: what a budget is checked against (benchmarks/README.md quotes it per machine kind)."""
+    import csv
+
+    path = run_dir / "timings.csv"
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["notebook", "engine", "ok", "seconds", "minutes"])
+        for r in runs:
+            out.writerow([r.name, r.parameters.get("engine", ""), r.ok, round(r.seconds, 1), round(r.seconds / 60, 2)])
+        total = sum(r.seconds for r in runs)
+        out.writerow(["total", "", all(r.ok for r in runs), round(total, 1), round(total / 60, 2)])
+    return path
 
 
 def check_jobs(jobs: int | None, smoke: bool) -> int:
@@ -269,13 +319,13 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
 
 
 def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progress: bool,
-            stopping: Stopping | None = None, name: str | None = None) -> NotebookRun:
-    """Execute one notebook as run ``name`` (its files' stem; default the notebook's); on a failing
+            stopping: Stopping | None = None, note: str = "") -> NotebookRun:
+    """Execute one notebook into files named by its stem; on a failing
     cell, or on Ctrl-C, keep the partial notebook and render it anyway (an interruption is raised
     again as ``RunInterrupted`` once that is saved). Run off the main thread, ``stopping`` is how it
     learns that the main thread caught Ctrl-C (or another run raised) and killed its kernel; the run
     then comes back marked with the reason and the main thread raises."""
-    name = name or path.stem
+    name = path.stem
     params = parameters_for(path, user, smoke, run_dir, name)
     ipynb = run_dir / f"{name}.ipynb"
     started = time.perf_counter()
@@ -284,7 +334,7 @@ def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progre
     html = export_html(ipynb) if ipynb.exists() else None
     files = sorted(p.name for p in run_dir.glob(f"{name}.*"))
     run = NotebookRun(name=name, ipynb=str(ipynb), html=html and str(html), ok=error is None, seconds=seconds,
-                      parameters=params, error=error, files=files)
+                      parameters=params, error=error, files=files, note=note)
     write_summary(run_dir, run)
     if interrupted and stopping is None:
         raise RunInterrupted(run)

@@ -54,18 +54,22 @@ from specnb.measure.serving_endpoint import (
 )
 from specnb.measure.serving_load import RequestRecord, Target, run_async, send_closed
 from specnb.measure.serving_steady import send_sampled
+from specnb.measure.serving_summary import summarise_sweep
 
 
 @dataclass(kw_only=True)
 class Sweep:
     """A sweep's raw data: ``records`` (one row per request), ``runs`` (one row per target, level
-    and round, with differenced counters), ``stopped``: one line when it ended early, and ``probe``:
-    the engine's forward cost against tokens in the batch (``probe_forward``), when measured."""
+    and round, with differenced counters), ``stopped``: one line when it ended early, ``probe``:
+    the engine's forward cost against tokens in the batch (``probe_forward``), when measured, and
+    ``screened``: each configuration left out of the levels above the lowest, with one line saying why
+    (``screen_out``)."""
 
     records: pd.DataFrame
     runs: pd.DataFrame
     stopped: str = ""
     probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+    screened: dict[str, str] = field(default_factory=dict)  # configuration: why it left the sweep
 
 
 def level_order(names: list[str], level_index: int, round_index: int) -> list[str]:
@@ -108,9 +112,11 @@ class SweepState:
     relaunch: Callable[[int], list[Target]] | None = None
     warmup: bool = True
     launch: int = 0
+    screened: dict[str, str] = field(default_factory=dict)  # configuration: why it left the sweep
 
     def sweep(self) -> Sweep:
-        return Sweep(records=pd.DataFrame(self.records), runs=pd.DataFrame(self.runs), probe=self.probe)
+        return Sweep(records=pd.DataFrame(self.records), runs=pd.DataFrame(self.runs), probe=self.probe,
+                     screened=dict(self.screened))
 
     def relaunched(self, prompts: pd.DataFrame, load) -> list[Target]:
         """Fresh servers, launch number ``launch`` (their records carry it), warmed at ``load``."""
@@ -124,7 +130,8 @@ class SweepState:
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, rounds: int = 1, seed: int = 0,
               ignore_eos: bool = True, warmup: bool = True, down: Callable[[str], str] | None = None,
               on_run: Callable[[Sweep], None] | None = None, progress: bool = False,
-              probe_max_tokens: int = 0, relaunch: Callable[[int], list[Target]] | None = None) -> Sweep:
+              probe_max_tokens: int = 0, relaunch: Callable[[int], list[Target]] | None = None,
+              screen: bool = True) -> Sweep:
     """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals
     at a rate, ...) on every target, same prompts and output lengths, targets alternating piece by
     piece (the shape's ``pieces``) in an order rotated per piece, level and round; with ``warmup``,
@@ -136,26 +143,52 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, roun
     as it grows). ``probe_max_tokens``: first probe the first probe-able target's forward cost up to
     that many tokens in the batch (``probe_forward``). ``relaunch(n)``: fresh servers as targets,
     launch ``n``, before every round but the first: each (level, round) on a launch of its own, so
-    rounds sample launch noise (``measure.launch_noise``); a failed relaunch ends the sweep."""
+    rounds sample launch noise (``measure.launch_noise``); a failed relaunch ends the sweep. With
+    ``screen``, a speculative configuration that loses at the lowest level (``screen_out``) is left out
+    of the levels after it; ``screened`` says which and why."""
     prompts = prompts.reset_index(drop=True)
     by_name = {t.name: t for t in targets}
     down = down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
     probed = probed_target(targets) if probe_max_tokens else None
     state = SweepState(probe=probe_forward(probed, probe_tokens(probe_max_tokens), seed=seed) if probed
                        else pd.DataFrame(), relaunch=relaunch, warmup=warmup)
+    lowest = min(load.level for load in loads)
     for li, load in enumerate(loads):
         try:
             if li and relaunch:
-                targets = state.relaunched(prompts, load)
-            elif warmup:
-                warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
-            why = run_level(state, targets, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
+                targets = state.relaunched(prompts, load)  # warmed there
+            live = [t for t in targets if t.name not in state.screened]
+            if warmup and not (li and relaunch):
+                warm_up(live, list(prompts["prompt"]), load.warm_concurrency)
+            why = run_level(state, live, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
                             down=down, on_run=on_run, progress=progress)
         except ServerFailed as err:  # a relaunch that did not come up
             why = f"relaunch {state.launch} failed at {load.text()} ({err})"
         if why:
             return stop(state.sweep(), load, why)
+        if screen and load.level == lowest and li < len(loads) - 1:
+            state.screened |= screen_out(state.sweep(), load, live, seed)
     return state.sweep()
+
+
+def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int = 1000) -> dict[str, str]:
+    """The static speculative configurations whose TPOT speedup's 95% CI lies below 1 at ``load`` (the lowest
+    level), each with one line saying so: they lose at the lowest load, and on these engines speculation only
+    loses more as the batch grows (verifying k + 1 tokens a sequence costs more of a fuller step), so their
+    higher levels would be time spent on a known answer. The CI is the summary's own (``summarise_sweep`` with
+    its seed and resamples: a row's CI depends only on its own records). Spec-off is never screened, nor a
+    configuration with a schedule (``adaptive``: its k changes with the batch, so its lowest level does not
+    speak for the others); neither is anything where no spec-off ran at that level."""
+    at = lambda table: table[table[load.column] == load.level]  # noqa: E731
+    summary = summarise_sweep(at(sweep.records), at(sweep.runs), seed=seed, n_boot=n_boot)
+    if "speedup_tpot_hi" not in summary:
+        return {}
+    static = {t.name for t in targets if t.speculation.speculative and not t.speculation.schedule
+              and not t.speculation.adaptive}
+    losing = summary[summary["config"].isin(static) & (summary["speedup_tpot_hi"] < 1.0)]
+    return {row.config: f"{row.config} measured at {load.text()} only: TPOT speedup {row.speedup_tpot:.2f}x [95% CI "
+                        f"{row.speedup_tpot_lo:.2f}–{row.speedup_tpot_hi:.2f}] there, a loss at the lowest load, which "
+                        "only grows with the batch" for row in losing.itertuples()}
 
 
 def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int, *, rounds: int,

@@ -2,8 +2,10 @@
 
 import base64
 import json
+import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from helpers import PNG_1PX as PNG
 from helpers import assert_offline, displayed, executed_notebook
@@ -30,9 +32,10 @@ def fake_run(tmp_path: Path) -> list[dict]:
            "packages": {"torch": "2.13.0"}, "git_commit": "abc1234", "time_utc": "2026-12-03T00:00:00Z"}
     (tmp_path / "01_a.summary.json").write_text(json.dumps({"environment": env}))
     return [{"name": "01_a", "ipynb": str(tmp_path / "01_a.ipynb"), "html": str(tmp_path / "01_a.html"), "ok": True,
-             "error": None},
+             "error": None, "seconds": 90.0},
             {"name": "02_b", "ipynb": str(tmp_path / "02_b.ipynb"), "html": None, "ok": False,
-             "error": "cell 3 ('x = 1 / 0'): ZeroDivisionError: division by zero"}]
+             "error": "cell 3 ('x = 1 / 0'): ZeroDivisionError: division by zero", "seconds": 30.0,
+             "note": "02_b runs with engine = 'b', not engine = 'a': a is not installed"}]
 
 
 def test_a_section_reads_question_verdict_chart_and_link(tmp_path):
@@ -57,7 +60,8 @@ def test_the_page_lists_every_notebook_the_failed_one_with_its_error(tmp_path):
     path = report.write_index(tmp_path, fake_run(tmp_path))
     page = path.read_text()
     assert path == tmp_path / "index.html"
-    assert "1 of 2 notebooks ran; failed: 02_b" in page
+    assert "1 of 2 notebooks ran in 2.0 min; failed: 02_b" in page and "ok (1.5 min)" in page
+    assert "note: 02_b runs with engine = &#x27;b&#x27;, not engine = &#x27;a&#x27;: a is not installed" in page
     assert "failed: cell 3 (&#x27;x = 1 / 0&#x27;): ZeroDivisionError: division by zero" in page
     assert "<strong>loses</strong>" in page and "<script" not in page  # Markdown rendered, raw HTML escaped
     assert "href='01_a.html'" in page and page.count("<img ") == 2
@@ -71,4 +75,7 @@ def test_the_runner_writes_the_page_also_when_a_notebook_fails(tmp_path, monkeyp
         run_notebooks(["ok", "fails"], {}, out=tmp_path, progress=False)
     page = (tmp_path / "index.html").read_text()
     assert "<h2>01_ok</h2>" in page and "<h2>02_fails</h2>" in page
-    assert "1 of 2 notebooks ran; failed: 02_fails" in page and "href='01_ok.html'" in page
+    assert re.search(r"1 of 2 notebooks ran in [0-9.]+ min; failed: 02_fails", page) and "href='01_ok.html'" in page
+    timings = pd.read_csv(tmp_path / "timings.csv")  # what benchmarks/README.md quotes per notebook
+    assert list(timings["notebook"]) == ["01_ok", "02_fails", "total"] and list(timings["ok"]) == [True, False, False]
+    assert timings["seconds"].iloc[-1] == pytest.approx(timings["seconds"].iloc[:-1].sum(), abs=0.2)

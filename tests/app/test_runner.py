@@ -313,9 +313,9 @@ def test_the_terminal_shows_progress_and_our_lines_only_and_the_kernel_talks_ove
     assert "04_link" in proc.stdout and proc.stdout.rstrip().endswith(f"report: {tmp_path / 'index.html'}")
 
 
-def test_a_notebook_with_variants_runs_once_per_variant_into_files_of_its_own(tmp_path, monkeypatch):
-    """Notebook 08's shape: the runner runs it once per engine, each run named by what it adds (``run_name``),
-    and once only where the user set that key, or in a smoke run."""
+def test_a_notebook_with_variants_runs_once_as_the_first_whose_engine_is_here(tmp_path, monkeypatch):
+    """Notebook 08's shape: the demo runs it once, into the notebook's own files, as its first variant whose
+    engine is installed (vLLM, else llama-server), and says in one line when it fell back."""
     folder = tmp_path / "nbs"
     folder.mkdir()
     nb = nbformat.v4.new_notebook()
@@ -326,33 +326,55 @@ def test_a_notebook_with_variants_runs_once_per_variant_into_files_of_its_own(tm
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "01_two.ipynb")
     monkeypatch.setenv("SPECNB_NOTEBOOKS", str(folder))
-    two = (runner.Variant(), runner.Variant(suffix="b", selects={"engine": "b"}))
+    two = (runner.Variant(selects={"engine": "b"}), runner.Variant(selects={"engine": "a"}))
     monkeypatch.setattr(runner, "VARIANTS", {"01_two": two})
-    runs = run_notebooks(None, {}, out=tmp_path / "both", progress=False)
-    assert [(r.name, r.ok, r.parameters["engine"] if "engine" in r.parameters else "a") for r in runs] == [
-        ("01_two", True, "a"), ("01_two-b", True, "b")]
-    for name, engine in (("01_two", "a"), ("01_two-b", "b")):
-        assert json.loads((tmp_path / "both" / f"{name}.summary.json").read_text())["results"] == {"engine": engine}
-        assert (tmp_path / "both" / f"{name}.html").is_file()
-    assert [r.name for r in run_notebooks(None, {"engine": "c"}, out=tmp_path / "one", progress=False)] == ["01_two"]
-    assert runner.variants(folder / "01_two.ipynb", {}, smoke=True) == [("01_two", {})]
+    absent = {"b": None}
+    monkeypatch.setattr(runner, "engine_missing", lambda engine: absent.get(engine))
+    runs = run_notebooks(None, {}, out=tmp_path / "here", progress=False)
+    assert [(r.name, r.ok, r.parameters["engine"], r.note) for r in runs] == [("01_two", True, "b", "")]
+    assert json.loads((tmp_path / "here" / "01_two.summary.json").read_text())["results"] == {"engine": "b"}
+    assert not list((tmp_path / "here").glob("01_two-*"))  # one run, the notebook's own files
+    absent["b"] = "b is not installed"
+    [run] = run_notebooks(None, {}, out=tmp_path / "absent", progress=False)
+    assert (run.parameters["engine"], run.note) == ("a", "01_two runs with engine = 'a', not engine = 'b': "
+                                                          "b is not installed")
+    assert json.loads((tmp_path / "absent" / "runs.json").read_text())[0]["note"] == run.note
+
+
+def test_the_demo_runs_notebook_08_once_on_vllm_and_llama_server_is_one_parameter_away(monkeypatch):
+    """The shipped variants: vLLM first, trimmed for the demo's budget; ``-p engine llama.cpp`` (or ``-p precision``,
+    which only llama-server reads) is the llama-server run with its own trims; without vLLM the demo falls back to
+    it, saying why; a smoke run, an endpoint or an engine no variant names runs the notebook's defaults."""
+    path = Path("08_serving.ipynb")
+    monkeypatch.setattr(runner, "engine_missing", lambda engine: None)
+    params, note = runner.variant(path, {}, smoke=False)
+    assert (params["engine"], params["concurrency"], note) == ("vllm", [1, 4], "")
+    assert "concurrency = [1, 4]" in params["trimmed"]
+    for asked in ({"engine": "llama.cpp"}, {"precision": "f32"}):
+        params, note = runner.variant(path, asked, smoke=False)
+        assert (params["engine"], params["concurrency"], note) == ("llama.cpp", [1, 2, 4], "")
+    assert runner.variant(path, {"engine": "vllm", "concurrency": [1]}, smoke=False)[0]["concurrency"] == [1]
+    monkeypatch.setattr(runner, "engine_missing", lambda engine: "vLLM left out: SPECNB_SKIP_VLLM=1"
+                        if engine == "vllm" else None)
+    params, note = runner.variant(path, {}, smoke=False)
+    assert params["engine"] == "llama.cpp" and note == ("08_serving runs with engine = 'llama.cpp', not engine = "
+                                                        "'vllm': vLLM left out: SPECNB_SKIP_VLLM=1")
+    assert runner.variant(path, {"engine": "vllm"}, smoke=False)[0]["engine"] == "vllm"  # asked for: its own note
+    for user, smoke in (({}, True), ({"endpoint": "http://127.0.0.1:1"}, False), ({"engine": "simulated"}, False)):
+        assert runner.variant(path, user, smoke) == (user, "")
 
 
 def test_a_variants_trims_are_defaults_the_user_overrides_and_the_notebook_is_told_them(monkeypatch):
-    """The demo's vLLM run of notebook 08 asks fewer tokens (its budget) and says so through ``trimmed``;
-    a user's own value wins, and then nothing is said trimmed."""
-    trimmed = runner.Variant(suffix="b", selects={"engine": "b"}, trims={"max_new_tokens": 16},
-                             not_with=("precision",))
-    monkeypatch.setattr(runner, "VARIANTS", {"08_x": (runner.Variant(), trimmed)})
+    """The demo's run of notebook 08 asks fewer tokens (its budget) and says so through ``trimmed``; a user's own
+    value wins, and then nothing is said trimmed."""
+    trimmed = runner.Variant(selects={"engine": "b"}, trims={"max_new_tokens": 16}, not_with=("precision",))
+    monkeypatch.setattr(runner, "VARIANTS", {"08_x": (trimmed, runner.Variant(selects={"engine": "a"}))})
+    monkeypatch.setattr(runner, "engine_missing", lambda engine: None)
     path = Path("08_x.ipynb")
-    assert runner.variants(path, {"seed": 1}, smoke=False) == [
-        ("08_x", {"seed": 1}),
-        ("08_x-b", {"max_new_tokens": 16, "seed": 1, "engine": "b", "trimmed": "max_new_tokens = 16"})]
-    assert runner.variants(path, {"max_new_tokens": 32}, smoke=False)[1] == ("08_x-b", {"max_new_tokens": 32,
-                                                                                       "engine": "b"})
-    assert runner.variants(path, {"engine": "c"}, smoke=False) == [("08_x", {"engine": "c"})]
-    # a key only the first run reads (llama-server's GGUF precision): that run alone
-    assert runner.variants(path, {"precision": "f32"}, smoke=False) == [("08_x", {"precision": "f32"})]
+    assert runner.variant(path, {"seed": 1}, smoke=False) == (
+        {"max_new_tokens": 16, "seed": 1, "engine": "b", "trimmed": "max_new_tokens = 16"}, "")
+    assert runner.variant(path, {"max_new_tokens": 32}, smoke=False) == ({"max_new_tokens": 32, "engine": "b"}, "")
+    assert runner.variant(path, {"precision": "f32"}, smoke=False) == ({"precision": "f32", "engine": "a"}, "")
 
 
 def test_notebook_08_takes_the_parameters_its_variants_pass():

@@ -85,11 +85,13 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
     for config, group in judged.groupby("config", sort=False):
         group = group.sort_values(column)
         first, last = group.iloc[0], group.iloc[-1]
-        lines.append(f"**{config}**: α {first['alpha']:.2f}, τ {first['tau']:.2f}; TPOT speedup "
-                     f"{fmt_ci(first, 'speedup_tpot')} at {level_text(shape, first[column])}, "
-                     f"{fmt_ci(last, 'speedup_tpot')} at {level_text(shape, last[column])}; output throughput "
-                     f"{fmt_ci(first, 'speedup_output_throughput')} → {fmt_ci(last, 'speedup_output_throughput')}; "
-                     f"{identical_line(group)}")
+        tpot = f"{fmt_ci(first, 'speedup_tpot')} at {level_text(shape, first[column])}"
+        throughput = fmt_ci(first, "speedup_output_throughput")
+        if len(group) > 1:  # one level: screened out after the lowest (serving_sweep.screen_out)
+            tpot += f", {fmt_ci(last, 'speedup_tpot')} at {level_text(shape, last[column])}"
+            throughput += f" → {fmt_ci(last, 'speedup_output_throughput')}"
+        lines.append(f"**{config}**: α {first['alpha']:.2f}, τ {first['tau']:.2f}; TPOT speedup {tpot}; output "
+                     f"throughput {throughput}; {identical_line(group)}")
         values[f"{config} identical share"] = identical_share(group)
         values[f"{config} speedup_tpot first"] = float(first["speedup_tpot"])
         values[f"{config} speedup_tpot last"] = float(last["speedup_tpot"])

@@ -341,3 +341,15 @@ def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alo
 
 def configs_named(configs) -> list[str]:
     return [c.name for c in configs]
+
+
+def test_a_configuration_screened_after_the_lowest_level_reads_as_that_level_once():
+    """A configuration that lost at the lowest level and was not run above it (``serving_sweep.screen_out``) has
+    one row: the sweep's text names that level once, and the others still read lowest to highest."""
+    levels = summary("concurrency")
+    lost = levels[levels["config"] == "ngram k=3"].iloc[:1].assign(config="eagle3 k=2", family="eagle3")
+    both = pd.concat([levels, lost], ignore_index=True)
+    text = sweep_text(both, crossover(both, "speedup_tpot")).markdown
+    line = next(x for x in text.splitlines() if "**eagle3 k=2**" in x)
+    assert line.count("at 1 concurrent") == 1 and "→" not in line and "at 4 concurrent" not in line
+    assert "1.40x [1.26–1.54] at 1 concurrent, 0.80x [0.72–0.88] at 4 concurrent" in text and " → " in text
