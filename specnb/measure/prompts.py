@@ -54,32 +54,74 @@ def check_categories(wanted: list[str], known: list[str]) -> None:
         raise ParameterError(f"unknown prompt categories {unknown}; known: {', '.join(known)} (or all, or a file path)")
 
 
-def read_prompt_file(path: str | Path) -> list[str]:
-    """One prompt per line of a UTF-8 text file; blank lines are skipped."""
+def read_text_file(path: str | Path, kind: str) -> str:
+    """A prompt file's text: it must exist and be UTF-8 (``kind`` says what its lines hold, for the error)."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ParameterError(f"prompt file {str(path)!r} does not exist; pass a text file with one prompt per line")
+        raise ParameterError(f"prompt file {str(path)!r} does not exist; pass a text file with {kind}")
     try:
-        text = path.read_bytes().decode("utf-8")
+        return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise ParameterError(f"prompt file {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start}); "
-                             "save it as UTF-8 with one prompt per line") from None
+                             f"save it as UTF-8 with {kind}") from None
+
+
+def read_prompt_file(path: str | Path) -> list[str]:
+    """One prompt per line of a UTF-8 text file; blank lines are skipped."""
+    text = read_text_file(path, "one prompt per line")
     prompts = [line.strip() for line in text.splitlines() if line.strip()]
     if not prompts:
         raise ParameterError(f"prompt file {str(path)!r} has no prompts; write one prompt per line")
     return prompts
 
 
+def read_jsonl_prompts(path: str | Path) -> pd.DataFrame:
+    """A JSON Lines file, one object per line with a ``prompt`` string (and, optionally, a ``category``:
+    prompts are then taken round-robin over categories, as the shipped set is); blank lines are skipped.
+    The shipped ``prompts.jsonl`` has this shape, so a copy of it, edited, is a valid file."""
+    kind = 'one JSON object with a "prompt" field per line'
+    rows = []
+    for number, line in enumerate(read_text_file(path, kind).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ParameterError(f"prompt file {str(path)!r} line {number} is not JSON ({err.msg}); write "
+                                 f"{kind}") from None
+        text = row.get("prompt") if isinstance(row, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            raise ParameterError(f"prompt file {str(path)!r} line {number} has no \"prompt\" string; write {kind}")
+        rows.append({"category": str(row.get("category") or "file"), "prompt": text.strip()})
+    if not rows:
+        raise ParameterError(f"prompt file {str(path)!r} has no prompts; write {kind}")
+    ids = [f"file-{i:02d}" for i in range(1, len(rows) + 1)]
+    return pd.DataFrame(rows).assign(id=ids)[COLUMNS]
+
+
+def read_prompts(path: str | Path) -> pd.DataFrame:
+    """A user's prompt file as a prompt frame: ``.jsonl`` by ``read_jsonl_prompts``, anything else one
+    prompt per line (ids ``file-01``..., category ``file``)."""
+    if Path(path).suffix.lower() == ".jsonl":
+        return read_jsonl_prompts(path)
+    texts = read_prompt_file(path)
+    return pd.DataFrame({"id": [f"file-{i:02d}" for i in range(1, len(texts) + 1)], "category": "file",
+                         "prompt": texts}, columns=COLUMNS)
+
+
 def select_prompts(spec: str, n: int | None = None) -> pd.DataFrame:
-    """Prompts for ``--prompts SPEC``: a category, ``cat1,cat2``, ``all``, or a file path
-    (rows get ids ``file-01``... and category ``file``). ``n`` caps the total, taken round-robin
-    over the categories so a small ``n`` still covers every chosen category."""
+    """Prompts for ``--prompts SPEC``: a category, ``cat1,cat2``, ``all``, or a file path (``read_prompts``:
+    a ``.jsonl`` file with a ``prompt`` field per line, else one prompt per line; rows get ids
+    ``file-01``...). ``n`` caps the total, taken round-robin over the categories so a small ``n`` still
+    covers every chosen category."""
     if n is not None and n < 1:
         raise ParameterError(f"number of prompts must be >= 1, got {n}")
+    spec = str(spec) if isinstance(spec, Path) else spec
+    if not isinstance(spec, str):
+        raise ParameterError(f"prompts must be a string: a category, cat1,cat2, all, or a file path, got {spec!r}; "
+                             "the number of prompts is a parameter of its own (n_prompts)")
     if looks_like_path(spec):
-        texts = read_prompt_file(spec)
-        frame = pd.DataFrame({"id": [f"file-{i:02d}" for i in range(1, len(texts) + 1)],
-                              "category": "file", "prompt": texts}, columns=COLUMNS)
+        frame = read_prompts(spec)
     else:
         wanted = None if spec.strip() == "all" else [c.strip() for c in spec.split(",") if c.strip()]
         if wanted == []:

@@ -179,7 +179,8 @@ def embedded_gguf(name: str, precision: str = "q4_1") -> Path:
     distilled = name in embedded_draft_names() and not head_kind(paths.DRAFTS_DIR / name)
     if name != EMBEDDED_VERIFIER and not distilled:
         raise ParameterError(f"no GGUF export for {name!r}: only the embedded verifier and distilled drafts "
-                             "(llama.cpp has no EAGLE or Medusa heads); pass a GGUF file of your own")
+                             "(llama.cpp has no EAGLE or Medusa heads); for notebook 08 on llama-server pass a "
+                             ".gguf file of your own as the verifier, -p verifier PATH.gguf")
     source = embedded_verifier_path() if name == EMBEDDED_VERIFIER else embedded_draft_path(name)
     target = cache_dir() / "gguf" / f"{name}-{precision}"
     if cache_is_valid(target, full_hash=False):

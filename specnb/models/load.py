@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specnb.core.errors import IncompatibleModelsError, ModelNotFoundError
-from specnb.core.hub import hub_offline, hub_reachable
+from specnb.core.hub import gated_note, hub_offline, hub_reachable
 from specnb.models.embedded import TOKENIZER_FILES, model_path
 from specnb.models.heads import head_kind, read_config
 from specnb.models.registry import (
@@ -72,7 +72,9 @@ def _hub_model(name: str) -> ModelSource:
         raise ModelNotFoundError(f"model {name!r} not found and the hub is unreachable (no network?); {tried}; {fix}")
     try:
         hf_hub_download(name, "config.json")
-    except Exception as err:  # no network, no such repo, gated repo: all end the same way for the user
+    except Exception as err:  # no network, no such repo, gated repo
+        if gated_note(name, err):
+            raise ModelNotFoundError(gated_note(name, err)) from None
         raise ModelNotFoundError(f"model {name!r} not found; {tried}, then the hub "
                                  f"({type(err).__name__}); {fix}") from None
     return ModelSource(name=name, location=name, local_only=False, has_tokenizer=True)

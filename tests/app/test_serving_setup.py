@@ -174,3 +174,35 @@ def test_the_forecast_saver_writes_the_forecast_to_the_table_and_results_json(tm
     results = json.loads((tmp_path / "08_serving.results.json").read_text())
     assert results["trace_forecast"]["adaptive"] == {"speedup_tpot": 1.25, "mean_batch": 5.51, "clamped_share": 0.0}
     assert len(pd.read_csv(tmp_path / "08_serving.trace_forecast.csv")) == 2
+
+
+def test_a_gguf_of_the_users_own_is_the_verifier_llama_server_serves(monkeypatch, tmp_path):
+    def no_export(*args, **kwargs):
+        raise AssertionError("a GGUF of the user's own is served as it is, never exported")
+
+    monkeypatch.setattr("specnb.models.gguf.embedded_gguf", no_export)
+    mine = tmp_path / "My-Model-Q8_0.gguf"
+    mine.write_bytes(b"GGUF" + bytes(60))
+    configs = setup.launch_configs("llama.cpp", str(mine), "q4_1", ["ngram-simple:4"], [1, 2], threads=1)
+    assert [c.name for c in configs] == ["spec-off", "ngram-simple k=4"]
+    assert {c.model for c in configs} == {str(mine)} and configs[0].slots == 2
+    assert setup.serving_speculation("llama.cpp", None, verifier=str(mine)) == ["ngram-simple:4"]  # no head for it
+    assert setup.speculation_note("llama.cpp", None, False, str(mine)).startswith("eagle3:2 left out")
+    with pytest.raises(ParameterError, match="speculation eagle3: no EAGLE-3 head for"):
+        setup.launch_configs("llama.cpp", str(mine), "q4_1", ["eagle3:2"], [1])
+
+
+@pytest.mark.parametrize("content, message", [(None, "does not exist; pass the path of a .gguf file"),
+                                              (b"PK\x03\x04 not a gguf", "is not a GGUF file")])
+def test_a_missing_or_foreign_verifier_gguf_is_one_line_before_any_server(tmp_path, content, message):
+    path = tmp_path / "model.gguf"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ParameterError, match=message) as caught:
+        setup.launch_configs("llama.cpp", str(path), "q4_1", ["ngram-simple:4"], [1])
+    assert "\n" not in str(caught.value)
+
+
+def test_an_hf_verifier_on_llama_server_says_to_pass_a_gguf():
+    with pytest.raises(ParameterError, match="pass a .gguf file of your own as the verifier, -p verifier PATH.gguf"):
+        setup.launch_configs("llama.cpp", "Qwen/Qwen2.5-0.5B-Instruct", "q4_1", ["ngram-simple:4"], [1])

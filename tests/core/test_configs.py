@@ -72,3 +72,19 @@ def test_shipped_configs_are_plain_config_json():
     for path in paths.CONFIGS_DIR.glob("*.json"):
         data = json.loads(path.read_text())
         assert data["model_type"] in ("qwen2", "llama") and "architectures" in data
+
+
+def test_a_gated_config_says_to_accept_its_licence_and_log_in(monkeypatch):
+    import transformers
+
+    def refuse(name, local_files_only=False, **kwargs):
+        if local_files_only:
+            raise OSError("not cached")
+        raise OSError("You are trying to access a gated repo.\nMake sure to have access to it.")
+
+    monkeypatch.setattr("specnb.core.hub.hub_offline", lambda: False)
+    monkeypatch.setattr("specnb.core.hub.hub_reachable", lambda: True)
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", refuse)
+    with pytest.raises(ModelNotFoundError, match="'org/gated-xyz' is gated on the Hugging Face hub: accept its "
+                                                 "licence on its page, then log in"):
+        resolve_config("org/gated-xyz")

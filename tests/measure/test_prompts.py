@@ -1,9 +1,17 @@
 """The shipped prompt set and reading prompts from the user's files."""
 
+import json
+
 import pytest
 
 from specnb.core.errors import ParameterError
-from specnb.measure.prompts import categories, load_prompts, read_prompt_file, select_prompts
+from specnb.measure.prompts import (
+    categories,
+    load_prompts,
+    read_jsonl_prompts,
+    read_prompt_file,
+    select_prompts,
+)
 
 COPY_HEAVY = ("summarisation", "extraction")
 
@@ -63,3 +71,44 @@ def test_bad_prompt_files(tmp_path, content, message):
         read_prompt_file(path)
     with pytest.raises(ParameterError, match=message):
         select_prompts(str(path))
+
+
+def test_a_jsonl_file_is_read_by_its_prompt_field(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    rows = [{"prompt": "Summarise: the cat sat.", "category": "summarisation"}, {"prompt": " Zähle bis drei. "},
+            {"prompt": "Sum 2 and 3.", "category": "math", "id": "ignored"}]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows[:2]) + "\n\n" + json.dumps(rows[2]),
+                    encoding="utf-8")
+    frame = select_prompts(str(path))
+    assert list(frame["prompt"]) == ["Summarise: the cat sat.", "Zähle bis drei.", "Sum 2 and 3."]
+    assert list(frame["category"]) == ["summarisation", "file", "math"]
+    assert list(frame["id"]) == ["file-01", "file-02", "file-03"]
+    assert list(select_prompts(str(path), n=2)["category"]) == ["summarisation", "file"]  # round-robin
+
+
+def test_the_shipped_prompt_set_is_a_valid_jsonl_prompt_file():
+    from specnb.core.paths import PROMPTS_FILE
+
+    frame = read_jsonl_prompts(PROMPTS_FILE)
+    assert list(frame["prompt"]) == list(load_prompts()["prompt"])
+    assert list(frame["category"]) == list(load_prompts()["category"])
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"prompt": "ok"}\n{"prompt": "broken",\n', "line 2 is not JSON"),
+    ('{"prompt": "ok"}\n{"text": "no prompt field"}\n', 'line 2 has no "prompt" string'),
+    ('["a list"]\n', 'line 1 has no "prompt" string'),
+    ('{"prompt": "   "}\n', 'line 1 has no "prompt" string'),
+    ("\n\n", "has no prompts"),
+])
+def test_a_bad_jsonl_line_is_one_parameter_error(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ParameterError, match=message) as caught:
+        select_prompts(str(path))
+    assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_a_number_is_not_a_prompt_spec():
+    with pytest.raises(ParameterError, match="n_prompts"):
+        select_prompts(8)

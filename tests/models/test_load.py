@@ -177,6 +177,22 @@ def test_unreachable_hub_fails_fast(monkeypatch):
         pairs.load_model("no-such-org-xyz/no-such-model-123", device="cpu")
 
 
+def test_a_gated_model_says_to_accept_its_licence_and_log_in(monkeypatch):
+    class GatedRepoError(Exception):  # huggingface_hub's, by name: the hub refused the download
+        pass
+
+    def refuse(*args, **kwargs):
+        raise GatedRepoError("401 Client Error. Cannot access gated repo for url https://huggingface.co/...")
+
+    monkeypatch.setattr(load, "hub_offline", lambda: False)
+    monkeypatch.setattr(load, "hub_reachable", lambda: True)
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", refuse)
+    with pytest.raises(ModelNotFoundError) as err:
+        load.locate("meta-llama/no-such-gated-model-xyz")
+    assert str(err.value) == ("model 'meta-llama/no-such-gated-model-xyz' is gated on the Hugging Face hub: accept "
+                              "its licence on its page, then log in (`hf auth login`) or set HF_TOKEN")
+
+
 def test_drafts_are_not_verifiers_and_need_one():
     with pytest.raises(ParameterError, match="needs a verifier"):
         pairs.load_model("exit:4", device="cpu")

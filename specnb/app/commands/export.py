@@ -8,8 +8,9 @@ from specnb.app.commands.command_table import command
 
 
 def _args_export_head(p: argparse.ArgumentParser) -> None:
-    p.add_argument("head", help="an embedded EAGLE-3 head (e.g. smollm2-eagle) or a head folder in the standard "
-                                "layout (config.json + model.safetensors)")
+    p.add_argument("head", help="an EAGLE-3 head in the standard layout: smollm2-eagle3 (the embedded one; "
+                                "smollm2-eagle is specnb's own layout and is refused) or a folder with config.json + "
+                                "model.safetensors")
     p.add_argument("--format", required=True, metavar="FORMAT",
                    help="eagle3: the folder vLLM's \"method\": \"eagle3\" loads; gguf: the file llama-server's "
                         "--spec-type draft-eagle3 -md FILE loads (made by llama.cpp's own converter)")

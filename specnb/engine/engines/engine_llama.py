@@ -23,14 +23,15 @@ def configs(verifier: str, precision: str, entries: list[str], max_level: int, t
     length), ``"smollm2-draft-s:3"`` (an embedded draft, exported to GGUF, at k = 3) or ``"eagle3:3"``
     / ``"smollm2-eagle3:3"`` (the EAGLE-3 head, ``draft-eagle3``, exported to GGUF by llama.cpp's
     converter and cached per head file hash, ``specnb.engine.head_export.head_gguf``); ``max_level``
-    slots. Every entry and head is checked before anything is exported."""
+    slots. The verifier is ``verifier_gguf``'s: the embedded one at ``precision`` or a .gguf file of the
+    user's own. Every entry and head is checked before anything is exported."""
     from specnb.engine.head_export import head_gguf
     from specnb.models.gguf import embedded_gguf
 
     heads = eagle_heads()
     parsed = [parse_entry(spec, (*NGRAM_TYPES, *model_drafts(), "eagle3", *heads)) for spec in entries]
     head_of = {kind: head_for(kind, verifier) for kind, _ in parsed if kind == "eagle3" or kind in heads}
-    common = {"model": str(embedded_gguf(verifier, precision)), "slots": int(max_level), "ctx_per_slot": CTX_PER_SLOT,
+    common = {"model": str(verifier_gguf(verifier, precision)), "slots": int(max_level), "ctx_per_slot": CTX_PER_SLOT,
               "threads": threads or default_threads()}
     out = [ServerConfig(**common)]
     for kind, k in parsed:
@@ -43,6 +44,27 @@ def configs(verifier: str, precision: str, entries: list[str], max_level: int, t
             draft = str(embedded_gguf(kind, "q4_1" if precision == "q4_1" else "f32"))
             out.append(ServerConfig(entry=kind, spec_type="draft-simple", draft=draft, n_max=k, **common))
     return out
+
+
+def verifier_gguf(verifier: str, precision: str):
+    """The GGUF llama-server serves: ``verifier`` itself where it names a ``.gguf`` file (a model of the user's
+    own, as it is: ``precision`` says nothing then), else the embedded verifier's at ``precision``
+    (``specnb.models.gguf.embedded_gguf``, which refuses any other name in one line)."""
+    from pathlib import Path
+
+    from specnb.core.errors import ParameterError
+    from specnb.models.gguf import embedded_gguf
+
+    path = Path(verifier).expanduser()
+    if path.suffix.lower() != ".gguf":
+        return embedded_gguf(verifier, precision)
+    if not path.is_file():
+        raise ParameterError(f"verifier GGUF {str(path)!r} does not exist; pass the path of a .gguf file")
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ParameterError(f"verifier {str(path)!r} is not a GGUF file (no GGUF magic); pass a .gguf file "
+                                 "that llama.cpp wrote (convert_hf_to_gguf.py)")
+    return path
 
 
 def head_for(kind: str, verifier: str) -> str:
