@@ -264,26 +264,45 @@ class _Timeline:
                 "success": True}
 
 
+class InOrder:
+    """A closed loop's feed that sends the requests in list order and nothing else."""
+
+    def __init__(self, n: int):
+        self.left = deque(range(n))
+
+    def next(self) -> int | None:
+        return self.left.popleft() if self.left else None
+
+    def finished(self, index: int) -> None:
+        pass
+
+
 def run_closed(cost: SimCost, speculation: Speculation, prompt_lens: list[int], output_lens: list[int],
-               concurrency: int, with_batch_trace: bool = False) -> list[dict] | tuple[list[dict], list]:
-    """A closed loop in virtual time: ``concurrency`` workers, each sending the next request (list
-    order) when its last one finished; one record per request, in list order (ignore_eos: each
-    request generates its output length). ``with_batch_trace``: also the running batch as a gauge
-    gives it, [t_s, batch] at each step's start, [t_s, 0] from where the engine idles."""
+               concurrency: int, with_batch_trace: bool = False, feed=None) -> list[dict] | tuple[list[dict], list]:
+    """A closed loop in virtual time: ``concurrency`` workers, each sending the next request when its
+    last one finished; one record per request sent, in list order (ignore_eos: each request generates
+    its output length). ``feed`` says which request a free slot sends next (``next()``: an index into
+    the lists, None to stop; told ``finished(index)`` once every request of a step is done), as
+    ``serving_load.ClosedFeed`` does for a sweep's runs; default: list order (``InOrder``).
+    ``with_batch_trace``: also the running batch as a gauge gives it, [t_s, batch] at each step's
+    start, [t_s, 0] from where the engine idles."""
     engine, timeline = SimEngine(cost, speculation), _Timeline()
-    pending = deque(SimRequest(id=i, prompt_len=p, max_tokens=o, key=i)
-                    for i, (p, o) in enumerate(zip(prompt_lens, output_lens)))
+    feed = feed or InOrder(len(prompt_lens))
 
     def send():
-        timeline.sent(engine.add(pending.popleft()), engine.now_ms)
+        index = feed.next()
+        if index is not None:
+            request = SimRequest(id=index, prompt_len=prompt_lens[index], max_tokens=output_lens[index], key=index)
+            timeline.sent(engine.add(request), engine.now_ms)
 
-    for _ in range(min(concurrency, len(pending))):
+    for _ in range(concurrency):
         send()
     while engine.busy:
         step = engine.step()
+        for rid in step.finished:
+            feed.finished(rid)
         for _ in step.finished:
-            if pending:
-                send()
+            send()
         timeline.record(step, engine.now_ms, engine.busy)
     return (timeline.records(), timeline.batch_trace) if with_batch_trace else timeline.records()
 

@@ -6,13 +6,17 @@ Names follow ``vllm bench serve``'s result JSON (``completed``, ``request_throug
 ``e2el_ms``, ``request_goodput``, ``spec_decode_acceptance_length``), so a table here and a vLLM
 result file line up; ``vllm_bench.from_vllm_bench`` reads such a file into the same shape.
 
-Speedups pair each request with spec-off's on the same prompt, round and level (greedy and lossless:
-the same tokens), both steady where the records say (``serving_steady.steady_records``: ramp-up and
-drain are out; ``steady_requests`` counts the rest, ``mean_batch`` is the engine's own batch there).
-TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup the same with
-whole latencies; the 95% CIs resample a prompt within a round (``speedup_ci``). Output throughput
-speedup is the two runs' tokens per second (every request); at a fixed concurrency it is concurrency
-× tokens ÷ latency (Little's law), so its CI is the E2E one, scaled.
+A closed loop's fillers (``filler``: they held the level around the measured requests) are never
+summarised (``serving_steady.measured_records``). The latency statistics, ``tpot_weighted_ms`` (Σ
+decode s ÷ Σ decode tokens, what an engine step is priced by) and a closed loop's throughput are
+taken over steady requests (``serving_steady.steady_records``; ``steady_requests`` counts them,
+``prompts_measured`` of ``prompts_total`` says how many prompts they cover, ``mean_batch`` is the
+engine's own batch there). Speedups pair each steady request with spec-off's on the same prompt,
+cycle, round and level (greedy and lossless: the same tokens). TPOT speedup = Σ spec-off decode time
+÷ Σ decode time per output token; E2E speedup the same with whole latencies; the 95% CIs resample a
+prompt within a round (``speedup_ci``). Output throughput at a fixed concurrency is concurrency ×
+tokens ÷ latency over steady requests (Little's law, ``level_throughput``), so its speedup's CI is
+the E2E one, scaled.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.acceptance import counter_rates
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
-from specnb.measure.serving_steady import level_batch, steady_records
+from specnb.measure.serving_steady import level_batch, measured_records, steady_records
 
 # What each summary row carries from its records: the load's shape and the configuration's identity.
 CARRIED = ("load", "burstiness", "turnovers", "max_tokens_asked", "range_ratio", "method", "family", "k",
@@ -57,14 +61,22 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
     goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs. The level
     column is the records' load shape's (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
-    column = shape_of(records).column
+    shape = shape_of(records)
+    column = shape.column
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
         return pd.DataFrame(columns=["engine", "config", column, "completed", "failed", "partial"])
+    marked = "steady" in records  # our own sweep's records, not a vLLM bench file's
+    records = measured_records(records)
+    prompt = prompt_column(records)
+    prompts_total = records[prompt].nunique()
     rows = []
     for (config, level), group in records.groupby(["config", column], sort=False):
         run = runs[(runs["config"] == config) & (runs[column] == level)]
         ok = group[group["success"]]
+        steady = steady_records(ok)
         duration = float(run["duration"].sum())
+        at = level if shape.steps_batch and marked else None  # a closed loop's steady state, as measured
+        request_rate, output_rate = level_throughput(ok, steady, duration, at)
         per_pos = summed_lists([json.loads(p) for p in run["accepted_per_pos"]])
         drafts, draft_tokens, accepted = (float(run[c].sum()) for c in (
             "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"))
@@ -72,11 +84,12 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
         row = {"engine": group["engine"].iloc[0], "config": config, column: level,
                **{name: group[name].iloc[0] for name in CARRIED if name in group},
                "completed": len(ok), "failed": len(group) - len(ok), "partial": bool(group["partial"].any()),
-               "steady_requests": len(steady_records(ok)), "mean_batch": level_batch(run),
+               "steady_requests": len(steady), "prompts_measured": steady[prompt].nunique(),
+               "prompts_total": prompts_total, "mean_batch": level_batch(run),
                "duration": duration, "total_output_tokens": int(ok["output_tokens"].sum()),
-               "request_throughput": len(ok) / duration if duration else math.nan,
-               "output_throughput": ok["output_tokens"].sum() / duration if duration else math.nan,
-               **latency_stats(ok), "request_goodput": goodput(ok, slo_tpot_ms, duration),
+               "request_throughput": request_rate, "output_throughput": output_rate,
+               **latency_stats(steady), "tpot_weighted_ms": weighted_tpot_ms(steady),
+               "request_goodput": goodput(steady, slo_tpot_ms, request_rate),
                "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
                "spec_decode_accepted_tokens": accepted, "alpha": rates.alpha, "tau": rates.tau,
                "acceptance_source": rates.source,
@@ -85,6 +98,46 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
         rows.append(row)
     summary = pd.DataFrame(rows)
     return add_speedups(summary, records, baseline, seed, n_boot) if baseline in set(summary["config"]) else summary
+
+
+def prompt_column(records: pd.DataFrame) -> str:
+    """What names a request's prompt: ``prompt_id`` where the records carry one, else ``prompt_index``."""
+    return "prompt_id" if "prompt_id" in records else "prompt_index"
+
+
+def weighted_tpot_ms(steady: pd.DataFrame) -> float:
+    """Token-weighted TPOT in ms over steady requests with a TPOT: Σ decode s ÷ Σ decode tokens. A
+    step serves every sequence in the batch once, so the time per token the engine's steps took is
+    this ratio; the mean of per-request TPOTs weighs a 20-token request's as much as a 50-token
+    one's, and so drifts with the length mix (the serving predictor prices a step by this one)."""
+    timed = decode_timed(steady[steady["output_tokens"] > 1]) if len(steady) else steady
+    tokens = float(timed["decode_tokens"].sum()) if len(timed) else 0.0
+    return float(timed["decode_s"].sum()) / tokens * 1e3 if tokens else math.nan
+
+
+def level_throughput(ok: pd.DataFrame, steady: pd.DataFrame, duration: float, concurrency=None
+                     ) -> tuple[float, float]:
+    """(requests/s, output tokens/s) at a level. At a ``concurrency`` (a closed loop whose records
+    mark steady requests) by Little's law over the steady ones: c requests are always in flight, so
+    requests complete at c ÷ mean latency, L = λ·W, and tokens at c · Σ tokens ÷ Σ latency. The
+    run's wall clock would count the leading fillers' ramp-up and the drain, where fewer than c run,
+    and the fillers' tokens; the gap a slot spends between a request and its successor is left out
+    (a client's turnaround, sub-millisecond beside a request). Otherwise (an open loop, whose whole
+    trace is steady; a vLLM bench file) every successful request over the runs' duration, as vLLM
+    bench counts it."""
+    if concurrency is not None:
+        seconds = float(steady["latency"].sum()) / float(concurrency)
+        return (len(steady) / seconds, float(steady["output_tokens"].sum()) / seconds) if seconds else (math.nan,) * 2
+    if not duration:
+        return math.nan, math.nan
+    return len(ok) / duration, float(ok["output_tokens"].sum()) / duration
+
+
+def steady_tpot_ms(rows: pd.DataFrame) -> pd.Series:
+    """The TPOT (ms) a summary's rows price an engine step at: ``tpot_weighted_ms`` (token-weighted, over
+    steady requests), the mean TPOT where a table has none (one saved before it, a hand-made one)."""
+    mean = rows["mean_tpot_ms"] if "mean_tpot_ms" in rows else pd.Series(math.nan, index=rows.index)
+    return rows["tpot_weighted_ms"].fillna(mean) if "tpot_weighted_ms" in rows else mean
 
 
 def level_acceptance(run: pd.DataFrame) -> dict:
@@ -103,16 +156,21 @@ def summed_lists(lists: list[list[float]]) -> list[float]:
     return np.sum([list(x) + [0.0] * (width - len(x)) for x in lists], axis=0).tolist() if width else []
 
 
-def goodput(ok: pd.DataFrame, slo_tpot_ms: float, duration: float) -> float:
-    """Requests per second that met the TPOT SLO (all completed requests when there is none)."""
-    met = ok if not slo_tpot_ms else ok[ok["tpot"].fillna(0) * 1e3 <= slo_tpot_ms]
-    return len(met) / duration if duration else math.nan
+def goodput(steady: pd.DataFrame, slo_tpot_ms: float, request_rate: float) -> float:
+    """Requests per second that met the TPOT SLO: the level's request rate times the share of its
+    steady requests that met it (every one when there is no SLO)."""
+    met = steady if not slo_tpot_ms else steady[steady["tpot"].fillna(0) * 1e3 <= slo_tpot_ms]
+    return request_rate * len(met) / len(steady) if len(steady) else math.nan
 
 
 def paired_requests(records: pd.DataFrame, config: str, level, baseline: str) -> pd.DataFrame:
     """A configuration's successful steady requests at one level (``steady_records``) joined to the
-    baseline's on (round, prompt): a pair is two steady requests."""
-    keys, column = ["round", "prompt_index"], shape_of(records).column
+    baseline's on (round, prompt, cycle): a pair is two steady requests of the same prompt asking the
+    same length. Never on the position sent: the order rotates round by round. Records without a
+    ``cycle`` (tables from before it, a vLLM bench file) pair on (round, ``prompt_index``), which there
+    numbers the requests in the order sent."""
+    column = shape_of(records).column
+    keys = ["round", prompt_column(records), "cycle"] if "cycle" in records else ["round", "prompt_index"]
     pick = lambda name: steady_records(records[(records["config"] == name) & (records[column] == level)  # noqa: E731
                                                & records["success"]])
     return pick(config).merge(pick(baseline), on=keys, suffixes=("", "_base"))

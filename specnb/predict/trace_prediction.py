@@ -6,7 +6,8 @@ not signal load (vllm#26504). If a configuration's TPOT is a function of the bat
 a trace follows from how long the trace held each batch, and the sweep's figures are checked where it
 matters: on the trace the policy was built for.
 
-- **TPOT(b)** per configuration (``tpot_at``): its ``mean_tpot_ms`` against its measured batch
+- **TPOT(b)** per configuration (``tpot_at``): its steady token-weighted TPOT
+  (``serving_summary.steady_tpot_ms``) against its measured batch
   (``serving_rounds.batch_of``: ``mean_batch``, else ``concurrency``), linear in log batch between
   measured batches and clamped — never extrapolated (as vLLM's proposed ``tune_speculative_k``,
   PR #49163) — beyond the ends, which ``clamped_share`` reports.
@@ -33,6 +34,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.serving_rounds import batch_of, occupancy
+from specnb.measure.serving_summary import steady_tpot_ms
 from specnb.predict.serving_policy import scheduled_config
 
 
@@ -46,11 +48,12 @@ def trace_occupancy(runs: pd.DataFrame, config: str) -> pd.Series:
 
 
 def tpot_curve(summary: pd.DataFrame, config: str) -> tuple[np.ndarray, np.ndarray]:
-    """(log batch, TPOT ms) of ``config``'s measured levels, ascending in batch."""
+    """(log batch, TPOT ms) of ``config``'s measured levels, ascending in batch: the token-weighted TPOT
+    over steady requests, what the trace's token-weighted TPOT is made of."""
     rows = summary[summary["config"] == config]
     if rows.empty:
         raise ParameterError(f"no summary rows for {config!r}: the sweep did not measure it")
-    frame = pd.DataFrame({"batch": batch_of(rows).to_numpy(), "tpot": rows["mean_tpot_ms"].to_numpy(float)})
+    frame = pd.DataFrame({"batch": batch_of(rows).to_numpy(), "tpot": steady_tpot_ms(rows).to_numpy(float)})
     frame = frame.groupby("batch", as_index=False)["tpot"].mean()
     return np.log(frame["batch"].to_numpy()), frame["tpot"].to_numpy()
 
