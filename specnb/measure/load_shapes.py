@@ -50,6 +50,7 @@ from specnb.core.errors import ParameterError
 
 FILLER_STREAM = 1  # the seed word fillers' lengths are drawn with (a trailing 0 would draw the measured ones')
 FILLERS_PER_SLOT = 4  # a run's fillers are capped at this many per slot plus one per measured request
+TIE_S = 1e-6  # instants this close are one: a completion and the send it frees a slot for (virtual time, rounded)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,12 +169,13 @@ class Closed:
         """(start, end) in s of the run's steady window: its first completion (the leading fillers'
         ramp-up is over), and the first completion after its last send (the loop stops sending where
         no measured request is left in flight: from there it drains). A completion is stamped before
-        the send it frees a slot for, so the one that triggered the last send is not after it."""
+        the send it frees a slot for (at the same instant in virtual time: ``TIE_S``), so the one that
+        triggered the last send is not after it."""
         done = finished_s[np.isfinite(finished_s)]
         if not len(done):
             return math.inf, -math.inf
         last_send = float(np.max(sent_s))
-        after = done[done > last_send]
+        after = done[done > last_send + TIE_S]
         return float(done.min()), float(after.min()) if len(after) else last_send
 
     def columns(self) -> dict:
@@ -250,10 +252,11 @@ def shape_of(frame) -> type:
 
 def steady_flags(load, sent_s, finished_s) -> np.ndarray:
     """Per request of one run, whether its whole life lies in the load's steady window (``window``):
-    sent at or after its start, finished at or before its end; a request that never finished is not."""
+    sent at or after its start, finished at or before its end (within ``TIE_S``: a finish is a send
+    plus a latency, rounded); a request that never finished is not."""
     sent_s, finished_s = np.asarray(sent_s, float), np.asarray(finished_s, float)
     start, end = load.window(sent_s, finished_s)
-    return (sent_s >= start) & (finished_s <= end)  # NaN finished: False
+    return (sent_s >= start - TIE_S) & (finished_s <= end + TIE_S)  # NaN finished: False
 
 
 def level_text(shape: type, value) -> str:
