@@ -133,8 +133,8 @@ class Variant:
         return {**trims, **user, **self.selects, **({"trimmed": said} if trims else {})}
 
 
-# The demo's budget (20 min on 2 cores). Notebook 08 measures each level as 3 rounds of runs long enough to hold a
-# steady window ((turnovers + 2)·c requests a run), three times the requests of one pass: the demo trims it to levels
+# The demo's budget (20 min on 2 cores). Notebook 08 measures each level as 3 rounds, each every prompt in whole cycles
+# to turnovers·c requests at least, with c filler requests around each run: the demo trims it to levels
 # 1-4 at 16 tokens a request on llama-server, and on vLLM (70-130 ms a step here, a minute or more to start each
 # server) to 8 prompts at levels 1 and 4 with 2 turnovers. Every trim is printed in the notebook; `-p` overrides it.
 # `-p precision` (the GGUF's) asks about llama-server alone.
