@@ -22,16 +22,14 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                ``vllm_server``, ``simulated`` and its cost model ``simulated_cost``, ``servers``),
                vLLM's install (``vllm_build``), an EAGLE-3 head in the serving engines' formats
                (``head_export``)
-    measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs
-               (``sizing``), per-position acceptance, forward-pass microbenchmarks (``forward``),
-               the notebooks' tables (``analysis``),
-               load on a serving engine: its shape as a record (``load_shapes``), the requests
+    measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs (``sizing``),
+               per-position acceptance, forward-pass microbenchmarks (``forward``), the notebooks' tables
+               (``analysis``), load on a serving engine: its shape as a record (``load_shapes``), the requests
                (``serving_load``), the sweep (``serving_sweep``), the engine's counters and forward probe
-               (``serving_endpoint``), a run's
-               steady window and the engine's own batch (``serving_steady``), summaries and CIs
-               (``serving_summary``), per-round figures and a trace's occupancy (``serving_rounds``),
-               launch-to-launch noise and its A/A calibration (``launch_noise``), vLLM's own load
-               client beside ours (``vllm_bench``)
+               (``serving_endpoint``), a run's steady window and the engine's own batch (``serving_steady``),
+               summaries and CIs (``serving_summary``), the policy measured (``serving_checks``), per-round figures
+               and a trace's occupancy (``serving_rounds``), launch-to-launch noise and its A/A calibration
+               (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor, ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_predictor``) and the policy and

@@ -11,14 +11,14 @@ is a schedule and measure it beside them.
    configuration, measured as itself already, and no speculation needs no server: nothing more is
    launched for either.
 3. **Check** (a schedule only): the same levels again on every configuration, adaptive included,
-   interleaved as any sweep (``serving_summary.adaptive_check`` holds it against the best static one
+   interleaved as any sweep (``serving_checks.adaptive_check`` holds it against the best static one
    per level).
 4. **Trace**: one bursty open-loop run (gamma gaps, ``serving_load.arrival_gaps``) at the rate that
    keeps the decision's switch load (``decision.switch``: where the policy stops speculating or its k
-   first falls) in flight on spec-off (``serving_summary.trace_rate``), so bursts go above the
+   first falls) in flight on spec-off (``serving_checks.trace_rate``), so bursts go above the
    crossover and quiet spells below it, on every configuration running — the schedule beside the
    static ones, or the static ones alone: the only check of the verdict on bursty load either way
-   (``serving_summary.trace_check``, ``serving_decision.with_trace``). Just before it is sent, its
+   (``serving_checks.trace_check``, ``serving_decision.with_trace``). Just before it is sent, its
    speedups are forecast from the sweep's figures alone (``trace_forecast``) and handed to
    ``on_forecast``, so the forecast is on record before the trace.
 
@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from specnb.measure.load_shapes import Open
-from specnb.measure.serving_summary import summarise_sweep, trace_rate
+from specnb.measure.serving_checks import trace_rate
+from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import Sweep, run_sweep, targets_of
 from specnb.predict.serving_decision import ServingDecision, decide
 from specnb.predict.trace_forecast import forecast_trace, trace_rounds

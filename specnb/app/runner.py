@@ -157,9 +157,9 @@ def missing(variant: Variant) -> str | None:
     return engine_missing(variant.selects["engine"]) if "engine" in variant.selects else None
 
 
-# The demo's budget (20 min on 2 cores). Notebook 08 measures each level as 3 rounds of runs long enough to hold a
-# steady window ((turnovers + 2)·c requests a run), three times the requests of one pass: on vLLM (70-130 ms a step
-# here, a minute or more to start each server) the demo trims it to 8 prompts at levels 1 and 4 with 2 turnovers, at
+# The demo's budget (20 min on 2 cores). Notebook 08 measures each level as 3 rounds of every prompt in whole cycles
+# to turnovers·c requests at least, with c filler requests around each run: on vLLM (70-130 ms a step here, a
+# minute or more to start each server) the demo trims it to 8 prompts at levels 1 and 4 with 2 turnovers, at
 # 16 tokens a request; on llama-server to levels 1-4 at 16 tokens. Every trim is printed in the notebook; `-p`
 # overrides it. `-p precision` (the GGUF's) asks about llama-server alone.
 VARIANTS = {"08_serving": (

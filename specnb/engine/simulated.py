@@ -235,29 +235,49 @@ class _Timeline:
                 "success": True}
 
 
+class InOrder:
+    """A closed loop's feed that sends the requests in list order and nothing else."""
+
+    def __init__(self, n: int):
+        self.left = deque(range(n))
+
+    def next(self) -> int | None:
+        return self.left.popleft() if self.left else None
+
+    def finished(self, index: int) -> None:
+        pass
+
+
 def run_closed(cost: SimCost, speculation: Speculation, prompt_lens: list[int], output_lens: list[int],
-               concurrency: int, with_batch_trace: bool = False,
+               concurrency: int, with_batch_trace: bool = False, feed=None,
                keys: list[int] | None = None) -> list[dict] | tuple[list[dict], list]:
-    """A closed loop in virtual time: ``concurrency`` workers, each sending the next request (list
-    order) when its last one finished; one record per request, in list order (ignore_eos: each
-    request generates its output length). ``with_batch_trace``: also the running batch as a gauge
-    gives it, [t_s, batch] at each step's start, [t_s, 0] from where the engine idles. ``keys``: each
-    request's prompt (default its index): a key sent again accepts as it did the first time."""
+    """A closed loop in virtual time: ``concurrency`` workers, each sending the next request when its
+    last one finished; one record per request sent, in list order (ignore_eos: each request generates
+    its output length). ``feed`` says which request a free slot sends next (``next()``: an index into
+    the lists, None to stop; told ``finished(index)`` once every request of a step is done), as
+    ``serving_load.ClosedFeed`` does for a sweep's runs; default: list order (``InOrder``).
+    ``with_batch_trace``: also the running batch as a gauge gives it, [t_s, batch] at each step's
+    start, [t_s, 0] from where the engine idles. ``keys``: each request's prompt (default its index):
+    a key sent again accepts as it did the first time."""
     engine, timeline = SimEngine(cost, speculation), _Timeline()
+    feed = feed or InOrder(len(prompt_lens))
     keys = range(len(prompt_lens)) if keys is None else keys
-    pending = deque(SimRequest(id=i, prompt_len=p, max_tokens=o, key=key)
-                    for i, (p, o, key) in enumerate(zip(prompt_lens, output_lens, keys)))
 
     def send():
-        timeline.sent(engine.add(pending.popleft()), engine.now_ms)
+        index = feed.next()
+        if index is not None:
+            request = SimRequest(id=index, prompt_len=prompt_lens[index], max_tokens=output_lens[index],
+                                 key=keys[index])
+            timeline.sent(engine.add(request), engine.now_ms)
 
-    for _ in range(min(concurrency, len(pending))):
+    for _ in range(concurrency):
         send()
     while engine.busy:
         step = engine.step()
+        for rid in step.finished:
+            feed.finished(rid)
         for _ in step.finished:
-            if pending:
-                send()
+            send()
         timeline.record(step, engine.now_ms, engine.busy)
     return (timeline.records(), timeline.batch_trace) if with_batch_trace else timeline.records()
 

@@ -1,7 +1,8 @@
 """The load itself: streamed requests to an OpenAI-compatible server, timed one by one.
 
 - **Closed loop** (``send_closed``): ``concurrency`` requests in flight, each worker sending its next
-  prompt when its last one finished. **Open loop** (``send_open``): Poisson (or gamma, bursty)
+  prompt when its last one finished, filler requests around the measured ones holding the level
+  from their first to their last (``ClosedFeed``). **Open loop** (``send_open``): Poisson (or gamma, bursty)
   arrivals at ``rate`` per second, seeded, none capped. Which one a run sends, and what its tables
   call the level, is the load shape's (``specnb.measure.load_shapes``): a record the data carries.
 - **Per request**, streaming: TTFT, the gaps between streamed chunks (ITL) and E2E latency; TPOT =
@@ -25,6 +26,7 @@ import asyncio
 import json
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -150,28 +152,63 @@ def read_usage(record: RequestRecord, chunk: dict) -> None:
                 setattr(record, attr, int(meta[name]))
 
 
+class ClosedFeed:
+    """Which request a closed loop's free slot sends next: an index into the measured requests
+    (0..measured − 1) then the fillers (measured onward), or None: the slot stops.
+
+    First ``concurrency`` fillers, one per slot: every slot starts at once, and that ramp-up is
+    theirs. Then the measured requests in order. Then fillers again while any measured request is
+    in flight, so every measured request runs with ``concurrency`` in flight to its end; at most
+    ``fillers`` in all. No fillers: the measured requests in order, nothing else (a warm-up). The
+    virtual-time driver (``simulated.run_closed``) takes the same feed, so the run formation is
+    proven where the truth is known."""
+
+    def __init__(self, measured: int, fillers: int, concurrency: int):
+        self.waiting = deque(range(measured))
+        self.first_filler, self.fillers = measured, fillers
+        self.lead = min(concurrency, fillers)
+        self.fillers_sent = 0
+        self.in_flight: set[int] = set()  # measured requests sent and not yet finished
+
+    def next(self) -> int | None:
+        keeping = not self.waiting and self.in_flight and self.fillers_sent < self.fillers
+        if self.fillers_sent < self.lead or keeping:
+            self.fillers_sent += 1
+            return self.first_filler + self.fillers_sent - 1
+        if self.waiting:
+            self.in_flight.add(self.waiting[0])
+            return self.waiting.popleft()
+        return None
+
+    def finished(self, index: int) -> None:
+        self.in_flight.discard(index)
+
+
 async def send_closed(target: Target, prompts: list[str], concurrency: int, max_tokens: list[int],
-                      ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
-    """Every prompt once (request i asking ``max_tokens[i]`` tokens), ``concurrency`` in flight;
-    (records in prompt order, duration in s).
+                      ignore_eos: bool = True, fillers: tuple[list[str], list[int]] = ((), ())
+                      ) -> tuple[list[RequestRecord], float]:
+    """Every prompt once (request i asking ``max_tokens[i]`` tokens), ``concurrency`` in flight, with
+    ``fillers`` (texts, lengths) around them as ``ClosedFeed`` sends them; (records: the prompts' in
+    order, then the fillers sent, in order; duration in s).
 
     A new connection per request: llama-server may close a kept-alive connection after a stream,
     and a request sent on it then fails with "disconnected without sending a response"."""
     import httpx
 
-    queue = list(enumerate(prompts))[::-1]
-    records: list[RequestRecord | None] = [None] * len(prompts)
+    texts, tokens = list(prompts) + list(fillers[0]), list(max_tokens) + list(fillers[1])
+    feed = ClosedFeed(len(prompts), len(fillers[0]), concurrency)
+    records: list[RequestRecord | None] = [None] * len(texts)
 
     async def worker(client, t0):
-        while queue:
-            index, prompt = queue.pop()
-            records[index] = await stream_one(client, target, prompt, max_tokens[index], ignore_eos, t0)
+        while (index := feed.next()) is not None:
+            records[index] = await stream_one(client, target, texts[index], tokens[index], ignore_eos, t0)
+            feed.finished(index)  # the next send's clock starts after this one's end: the window's rule
 
     limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0), limits=limits) as client:
         t0 = time.perf_counter()  # after the client's setup (its SSL context alone takes ~0.1 s)
         await asyncio.gather(*(worker(client, t0) for _ in range(concurrency)))
-    return records, time.perf_counter() - t0
+    return records[:len(prompts) + feed.fillers_sent], time.perf_counter() - t0
 
 
 def arrival_gaps(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:

@@ -8,11 +8,13 @@ or where requests queue. Every ``BATCH_EVERY_S`` a background thread reads the e
 ``llamacpp:requests_processing``, ``sglang:num_running_reqs``) and keeps (seconds since the run's
 start, batch). An engine without such a gauge gives no samples: its batch is NaN.
 
-The run's steady window is its load shape's (``load_shapes``: a closed loop's first completion to its
-last send, an open loop's whole trace). Requests wholly inside it are ``steady``; the run's
-``batch_mean`` is the mean of the samples inside it (``batch_samples`` of them) and ``batch_trace``
-keeps every sample, so a trace's batch occupancy can be read back; a level's ``mean_batch`` pools
-its runs' steady samples. Summaries pair only steady requests (``steady_records``).
+The run's steady window is its load shape's (``load_shapes``: a closed loop's first completion to the
+first completion after its last send, an open loop's whole trace). Measured requests wholly inside
+it are ``steady`` (a closed loop's fillers never are); the run's ``batch_mean`` is the mean of the
+busy samples inside it (``batch_samples`` of them: a sample of 0 is the engine idle between a
+request and its successor, not a batch any step ran at) and ``batch_trace`` keeps every sample, so
+a trace's batch occupancy can be read back; a level's ``mean_batch`` pools its runs' steady
+samples. Summaries pair only steady requests (``steady_records``).
 """
 
 from __future__ import annotations
@@ -113,18 +115,22 @@ async def finished_at(coroutine):
 
 
 def send_sampled(target: Target, load, texts: list[str], max_tokens: list[int], ignore_eos: bool,
-                 round_index: int) -> Run:
-    """Send one run as ``load`` while sampling the engine's running batch. The run's start is its end
-    less its duration: the instant its requests' ``start_time`` counts from."""
+                 round_index: int, fillers: tuple[list[str], list[int]] = ((), ())) -> Run:
+    """Send one run as ``load`` (with a closed loop's ``fillers``: texts, lengths) while sampling the
+    engine's running batch; ``done`` holds the requests' records, then the fillers sent. The run's
+    start is its end less its duration: the instant its requests' ``start_time`` counts from."""
     with BatchSampler(target) as sampler:
-        (done, duration), end = run_async(finished_at(load.send(target, texts, max_tokens, ignore_eos, round_index)))
+        (done, duration), end = run_async(finished_at(load.send(target, texts, max_tokens, ignore_eos, round_index,
+                                                                fillers)))
     return Run(done=done, duration=duration, samples=sampler.since(end - duration))
 
 
 def batch_columns(samples: list[tuple[float, float]], window: tuple[float, float]) -> dict:
-    """A run's batch: the mean of its samples inside the steady ``window`` (s; NaN if none), how many
-    they are, and every sample as JSON [[s, batch], ...]."""
-    inside = [batch for at, batch in samples if window[0] <= at <= window[1]]
+    """A run's batch: the mean of its busy samples (batch > 0) inside the steady ``window`` (s; NaN if
+    none), how many they are, and every sample as JSON [[s, batch], ...]. Idle samples are left out:
+    a step is priced by the batch it runs, and a gap with nothing running (a slot between a request
+    and its successor; at 1 concurrent, every such gap) runs no step."""
+    inside = [batch for at, batch in samples if window[0] <= at <= window[1] and batch > 0]
     return {"batch_mean": float(np.mean(inside)) if inside else math.nan, "batch_samples": len(inside),
             "batch_trace": json.dumps([list(s) for s in samples])}
 
@@ -136,6 +142,12 @@ def level_batch(runs: pd.DataFrame) -> float:
         return math.nan
     weights = runs["batch_samples"].fillna(0).to_numpy(float)
     return float(np.dot(runs["batch_mean"].fillna(0), weights) / weights.sum()) if weights.sum() else math.nan
+
+
+def measured_records(records: pd.DataFrame) -> pd.DataFrame:
+    """The requests a level measured: every one but a closed loop's fillers (``filler``), which only
+    held the level around them; every one where the records have no such column."""
+    return records[~records["filler"].fillna(False).astype(bool)] if "filler" in records else records
 
 
 def steady_records(records: pd.DataFrame) -> pd.DataFrame:

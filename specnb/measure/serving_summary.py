@@ -6,15 +6,19 @@ Names follow ``vllm bench serve``'s result JSON (``completed``, ``request_throug
 ``e2el_ms``, ``request_goodput``, ``spec_decode_acceptance_length``), so a table here and a vLLM
 result file line up; ``vllm_bench.from_vllm_bench`` reads such a file into the same shape.
 
-Speedups pair each request with spec-off's on the same prompt, round and level (greedy and lossless:
-the same tokens), both steady where the records say (``serving_steady.steady_records``: ramp-up and
-drain are out; ``steady_requests`` counts the rest, ``mean_batch`` is the engine's own batch there).
-TPOT speedup = Σ spec-off decode time ÷ Σ decode time per output token; E2E speedup the same with
-whole latencies; the 95% CIs resample prompts, each with all its rounds (``speedup_ci``), and, given a
-``launch_noise.LaunchNoise``, add the launch-to-launch term in log space (``launch_sigma`` on each
-row says how much). Output throughput
-speedup is the two runs' tokens per second (every request); at a fixed concurrency it is concurrency
-× tokens ÷ latency (Little's law), so its CI is the E2E one, scaled.
+A closed loop's fillers (``filler``: they held the level around the measured requests) are never
+summarised (``serving_steady.measured_records``). The latency statistics, ``tpot_weighted_ms`` (Σ
+decode s ÷ Σ decode tokens, what an engine step is priced by) and a closed loop's throughput are
+taken over steady requests (``serving_steady.steady_records``; ``steady_requests`` counts them,
+``prompts_measured`` of ``prompts_total`` says how many prompts they cover, ``mean_batch`` is the
+engine's own batch there). Speedups pair each steady request with spec-off's on the same prompt,
+cycle, round and level (greedy and lossless: the same tokens). TPOT speedup = Σ spec-off decode time
+÷ Σ decode time per output token; E2E speedup the same with whole latencies; the 95% CIs resample
+prompts, each with all its rounds (``speedup_ci``), and, given a ``launch_noise.LaunchNoise``, add
+the launch-to-launch term in log space (``launch_sigma`` on each row says how much). Output
+throughput at a fixed concurrency is concurrency × tokens ÷ latency over steady requests (Little's
+law, ``level_throughput``), so its speedup's CI is the E2E one, scaled. The policy measured (best
+static per level, the adaptive check, the trace) is ``serving_checks``'.
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES
+from specnb.engine.engines.seam import AA_TWIN_CONFIG, BASELINE_CONFIG
 from specnb.measure.acceptance import counter_rates
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
-from specnb.measure.serving_steady import level_batch, steady_records
+from specnb.measure.serving_steady import level_batch, measured_records, steady_records
 
 # What each summary row carries from its records: the load's shape and the configuration's identity.
 CARRIED = ("load", "burstiness", "turnovers", "max_tokens_asked", "range_ratio", "method", "family", "k",
@@ -60,14 +64,22 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs (``add_speedups``;
     ``launch_noise``, a ``launch_noise.LaunchNoise``: with the launch term; None: without). The level
     column is the records' load shape's (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
-    column = shape_of(records).column
+    shape = shape_of(records)
+    column = shape.column
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
         return pd.DataFrame(columns=["engine", "config", column, "completed", "failed", "partial"])
+    marked = "steady" in records  # our own sweep's records, not a vLLM bench file's
+    records = measured_records(records)
+    prompt = prompt_column(records)
+    prompts_total = records[prompt].nunique()
     rows = []
     for (config, level), group in records.groupby(["config", column], sort=False):
         run = runs[(runs["config"] == config) & (runs[column] == level)]
         ok = group[group["success"]]
+        steady = steady_records(ok)
         duration = float(run["duration"].sum())
+        at = level if shape.steps_batch and marked else None  # a closed loop's steady state, as measured
+        request_rate, output_rate = level_throughput(ok, steady, duration, at)
         per_pos = summed_lists([json.loads(p) for p in run["accepted_per_pos"]])
         drafts, draft_tokens, accepted = (float(run[c].sum()) for c in (
             "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"))
@@ -75,11 +87,12 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
         row = {"engine": group["engine"].iloc[0], "config": config, column: level,
                **{name: group[name].iloc[0] for name in CARRIED if name in group},
                "completed": len(ok), "failed": len(group) - len(ok), "partial": bool(group["partial"].any()),
-               "steady_requests": len(steady_records(ok)), "mean_batch": level_batch(run),
+               "steady_requests": len(steady), "prompts_measured": steady[prompt].nunique(),
+               "prompts_total": prompts_total, "mean_batch": level_batch(run),
                "duration": duration, "total_output_tokens": int(ok["output_tokens"].sum()),
-               "request_throughput": len(ok) / duration if duration else math.nan,
-               "output_throughput": ok["output_tokens"].sum() / duration if duration else math.nan,
-               **latency_stats(ok), "request_goodput": goodput(ok, slo_tpot_ms, duration),
+               "request_throughput": request_rate, "output_throughput": output_rate,
+               **latency_stats(steady), "tpot_weighted_ms": weighted_tpot_ms(steady),
+               "request_goodput": goodput(steady, slo_tpot_ms, request_rate),
                "spec_decode_num_drafts": drafts, "spec_decode_draft_tokens": draft_tokens,
                "spec_decode_accepted_tokens": accepted, "alpha": rates.alpha, "tau": rates.tau,
                "acceptance_source": rates.source,
@@ -90,6 +103,46 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     if baseline not in set(summary["config"]):
         return summary
     return add_speedups(summary, records, baseline, seed, n_boot, launch_noise)
+
+
+def prompt_column(records: pd.DataFrame) -> str:
+    """What names a request's prompt: ``prompt_id`` where the records carry one, else ``prompt_index``."""
+    return "prompt_id" if "prompt_id" in records else "prompt_index"
+
+
+def weighted_tpot_ms(steady: pd.DataFrame) -> float:
+    """Token-weighted TPOT in ms over steady requests with a TPOT: Σ decode s ÷ Σ decode tokens. A
+    step serves every sequence in the batch once, so the time per token the engine's steps took is
+    this ratio; the mean of per-request TPOTs weighs a 20-token request's as much as a 50-token
+    one's, and so drifts with the length mix (the serving predictor prices a step by this one)."""
+    timed = decode_timed(steady[steady["output_tokens"] > 1]) if len(steady) else steady
+    tokens = float(timed["decode_tokens"].sum()) if len(timed) else 0.0
+    return float(timed["decode_s"].sum()) / tokens * 1e3 if tokens else math.nan
+
+
+def level_throughput(ok: pd.DataFrame, steady: pd.DataFrame, duration: float, concurrency=None
+                     ) -> tuple[float, float]:
+    """(requests/s, output tokens/s) at a level. At a ``concurrency`` (a closed loop whose records
+    mark steady requests) by Little's law over the steady ones: c requests are always in flight, so
+    requests complete at c ÷ mean latency, L = λ·W, and tokens at c · Σ tokens ÷ Σ latency. The
+    run's wall clock would count the leading fillers' ramp-up and the drain, where fewer than c run,
+    and the fillers' tokens; the gap a slot spends between a request and its successor is left out
+    (a client's turnaround, sub-millisecond beside a request). Otherwise (an open loop, whose whole
+    trace is steady; a vLLM bench file) every successful request over the runs' duration, as vLLM
+    bench counts it."""
+    if concurrency is not None:
+        seconds = float(steady["latency"].sum()) / float(concurrency)
+        return (len(steady) / seconds, float(steady["output_tokens"].sum()) / seconds) if seconds else (math.nan,) * 2
+    if not duration:
+        return math.nan, math.nan
+    return len(ok) / duration, float(ok["output_tokens"].sum()) / duration
+
+
+def steady_tpot_ms(rows: pd.DataFrame) -> pd.Series:
+    """The TPOT (ms) a summary's rows price an engine step at: ``tpot_weighted_ms`` (token-weighted, over
+    steady requests), the mean TPOT where a table has none (one saved before it, a hand-made one)."""
+    mean = rows["mean_tpot_ms"] if "mean_tpot_ms" in rows else pd.Series(math.nan, index=rows.index)
+    return rows["tpot_weighted_ms"].fillna(mean) if "tpot_weighted_ms" in rows else mean
 
 
 def level_acceptance(run: pd.DataFrame) -> dict:
@@ -108,16 +161,21 @@ def summed_lists(lists: list[list[float]]) -> list[float]:
     return np.sum([list(x) + [0.0] * (width - len(x)) for x in lists], axis=0).tolist() if width else []
 
 
-def goodput(ok: pd.DataFrame, slo_tpot_ms: float, duration: float) -> float:
-    """Requests per second that met the TPOT SLO (all completed requests when there is none)."""
-    met = ok if not slo_tpot_ms else ok[ok["tpot"].fillna(0) * 1e3 <= slo_tpot_ms]
-    return len(met) / duration if duration else math.nan
+def goodput(steady: pd.DataFrame, slo_tpot_ms: float, request_rate: float) -> float:
+    """Requests per second that met the TPOT SLO: the level's request rate times the share of its
+    steady requests that met it (every one when there is no SLO)."""
+    met = steady if not slo_tpot_ms else steady[steady["tpot"].fillna(0) * 1e3 <= slo_tpot_ms]
+    return request_rate * len(met) / len(steady) if len(steady) else math.nan
 
 
 def paired_requests(records: pd.DataFrame, config: str, level, baseline: str) -> pd.DataFrame:
     """A configuration's successful steady requests at one level (``steady_records``) joined to the
-    baseline's on (round, prompt): a pair is two steady requests."""
-    keys, column = ["round", "prompt_index"], shape_of(records).column
+    baseline's on (round, prompt, cycle): a pair is two steady requests of the same prompt asking the
+    same length. Never on the position sent: the order rotates round by round. Records without a
+    ``cycle`` (tables from before it, a vLLM bench file) pair on (round, ``prompt_index``), which there
+    numbers the requests in the order sent."""
+    column = shape_of(records).column
+    keys = ["round", prompt_column(records), "cycle"] if "cycle" in records else ["round", "prompt_index"]
     pick = lambda name: steady_records(records[(records["config"] == name) & (records[column] == level)  # noqa: E731
                                                & records["success"]])
     return pick(config).merge(pick(baseline), on=keys, suffixes=("", "_base"))
@@ -258,141 +316,6 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------- the closed loop: the policy measured
-
-def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
-    """Per level, the static configuration with the best TPOT speedup, and spec-off at 1.00x where
-    none beats it: what a policy is held against, before it runs (``serving_launch.choose_launch``)
-    and after (``adaptive_check``)."""
-    column = shape_of(summary).column
-    static = summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])]
-    rows = []
-    for level in sorted(summary[column].unique()):
-        here = static[static[column] == level].sort_values("speedup_tpot")
-        best = here.iloc[-1] if len(here) else None
-        paying = best is not None and best["speedup_tpot"] >= 1.0
-        rows.append({column: level, "config": best["config"] if paying else baseline,
-                     "speedup_tpot": float(best["speedup_tpot"]) if paying else 1.0})
-    return pd.DataFrame(rows, columns=[column, "config", "speedup_tpot"])
-
-
-def draft_lengths(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> dict[str, int]:
-    """Each speculative static configuration's draft length, as its records carry it (``k``)."""
-    rows = summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])]
-    if "k" not in rows:
-        return {}
-    return {c: int(k) for c, k in zip(rows["config"], rows["k"]) if k and not pd.isna(k)}
-
-
-def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG,
-                   target: float = 0.95, records: pd.DataFrame | None = None, n_boot: int = 1000,
-                   seed: int = 0, launch_noise=None) -> pd.DataFrame:
-    """Per level: the adaptive configuration's TPOT speedup against the best static configuration's
-    at that level (``best_static``: spec-off counts as 1.00x), their ratio and whether it reaches
-    ``target``. With the pass's ``records``, also the ratio's 95% CI: adaptive's requests paired with
-    the best static one's on the same prompts (``ratio_lo``, ``ratio_hi``; prompts resampled with
-    their rounds, ``launch_noise`` added: two launches, ``speedup_ci``), so a miss inside the pass's
-    noise shows; ``launch_sigma`` the launch term it carries."""
-    column = shape_of(summary).column
-    if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
-        return pd.DataFrame()
-    timed = None if records is None else decode_timed(records)
-    best = best_static(summary, baseline).set_index(column)
-    rows = []
-    for level, group in summary.groupby(column):
-        own = group[group["config"] == adaptive]
-        if own.empty:
-            continue
-        best_config, best_x = best.loc[level, "config"], float(best.loc[level, "speedup_tpot"])
-        x = float(own["speedup_tpot"].iloc[0])
-        lo = hi = math.nan
-        paired = paired_requests(timed, adaptive, level, best_config) if timed is not None else pd.DataFrame()
-        if len(paired):
-            _, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, adaptive, level), n_boot,
-                                   launch_noise)
-        rows.append({column: level, "speedup_tpot": x, "speedup_tpot_lo": float(own["speedup_tpot_lo"].iloc[0]),
-                     "speedup_tpot_hi": float(own["speedup_tpot_hi"].iloc[0]), "best_static": best_config,
-                     "best_static_speedup_tpot": best_x, "ratio": x / best_x, "ratio_lo": lo, "ratio_hi": hi,
-                     "meets": x / best_x >= target,
-                     "launch_sigma": launch_term(launch_noise, paired) if len(paired) else math.nan})
-    return pd.DataFrame(rows)
-
-
-def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: int = 1000,
-                seed: int = 0, baseline: str = BASELINE_CONFIG, launch_noise=None) -> pd.DataFrame:
-    """Over one trace (every request of a Poisson or bursty run), per other configuration: its paired
-    TPOT speedup over ``baseline`` (``speedup_tpot``), adaptive's over it (``adaptive_speedup_tpot``) and
-    its own over the trace's fastest configuration, adaptive included (``best``, the lowest TPOT over
-    the trace's tokens; ``speedup_over_best``), each with a 95% CI resampling prompts with all their
-    requests and, given ``launch_noise``, the launch term added (``speedup_ci``; ``launch_sigma``:
-    the term, 0 without); mean TPOT as read. ``beats``: adaptive's CI against it lies above 1, since a
-    mean lower by a millisecond or two is noise, not a win (``serving_decision.trace_pick`` judges the
-    trace with these). A trace without adaptive (a static launch, no schedule to run) compares the
-    static configurations alone: the adaptive columns NaN, ``beats`` False."""
-    ok = records[records["success"]] if len(records) else records
-    if ok.empty or ok["config"].nunique() < 2:
-        return pd.DataFrame()
-    ran = adaptive in set(ok["config"])
-    timed, mean_ms = decode_timed(ok), ok.groupby("config")["tpot"].mean() * 1e3
-    pooled = timed.groupby("config")[["decode_s", "decode_tokens"]].sum()
-    best = (pooled["decode_s"] / pooled["decode_tokens"]).idxmin()
-    ks = ok.groupby("config")["k"].first().to_dict() if "k" in ok else {}  # what each drafts, as recorded
-    rows = []
-    speedup = lambda config, over: trace_speedup(timed, config, over, seed, n_boot, launch_noise)  # noqa: E731
-    for config in [c for c in ok["config"].unique() if c != adaptive]:
-        ours = speedup(adaptive, config) if ran else (math.nan,) * 3
-        over_best = (1 / ours[0], 1 / ours[2], 1 / ours[1]) if best == adaptive else \
-            speedup(config, best)  # against adaptive: its CI turned round
-        rows.append({"config": config, "k": ks.get(config, math.nan), "mean_tpot_ms": float(mean_ms[config]),
-                     "adaptive_mean_tpot_ms": float(mean_ms[adaptive]) if ran else math.nan,
-                     **ci_columns("speedup_tpot", speedup(config, baseline)),
-                     **ci_columns("adaptive_speedup_tpot", ours), "best": best,
-                     **ci_columns("speedup_over_best", over_best), "beats": bool(ours[1] > 1.0),
-                     "launch_sigma": launch_term(launch_noise, ok[ok["config"] == config])})
-    return pd.DataFrame(rows)
-
-
 def launch_term(launch_noise, paired: pd.DataFrame) -> float:
     """The launch term a CI over ``paired`` carries (``LaunchNoise.term``), 0 without a noise figure."""
     return launch_noise.term(paired) if launch_noise is not None else 0.0
-
-
-def ci_columns(name: str, values: tuple[float, float, float]) -> dict:
-    """(point, lo, hi) as the columns ``name``, ``name_lo``, ``name_hi``."""
-    return dict(zip([name, f"{name}_lo", f"{name}_hi"], values))
-
-
-def trace_speedup(timed: pd.DataFrame, config: str, over: str, seed: int, n_boot: int,
-                  launch_noise=None) -> tuple[float, float, float]:
-    """``config``'s paired TPOT speedup over ``over`` across every level of a trace, with its 95% CI
-    (NaN where they share no request): a prompt is one cluster across the trace's levels and rounds,
-    ``launch_noise`` added unless the two are one configuration (``speedup_ci``); its own generator
-    per pair (``row_rng``)."""
-    column = shape_of(timed).column
-    levels = timed[column].unique()
-    paired = pd.concat([paired_requests(timed, config, level, over) for level in levels])
-    if paired.empty:
-        return (math.nan,) * 3
-    return speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, f"{config} over {over}", 0), n_boot,
-                      launch_noise if config != over else None)
-
-
-def trace_rate(summary: pd.DataFrame, concurrency: float, baseline: str = BASELINE_CONFIG) -> float:
-    """The arrival rate (requests/s) that keeps about ``concurrency`` requests in flight on spec-off:
-    its closed-loop request throughput there (Little's law), interpolated in log concurrency."""
-    base = summary[summary["config"] == baseline].sort_values("concurrency")
-    levels, rates = np.log2(base["concurrency"].to_numpy(float)), base["request_throughput"].to_numpy(float)
-    return float(np.interp(math.log2(concurrency), levels, rates))
-
-
-def scheduled_k(row: dict, column: str) -> int | None:
-    """The k a scheduled configuration drafts at a summary row's load: its schedule's range holding the
-    row's measured mean batch (else its level); None for a configuration without a schedule. Where it
-    is 0 the row's counters are not the schedule's acceptance: the few drafts in them came from moments
-    the batch dipped into a drafting range (ramp-up, drain), so α and τ there are shown as such."""
-    schedule = row.get("schedule")
-    if not isinstance(schedule, str) or not schedule:
-        return None
-    batch = row.get("mean_batch")
-    batch = row[column] if batch is None or pd.isna(batch) else batch
-    return next((int(k) for lo, hi, k in json.loads(schedule) if lo <= round(float(batch)) <= hi), 0)

@@ -8,16 +8,20 @@ a slow spell of a shared machine does not land on one configuration (as ``specnb
 interleaves candidates).
 
 **How a level is formed, and why** (issue 40: a closed loop of equal requests measured its own
-lockstep, not the engine): each target is first warmed at the level's own concurrency (``warm_up``:
-that many 4-token requests, not recorded). The level's requests are the prompts cycled to at least
-(turnovers + 2)·concurrency (``Closed.requests_for``), each asking a length drawn over [L/2, 3L/2]
-per (prompt, cycle, round) and generating it (``ignore_eos``), so every configuration generates the
-same tokens and requests pair exactly, while slots finish at different times and never start in
-lockstep. Each run is long enough to hold a steady window (``Closed.pieces``); a request is
-``steady`` when its whole life lies inside it (``load_shapes.steady_flags``), and summaries pair only
-steady requests — ramp-up and drain stay in the tables, marked. While a run is sent, the engine's own
-running batch is sampled from its ``/metrics`` (``serving_steady``): each run keeps its samples and
-their mean inside the steady window.
+lockstep, not the engine; issue 44: levels measured different prompts): each target is first warmed
+at the level's own concurrency (``warm_up``: that many 4-token requests, not recorded). A round of a
+level measures every prompt, cycled in whole cycles to at least turnovers·concurrency
+(``Closed.requests_for``), in an order rotated round by round; each request asks a length drawn over
+[L/2, 3L/2] per (prompt, cycle, round) and generates it (``ignore_eos``), so every configuration
+generates the same tokens and requests pair exactly on (round, prompt, cycle), while slots finish at
+different times and never start in lockstep. The round is sent in runs of at least turnovers·c
+measured requests (``Closed.pieces``), each run a closed loop that opens with c filler requests and
+sends fillers while any measured request is in flight (``serving_load.ClosedFeed``): every measured
+request runs at the level, and is ``steady`` by construction — ``load_shapes.steady_flags`` checks
+it. Fillers (own prompts from the pool, own lengths, ``filler`` True, never steady) are kept in the
+requests table and never paired or summarised. While a run is sent, the engine's own running batch
+is sampled from its ``/metrics`` (``serving_steady``): each run keeps its samples and the mean of the
+busy ones inside the steady window.
 
 - **Load** (``specnb.measure.serving_load``): closed loop or Poisson arrivals, streamed, one record
   per request with ``vllm bench serve``'s names.
@@ -86,19 +90,30 @@ def warm_up(targets: list[Target], prompts: list[str], concurrency: int, max_tok
         run_async(send_closed(target, texts, concurrency, [max_tokens] * concurrency))
 
 
-def length_keys(ids: list[str], n_prompts: int) -> list[str]:
+def length_keys(ids: list[str], cycles: list[int]) -> list[str]:
     """What each request's output length is drawn by: its prompt, and the cycle for a prompt sent
-    again to fill a level (the same prompt then asks another length, so cycled copies do not finish
+    again in the round (the same prompt then asks another length, so cycled copies do not finish
     together)."""
-    return [pid if i < n_prompts else f"{pid}#{i // n_prompts}" for i, pid in enumerate(ids)]
+    return [pid if cycle == 0 else f"{pid}#{cycle}" for pid, cycle in zip(ids, cycles)]
+
+
+def cycles_of(rows: list) -> list[int]:
+    """Per request, how many times its prompt (row or id) was sent before it in the round: its cycle."""
+    seen: dict[int, int] = {}
+    cycles = []
+    for row in rows:
+        cycles.append(seen.get(row, 0))
+        seen[row] = cycles[-1] + 1
+    return cycles
 
 
 def request_lengths(load, prompts: pd.DataFrame, round_index: int, seed: int) -> list[int]:
-    """Output tokens each of ``load``'s requests asks in one round (its prompts cycled to the load's
-    count, ``length_keys``): what a sweep sends, and what a trace forecast draws before it is sent."""
-    n = len(load.requests_for(list(prompts["prompt"])))
-    ids = [str(prompts.iloc[i % len(prompts)].get("id", i % len(prompts))) for i in range(n)]
-    return load.lengths.draw(length_keys(ids, len(prompts)), round_index, seed)
+    """Output tokens each of ``load``'s measured requests asks in one round (its prompts as
+    ``requests_for`` orders them, drawn by prompt and cycle, ``length_keys``): what a sweep sends, and
+    what a trace forecast draws before it is sent."""
+    rows = load.requests_for(len(prompts), round_index)
+    ids = [str(prompts.iloc[row].get("id", row)) for row in rows]
+    return load.lengths.draw(length_keys(ids, cycles_of(ids)), round_index, seed)
 
 
 @dataclass(kw_only=True)
@@ -193,21 +208,31 @@ def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int
 
 def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int, *, rounds: int,
               seed: int, ignore_eos: bool, down, on_run, progress: bool) -> str:
-    """One load's rounds on every target (see ``run_sweep``); "" or why the sweep stops here."""
-    sent = load.requests_for(list(prompts["prompt"]))
+    """One load's rounds on every target (see ``run_sweep``); "" or why the sweep stops here. Each
+    round sends the load's prompts (``requests_for``: rows, rotated per round) in pieces, each a run
+    with its fillers (``fillers_for``, lengths from their own stream); records carry the prompt's
+    row (``prompt_index``), its ``cycle`` and ``position`` in the round, and whether it is a filler."""
+    texts = list(prompts["prompt"])
+    ids = [str(prompts.iloc[i].get("id", i)) for i in range(len(prompts))]
     by_name = {t.name: t for t in targets}
     for r in range(rounds):
         if r and state.relaunch:
             by_name = {t.name: t for t in state.relaunched(prompts, load)}
+        rows = load.requests_for(len(prompts), r)
+        cycles = cycles_of([ids[row] for row in rows])  # by prompt id: a prompt listed twice is sent twice
         max_tokens = request_lengths(load, prompts, r, seed)
-        for c, part in enumerate(load.pieces(len(sent))):
+        for c, part in enumerate(load.pieces(len(rows))):
+            extra = load.fillers_for(len(prompts), r, len(part))
+            extra_tokens = load.lengths.draw([f"{ids[row]}@{c}.{j}" for j, row in enumerate(extra)], r, seed,
+                                             filler=True)
             for name in level_order(list(by_name), li, r + c):
                 target = by_name[name]
                 try:
                     before = scrape(target)
                 except EndpointError as err:
                     return f"{name}'s server went down at {load.text()} ({down(name) or err})"
-                run = send_sampled(target, load, [sent[i] for i in part], [max_tokens[i] for i in part], ignore_eos, r)
+                run = send_sampled(target, load, [texts[rows[i]] for i in part], [max_tokens[i] for i in part],
+                                   ignore_eos, r, fillers=([texts[row] for row in extra], extra_tokens))
                 done, duration = run.done, run.duration
                 failed = [d for d in done if not d.success]
                 why = down(name) if failed else ""
@@ -216,9 +241,13 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
                 except EndpointError as err:
                     counters, why = Counters(), down(name) or str(err)
                 where, (steady, batch) = {"round": r, "chunk": c}, run.steady(load)
-                rows = [request_row(d, target, load, i, prompts) | {"max_tokens": max_tokens[i], "steady": bool(s)}
-                        for i, d, s in zip(part, done, steady)]
-                state.records += [row | where for row in rows]
+                measured = [request_row(d, target, load, rows[i], prompts)
+                            | {"max_tokens": max_tokens[i], "steady": bool(s), "cycle": cycles[i], "position": i,
+                               "filler": False} for i, d, s in zip(part, done, steady)]
+                fill = [request_row(d, target, load, extra[j], prompts)
+                        | {"max_tokens": extra_tokens[j], "steady": False, "cycle": -1, "position": j, "filler": True}
+                        for j, d in enumerate(done[len(part):])]
+                state.records += [row | where for row in measured + fill]
                 state.runs.append(run_row(target, load, duration, done, counters, partial=bool(why)) | batch | where)
                 if progress:
                     print(f"{name} at {load.text()}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
@@ -240,6 +269,7 @@ def stop(sweep: Sweep, load, why: str) -> Sweep:
 
 
 def request_row(record: RequestRecord, target: Target, load, index: int, prompts: pd.DataFrame) -> dict:
+    """One request as a table row: ``index`` is its prompt's row in ``prompts`` (``prompt_index``)."""
     row = asdict(record)
     row["itl"] = json.dumps([round(x, 6) for x in record.itl])
     meta = prompts.iloc[index % len(prompts)]

@@ -13,7 +13,7 @@ configuration, each method's own schedule (``launch_policy``) where it has more 
 range is that static configuration) — against the best static configuration per level and keeps the
 one closest at its worst level (``rank_launches``); the ``Launch`` it returns is what an engine's
 ``launch_json`` / ``policy_lines`` print. The best static configuration per level, spec-off counting
-as 1.00x, is ``serving_summary.best_static``'s, the one home the closed loop's check uses too.
+as 1.00x, is ``serving_checks.best_static``'s, the one home the closed loop's check uses too.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pandas as pd
 
 from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
 from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_summary import best_static, draft_lengths
+from specnb.measure.serving_checks import best_static, draft_lengths
 from specnb.predict.serving_policy import MAX_BATCH, POLICY_FLOOR, as_launch, policy_ranges, serving_policy, with_cuts
 from specnb.predict.serving_predictor import predict_serving, step_cost, step_ms
 

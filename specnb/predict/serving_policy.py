@@ -30,7 +30,7 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.engine.engines.seam import BASELINE_CONFIG, NOT_CANDIDATES, Launch
-from specnb.measure.serving_summary import draft_lengths
+from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
 from specnb.predict.serving_predictor import require_steps
 

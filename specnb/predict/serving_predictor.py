@@ -3,8 +3,11 @@
 The model (one engine step serves every running sequence at once):
 
 - Spec-off at concurrency b: each step runs one forward over b tokens, so its TPOT *is* the engine's
-  cost of a forward with b tokens in the batch, t(b). The spec-off sweep measures t at every level;
-  between levels t is interpolated linearly in tokens, beyond them extended along the last segment.
+  cost of a forward with b tokens in the batch, t(b): its token-weighted TPOT over steady requests
+  (``serving_summary.steady_tpot_ms``: Σ decode s ÷ Σ decode tokens, the time a step took per token
+  it gave each sequence; the mean of per-request TPOTs drifts with the length mix). The spec-off
+  sweep measures t at every level; between levels t is interpolated linearly in tokens, beyond them
+  extended along the last segment.
 - A speculative configuration at concurrency b: each sequence's step verifies 1 + d tokens (d = draft
   tokens per step, from the counters) and yields τ' = generated tokens ÷ steps (steps = generated −
   accepted; τ' ≤ τ because steps without a draft count too). So
@@ -43,6 +46,8 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.engine.engines.seam import BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
+from specnb.measure.serving_steady import steady_records
+from specnb.measure.serving_summary import decode_timed, steady_tpot_ms
 
 
 def require_steps(frame: pd.DataFrame) -> None:
@@ -55,12 +60,13 @@ def require_steps(frame: pd.DataFrame) -> None:
 
 
 def step_cost(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
-    """The engine's step time t(b) in ms against tokens in the batch b, from spec-off's mean TPOT."""
+    """The engine's step time t(b) in ms against tokens in the batch b, from spec-off's steady
+    token-weighted TPOT (``steady_tpot_ms``)."""
     require_steps(summary)
     base = summary[summary["config"] == baseline].sort_values("concurrency")
     if base.empty:
         raise ParameterError(f"no {baseline!r} rows to price a step from")
-    return pd.DataFrame({"tokens": base["concurrency"].astype(float), "step_ms": base["mean_tpot_ms"]})
+    return pd.DataFrame({"tokens": base["concurrency"].astype(float), "step_ms": steady_tpot_ms(base)})
 
 
 def step_ms(cost: pd.DataFrame, tokens: float) -> float:
@@ -101,7 +107,7 @@ def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = 
     calib = rows.iloc[0]
     d, tau = acceptance_of(calib)
     b0 = float(calib["concurrency"])
-    delta0 = max(0.0, calib["mean_tpot_ms"] * tau - verify_ms(cost, probe, b0, d))
+    delta0 = max(0.0, float(steady_tpot_ms(rows).iloc[0]) * tau - verify_ms(cost, probe, b0, d))
     out = []
     for b in levels:
         delta = delta0 * step_ms(cost, b) / step_ms(cost, b0)
@@ -130,15 +136,21 @@ def validate_serving(summary: pd.DataFrame, configs: Iterable[str], baseline: st
 
 
 def request_summary(records: pd.DataFrame) -> pd.DataFrame:
-    """Per (configuration, level), the predictor's inputs from per-request fields alone: mean TPOT and
-    llama.cpp's per-request draft counts (``draft_n``, ``draft_n_accepted``) in the counters' names,
-    so any subset of prompts can calibrate."""
-    ok = records[records["success"]]
-    grouped = ok.groupby(["config", "concurrency"], sort=False)
-    return pd.DataFrame({"mean_tpot_ms": grouped["tpot"].mean() * 1e3,
+    """Per (configuration, level), the predictor's inputs from per-request fields alone, over steady
+    requests (``steady_records``: no filler, no ramp-up): token-weighted TPOT and llama.cpp's
+    per-request draft counts (``draft_n``, ``draft_n_accepted``) in the counters' names, so any subset
+    of prompts can calibrate."""
+    steady = decode_timed(steady_records(records[records["success"]]))
+    grouped = steady.groupby(["config", "concurrency"], sort=False)
+    return pd.DataFrame({"tpot_weighted_ms": weighted_ms(grouped),
                          "tokens_predicted": grouped["output_tokens"].sum().astype(float),
                          "spec_decode_draft_tokens": grouped["draft_n"].sum().astype(float),
                          "spec_decode_accepted_tokens": grouped["draft_n_accepted"].sum().astype(float)}).reset_index()
+
+
+def weighted_ms(grouped) -> pd.Series:
+    """Token-weighted TPOT in ms per group of ``decode_timed`` requests: Σ decode s ÷ Σ decode tokens."""
+    return grouped["decode_s"].sum() / grouped["decode_tokens"].sum() * 1e3
 
 
 def folds(records: pd.DataFrame) -> pd.Series:
@@ -154,18 +166,18 @@ COUNTER_COLUMNS = ("tokens_predicted", "spec_decode_draft_tokens", "spec_decode_
 
 
 def counter_summary(records: pd.DataFrame, runs: pd.DataFrame, in_fold: pd.Series) -> pd.DataFrame:
-    """``request_summary`` for an engine that counts drafts per run, not per request (vLLM): mean TPOT
-    from the fold's requests, the counters summed over the runs whose every request is in the fold (a
-    run's counters cannot be split by request). A speculative configuration's level without such a
-    run is left out, so it is calibrated at its lowest level that has one; spec-off keeps every level
-    (only its TPOT prices a step)."""
+    """``request_summary`` for an engine that counts drafts per run, not per request (vLLM): the
+    token-weighted TPOT of the fold's steady requests, the counters summed over the runs whose every
+    request (fillers included: their drafts are in the counters) is in the fold (a run's counters
+    cannot be split by request). A speculative configuration's level without such a run is left out,
+    so it is calibrated at its lowest level that has one; spec-off keeps every level (only its TPOT
+    prices a step)."""
     keys = ["config", "concurrency", "round", "chunk"]
     whole = records.assign(_in=in_fold.to_numpy()).groupby(keys, as_index=False)["_in"].all()
     inside = runs.merge(whole[whole["_in"]][keys], on=keys)
     counted = inside.groupby(["config", "concurrency"], as_index=False)[list(COUNTER_COLUMNS)].sum()
-    ok = records[in_fold & records["success"]]
-    tpot = (ok.groupby(["config", "concurrency"], as_index=False)["tpot"].mean()
-            .assign(mean_tpot_ms=lambda f: f["tpot"] * 1e3).drop(columns="tpot"))
+    steady = decode_timed(steady_records(records[in_fold & records["success"]]))
+    tpot = weighted_ms(steady.groupby(["config", "concurrency"])).rename("tpot_weighted_ms").reset_index()
     frame = tpot.merge(counted, on=["config", "concurrency"], how="left")
     return frame[(frame["config"] == BASELINE_CONFIG) | frame["tokens_predicted"].notna()].reset_index(drop=True)
 
@@ -184,7 +196,7 @@ def validate_held_out(records: pd.DataFrame, configs: Iterable[str], baseline: s
     Acceptance comes from per-request draft counts (llama.cpp) or, given the sweep's ``runs``, from
     the engine's counters of runs that held one fold's prompts only (``counter_summary``; vLLM);
     empty with neither."""
-    from specnb.measure.serving_summary import decode_timed, paired_requests, row_rng, speedup_ci
+    from specnb.measure.serving_summary import paired_requests, row_rng, speedup_ci
 
     require_steps(records)
     by_request = per_request_counts(records)

@@ -11,7 +11,8 @@ made after the trace and part of its agreement is the trace's own. It isolates t
 where the forecast (``trace_forecast``, made before the trace from the per-level figures alone) misses
 and this does not, the miss is in how the forecast's queue filled, not in TPOT(b).
 
-- **TPOT(b)** per configuration (``tpot_at``): its steady TPOT (``tpot_column``) against its measured batch
+- **TPOT(b)** per configuration (``tpot_at``): its steady token-weighted TPOT
+  (``serving_summary.steady_tpot_ms``) against its measured batch
   (``serving_rounds.batch_of``: ``mean_batch``, else ``concurrency``), linear in log batch between
   measured batches and clamped — never extrapolated (as vLLM's proposed ``tune_speculative_k``,
   PR #49163) — beyond the ends, which ``clamped_share`` reports.
@@ -20,7 +21,7 @@ and this does not, the miss is in how the forecast's queue filled, not in TPOT(b
   at each batch b. Each configuration's own: a faster one drains a burst sooner, at smaller batches.
 - **Token-weighted TPOT over the trace**: b·dt_b sequence-seconds at batch b decode b·dt_b ÷ TPOT(b)
   tokens, so TPOT = Σ_b b·dt_b ÷ Σ_b (b·dt_b ÷ TPOT(b)) — the Σ decode s ÷ Σ decode tokens that
-  ``serving_summary.trace_check`` measures, since every decoding request is in the batch for exactly
+  ``serving_checks.trace_check`` measures, since every decoding request is in the batch for exactly
   its decode time. Predicted trace speedup = predicted spec-off TPOT ÷ the configuration's.
 - **Adaptive** (the policy as one launch): at each batch, the TPOT of the configuration its schedule
   runs there (``serving_policy.scheduled_config``). Where the schedule says k = 0 that is spec-off's
@@ -38,6 +39,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.serving_rounds import batch_of, occupancy
+from specnb.measure.serving_summary import steady_tpot_ms
 from specnb.predict.serving_policy import scheduled_config
 
 
@@ -48,12 +50,6 @@ def trace_occupancy(runs: pd.DataFrame, config: str) -> pd.Series:
         raise ParameterError(f"no batch_trace for {config!r} among the trace's runs: its occupancy was not sampled")
     held = pd.concat([occupancy(t) for t in rows["batch_trace"]])
     return held.groupby(level=0).sum().rename("seconds")
-
-
-def tpot_column(summary: pd.DataFrame) -> str:
-    """The steady TPOT a summary carries: token-weighted (``tpot_weighted_ms``, Σ decode s ÷ Σ decode
-    tokens, what a trace's TPOT is) where it has one, else the mean over requests (``mean_tpot_ms``)."""
-    return "tpot_weighted_ms" if "tpot_weighted_ms" in summary else "mean_tpot_ms"
 
 
 def batch_curve(summary: pd.DataFrame, config: str, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -73,8 +69,10 @@ def batch_curve(summary: pd.DataFrame, config: str, column: str) -> tuple[np.nda
 
 
 def tpot_curve(summary: pd.DataFrame, config: str) -> tuple[np.ndarray, np.ndarray]:
-    """(log batch, TPOT ms) of ``config``'s measured levels (``tpot_column``), ascending in batch."""
-    return batch_curve(summary, config, tpot_column(summary))
+    """(log batch, TPOT ms) of ``config``'s measured levels, ascending in batch: the token-weighted TPOT
+    over steady requests (``serving_summary.steady_tpot_ms``), what the trace's token-weighted TPOT is
+    made of."""
+    return batch_curve(summary.assign(steady_tpot_ms=steady_tpot_ms(summary)), config, "steady_tpot_ms")
 
 
 def tpot_at(curve: tuple[np.ndarray, np.ndarray], batch: float) -> tuple[float, bool]:
@@ -133,7 +131,7 @@ def predict_trace(summary: pd.DataFrame, runs: pd.DataFrame, policy: pd.DataFram
 def trace_prediction_table(predicted: pd.DataFrame, trace_check_table: pd.DataFrame,
                            adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per configuration, predicted (``predict_trace``) against measured trace TPOT speedup over
-    ``baseline`` (``serving_summary.trace_check``: a static configuration's ``speedup_tpot``; the
+    ``baseline`` (``serving_checks.trace_check``: a static configuration's ``speedup_tpot``; the
     adaptive one's is the baseline row's ``adaptive_speedup_tpot``, adaptive over spec-off) with its
     95% CI, and ``error`` = |predicted − measured| ÷ measured (``trace_median_error`` over the table)."""
     check = trace_check_table.set_index("config")

@@ -47,7 +47,8 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
     assert list(sweep.probe["tokens"]) == [1, 2] and (sweep.probe["forward_ms"] > 0).all()
     records = sweep.records
     assert records["success"].all()
-    texts = records.pivot(index="prompt_index", columns="config", values="generated_text")
+    measured = records[~records["filler"]]  # fillers only held the level
+    texts = measured.pivot(index=["prompt_index", "cycle"], columns="config", values="generated_text")
     assert (texts["spec-off"] == texts["ngram k=4"]).all(), texts  # greedy: the same tokens
     runs = sweep.runs.set_index("config")
     assert runs.loc["ngram k=4", "spec_decode_accepted_tokens"] > 0
@@ -153,7 +154,7 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
     seen = {}
 
     def after_run(sweep):
-        if set(sweep.runs["concurrency"]) == {1} and "watch" not in seen:  # level 1: one run of its 8 requests
+        if (sweep.runs["concurrency"] == 1).sum() == 2 and "watch" not in seen:  # level 1: 2 runs of 4 measured
             seen["watch"] = kill_when_busy(seen["server"])
 
     from specnb.engine import llama_server
@@ -174,10 +175,10 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
         "spec-off's server went down at 2 concurrent (llama-server killed by SIGKILL: "), sweep.stopped
     assert sweep.stopped.endswith("levels before it are kept, 2 concurrent is marked partial")
     runs, records = sweep.runs, sweep.records
-    assert list(runs.loc[runs["concurrency"] == 1, "partial"]) == [False]
+    assert list(runs.loc[runs["concurrency"] == 1, "partial"]) == [False, False]
     assert runs.loc[runs["concurrency"] == 2, "partial"].all() and (runs["concurrency"] == 2).any()
     level_1 = records[records["concurrency"] == 1]
-    assert len(level_1) == 8 and level_1["success"].all() and not level_1["partial"].any()
+    assert (~level_1["filler"]).sum() == 8 and level_1["success"].all() and not level_1["partial"].any()
     assert records.loc[records["concurrency"] == 2, "partial"].all()
     assert not records.loc[records["concurrency"] == 2, "success"].all()  # killed with requests in flight
     assert gone(seen["server"].pid)

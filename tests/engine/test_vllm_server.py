@@ -67,7 +67,8 @@ def test_ngram_speculation_on_vllm_is_lossless_and_counts_acceptance(swept):
     assert NGRAM not in result.stopped, result.stopped
     records = result.records
     assert records["success"].all() and set(records["engine"]) == {"vllm"}
-    texts = records.pivot(index="prompt_index", columns="config", values="generated_text")
+    measured = records[~records["filler"]]  # fillers only held the level
+    texts = measured.pivot(index=["prompt_index", "cycle"], columns="config", values="generated_text")
     assert (texts["spec-off"] == texts[NGRAM]).all(), texts  # greedy: the same tokens
     runs = result.runs.set_index("config")
     assert runs.loc[NGRAM, "spec_decode_accepted_tokens"] > 0 < runs.loc[NGRAM, "spec_decode_num_drafts"]
@@ -88,7 +89,8 @@ def test_the_eagle3_head_on_vllm_is_lossless_counts_acceptance_and_reads_the_lay
         assert line, result.stopped
         pytest.skip(f"vLLM refused eagle3 on this CPU: {line.group(1)}")
     records = result.records
-    texts = records.pivot(index="prompt_index", columns="config", values="generated_text")
+    measured = records[~records["filler"]]  # fillers only held the level
+    texts = measured.pivot(index=["prompt_index", "cycle"], columns="config", values="generated_text")
     assert (texts["spec-off"] == texts[EAGLE3]).all(), texts  # greedy: the verifier's tokens whatever it drafts
     runs = result.runs.set_index("config")
     assert runs.loc[EAGLE3, "spec_decode_num_drafts"] > 0 and runs.loc[EAGLE3, "spec_decode_accepted_tokens"] > 0

@@ -183,7 +183,7 @@ def test_a_sweep_gets_spec_offs_twin_until_the_stored_noise_rests_on_enough_pair
 
 
 def test_the_twin_is_never_a_candidate_for_the_policy():
-    from specnb.measure.serving_summary import best_static, draft_lengths
+    from specnb.measure.serving_checks import best_static, draft_lengths
     from specnb.predict.noise_aware import round_figures
 
     rows = ((BASELINE_CONFIG, 1.0, 0), (AA_TWIN_CONFIG, 1.04, 0), ("ngram k=2", 0.9, 2))

@@ -91,7 +91,8 @@ def test_every_row_has_its_own_generator_so_row_order_leaves_each_ci_alone():
 
 
 def test_a_levels_adaptive_ci_does_not_depend_on_the_other_levels():
-    from specnb.measure.serving_summary import adaptive_check, summarise_sweep
+    from specnb.measure.serving_checks import adaptive_check
+    from specnb.measure.serving_summary import summarise_sweep
 
     records, runs = sweep_records()
     summary = summarise_sweep(records, runs, n_boot=200)
@@ -133,7 +134,8 @@ def test_the_crossover_row_says_whether_the_end_levels_cis_exclude_1():
 
 def test_the_launch_term_widens_every_row_but_the_baselines_own_and_each_row_says_how_much():
     from specnb.measure.launch_noise import LaunchNoise
-    from specnb.measure.serving_summary import adaptive_check, summarise_sweep, trace_check
+    from specnb.measure.serving_checks import adaptive_check, trace_check
+    from specnb.measure.serving_summary import summarise_sweep
 
     records, runs = sweep_records()
     noise = LaunchNoise(sigma=0.05, source="test", pairs=3)

@@ -15,6 +15,7 @@ from helpers import closed, open_loop, spec
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import counter_rates
+from specnb.measure.serving_checks import adaptive_check, trace_check, trace_rate
 from specnb.measure.serving_endpoint import (
     Counters,
     EndpointError,
@@ -24,14 +25,7 @@ from specnb.measure.serving_endpoint import (
     probe_tokens,
 )
 from specnb.measure.serving_load import arrival_gaps, run_async, send_closed, send_open
-from specnb.measure.serving_summary import (
-    adaptive_check,
-    crossover,
-    log_cross,
-    summarise_sweep,
-    trace_check,
-    trace_rate,
-)
+from specnb.measure.serving_summary import crossover, log_cross, summarise_sweep
 from specnb.measure.serving_sweep import Target, level_order, run_sweep
 from specnb.measure.vllm_bench import from_vllm_bench
 
@@ -77,6 +71,7 @@ class FakeEngine(BaseHTTPRequestHandler):
     engine (one draft of 2 tokens per request, 1 accepted) once a request finishes."""
 
     drafts = 0
+    counting = threading.Lock()  # handler threads finish together: a bare += can lose a count
     die_after = None  # requests served before every later one is refused (a dying server)
     served = 0
     refused = 0
@@ -122,7 +117,8 @@ class FakeEngine(BaseHTTPRequestHandler):
             time.sleep(0.002)
         usage = {"choices": [], "usage": {"prompt_tokens": len(body["messages"][0]["content"]), "completion_tokens": n},
                  "timings": {"draft_n": 2, "draft_n_accepted": 1}}
-        cls.drafts += 1
+        with cls.counting:
+            cls.drafts += 1
         self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
         self.wfile.flush()
         self.close_connection = True
@@ -168,16 +164,21 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
     _, url = fake
     targets = [Target(url=url), Target(speculation=spec("ngram", 2), url=url)]
     sweep = run_sweep(targets, PROMPTS, closed(1, 2, tokens=5), rounds=2)
-    # each level one run of (3 turnovers + 2)·c requests (5, 10): 2 levels × 2 rounds × 2 targets
-    assert sweep.stopped == "" and len(sweep.runs) == 8 and len(sweep.records) == (5 + 10) * 2 * 2
-    assert set(sweep.runs["spec_decode_num_drafts"]) == {5.0, 10.0}  # per run, not cumulative
+    # each level one run a round: 4 measured at 1 (each prompt once), 8 at 2 (whole cycles to 3 turnovers · 2),
+    # c fillers first and more while a measured request runs: 2 levels × 2 rounds × 2 targets
+    measured = sweep.records[~sweep.records["filler"]]
+    assert sweep.stopped == "" and len(sweep.runs) == 8 and len(measured) == (4 + 8) * 2 * 2
+    per_run = sweep.records.groupby(["config", "concurrency", "round", "chunk"]).size()
+    drafts = sweep.runs.set_index(["config", "concurrency", "round", "chunk"])["spec_decode_num_drafts"]
+    assert (drafts == per_run.loc[drafts.index]).all()  # per run, fillers included; not cumulative
     assert level_order(["a", "b"], 0, 0) == ["a", "b"] and level_order(["a", "b"], 1, 0) == ["b", "a"]
     summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, n_boot=200)
     row = summary[(summary["config"] == "ngram k=2") & (summary["concurrency"] == 2)].iloc[0]
     assert row["alpha"] == pytest.approx(0.5) and row["tau"] == pytest.approx(2.0)
     assert json.loads(row["per_position"]) == pytest.approx([1.0])
-    assert row["completed"] == 20 and row["request_goodput"] == pytest.approx(row["request_throughput"])
-    assert 0 < row["paired_requests"] <= row["steady_requests"] < 20  # pairs of steady requests only
+    assert row["completed"] == 16 and row["request_goodput"] == pytest.approx(row["request_throughput"])
+    assert row["paired_requests"] == row["steady_requests"] == 16  # every measured request is steady
+    assert row["prompts_measured"] == row["prompts_total"] == 4
     assert row["identical_outputs"] == row["paired_requests"]
     assert np.isnan(row["mean_batch"])  # the fake engine has no batch gauge
     for metric in ("speedup_tpot", "speedup_e2el", "speedup_output_throughput"):
@@ -200,9 +201,26 @@ def test_a_relaunching_sweep_runs_every_round_on_fresh_servers_and_records_say_w
 def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
     _, url = fake
     sweep = run_sweep([Target(url=url)], PROMPTS.head(2), closed(4, tokens=2), warmup=False)
-    # (3 turnovers + 2) · 4 workers = 20 requests from 2 prompts
-    assert list(sweep.records["prompt_index"]) == list(range(20)) and list(sweep.records["category"]) == ["x"] * 20
-    assert sweep.records["success"].all()
+    # 3 turnovers · 4 workers = 12 measured requests: 2 prompts, 6 cycles each; 4 fillers first, more at the end
+    measured, fillers = (sweep.records[sweep.records["filler"] == f] for f in (False, True))
+    assert list(measured["prompt_index"]) == [0, 1] * 6 and list(measured["cycle"]) == [i // 2 for i in range(12)]
+    assert list(measured["category"]) == ["x"] * 12 and len(fillers) >= 4 and sweep.records["success"].all()
+
+
+def test_fillers_are_recorded_but_never_paired_or_summarised(fake):
+    _, url = fake
+    targets = [Target(url=url), Target(speculation=spec("ngram", 2), url=url)]
+    sweep = run_sweep(targets, PROMPTS, closed(2, tokens=6, range_ratio=0.5), warmup=False)
+    records = sweep.records
+    fillers, measured = records[records["filler"]], records[~records["filler"]]
+    assert len(measured) == 2 * 8 and (fillers.groupby("config").size() >= 2).all()  # c leading ones a run at least
+    assert not fillers["steady"].any() and measured["steady"].all()
+    assert (fillers["output_tokens"] == fillers["max_tokens"]).all() and fillers["max_tokens"].between(3, 9).all()
+    summary = summarise_sweep(records, sweep.runs, n_boot=50).set_index("config")
+    assert (summary["completed"] == 8).all() and (summary["steady_requests"] == 8).all()
+    assert summary.loc["ngram k=2", "paired_requests"] == 8
+    tokens = measured.groupby("config")["output_tokens"].sum()
+    assert (summary["total_output_tokens"] == tokens.loc[summary.index]).all()
 
 
 def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
@@ -469,15 +487,16 @@ def test_probe_sizes_reach_the_largest_verification_batch():
 
 
 def test_low_concurrency_alternates_configurations_run_by_run_each_run_long_enough_for_a_steady_window(fake):
-    one, four = closed(1, 4)  # runs of (3 + 2)·c requests at least: 5 and 20
-    assert one.pieces(10) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
-    assert one.pieces(13) == [list(range(7)), list(range(7, 13))]  # the remainder spread, no short run
+    one, four = closed(1, 4)  # runs of 3 turnovers · c measured requests at least: 3 and 12
+    assert one.pieces(10) == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert one.pieces(13) == [list(range(4)), list(range(4, 7)), list(range(7, 10)), list(range(10, 13))]
     assert four.pieces(10) == [list(range(10))] and open_loop(0.5)[0].pieces(10) == [list(range(10))]
     _, url = fake
     sweep = run_sweep([Target(url=url), Target(speculation=spec("b", 1), url=url)], pd.concat([PROMPTS] * 3),
                       closed(1, tokens=2), warmup=False)
-    assert list(sweep.runs["config"]) == ["spec-off", "b k=1", "b k=1", "spec-off"]  # rotated piece by piece
-    assert sorted(sweep.records.loc[sweep.records["config"] == "b k=1", "prompt_index"]) == list(range(12))
+    assert list(sweep.runs["config"]) == ["spec-off", "b k=1", "b k=1", "spec-off"] * 2  # rotated piece by piece
+    ours = sweep.records[(sweep.records["config"] == "b k=1") & ~sweep.records["filler"]]
+    assert sorted(ours["prompt_index"]) == list(range(12))
 
 
 def test_bursty_arrivals_keep_the_mean_rate_and_bunch_up():

@@ -11,7 +11,7 @@ from helpers import sim_sweep
 from specnb.core.errors import ParameterError
 from specnb.engine.engines.seam import SPEC_OFF, Speculation
 from specnb.engine.simulated import SimCost, crossover, expected_speedup
-from specnb.measure.serving_summary import draft_lengths
+from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.serving_launch import (
     adaptive_expected,

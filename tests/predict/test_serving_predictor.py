@@ -88,3 +88,52 @@ def test_a_poisson_sweep_is_refused_by_the_predictor_and_the_policy():
             call()
 
 
+
+
+def steady_sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(records, runs) at 1 and 4 concurrent: per level and configuration a steady 11-token request (10
+    decode tokens at 10 ms each on spec-off at 1), a steady 41-token one (40 at 20 ms), a ramp-up
+    request and a filler at 500 ms a token; 2.5 times the step times at 4, 4 times them on an n-gram
+    with a costly proposer (whose counters say d = 2, τ' = 5/3)."""
+    rows, runs = [], []
+    for config, speed in (("spec-off", 1.0), ("ngram k=2", 0.25)):
+        for level in (1, 4):
+            scale = level / 2 + 0.5  # 1 at 1 concurrent, 2.5 at 4
+            for i, (tokens, tpot_s, steady, filler) in enumerate(((11, 0.010, True, False), (41, 0.020, True, False),
+                                                                   (41, 0.5, False, False), (41, 0.5, False, True))):
+                seconds = (tokens - 1) * tpot_s * scale / speed
+                rows.append({"engine": "vllm", "config": config, "load": "closed", "concurrency": level, "round": 0,
+                             "prompt_index": i, "prompt_id": f"p{i}", "cycle": -1 if filler else 0, "success": True,
+                             "output_tokens": tokens, "ttft": 0.05, "latency": 0.05 + seconds,
+                             "tpot": seconds / (tokens - 1), "itl": "[]", "partial": False, "steady": steady,
+                             "filler": filler, "generated_text": "x"})
+            counters = (0.0, 0.0) if config == "spec-off" else (40.0, 120.0)
+            runs.append({"config": config, "concurrency": level, "duration": 5.0, "accepted_per_pos": "[]",
+                         "spec_decode_num_drafts": 0.0, "spec_decode_accepted_tokens": counters[0],
+                         "spec_decode_draft_tokens": counters[1], "n_decode": 0.0, "tokens_predicted": 100.0})
+    return pd.DataFrame(rows), pd.DataFrame(runs)
+
+
+def test_a_step_is_priced_by_the_steady_token_weighted_tpot_not_the_mean_of_request_tpots():
+    from specnb.measure.serving_summary import summarise_sweep
+    from specnb.predict.trace_prediction import tpot_curve
+
+    records, runs = steady_sweep()
+    summary = summarise_sweep(records, runs, n_boot=50)
+    off = summary[summary["config"] == "spec-off"].set_index("concurrency")
+    # steady requests only: (10 × 10 + 40 × 20) ms ÷ 50 tokens = 18 ms, where their mean TPOT is 15 ms
+    assert off.loc[1, "tpot_weighted_ms"] == pytest.approx(18.0) and off.loc[1, "mean_tpot_ms"] == pytest.approx(15.0)
+    assert off.loc[4, "tpot_weighted_ms"] == pytest.approx(45.0) and off.loc[4, "mean_tpot_ms"] == pytest.approx(37.5)
+    assert off.loc[1, "completed"] == 3 and off.loc[1, "steady_requests"] == 2  # the filler is never summarised
+    # Little's law over the steady requests: 4 in flight, 52 tokens over 0.05 + 0.25 + 0.05 + 2.0 s of latency
+    assert off.loc[4, "output_throughput"] == pytest.approx(4 * 52 / 2.35)
+    cost = step_cost(summary)
+    assert list(cost["step_ms"]) == pytest.approx([18.0, 45.0])  # the predictor's t(b)
+    pred = predict_serving(summary, "ngram k=2", [1, 4]).set_index("concurrency")
+    ngram = summary[summary["config"] == "ngram k=2"].set_index("concurrency")
+    assert ngram.loc[1, "tpot_weighted_ms"] == pytest.approx(72.0) and ngram.loc[1, "mean_tpot_ms"] == pytest.approx(60)
+    # calibrated at 1 on its weighted TPOT: 72 ms × 5/3 a step, less t(3) = 18 + 27·2/3 = 36 ms to verify 3 tokens
+    assert pred.loc[1, "draft_ms"] == pytest.approx(72.0 * 5 / 3 - 36.0)
+    assert pred.loc[1, "predicted_tpot_ms"] == pytest.approx(72.0)  # fits the calibration level exactly
+    assert pred.loc[1, "predicted_speedup_tpot"] == pytest.approx(18.0 / 72.0)
+    assert list(tpot_curve(summary, "spec-off")[1]) == pytest.approx([18.0, 45.0])  # the trace prediction's TPOT(b)

@@ -14,9 +14,9 @@ from specnb.engine.engines.seam import SPEC_OFF, Speculation
 from specnb.engine.simulated import SimCost, crossover
 from specnb.measure import serving_load, serving_sweep
 from specnb.measure.load_shapes import Lengths, Open
+from specnb.measure.serving_checks import trace_check, trace_rate
 from specnb.measure.serving_load import RequestRecord, Target, arrival_gaps
 from specnb.measure.serving_steady import Run
-from specnb.measure.serving_summary import trace_check, trace_rate
 from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.serving_launch import zero_range_speedup
 from specnb.predict.serving_policy import policy_ranges, policy_switch
@@ -28,7 +28,7 @@ from specnb.predict.trace_forecast import (
     simulate,
     trace_rounds,
 )
-from specnb.predict.trace_prediction import predict_trace, tpot_column, trace_median_error, trace_prediction_table
+from specnb.predict.trace_prediction import predict_trace, tpot_curve, trace_median_error, trace_prediction_table
 
 # every admitted prompt costs 8 ms of prefill in its step; n-gram k = 4 stops paying at a batch of 8, k = 2 at 14,
 # inside the measured 1–16; a k = 0 step still pays the speculative path's 0.5 ms (draft_ms)
@@ -57,7 +57,8 @@ def test_the_forecast_draws_the_requests_the_sweep_will_send(monkeypatch):
         sent.append((np.cumsum(arrival_gaps(len(prompts), rate, burstiness, seed)), list(max_tokens)))
         return [RequestRecord(success=True, output_tokens=n, latency=1.0, ttft=0.1) for n in max_tokens], 1.0
 
-    def send_sampled(target, load, texts, max_tokens, ignore_eos, round_index):
+    def send_sampled(target, load, texts, max_tokens, ignore_eos, round_index, fillers=((), ())):
+        assert not fillers[0]  # an open load sends no fillers: the whole trace is measured
         done, duration = serving_load.run_async(load.send(target, texts, max_tokens, ignore_eos, round_index))
         return Run(done=done, duration=duration, samples=[])
 
@@ -136,8 +137,7 @@ def test_adaptive_reads_its_schedules_configuration_and_prices_a_k0_range(measur
 
 def test_a_token_weighted_tpot_is_preferred_and_missing_figures_are_refused(measured):
     summary, policy = measured
-    assert tpot_column(summary) == "mean_tpot_ms"
-    assert tpot_column(summary.assign(tpot_weighted_ms=1.0)) == "tpot_weighted_ms"
+    assert list(tpot_curve(summary.assign(tpot_weighted_ms=1.0), "spec-off")[1]) == [1.0] * 5  # weighted first
     trace = [TraceRound(arrivals_s=np.array([0.0, 0.1]), output_lens=np.array([8, 8]))]
     weighted = forecast_trace(summary.assign(tpot_weighted_ms=summary["mean_tpot_ms"] * 2), trace)
     plain = forecast_trace(summary, trace)

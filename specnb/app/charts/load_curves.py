@@ -13,7 +13,7 @@ import pandas as pd
 from specnb.core.intervals import speedup_text
 from specnb.engine.engines.seam import BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_summary import scheduled_k
+from specnb.measure.serving_checks import scheduled_k
 
 
 def level_axis(frame: pd.DataFrame) -> alt.X:

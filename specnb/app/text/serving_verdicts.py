@@ -202,7 +202,7 @@ def launch_verdict(decision: ServingDecision, trace: pd.DataFrame | None = None)
     """The one answer a report gives: (line, value), what to launch for the load this run measured and
     what that rests on, rendered from ``decision``. Where the bursty trace ran (the load most like
     production: ``with_trace``), it judges, with paired CIs and ties going to the simplest
-    configuration (``trace_launch``; ``trace``: ``serving_summary.trace_check``'s table). Otherwise
+    configuration (``trace_launch``; ``trace``: ``serving_checks.trace_check``'s table). Otherwise
     the decision's launch: no speculation, one static configuration at every load, a schedule, or an
     engine's lines per load range. ``value``: ``decision.launch_line``, what a user pastes ("" for no
     speculation)."""

@@ -234,7 +234,7 @@ def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0
 def launch_for(tpot_ms: dict[str, float], spread: float = 0.05) -> tuple[str, str]:
     from specnb.app.text.serving_verdicts import trace_launch
     from specnb.engine.vllm_server import VllmConfig
-    from specnb.measure.serving_summary import trace_check
+    from specnb.measure.serving_checks import trace_check
 
     configs = [VllmConfig(model="/hf/verifier")] + [
         VllmConfig(model="/hf/verifier", method="ngram", k=k) for k in (2, 4)]
@@ -285,7 +285,7 @@ def test_the_report_gives_one_answer_for_the_load_it_measured():
 
 def test_a_trace_that_ran_gives_the_verdict():
     from specnb.engine.vllm_server import VllmConfig
-    from specnb.measure.serving_summary import trace_check
+    from specnb.measure.serving_checks import trace_check
 
     configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
     trace = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0, "adaptive": 120.0}),
@@ -320,7 +320,7 @@ def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alo
     from specnb.app.policy_check import PolicyCheck
     from specnb.app.text.serving_verdicts import adaptive_text
     from specnb.engine.vllm_server import VllmConfig
-    from specnb.measure.serving_summary import trace_check
+    from specnb.measure.serving_checks import trace_check
     from specnb.measure.serving_sweep import Sweep
 
     configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
