@@ -2,10 +2,15 @@
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+
+# Launch noise the suite's own sweeps measure (simulated servers, short llama-server runs) is not this
+# machine's: it goes to a folder of the session's, inherited by the notebooks the suite runs.
+os.environ.setdefault("SPECNB_LAUNCH_NOISE", tempfile.mkdtemp(prefix="specnb-launch-noise-"))
 
 
 @pytest.fixture(scope="module")

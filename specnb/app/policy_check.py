@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from specnb.engine.engines.seam import AA_TWIN_CONFIG
+from specnb.measure.launch_noise import noise_for
 from specnb.measure.load_shapes import Open
 from specnb.measure.serving_checks import trace_rate
 from specnb.measure.serving_summary import summarise_sweep
@@ -60,6 +62,7 @@ class PolicyCheck:
     trace: Sweep = field(default_factory=empty)
     rate: float = math.nan
     forecast: pd.DataFrame = field(default_factory=pd.DataFrame)
+    noise: object | None = None  # the launch noise every CI here was widened by (``launch_noise.LaunchNoise``)
     note: str = ""
 
     @property
@@ -107,10 +110,14 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
         down = lambda name: every[name].exit_note()  # noqa: E731
         sweep = run_sweep(targets_of(launched, every), prompts, loads, down=down, on_run=on_run("sweep"), **settings)
         ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
-        summary = summarise_sweep(sweep.records, sweep.runs, seed=seed)
-        decision = decide(summary, sweep.records, seed, engine=engine_of(configs[0]).name, configs=launched)
+        engine = engine_of(configs[0]).name
+        noise = noise_for(sweep.records, engine)  # the A/A twin's pair where it ran, else this machine's stored one
+        summary = summarise_sweep(sweep.records, sweep.runs, seed=seed, launch_noise=noise)
+        decision = decide(summary, sweep.records, seed, engine=engine, configs=launched)
         if ended_early:
-            return PolicyCheck(sweep=sweep, decision=decision, note="the sweep ended early")
+            return PolicyCheck(sweep=sweep, decision=decision, noise=noise, note="the sweep ended early")
+        # the check and the trace judge candidates: neither the twin (it measured noise) nor one screened out
+        launched = [c for c in launched if c.name != AA_TWIN_CONFIG and c.name not in sweep.screened]
         check, again = empty(), settings | {"probe_max_tokens": 0}  # the sweep's forward probe serves every pass
         with contextlib.ExitStack() as stack:
             if decision.checked:
@@ -132,4 +139,4 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
                                   on_run=on_run("trace"), **again)
         why = "" if decision.checked else unchecked_note(decision)
         return PolicyCheck(sweep=sweep, decision=decision, check=check, trace=trace, rate=rate, forecast=forecast,
-                           note="; ".join(filter(None, [why, check.stopped or trace.stopped])))
+                           noise=noise, note="; ".join(filter(None, [why, check.stopped or trace.stopped])))

@@ -61,6 +61,14 @@ class LaunchNoise:
     sampling_var: float = 0.0
     confidence: float = CONFIDENCE
 
+    def record(self) -> dict:
+        """What a run's results keep of it (``launch_noise`` in ``<run_name>.results.json``)."""
+        return asdict(self)
+
+    def text(self) -> str:
+        """One line a notebook prints: how much every CI is widened by, and on what it rests."""
+        return f"launch noise σ = {self.sigma:.3f} in log speedup ({self.source})"
+
     def term(self, paired: pd.DataFrame) -> float:
         """The launch term of one speedup pooled over ``paired``: sigma ÷ √(launch pairs it spans, ``launches_in``)."""
         return self.sigma / math.sqrt(launches_in(paired))
@@ -180,10 +188,13 @@ def machine_key() -> str:
 
 
 def noise_path(engine: str) -> Path:
+    """``$SPECNB_LAUNCH_NOISE`` (a test suite's own folder: its simulated launches are not this
+    machine's), else ``launch-noise/`` in specnb's cache, one file per engine and machine."""
     from specnb.models.cache import cache_dir
 
     safe = re.sub(r"[^A-Za-z0-9.]+", "-", engine)
-    return cache_dir() / "launch-noise" / f"{safe}-{machine_key()}.json"
+    folder = os.environ.get("SPECNB_LAUNCH_NOISE") or cache_dir() / "launch-noise"
+    return Path(folder) / f"{safe}-{machine_key()}.json"
 
 
 def stored_noise(engine: str) -> LaunchNoise | None:

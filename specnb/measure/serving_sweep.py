@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
+from specnb.engine.engines.seam import AA_TWIN_CONFIG
 from specnb.engine.server_process import ServerFailed
 from specnb.measure.serving_endpoint import (
     Counters,
@@ -191,11 +192,13 @@ def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int
     level), each with one line saying so: they lose at the lowest load, and on these engines speculation only
     loses more as the batch grows (verifying k + 1 tokens a sequence costs more of a fuller step), so their
     higher levels would be time spent on a known answer. The CI is the summary's own (``summarise_sweep`` with
-    its seed and resamples: a row's CI depends only on its own records). Spec-off is never screened, nor a
+    its seed and resamples: a row's CI depends only on its own records), launch noise included (``level_noise``:
+    a launch that happened to run slow must not screen a configuration out). Spec-off is never screened, nor a
     configuration with a schedule (``adaptive``: its k changes with the batch, so its lowest level does not
     speak for the others); neither is anything where no spec-off ran at that level."""
     at = lambda table: table[table[load.column] == load.level]  # noqa: E731
-    summary = summarise_sweep(at(sweep.records), at(sweep.runs), seed=seed, n_boot=n_boot)
+    summary = summarise_sweep(at(sweep.records), at(sweep.runs), seed=seed, n_boot=n_boot,
+                              launch_noise=level_noise(at(sweep.records), targets))
     if "speedup_tpot_hi" not in summary:
         return {}
     static = {t.name for t in targets if t.speculation.speculative and not t.speculation.schedule
@@ -204,6 +207,17 @@ def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int
     return {row.config: f"{row.config} measured at {load.text()} only: TPOT speedup {row.speedup_tpot:.2f}x [95% CI "
                         f"{row.speedup_tpot_lo:.2f}–{row.speedup_tpot_hi:.2f}] there, a loss at the lowest load, which "
                         "only grows with the batch" for row in losing.itertuples()}
+
+
+def level_noise(records: pd.DataFrame, targets: list[Target]):
+    """The launch noise a screen judges a level with: the A/A pair's at that level where the twin ran
+    there (not stored: the sweep's own figure is stored once, from every level), else the one stored for
+    this engine on this machine (None: none yet)."""
+    from specnb.measure.launch_noise import aa_noise, stored_noise
+
+    if AA_TWIN_CONFIG in set(records["config"]):
+        return aa_noise(records)
+    return stored_noise(targets[0].engine) if targets else None
 
 
 def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int, *, rounds: int,
@@ -321,7 +335,7 @@ def sweep_servers(configs, prompts: pd.DataFrame, loads: list, relaunch: bool = 
 
 
 def targets_of(configs: list, servers: dict, launch: int = 0) -> list[Target]:
-    """The running servers as targets, each with its configuration's engine and speculation, of launch ``launch``."""
-    by_name = {c.name: c for c in configs}
-    return [Target(url=server.url, engine=by_name[name].engine, model=getattr(server, "model", ""),
-                   speculation=by_name[name].speculation, launch=launch) for name, server in servers.items()]
+    """The running servers of ``configs`` as targets (in their order; a server of no configuration given is not
+    one), each with its configuration's engine and speculation, of launch ``launch``."""
+    return [Target(url=servers[c.name].url, engine=c.engine, model=getattr(servers[c.name], "model", ""),
+                   speculation=c.speculation, launch=launch) for c in configs if c.name in servers]

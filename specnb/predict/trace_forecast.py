@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
+from specnb.engine.engines.seam import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.serving_checks import draft_lengths
 from specnb.measure.serving_load import arrival_gaps
 from specnb.measure.serving_rounds import batch_of
@@ -175,7 +175,8 @@ def forecast_trace(summary: pd.DataFrame, trace: list[TraceRound], policy: pd.Da
     trace record: made before the trace is sent."""
     if baseline not in set(summary["config"]):
         raise ParameterError(f"no {baseline!r} rows in the summary: nothing to forecast a speedup over")
-    readers = {c: static_readers(summary, c) for c in summary["config"].unique() if c != adaptive}
+    readers = {c: static_readers(summary, c) for c in summary["config"].unique()
+               if c not in (adaptive, AA_TWIN_CONFIG)}  # the twin measures launch noise: it runs no trace
     if policy is not None and len(policy) and (policy["k"] > 0).any():
         readers[adaptive] = adaptive_readers(summary, policy, baseline)
     rows = []

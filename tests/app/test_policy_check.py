@@ -67,7 +67,7 @@ def loop(monkeypatch):
     prompts = pd.DataFrame({"prompt": ["a", "b", "c", "d"], "id": list("abcd"), "category": "x"})
 
     def run(speedups_lo):
-        monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs, seed: measured(speedups_lo))
+        monkeypatch.setattr(policy_check, "summarise_sweep", lambda *a, **k: measured(speedups_lo))
         return policy_check.check_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80,
                                          on_forecast=seen["forecasts"].append), seen
     run.start = start
@@ -143,7 +143,8 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
     from specnb.engine.engines.engine_vllm import launch_text
 
     bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95
-    monkeypatch.setattr(policy_check, "summarise_sweep", lambda records, runs, seed: measured(bounds[seed]))
+    monkeypatch.setattr(policy_check, "summarise_sweep",
+                        lambda records, runs, seed, launch_noise=None: measured(bounds[seed]))
     printed = {}
     for seed in bounds:
         result = policy_check.check_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
