@@ -2,14 +2,18 @@
 the two runs compared — does the verdict hold up?
 
     python benchmarks/serving_study.py [--engine vllm] [--concurrency 1,4,16] [--speculation ngram:4,ngram:12]
-                                       [--n-prompts 16] [--tokens 16] [--rounds 3] [--seeds 0,1] [--out DIR]
+                                       [--n-prompts 16] [--tokens 16] [--rounds 3] [--turnovers 3]
+                                       [--seeds 0,1] [--section serving-study] [--out DIR]
+
+``--speculation default`` runs the engine's own default configurations (what ``make demo`` runs).
 
 Each seed is one ``specnb run 08`` (the notebook measures everything: drawn lengths, steady windows,
 the engine's batch, the noise-aware policy, the adaptive launch, the bursty trace and its prediction);
 this script reads the two runs' tables and checks issue 40's targets: the same policy (the same k at
 every level) and the same launch line, every configuration's per-level speedups agreeing within their
 CIs, and the trace forecast's median error. Raw tables stay in the run folders; the comparison goes
-to ``benchmarks/results/serving_study.csv`` and between the ``serving-study`` markers of the README.
+to ``benchmarks/results/<section>.csv`` and between the README's ``<section>`` markers (``serving-study``
+unless ``--section`` names another), with each configuration's crossover per seed.
 A bad argument is one line and exit 2; Ctrl-C keeps every finished run's folder.
 """
 
@@ -33,8 +37,10 @@ STEM = "08_serving"
 def run_args(args, seed: int, out: Path) -> list[str]:
     """``specnb run 08`` with the study's settings and one seed."""
     params = {"engine": args.engine, "seed": seed, "rounds": args.rounds, "n_prompts": args.n_prompts,
-              "max_new_tokens": args.tokens, "concurrency": [int(c) for c in args.concurrency.split(",")],
-              "speculation": [s for s in args.speculation.split(",") if s]}
+              "max_new_tokens": args.tokens, "turnovers": args.turnovers,
+              "concurrency": [int(c) for c in args.concurrency.split(",")]}
+    if args.speculation != "default":  # "default": the engine's own (n-gram k 4 and its EAGLE-3 head)
+        params["speculation"] = [s for s in args.speculation.split(",") if s]
     flags = [x for k, v in params.items() for x in ("-p", k, json.dumps(v) if not isinstance(v, str) else v)]
     return [sys.executable, "-m", "specnb", "run", "08", *flags, "--out", str(out)]
 
@@ -42,8 +48,25 @@ def run_args(args, seed: int, out: Path) -> list[str]:
 def read_run(folder: Path) -> dict:
     """The tables one run wrote: its summary (static sweep), policy and results."""
     stem = folder / STEM
+    crossover = Path(f"{stem}.crossover.csv")
     return {"summary": pd.read_csv(f"{stem}.summary.csv"), "policy": pd.read_csv(f"{stem}.policy.csv"),
-            "results": json.loads(Path(f"{stem}.results.json").read_text())}
+            "results": json.loads(Path(f"{stem}.results.json").read_text()),
+            "crossover": pd.read_csv(crossover) if crossover.is_file() else pd.DataFrame()}
+
+
+def crossover_lines(seed: int, run: dict) -> list[str]:
+    """Per configuration of one run: where its TPOT speedup crosses 1 for good, with the CI the bounds'
+    own crossings give (``serving_summary.crossover``), and its verdict."""
+    table = run["crossover"]
+    lines = []
+    for row in table.to_dict("records"):
+        at = "no crossing" if pd.isna(row["crossover"]) else f"crosses 1 at {row['crossover']:.3g}"
+        lo, hi = row.get("crossover_lo"), row.get("crossover_hi")
+        ci = "" if pd.isna(row["crossover"]) else \
+            f" [CI {'none' if pd.isna(lo) else f'{lo:.3g}'}–{'above the top level' if pd.isna(hi) else f'{hi:.3g}'}]"
+        lines.append(f"- seed {seed}, {row['config']}: {row['verdict']}; {at}{ci} "
+                     f"(levels {row['min_level']:g}–{row['max_level']:g})")
+    return lines
 
 
 def agreement(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -75,6 +98,12 @@ def markdown(runs: dict[int, dict], table: pd.DataFrame, machine: str, minutes: 
              f"`{res_b.get('launch_line') or 'no speculation'}` — "
              + ("**the same**" if res_a.get("launch_line") == res_b.get("launch_line") else "**different**"),
              f"- per-level speedups agreeing within their CIs: {int(table['agree'].sum())} of {len(table)}",
+             f"- launch kind: seed {sa} {res_a.get('launch_kind', '?')}, seed {sb} {res_b.get('launch_kind', '?')}; "
+             f"the trace's pick: seed {sa} `{res_a.get('vllm_launch_for_trace') or 'no speculation'}`, seed {sb} "
+             f"`{res_b.get('vllm_launch_for_trace') or 'no speculation'}`",
+             f"- launch noise σ: seed {sa} {(res_a.get('launch_noise') or {}).get('sigma', float('nan')):.3f}, "
+             f"seed {sb} {(res_b.get('launch_noise') or {}).get('sigma', float('nan')):.3f} (log speedup)",
+             *crossover_lines(sa, ra), *crossover_lines(sb, rb),
              f"- trace forecast's median error: {res_a.get('trace_forecast_median_error', float('nan')):.1%} / "
              f"{res_b.get('trace_forecast_median_error', float('nan')):.1%} (target ≤ 10%; made before the trace)",
              ""]
@@ -93,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-prompts", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--turnovers", type=int, default=3)
+    parser.add_argument("--section", default="serving-study", help="the README's marked section to rewrite")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--out", default=str(HERE.parent / "outputs" / "serving-study"))
     args = parser.parse_args(argv)
@@ -116,11 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     a, b = (runs[s] for s in seeds)
     table = agreement(a["summary"], b["summary"])
     machine = a["results"].get("machine", "")
-    table.assign(machine=machine, date=time.strftime("%Y-%m-%d")).to_csv(HERE / "results" / "serving_study.csv",
-                                                                        index=False)
+    table.assign(machine=machine, date=time.strftime("%Y-%m-%d")).to_csv(
+        HERE / "results" / f"{args.section.replace('-', '_')}.csv", index=False)
     text = markdown(runs, table, machine, (time.monotonic() - started) / 60)
     print(text)
-    write_marked_section(HERE / "README.md", "serving-study", text)
+    write_marked_section(HERE / "README.md", args.section, text)
     return 0
 
 
