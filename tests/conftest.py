@@ -2,15 +2,10 @@
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
-
-# Launch noise the suite's own sweeps measure (simulated servers, short llama-server runs) is not this
-# machine's: it goes to a folder of the session's, inherited by the notebooks the suite runs.
-os.environ.setdefault("SPECNB_LAUNCH_NOISE", tempfile.mkdtemp(prefix="specnb-launch-noise-"))
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +71,11 @@ def chromium():
         if found:
             return sync_playwright, found
     browser_missing("no Chromium found (apt-get install chromium, or python -m playwright install chromium)")
+
+
+@pytest.fixture(autouse=True)
+def own_launch_noise(monkeypatch, tmp_path_factory):
+    """Launch noise a test's sweeps measure (simulated servers, short llama-server runs) is neither this
+    machine's nor another test's: each test stores it in a folder of its own, which the notebooks it
+    runs inherit, so no test's CI depends on which ran before it."""
+    monkeypatch.setenv("SPECNB_LAUNCH_NOISE", str(tmp_path_factory.mktemp("launch-noise")))

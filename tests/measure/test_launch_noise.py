@@ -151,6 +151,7 @@ def test_aa_noise_takes_the_mean_square_about_zero_and_bounds_it_by_the_launch_p
 
 def test_noise_is_stored_per_engine_and_machine_and_pools_sweep_by_sweep(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECNB_LAUNCH_NOISE")  # the cache's own folder, as a user's run has it
     assert stored_noise("simulated") is None
     first = aa_noise(aa_records({(0, 0): math.exp(0.1)}, launches=True))
     assert save_noise(first, "simulated") == first and stored_noise("simulated") == first
@@ -160,13 +161,14 @@ def test_noise_is_stored_per_engine_and_machine_and_pools_sweep_by_sweep(monkeyp
     assert (pooled.pairs, pooled.cells) == (3, 3)
     assert pooled.mean_square == pytest.approx((0.01 + 0.0025 + 0.0) / 3) and stored_noise("simulated") == pooled
     assert stored_noise("vllm") is None  # another engine's noise is its own
+    monkeypatch.setenv("SPECNB_LAUNCH_NOISE", str(tmp_path / "elsewhere"))
+    assert noise_path("simulated").parent == tmp_path / "elsewhere" and stored_noise("simulated") is None
 
 
 def test_a_sweep_gets_spec_offs_twin_until_the_stored_noise_rests_on_enough_pairs(monkeypatch, tmp_path):
     from specnb.engine.llama_server import ServerConfig
     from specnb.engine.vllm_server import VllmConfig
 
-    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
     configs = [SimConfig(speculation=SPEC_OFF, cost=COST), SimConfig(speculation=NGRAM2, cost=COST)]
     twinned = with_twin(configs)
     assert [c.name for c in twinned] == ["spec-off", "ngram k=2", AA_TWIN_CONFIG]

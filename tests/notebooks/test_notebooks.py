@@ -226,8 +226,8 @@ def test_ctrl_c_during_the_serving_sweep_stops_its_servers_and_keeps_the_records
     tag = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1",
                                                                                "SPECNB_TEST_RUN": tag}
-    tiny = ["-p", "speculation", "['ngram-simple:2']", "-p", "n_prompts", "2", "-p", "max_new_tokens", "8",
-            "-p", "concurrency", "[1]", "-p", "rounds", "200", "-p", "threads", "1"]
+    tiny = ["-p", "engine", "llama.cpp", "-p", "speculation", "['ngram-simple:2']", "-p", "n_prompts", "2",
+            "-p", "max_new_tokens", "8", "-p", "concurrency", "[1]", "-p", "rounds", "200", "-p", "threads", "1"]
     proc = subprocess.Popen([sys.executable, "-m", "specnb", "run", "08", *tiny, "--json", "--out", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT,
                             start_new_session=True)
