@@ -125,13 +125,17 @@ def aa_noise(records: pd.DataFrame, a: str = AA_TWIN_CONFIG, b: str = BASELINE_C
              seed: int = 0, confidence: float = CONFIDENCE) -> LaunchNoise:
     """sigma from an A/A pair: ``a`` and ``b`` are one configuration launched twice (spec-off and its
     twin), so every log TPOT speedup d of a over b is noise, launch and sampling. One d per (level,
-    round), each with its bootstrap variance v (prompts resampled, ``speedup_ci``).
+    launch): the speedup a configuration's CI is about, pooled over the rounds that ran on that launch
+    pair (every round where a sweep does not relaunch, one round where it relaunches each round), with
+    its bootstrap variance v (prompts resampled with their rounds, ``speedup_ci``). A run-to-run
+    wobble that flips sign from round to round (a slow spell of a shared machine) mostly averages out
+    of a pooled speedup, as it does out of the configuration's own; reading one d per round instead
+    charged every CI with it in full.
 
     Conservative three ways: (1) the mean of d² about 0, not the variance about their mean, so an
     offset one launch gives every level counts in full; (2) E[d²]'s one-sided ``confidence`` upper
-    bound (chi-square, one degree of freedom per independent launch pair: distinct ``launch``
-    numbers where a sweep relaunched each round, else the whole sweep is one pair, and one pair
-    bounds sigma at about 4·|d|); (3) the mean v subtracted from that bound, not before it is taken.
+    bound (chi-square, one degree of freedom per cell: levels of one launch pair share its offset,
+    which (1) already charges); (3) the mean v subtracted from that bound, not before it is taken.
     Floored at 0."""
     from specnb.measure.load_shapes import shape_of
     from specnb.measure.serving_summary import decode_timed, paired_requests, row_rng, speedup_ci
@@ -144,8 +148,9 @@ def aa_noise(records: pd.DataFrame, a: str = AA_TWIN_CONFIG, b: str = BASELINE_C
     squares, variances, launches = [], [], set()
     for level in sorted(timed.loc[timed["config"] == a, column].unique()):
         paired = paired_requests(timed, a, level, b)
-        for round_index, cell in paired.groupby("round", sort=True):
-            rng = row_rng(seed, f"{a} over {b} round {round_index}", level)
+        by_launch = paired.groupby("launch", sort=True) if "launch" in paired else [(0, paired)]
+        for launch, cell in by_launch:
+            rng = row_rng(seed, f"{a} over {b} launch {launch}", level)
             point, lo, hi = speedup_ci(cell, "decode_tokens", "decode_s", rng, n_boot)
             if not point > 0:
                 continue
@@ -156,8 +161,8 @@ def aa_noise(records: pd.DataFrame, a: str = AA_TWIN_CONFIG, b: str = BASELINE_C
     if not squares:
         raise ParameterError(f"{a!r} and {b!r} share no successful request: no A/A speedup to read")
     pairs, mean_square, sampling_var = len(launches), float(np.mean(squares)), float(np.mean(variances))
-    sigma = bound_sigma(mean_square, sampling_var, pairs, confidence)
-    source = (f"{pairs} A/A launch pair(s) of {a} and {b}, {len(squares)} level-round(s), "
+    sigma = bound_sigma(mean_square, sampling_var, len(squares), confidence)
+    source = (f"{pairs} A/A launch pair(s) of {a} and {b}, {len(squares)} level-launch cell(s), "
               f"{confidence:.0%} upper bound")
     return LaunchNoise(sigma=sigma, source=source, pairs=pairs, cells=len(squares), mean_square=mean_square,
                        sampling_var=sampling_var, confidence=confidence)
@@ -170,8 +175,8 @@ def pooled(old: LaunchNoise, new: LaunchNoise) -> LaunchNoise:
     weight = lambda x, y: (old.cells * x + new.cells * y) / cells  # noqa: E731
     mean_square, sampling_var = weight(old.mean_square, new.mean_square), weight(old.sampling_var, new.sampling_var)
     pairs = old.pairs + new.pairs
-    return LaunchNoise(sigma=bound_sigma(mean_square, sampling_var, pairs, new.confidence),
-                       source=f"{pairs} A/A launch pairs pooled over sweeps, {cells} level-rounds, "
+    return LaunchNoise(sigma=bound_sigma(mean_square, sampling_var, cells, new.confidence),
+                       source=f"{pairs} A/A launch pairs pooled over sweeps, {cells} level-launch cells, "
                               f"{new.confidence:.0%} upper bound",
                        pairs=pairs, cells=cells, mean_square=mean_square, sampling_var=sampling_var,
                        confidence=new.confidence)
