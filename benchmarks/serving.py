@@ -51,6 +51,13 @@ def crossing(row) -> str:
     return f" at ≈ {row.crossover:.1f} {SHAPES[getattr(row, 'load', 'closed')].unit} (95% CI {lo} to {hi})"
 
 
+def noise_text(noise: dict | None) -> str:
+    """What a run's CIs were widened by (``launch_noise`` in its results), as a clause."""
+    if not noise:
+        return ", no launch noise measured"
+    return f", widened by launch noise σ {noise['sigma']:.3f} ({noise['source']})"
+
+
 def render(run: Path, stem: str = STEM) -> str:
     record = json.loads((run / f"{stem}.summary.json").read_text())
     env, res = record["environment"], record["results"]
@@ -62,7 +69,7 @@ def render(run: Path, stem: str = STEM) -> str:
         f"{used.get('prompts', '?')} prompts × {used.get('rounds', '?')} rounds, {used.get('max_new_tokens', '?')} "
         f"tokens on average (range ratio {used.get('length_range_ratio', '?')}), {used.get('load', '?')} loop at "
         f"{used.get('levels', '?')}, {used.get('turnovers', '?')} turnovers; speedups over spec-off on steady "
-        "requests, CI from resampling (prompt, round).",
+        f"requests, CI resampling prompts with their rounds{noise_text(res.get('launch_noise'))}.",
         "",
         sweep_table(summary),
     ]

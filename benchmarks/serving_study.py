@@ -64,8 +64,10 @@ def crossover_lines(seed: int, run: dict) -> list[str]:
         lo, hi = row.get("crossover_lo"), row.get("crossover_hi")
         ci = "" if pd.isna(row["crossover"]) else \
             f" [CI {'none' if pd.isna(lo) else f'{lo:.3g}'}–{'above the top level' if pd.isna(hi) else f'{hi:.3g}'}]"
-        lines.append(f"- seed {seed}, {row['config']}: {row['verdict']}; {at}{ci} "
-                     f"(levels {row['min_level']:g}–{row['max_level']:g})")
+        top = "its CI excludes 1 there" if row.get("ci_excludes_1_top") else \
+            "no measurable difference there (CI holds 1)"
+        lines.append(f"- seed {seed}, {row['config']}: {row['verdict']} by the point estimates, {at}{ci}; at the top "
+                     f"level, {top} (levels {row['min_level']:g}–{row['max_level']:g})")
     return lines
 
 
@@ -110,7 +112,7 @@ def markdown(runs: dict[int, dict], table: pd.DataFrame, machine: str, minutes: 
     shown = table.assign(**{f"seed {s}": [f"{x:.2f}x [{lo:.2f}–{hi:.2f}]" for x, lo, hi in zip(
         table[f"speedup_tpot_{t}"], table[f"speedup_tpot_lo_{t}"], table[f"speedup_tpot_hi_{t}"])]
         for s, t in zip((sa, sb), "ab")})
-    return "\n".join(lines) + shown[["config", "concurrency", f"seed {sa}", f"seed {sb}", "agree"]] \
+    return "\n".join(lines) + "\n" + shown[["config", "concurrency", f"seed {sa}", f"seed {sb}", "agree"]] \
         .to_markdown(index=False)
 
 

@@ -53,11 +53,13 @@ def test_bad_arguments_are_one_line_and_exit_2():
 
 def test_each_seeds_crossover_is_said_with_its_ci_and_a_configuration_that_never_crosses_says_so():
     table = pd.DataFrame([{"config": "ngram k=4", "crossover": 11.3, "crossover_lo": 6.0, "crossover_hi": float("nan"),
-                           "verdict": "stops paying", "min_level": 1.0, "max_level": 32.0},
+                           "verdict": "stops paying", "min_level": 1.0, "max_level": 32.0, "ci_excludes_1_top": True},
                           {"config": "ngram k=12", "crossover": float("nan"), "crossover_lo": float("nan"),
                            "crossover_hi": float("nan"), "verdict": "pays at every level measured", "min_level": 1.0,
-                           "max_level": 32.0}])
+                           "max_level": 32.0, "ci_excludes_1_top": False}])
     lines = serving_study.crossover_lines(2, {"crossover": table})
-    assert lines[0] == "- seed 2, ngram k=4: stops paying; crosses 1 at 11.3 [CI 6–above the top level] (levels 1–32)"
-    assert lines[1] == "- seed 2, ngram k=12: pays at every level measured; no crossing (levels 1–32)"
+    assert lines[0] == ("- seed 2, ngram k=4: stops paying by the point estimates, crosses 1 at 11.3 [CI 6–above the "
+                        "top level]; at the top level, its CI excludes 1 there (levels 1–32)")
+    assert lines[1] == ("- seed 2, ngram k=12: pays at every level measured by the point estimates, no crossing; at "
+                        "the top level, no measurable difference there (CI holds 1) (levels 1–32)")
     assert serving_study.crossover_lines(1, {"crossover": pd.DataFrame()}) == []
