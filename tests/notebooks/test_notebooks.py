@@ -174,8 +174,8 @@ def test_the_serving_notebook_on_vllm_without_vllm_is_a_note_not_a_failure(tmp_p
 @pytest.mark.slow
 def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     """The engine seam end to end: notebook 08's smoke path on the simulated engine (registered through
-    ``specnb.engine.engines.engine_simulated``, nothing else knows it): spec-off and n-gram started,
-    counters read, greedy text identical, summary, the one decision (n-gram paying at every level: its
+    ``specnb.engine.engines.engine_simulated``, nothing else knows it): spec-off, n-gram and spec-off's
+    A/A twin started, the launch noise read off the twin, counters read, greedy text identical, summary, the one decision (n-gram paying at every level: its
     static configuration, so no second server and no check pass), the bursty trace over the static
     configurations, its text — and every process it started gone after."""
     tag = uuid.uuid4().hex
@@ -189,12 +189,15 @@ def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "08_serving.summary.csv").set_index(["config", "concurrency"])
-    assert set(summary.index.get_level_values("config")) == {"spec-off", "ngram k=3"}
+    # spec-off's A/A twin runs beside them: no launch noise is stored for this machine yet (the test's own folder)
+    assert set(summary.index.get_level_values("config")) == {"spec-off", "ngram k=3", "spec-off-aa"}
     ngram = summary.loc["ngram k=3"]
     assert (ngram["identical_outputs"] == ngram["paired_requests"]).all() and (ngram["paired_requests"] > 0).all()
     assert (ngram["spec_decode_num_drafts"] > 0).all() and ngram["alpha"].between(0, 1).all()
     assert set(summary["engine"]) == {"simulated"} and set(summary["k"]) == {0, 3}  # the records carry the record
     results = json.loads((tmp_path / "08_serving.summary.json").read_text())["results"]
+    noise = results["launch_noise"]  # the twin's pair, every CI widened by it
+    assert noise["pairs"] == 1 and noise["sigma"] >= 0 and (summary.loc["ngram k=3", "launch_sigma"] == noise["sigma"]).all()
     assert json.loads(results["policy_vllm"]) == {"method": "ngram", "num_speculative_tokens": 3}  # as launched
     assert results["launch_kind"] == "static" and results["launch_line"] == results["policy_vllm"]  # the trace agrees
     assert not (tmp_path / "08_serving.check_summary.csv").exists()  # the sweep measured this launch as itself
