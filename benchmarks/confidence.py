@@ -4,8 +4,8 @@
 
 For the embedded verifier and ``smollm2-eagle``, batch 1, greedy, on validation prompts round-robin
 over the categories, all interleaved prompt by prompt: verifier-only, chains at γ 4 and 6 with
-confidence thresholds 0 (off), 0.3 and 0.5 (``specnb.engine.confidence``), the static tree 3x2 and
-two dynamic trees (``specnb.engine.trees.DynamicTree``). Per candidate: α, τ, drafted tokens and
+confidence thresholds 0 (off), 0.3 and 0.5 (``specnb.decode.confidence``), the static tree 3x2 and
+two dynamic trees (``specnb.decode.trees.DynamicTree``). Per candidate: α, τ, drafted tokens and
 draft forwards per step, tok/s and speedup with a 95% CI over prompts. With ``--profile`` (a
 calibrated ``HardwareProfile`` JSON) it also prints the predictor's speedup and drafted tokens per
 step for the same chains, thresholds and budget. Prints markdown; writes nothing.
@@ -18,8 +18,8 @@ import argparse
 import pandas as pd
 import torch
 
-from specnb.engine.pairs import load_drafts
-from specnb.engine.trees import DynamicTree
+from specnb.decode.pairs import load_drafts
+from specnb.decode.trees import DynamicTree
 from specnb.measure import runs
 from specnb.measure.prompts import split_prompts
 

@@ -21,10 +21,10 @@ import torch
 from engine import pick_prompts, write_readme_section  # benchmarks/engine.py
 
 from specnb.app.runner import describe_environment
-from specnb.engine.generate import generate
-from specnb.engine.inputs import encode_prompts
-from specnb.engine.pairs import load_pair
-from specnb.engine.timing import StageTimer
+from specnb.decode.generate import generate
+from specnb.decode.inputs import encode_prompts
+from specnb.decode.pairs import load_pair
+from specnb.decode.timing import StageTimer
 from specnb.models.registry import embedded_draft_names
 
 
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         pair = load_pair("smollm2-135m", draft, device="cuda", dtype=args.dtype)
         failures += lossless(pair, prompts, args.max_new_tokens)
         errors[draft] = stage_sum_error(pair, prompts[0], args.max_new_tokens)
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/engine/test_timing.py", "-k", "real_cuda"],
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/decode/test_timing.py", "-k", "real_cuda"],
                            capture_output=True, text=True)
     env = describe_environment()
     ok = not failures and max(errors.values()) <= 0.02 and tests.returncode == 0

@@ -29,8 +29,8 @@ import torch
 
 from specnb.app.defaults import notebook_drafts
 from specnb.app.runner import describe_environment, write_marked_section
-from specnb.engine.kinds.by_name import flops_table
-from specnb.engine.pairs import load_drafts
+from specnb.decode.kinds.by_name import flops_table
+from specnb.decode.pairs import load_drafts
 from specnb.measure import analysis, runs
 from specnb.measure.prompts import select_prompts
 

@@ -28,9 +28,9 @@ from pathlib import Path
 import torch
 
 from specnb.app.runner import describe_environment, write_marked_section
-from specnb.engine.generate import generate
-from specnb.engine.inputs import encode_prompts
-from specnb.engine.pairs import load_drafts
+from specnb.decode.generate import generate
+from specnb.decode.inputs import encode_prompts
+from specnb.decode.pairs import load_drafts
 from specnb.measure.forward import measure_forward_ms
 from specnb.measure.hf_baseline import compare_with_hf, tok_s_by_method
 from specnb.measure.prompts import load_prompts

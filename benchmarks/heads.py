@@ -28,9 +28,9 @@ from drafts import table_lines  # benchmarks/drafts.py
 from engine import add_tag_argument, tagged, write_readme_section  # benchmarks/engine.py
 
 from specnb.app.runner import describe_environment
-from specnb.engine.kinds.by_name import flops_table
-from specnb.engine.pairs import load_drafts
-from specnb.engine.trees import DynamicTree
+from specnb.decode.kinds.by_name import flops_table
+from specnb.decode.pairs import load_drafts
+from specnb.decode.trees import DynamicTree
 from specnb.measure import analysis, runs
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import select_prompts

@@ -85,7 +85,7 @@ ROUTES = {"MKL (default)": (), "oneDNN from 2 rows": ((2, 64),), "oneDNN from 1 
 
 def time_forwards(repeats: int, context_len: int = 64) -> pd.DataFrame:
     """Median ms of the verifier's decode forward per (route, tokens), interleaved and rotated."""
-    from specnb.engine.pairs import load_model
+    from specnb.decode.pairs import load_model
     from specnb.measure.forward import ForwardProbe
     from specnb.models.kernels import PackedLinear, use_kernels
 

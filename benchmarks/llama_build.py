@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specnb.engine.isolation import Child, EngineCrashed
 from specnb.measure.prompts import select_prompts
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
+from specnb.native.isolation import Child, EngineCrashed
 
 
 def amx_instructions(build: Path) -> int:
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    from specnb.engine.inputs import encode_prompts
+    from specnb.decode.inputs import encode_prompts
     from specnb.models.gguf import embedded_gguf
     from specnb.models.load import load_tokenizer, locate
     from specnb.models.registry import EMBEDDED_VERIFIER
@@ -67,7 +67,7 @@ def main() -> None:
         for build in args.build:
             name = (build.resolve().as_posix(), precision)
             try:
-                child = Child("specnb.engine.llama_cpp:open_model", str(path), args.threads, 1024, None,
+                child = Child("specnb.native.llama_cpp:open_model", str(path), args.threads, 1024, None,
                               what=f"{build.name} {precision}", env={"LLAMA_CPP_LIB_PATH": str(build / "bin")})
                 child.call("generate", ids[0], 4, ())  # warm-up, and where a faulting build dies
                 engines[name] = child

@@ -131,7 +131,7 @@ PREDICTED_GAMMAS = range(1, 7)
 
 def held_out(args) -> tuple[pd.DataFrame, dict]:
     """Calibrate on some prompts, measure on others: the table (one row per draft and γ) and context."""
-    from specnb.engine.pairs import load_drafts
+    from specnb.decode.pairs import load_drafts
     from specnb.measure import analysis, runs
     from specnb.measure.prompts import split_prompts
     from specnb.predict.calibrate import calibrate

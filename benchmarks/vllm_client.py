@@ -38,7 +38,7 @@ def fixture(result: dict) -> dict:
 
 
 def bench_command() -> list[str]:
-    from specnb.engine import vllm_build
+    from specnb.native import vllm_build
 
     return vllm_build.command("bench", "serve")
 

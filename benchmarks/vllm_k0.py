@@ -24,12 +24,12 @@ from pathlib import Path
 
 from specnb.core.devices import cpu_name
 from specnb.core.paths import git_commit
-from specnb.engine.engines.engine_vllm import configs as vllm_configs
 from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import sweep_servers
 from specnb.predict.serving_launch import zero_range_speedup
+from specnb.serve.vllm.engine_vllm import configs as vllm_configs
 
 DEFAULT_K = {"ngram": 4, "suffix": 8, "eagle3": 3}
 

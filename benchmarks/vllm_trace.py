@@ -30,12 +30,12 @@ import pandas as pd
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
-from specnb.engine.engines.engine_vllm import configs as vllm_configs
-from specnb.engine.vllm_server import check_schedule
 from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import sweep_servers
+from specnb.serve.vllm.engine_vllm import configs as vllm_configs
+from specnb.serve.vllm.vllm_server import check_schedule
 
 
 def trace_configs(schedule: list[tuple[int, int, int]], max_num_seqs: int) -> list:

@@ -9,19 +9,20 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                drafts, finding and reading weights (``load``), early exits, trimmed heads, prompt
                lookup, FLOPs counted on a meta-device forward (``flop_count``);
                ``models/training`` distils the drafts and trains the EAGLE / Medusa heads
-    engine/    the decoding loop (``generate``), the Drafter seam every draft plugs into
+    native/    native code built for this CPU and run where its crash cannot take a kernel down:
+               llama.cpp (``llama_build``, run in a child process by ``isolation`` and ``llama_cpp``),
+               vLLM's own environment (``vllm_build``), an EAGLE-3 head in the serving engines'
+               formats (``head_export``)
+    decode/    the KV-cached decoding loop (``generate``), the Drafter seam every draft plugs into
                (``drafters``), the draft kinds, one module each, in one table (``kinds/``: drafter,
                loader, trace and pricing side by side; CONTRIBUTING.md), loading a verifier and its
                drafts by kind (``pairs``), γ settled in one place (``gamma``), KV caches,
-               accept/reject (``accept``), the stage timer (``timing``),
-               llama.cpp built for this CPU and run in a child process (``llama_build``,
-               ``isolation``, ``llama_cpp``); the serving engines, one module each, in one table
-               (``engines/``: ``seam`` holds the ``ServingEngine`` record and a configuration's
-               ``Speculation``; ``engine_llama``, ``engine_vllm``, ``engine_openai``,
-               ``engine_simulated``), their processes (``server_process``, ``llama_server``,
-               ``vllm_server``, ``simulated`` and its cost model ``simulated_cost``, ``servers``),
-               vLLM's install (``vllm_build``), an EAGLE-3 head in the serving engines' formats
-               (``head_export``)
+               accept/reject (``accept``), the stage timer (``timing``)
+    serve/     serving engines under load: what a configuration drafts (``speculation``: the
+               ``Speculation`` record), what an engine is and the one table of them (``engines``:
+               ``ServingEngine``), one sub-folder per engine (``llama/``, ``vllm/``, ``simulated/``
+               with its cost model ``simulated_cost``, ``openai/``), their processes
+               (``server_process``, ``servers``) and the reaping of strays (``reaper``)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs (``sizing``),
                per-position acceptance, forward-pass microbenchmarks (``forward``), the notebooks' tables
                (``analysis``), load on a serving engine: its shape as a record (``load_shapes``), the requests
@@ -55,12 +56,12 @@ __version__ = "0.1.0"
 
 _API = {
     # models
-    "load_pair": "specnb.engine.pairs", "load_drafts": "specnb.engine.pairs", "load_model": "specnb.engine.pairs",
+    "load_pair": "specnb.decode.pairs", "load_drafts": "specnb.decode.pairs", "load_model": "specnb.decode.pairs",
     "Pair": "specnb.models.load", "PromptLookup": "specnb.models.lookup",
-    # engine
-    "generate": "specnb.engine.generate", "GenerationResult": "specnb.engine.generate",
-    "encode_prompts": "specnb.engine.inputs", "SamplingConfig": "specnb.core.sampling",
-    "StageTimer": "specnb.engine.timing", "Drafter": "specnb.engine.drafters",
+    # decoding
+    "generate": "specnb.decode.generate", "GenerationResult": "specnb.decode.generate",
+    "encode_prompts": "specnb.decode.inputs", "SamplingConfig": "specnb.core.sampling",
+    "StageTimer": "specnb.decode.timing", "Drafter": "specnb.decode.drafters",
     # model math
     "analytic_flops": "specnb.core.flops", "cost_ratio": "specnb.core.flops",
     "measure_flops": "specnb.models.flop_count",

@@ -182,7 +182,7 @@ def check_replay(verifier, draft, ids, mask, gamma: int, confidence: float = 0.0
     caller can check the draft did anything)."""
     import numpy as np
 
-    from specnb.engine.generate import generate
+    from specnb.decode.generate import generate
     from specnb.predict.drafts import draft_traits
     from specnb.predict.traces import AcceptanceTrace, pack, replay, verifier_features
 
@@ -209,7 +209,7 @@ def check_confidence_stops(verifier, draft, ids, mask, gamma: int, threshold: fl
     """Assert that drafting with a confidence ``threshold`` is token-identical to verifier-only, and that
     it did stop chains: some steps drafted fewer than ``gamma`` and some all of them, and, in a batch,
     rows of one step stopped at different depths (ragged). Returns the result."""
-    from specnb.engine.generate import generate
+    from specnb.decode.generate import generate
 
     expected = generate(verifier, ids, mask, max_new_tokens=max_new_tokens).tokens
     result = generate(verifier, ids, mask, draft=draft, gamma=gamma, max_new_tokens=max_new_tokens,
@@ -238,7 +238,7 @@ DRAFT = "tiny-draft"
 def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0, 0.5), overhead=(0.5, 1.0),
                       n_new=48):
     """A ``HardwareProfile`` built from known numbers: linear costs and i.i.d. acceptance α (synthetic traces)."""
-    from specnb.engine.kinds.kind import FORWARDS
+    from specnb.decode.kinds.kind import FORWARDS
     from specnb.predict import costs, what_if
 
     profile = costs.HardwareProfile(
@@ -278,7 +278,7 @@ def gone(pid: int) -> bool:
 def spec(entry: str = "", k: int = 0, family: str | None = None, uses_model: bool = False):
     """A configuration's ``Speculation`` record (``entry`` "" for spec-off); its display name is
     ``f"{entry} k={k}"``."""
-    from specnb.engine.engines.seam import Speculation
+    from specnb.serve.speculation import Speculation
 
     if not entry:
         return Speculation()
@@ -334,8 +334,8 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
     import numpy as np
     import pandas as pd
 
-    from specnb.engine.simulated import run_closed
     from specnb.measure.serving_rounds import mean_batch
+    from specnb.serve.simulated.sim_engine import run_closed
 
     records, batches = [], []
     for round_index in range(rounds):
@@ -375,7 +375,7 @@ def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: li
 
     import pandas as pd
 
-    from specnb.engine.simulated import run_open
+    from specnb.serve.simulated.sim_engine import run_open
 
     rate = len(arrivals_s) / max(arrivals_s)
     records, runs = [], []

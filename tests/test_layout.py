@@ -1,6 +1,6 @@
 """The package's layout: folders follow the data flow, imports only go downwards, no cycles.
 
-core → models → engine → measure → predict → app: a module may import its own folder and the
+core → models → native → decode → serve → measure → predict → app: a module may import its own folder and the
 folders before it, never one after it (lazy imports inside functions included: they are
 dependencies all the same). The package docstring is the map and names every folder.
 
@@ -19,7 +19,7 @@ import pytest
 import specnb
 
 PACKAGE = Path(specnb.__file__).parent
-LAYERS = ("core", "models", "engine", "measure", "predict", "app")
+LAYERS = ("core", "models", "native", "decode", "serve", "measure", "predict", "app")
 TESTS = Path(__file__).parent
 OTHER_FOLDERS = ("notebooks", "benchmarks", "docs")  # the repository's other folders, tested beside the package
 SHARED = ("conftest.py", "helpers.py", "test_layout.py")  # the only files at the top of tests/
@@ -66,6 +66,17 @@ def test_imports_only_go_downwards(name):
         return
     upwards = sorted(dep for dep in GRAPH[name] if layer(dep) is not None and layer(dep) > layer(name))
     assert upwards == [], f"{name} imports from a later folder"
+
+
+def test_the_three_halves_of_running_a_model_stand_apart():
+    """decode (the loop) never reaches a serving engine, native (builds) never reaches the loop: a
+    reader of one folder needs neither of the others above it."""
+    def reaches(source, target):
+        return sorted(f"{n} -> {d}" for n, deps in GRAPH.items() if n.startswith(f"specnb.{source}")
+                      for d in deps if d.startswith(f"specnb.{target}"))
+
+    assert reaches("decode", "serve") == [] and reaches("decode", "measure") == []
+    assert reaches("native", "decode") == [] and reaches("native", "serve") == []
 
 
 def test_no_import_cycle():
@@ -222,7 +233,7 @@ def test_every_module_the_map_names_exists():
 
 
 # Where an engine's name may be compared: the engines' own modules, their processes and builds.
-ENGINE_HOMES = ("specnb.engine.engines", "specnb.engine.llama_", "specnb.engine.vllm_", "specnb.engine.simulated")
+ENGINE_HOMES = ("specnb.serve", "specnb.native.llama_", "specnb.native.vllm_")
 
 
 def compared_strings(tree: ast.AST) -> list[tuple[int, str]]:
@@ -250,7 +261,7 @@ def test_engines_and_load_shapes_are_seams_not_string_branches():
     """The serving seam's bar: outside the engine modules at most 3 comparisons against an engine's
     name; no test of a load mode's name, no column-name inference of a load shape; no configuration's
     identity parsed back out of its display name (a regex on "k=", a startswith on a name)."""
-    from specnb.engine.engines.seam import engines
+    from specnb.serve.engines import engines
 
     names = set(engines())
     sources = {name: path.read_text() for name, path in MODULES.items() if not name.startswith(ENGINE_HOMES)}

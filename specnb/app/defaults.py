@@ -12,9 +12,9 @@ import json
 from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.core.theory import optimal_gamma
-from specnb.engine.engines.seam import model_drafts
-from specnb.engine.kinds.by_name import flops_table, kind_of_name
+from specnb.decode.kinds.by_name import flops_table, kind_of_name
 from specnb.models.registry import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP, embedded_draft_names
+from specnb.serve.speculation import model_drafts
 
 
 def distilled_draft_names() -> list[str]:

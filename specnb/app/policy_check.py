@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from specnb.engine.engines.seam import AA_TWIN_CONFIG
 from specnb.measure.launch_noise import noise_for
 from specnb.measure.load_shapes import Open
 from specnb.measure.serving_checks import trace_rate
@@ -42,6 +41,7 @@ from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import Sweep, run_sweep, targets_of
 from specnb.predict.serving_decision import ServingDecision, decide
 from specnb.predict.trace_forecast import forecast_trace, trace_rounds
+from specnb.serve.speculation import AA_TWIN_CONFIG
 
 
 def empty() -> Sweep:
@@ -93,14 +93,14 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
                  on_forecast: Callable[[pd.DataFrame], None] | None = None, **settings) -> PolicyCheck:
     """Steps 1–4 of the module docstring on ``configs`` (one engine's, one that schedules), at the
     closed-loop ``loads``; ``start``: the context manager that starts servers and yields ``Running``
-    (``specnb.engine.servers.servers``: a method the engine refuses is left out with its line);
+    (``specnb.serve.servers.servers``: a method the engine refuses is left out with its line);
     ``on_run(phase)``: the saver for "sweep", "check" and "trace"; ``on_forecast(table)``: sees the
     trace's forecast before the trace is sent (to record it); ``settings``: ``run_sweep``'s, its
     ``seed`` the summary's and the decision's too. A server that dies ends the check with what was
     measured."""
     if start is None:
-        from specnb.engine.servers import servers as start
-    from specnb.engine.engines.seam import engine_of
+        from specnb.serve.servers import servers as start
+    from specnb.serve.engines import engine_of
 
     seed = settings.get("seed", 0)
     with start(configs, keep_going=True) as running:

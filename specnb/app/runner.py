@@ -147,7 +147,7 @@ class Variant:
 
 def engine_missing(engine: str) -> str | None:
     """None where ``engine`` can start here, else one line saying why not (the engine's own ``missing``)."""
-    from specnb.engine.engines.seam import engine_named
+    from specnb.serve.engines import engine_named
 
     return engine_named(engine).missing()
 

@@ -1,4 +1,4 @@
-"""Notebook 08's parameters turned into what it runs: the engine (``specnb.engine.engines``: its
+"""Notebook 08's parameters turned into what it runs: the engine (``specnb.serve``: its
 launch configurations, its note when missing, its machine line), the loads (``load_shapes``
 records), endpoint targets, and the saver that keeps every finished run on disk. Every parameter is
 checked here, before any server starts, and a bad one is a ``ParameterError`` naming the parameter
@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import BASELINE_CONFIG, Speculation, engine_named, engines
 from specnb.measure.load_shapes import Closed, Lengths, Open
 from specnb.measure.serving_load import Target
+from specnb.serve.engines import engine_named, engines
+from specnb.serve.speculation import BASELINE_CONFIG, Speculation
 
 FREE_FAMILIES = ("ngram", "suffix")  # families that draft without a model: no forward to pay
 

@@ -216,7 +216,7 @@ def flops_table(verifier_config, drafts: dict, context: int = 128, verifier: str
 
     ``drafts`` maps a name to its config, to a ready ``FlopsReport`` (a head counted by
     ``specnb.models.heads``), or to None for a draft with no model (prompt lookup: no weights, no
-    FLOPs). ``specnb.engine.kinds.by_name.flops_table`` takes names instead and resolves them.
+    FLOPs). ``specnb.decode.kinds.by_name.flops_table`` takes names instead and resolves them.
     """
     import pandas as pd
 

@@ -1,8 +1,8 @@
 """Turning logits into tokens: temperature, nucleus (top-p) filtering, a draw per row, greedy argmax.
 
-No weights here: the decoding loop (``specnb.engine``) and the head corpus's chat sampler
+No weights here: the decoding loop (``specnb.decode``) and the head corpus's chat sampler
 (``specnb.models.training.head_corpus``) both draw through these functions. The accept/reject rule
-of speculative decoding, which compares two such distributions, is ``specnb.engine.accept``.
+of speculative decoding, which compares two such distributions, is ``specnb.decode.accept``.
 """
 
 from __future__ import annotations

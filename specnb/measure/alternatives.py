@@ -36,10 +36,10 @@ import pandas as pd
 
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError
-from specnb.engine.isolation import EngineCrashed
-from specnb.engine.llama_cpp import Generated
 from specnb.measure.fidelity import fidelity
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
+from specnb.native.isolation import EngineCrashed
+from specnb.native.llama_cpp import Generated
 
 BASELINE_METHOD = "verifier-only · PyTorch eager · fp32"
 
@@ -66,7 +66,7 @@ def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *,
     """A method that runs specnb's own ``generate`` (batch 1) on ``model``, speculative with ``draft``."""
     import torch
 
-    from specnb.engine.generate import generate
+    from specnb.decode.generate import generate
 
     def run(prompt: list[int], max_new_tokens: int) -> Generated:
         result = generate(model, torch.tensor([prompt]), draft=draft, gamma=gamma, max_new_tokens=max_new_tokens,
@@ -81,7 +81,7 @@ def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *,
 
 def llama_cpp_method(name: str, model, precision: str, speculation: str = "", lossless: bool = False,
                      eos=()) -> Method:
-    """A method that runs a ``specnb.engine.llama_cpp.IsolatedLlamaCpp`` (with its draft, if it has one)."""
+    """A method that runs a ``specnb.native.llama_cpp.IsolatedLlamaCpp`` (with its draft, if it has one)."""
     return Method(name=name, engine="llama.cpp", precision=precision, speculation=speculation, lossless=lossless,
                   run=lambda prompt, max_new_tokens: model.generate(prompt, max_new_tokens, eos), model=model)
 
@@ -140,9 +140,9 @@ def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisi
 
     import torch
 
-    from specnb.engine import llama_cpp
     from specnb.models.kernels import use_kernels
     from specnb.models.precision import with_precision
+    from specnb.native import llama_cpp
 
     if getattr(pair.verifier, "kernels", "default") != "default":  # it would not be the eager baseline it is named
         raise ParameterError(f"the alternatives are measured against PyTorch's default kernels, but the verifier runs "
@@ -181,10 +181,10 @@ def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisi
 def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_ctx: int, notes: list) -> list[Method]:
     """llama.cpp rows on the embedded models' GGUF files (see ``build_methods``), each model in its
     own child process: one that cannot even load here (a crash at load) becomes a note."""
-    from specnb.engine.llama_cpp import IsolatedLlamaCpp, LlamaDraftSpec
     from specnb.models.gguf import embedded_gguf
     from specnb.models.registry import EMBEDDED_VERIFIER
     from specnb.models.trimmed_head import read_head_tokens
+    from specnb.native.llama_cpp import IsolatedLlamaCpp, LlamaDraftSpec
 
     if pair.verifier_name != EMBEDDED_VERIFIER:
         notes.append(f"llama.cpp rows need a GGUF of {pair.verifier_name}; specnb exports only the embedded "

@@ -13,7 +13,7 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.core.theory import break_even_c, expected_speedup, tokens_per_step_from_profile
-from specnb.engine.timing import BOOKKEEPING, stage_columns
+from specnb.decode.timing import BOOKKEEPING, stage_columns
 from specnb.measure.acceptance import profile_from_records, token_alpha_by_draft
 from specnb.measure.runs import BASELINE, KERNEL_COLUMNS, paired_speedup, per_prompt, summarise
 

@@ -18,8 +18,8 @@ import pandas as pd
 import torch
 
 from specnb.core.errors import ParameterError
-from specnb.engine.kvcache import crop_cache, forward_arguments
-from specnb.engine.timing import synchronize
+from specnb.decode.kvcache import crop_cache, forward_arguments
+from specnb.decode.timing import synchronize
 
 
 @dataclass(kw_only=True)
@@ -126,7 +126,7 @@ def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context
 def make_probe(model, n_tokens: int, batch_size: int, context_len: int, device=None, keep: int | None = None,
                share: ForwardProbe | None = None):
     """A ``ForwardProbe`` for a torch model (sharing ``share``'s cache when given); another
-    engine's own probe when the model brings one (``specnb.engine.llama_cpp.LlamaCpp.probe``:
+    engine's own probe when the model brings one (``specnb.native.llama_cpp.LlamaCpp.probe``:
     batch 1, all logits)."""
     if hasattr(model, "probe"):
         if batch_size != 1:

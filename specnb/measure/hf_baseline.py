@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
-from specnb.engine.generate import generate
-from specnb.engine.timing import synchronize
+from specnb.decode.generate import generate
+from specnb.decode.timing import synchronize
 
 METHODS = ("hf_greedy", "hf_assisted", "specnb_verifier", "specnb_speculative")
 

@@ -5,7 +5,7 @@ differently under speculation (Spec-Bench, Xia et al. 2024, groups its prompts t
 summarisation and extraction copy long spans of the prompt (prompt lookup shines there), code
 and math are predictable, open-ended writing and conversation are not, and translation sits in
 between. Prompts are plain user messages; chat templating happens in
-``specnb.engine.inputs.encode_prompts``.
+``specnb.decode.inputs.encode_prompts``.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def prompt_tokens(tokenizer, prompts: pd.DataFrame, batch_size: int = 1) -> floa
     """Mean prefill width: the longest (chat-templated) prompt of each batch, averaged over batches."""
     import numpy as np
 
-    from specnb.engine.inputs import encode_prompts
+    from specnb.decode.inputs import encode_prompts
 
     widths = [encode_prompts(tokenizer, list(b["prompt"]))[0].shape[1] for b in batches_of(prompts, batch_size)]
     return float(np.mean(widths))

@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.timing import STAGES, stage_columns
-from specnb.engine.trees import DynamicTree, TreeShape
+from specnb.decode.timing import STAGES, stage_columns
+from specnb.decode.trees import DynamicTree, TreeShape
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import as_prompt_frame, batches_of
 
@@ -43,8 +43,8 @@ KERNEL_COLUMNS = ["baseline_kernels", "verifier_kernels", "draft_kernels"]  # th
 class Candidate:
     """One way to generate: verifier-only (``draft=None, gamma=0``), a draft at a γ, or a head draft
     with a static tree (``tree``: branching per depth; ``gamma`` is then its depth). ``gamma`` may be a
-    choice made per batch size (``specnb.engine.gamma.GammaChoice``: ``gamma="auto"``);
-    ``confidence``: chains stop where the draft is unsure (``specnb.engine.confidence``)."""
+    choice made per batch size (``specnb.decode.gamma.GammaChoice``: ``gamma="auto"``);
+    ``confidence``: chains stop where the draft is unsure (``specnb.decode.confidence``)."""
 
     name: str
     draft: Any | None
@@ -61,7 +61,7 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
     (``"<draft> tree=3x2x1"``; a ``DynamicTree`` for drafts that grow one: ``"<draft> tree=dynamic4w4n16"``).
     A γ of ``"auto"`` is the predictor's per batch size: ``auto`` builds it from (draft name,
     confidence) (``specnb.predict.auto_gamma.chooser``)."""
-    from specnb.engine.drafters import make_drafter
+    from specnb.decode.drafters import make_drafter
 
     wants_auto = any(isinstance(g, str) and g == "auto" for g in gammas)
     gammas = [g for g in gammas if not (isinstance(g, str) and g == "auto")]
@@ -111,7 +111,7 @@ def run_interleaved(pair, prompts, candidates: list[Candidate], *, repeats: int 
     """
     from tqdm.auto import tqdm
 
-    from specnb.engine.inputs import encode_prompts
+    from specnb.decode.inputs import encode_prompts
 
     if repeats < 1 or max_new_tokens < 1:
         raise ParameterError(f"repeats and max_new_tokens must be >= 1, got {repeats} and {max_new_tokens}")
@@ -160,8 +160,8 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
 
     The garbage collector is paused for the duration, as ``timeit`` does: a collection triggered by
     the allocations of whatever ran before would otherwise land on one candidate's clock."""
-    from specnb.engine.generate import generate
-    from specnb.engine.timing import StageTimer
+    from specnb.decode.generate import generate
+    from specnb.decode.timing import StageTimer
 
     timer = StageTimer(pair.device)
     collecting = gc.isenabled()
@@ -214,7 +214,7 @@ def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stage
 
 
 def ragged_costs(accepted_per_step: list[list[int]], batch_size: int) -> dict[str, int]:
-    """What batching costs when rows accept different numbers of tokens (see ``specnb.engine.generate``):
+    """What batching costs when rows accept different numbers of tokens (see ``specnb.decode.generate``):
     ``ragged_slots`` = cache slots kept but masked because another row accepted more in that step;
     ``idle_row_steps`` = row-steps computed for rows that had already finished (EOS or budget)."""
     steps = max((len(row) for row in accepted_per_step), default=0)

@@ -14,9 +14,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_summary import decode_timed, launch_term, paired_requests, row_rng, speedup_ci
+from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES
 
 
 def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:

@@ -57,7 +57,7 @@ GAUGE_NAMES = {"spec_accept_rate": "accept_rate_gauge", "spec_accept_length": "a
 
 def metric_line() -> re.Pattern:
     """A Prometheus sample of any registered engine's prefix: (name, labels, value)."""
-    from specnb.engine.engines.seam import engines
+    from specnb.serve.engines import engines
 
     prefixes = "|".join(sorted({re.escape(e.metrics_prefix) for e in engines().values()}))
     return re.compile(rf"^(?:{prefixes}):(\w+?)(?:\{{([^}}]*)\}})?\s+([-+0-9.eE]+|NaN)\s*$")
@@ -142,7 +142,7 @@ def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int 
     the client). Sizes interleaved, ``repeats`` each; median ms. ``clock``: seconds (a test passes its own)."""
     import httpx
 
-    from specnb.engine.engines.seam import engine_named
+    from specnb.serve.engines import engine_named
 
     probe = engine_named(target.engine).probe
     rng = np.random.default_rng(seed)
@@ -159,6 +159,6 @@ def probe_forward(target: Target, sizes: list[int], repeats: int = 3, seed: int 
 
 def probed_target(targets: list[Target]) -> Target | None:
     """The first target whose engine can time a forward (None: none can)."""
-    from specnb.engine.engines.seam import engine_named
+    from specnb.serve.engines import engine_named
 
     return next((t for t in targets if engine_named(t.engine).probe is not None), None)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specnb.engine.engines.seam import SPEC_OFF, Speculation, engines
+from specnb.serve.engines import engines
+from specnb.serve.speculation import SPEC_OFF, Speculation
 
 
 @dataclass(kw_only=True)

@@ -20,9 +20,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnb.engine.engines.seam import BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_summary import decode_timed, paired_requests
+from specnb.serve.speculation import BASELINE_CONFIG
 
 
 def batch_of(frame: pd.DataFrame) -> pd.Series:

@@ -38,7 +38,7 @@ BATCH_EVERY_S = 0.25  # seconds between two reads of the engine's batch gauge
 
 def gauge_name(engine: str) -> str:
     """The full name of ``engine``'s running-batch gauge ("" where it has none or is not registered)."""
-    from specnb.engine.engines.seam import engines
+    from specnb.serve.engines import engines
 
     found = engines().get(engine)
     return f"{found.metrics_prefix}:{found.batch_gauge}" if found and found.batch_gauge else ""

@@ -3,7 +3,7 @@
 Notebook 02's fit t = t0 + k·n of forward time against tokens per forward, per engine and precision,
 next to the memory-bandwidth floor (``specnb.measure.bandwidth``): the same model and tokens through
 PyTorch eager, oneDNN and llama.cpp separate the framework's share from the machine's. An engine
-whose child process crashes (``specnb.engine.isolation``) is left out with a note.
+whose child process crashes (``specnb.native.isolation``) is left out with a note.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specnb.engine.isolation import EngineCrashed
 from specnb.measure.alternatives import BASELINE_METHOD, Method
 from specnb.measure.forward import GridShapes, fit_line, measure_forward_grids
+from specnb.native.isolation import EngineCrashed
 
 
 @dataclass
@@ -61,9 +61,9 @@ def tax_split(engines: list[Engine], bandwidth, n_tokens=(1, 2, 4, 8), context_l
 
 def tax_engines(methods: list[Method]) -> list[Engine]:
     """The verifiers of the verifier-only methods other than the baseline, as tax-split engines."""
-    from specnb.engine.llama_cpp import IsolatedLlamaCpp
     from specnb.measure.bandwidth import step_bytes
     from specnb.models.gguf import gguf_bytes
+    from specnb.native.llama_cpp import IsolatedLlamaCpp
 
     engines = []
     for m in methods:

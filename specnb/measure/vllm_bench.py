@@ -2,7 +2,7 @@
 client (``specnb.measure.serving_load``) on the same server, prompts and concurrency.
 
 vLLM bench runs in vLLM's environment, as ``vllm bench serve`` (``command``: the environment's
-``vllm`` command line up to its arguments, e.g. ``specnb.engine.vllm_build.command("bench",
+``vllm`` command line up to its arguments, e.g. ``specnb.native.vllm_build.command("bench",
 "serve")``; its ``custom`` dataset needs pandas there).
 The prompts go as its ``custom`` dataset (a JSONL of ``prompt``), unshuffled, without its chat
 template (our client sends each prompt as one user message and the server applies the template, as

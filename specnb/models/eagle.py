@@ -142,7 +142,7 @@ def positions_and_mask(x: torch.Tensor, cache, position_ids, attention_mask):
 class EagleDraft(nn.Module):
     """fc([feature ; embedding]) -> one LlamaDecoderLayer (own KV cache) -> predicted next feature."""
 
-    draft_kind = "eagle"  # how ``specnb.engine.drafters.make_drafter`` drafts with it
+    draft_kind = "eagle"  # how ``specnb.decode.drafters.make_drafter`` drafts with it
 
     def __init__(self, config: EagleConfig, head_ids: torch.Tensor | None = None):
         super().__init__()

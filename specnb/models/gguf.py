@@ -18,7 +18,7 @@ What makes a hand-written Llama GGUF correct:
 A distilled draft's trimmed head (``head_tokens.json``) has no GGUF equivalent (no row subset, no
 output bias for Llama): the draft is exported with its full tied head, so llama.cpp computes all
 49,152 logits per draft token — the cost the trimmed head was made to avoid — and
-``specnb.engine.llama_cpp`` restricts the argmax to the head's tokens so its proposals stay the same.
+``specnb.native.llama_cpp`` restricts the argmax to the head's tokens so its proposals stay the same.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def head_kind(folder) -> str | None:
     config = read_config(folder)
     if config is None:
         return None
-    if isinstance(config.get("kind"), str):  # specnb's layout names its kind (``specnb.engine.kinds``)
+    if isinstance(config.get("kind"), str):  # specnb's layout names its kind (``specnb.decode.kinds``)
         return config["kind"]
     weights = published_weights(folder)
     if weights is not None and is_eagle3(config) and "fc.weight" in weight_names(weights):

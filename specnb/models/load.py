@@ -4,7 +4,7 @@ that a draft shares its verifier's tokens.
 ``locate`` finds where a name leads without loading anything (an embedded name, a folder, the
 Hugging Face cache, and the hub only when it is reachable); draft names are resolved by
 ``specnb.models.registry.resolve_draft``; a verifier and its drafts are loaded, each by its kind, by
-``specnb.engine.pairs.load_drafts``.
+``specnb.decode.pairs.load_drafts``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ transformers' ``prompt_lookup_num_tokens`` (``PromptLookupCandidateGenerator``).
 HF takes the *first* match left to right; we take the *latest* earlier occurrence, whose
 continuation is more likely to reflect the most recent text.
 
-The engine drafts with it through ``specnb.engine.drafters.LookupDrafter``, as a draft whose
+The engine drafts with it through ``specnb.decode.drafters.LookupDrafter``, as a draft whose
 distribution is one-hot on its proposal (q = 1 on the proposed token), which keeps rejection
 sampling lossless.
 """
@@ -23,7 +23,7 @@ from specnb.core.errors import ParameterError
 class PromptLookup:
     """Proposes up to ``gamma`` tokens by matching the trailing n-gram (longest first) in the context."""
 
-    draft_kind = "lookup"  # how ``specnb.engine.drafters.make_drafter`` drafts with it
+    draft_kind = "lookup"  # how ``specnb.decode.drafters.make_drafter`` drafts with it
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:

@@ -54,7 +54,7 @@ class ResBlock(nn.Module):
 class MedusaHeads(nn.Module):
     """K residual heads on the verifier's last hidden state; head k proposes the token k + 1 ahead."""
 
-    draft_kind = "medusa"  # how ``specnb.engine.drafters.make_drafter`` drafts with it
+    draft_kind = "medusa"  # how ``specnb.decode.drafters.make_drafter`` drafts with it
 
     def __init__(self, config: MedusaConfig, head_ids: torch.Tensor | None = None):
         super().__init__()

@@ -4,9 +4,9 @@ A draft is named in one of five ways, and ``resolve_draft`` is the only place th
 apart: ``prompt-lookup`` (no model, Saxena 2023), ``exit:K`` or an embedded ``smollm2-exit-K``
 (the verifier's first K layers; Elhoushi et al. 2024 "LayerSkip", Zhang et al. 2023 "Draft &
 Verify"), an embedded draft (distilled model, EAGLE or Medusa head), a local folder (a checkpoint or
-a head, ``specnb.models.heads.head_kind``), or a hub id. Loading (``specnb.engine.pairs``), FLOPs
-tables (``specnb.engine.kinds.by_name``) and the notebooks' draft lists all go through it; what a kind
-does is its module's (``specnb.engine.kinds``).
+a head, ``specnb.models.heads.head_kind``), or a hub id. Loading (``specnb.decode.pairs``), FLOPs
+tables (``specnb.decode.kinds.by_name``) and the notebooks' draft lists all go through it; what a kind
+does is its module's (``specnb.decode.kinds``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class DraftRef:
 def resolve_draft(name: str, verifier: str | None = None) -> DraftRef:
     """The one place that says what a draft name means (``verifier``: the name it drafts for). It
     names kinds because a name is where a kind comes from; everything after asks the registered kind
-    (``specnb.engine.kinds``)."""
+    (``specnb.decode.kinds``)."""
     if name == PROMPT_LOOKUP:
         return DraftRef(name=name, kind="lookup")
     if name in EMBEDDED_EXITS:

@@ -1,6 +1,6 @@
 """``gamma="auto"``: the predictor's best γ for the batch size at hand, on this machine.
 
-``AutoGamma(profile=..., draft=...)`` is the choice the engine asks (``specnb.engine.gamma.GammaChoice``):
+``AutoGamma(profile=..., draft=...)`` is the choice the engine asks (``specnb.decode.gamma.GammaChoice``):
 ``choose(batch_size)`` predicts γ = 1..8 for that batch size with the run's confidence threshold
 (``specnb.predict.predictor.predict``) and returns the best γ and why. The engine never imports the
 predictor: it takes any object with ``choose``, and this layer builds it; a run records the γ chosen

@@ -22,9 +22,9 @@ import pandas as pd
 
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError
-from specnb.engine.kinds.kind import FORWARDS, PER_STEP, PER_TOKEN
-from specnb.engine.pairs import load_drafts
-from specnb.engine.timing import BOOKKEEPING, stage_columns
+from specnb.decode.kinds.kind import FORWARDS, PER_STEP, PER_TOKEN
+from specnb.decode.pairs import load_drafts
+from specnb.decode.timing import BOOKKEEPING, stage_columns
 from specnb.measure.forward import GridShapes, measure_forward_grids
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens, split_prompts
 from specnb.measure.runs import BASELINE, make_candidates, run_interleaved
@@ -118,7 +118,7 @@ def flops_per_token(model) -> float:
 def draft_flops(model, verifier) -> float:
     """FLOPs per drafted token, as the draft's kind counts them (a head's from its config, any other
     model's from its transformers config)."""
-    from specnb.engine.kinds import kind_of
+    from specnb.decode.kinds import kind_of
 
     return float(kind_of(model).flops_of(model, verifier.config).flops_per_token)
 
@@ -141,7 +141,7 @@ def calibrate(
     """Measure a ``HardwareProfile`` for a verifier and its drafts; returns it and the raw records
     of the short speculative run (per-step overhead; ``replay_check`` compares it with the traces).
 
-    ``loaded`` = (pair, {name: draft}) from ``specnb.engine.pairs.load_drafts`` reuses models already in
+    ``loaded`` = (pair, {name: draft}) from ``specnb.decode.pairs.load_drafts`` reuses models already in
     memory; ``prompts`` is a frame/list, or None for 3 prompts of the shipped set; acceptance
     traces are measured on all of them, the speculative run on the first ``overhead_prompts``;
     ``kernels`` as for ``load_drafts`` when it loads them (the profile's ``machine`` records each

@@ -31,7 +31,7 @@ from specnb.measure.acceptance import AcceptanceProfile
 from specnb.predict.traces import AcceptanceTrace
 
 PROFILE_FORMAT = "specnb-hardware-profile/4"  # 4: kernel choices record the rows each model sends to oneDNN
-# how a draft step is priced (``DraftKind.pricing``, specnb.engine.kinds.kind): its forwards, a fixed
+# how a draft step is priced (``DraftKind.pricing``, specnb.decode.kinds.kind): its forwards, a fixed
 # host time per step, or a host time per drafted token
 
 

@@ -1,5 +1,5 @@
 """A draft as the predictor sees it: its kind's trace bound to the loaded draft, the module its cost
-model times, and how its cost per step is priced (``specnb.engine.kinds.DraftKind``, where each kind
+model times, and how its cost per step is priced (``specnb.decode.kinds.DraftKind``, where each kind
 says these beside its drafter; ``specnb.predict.traces`` replays the traces, ``specnb.predict.costs``
 prices them)."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specnb.engine.kinds import kind_of
+from specnb.decode.kinds import kind_of
 
 
 @dataclass(kw_only=True)

@@ -22,10 +22,10 @@ import math
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import BASELINE_CONFIG, NOT_CANDIDATES
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_rounds import batch_of, relative_mad, round_speedups
 from specnb.predict.serving_predictor import require_steps
+from specnb.serve.speculation import BASELINE_CONFIG, NOT_CANDIDATES
 
 MIN_ROUNDS = 3  # rounds a median and a spread are taken over (vLLM PR #49163: the median of >= 3 runs)
 NOISY_MAD = 0.1  # a measurement whose relative MAD over rounds is above this is too noisy to act on

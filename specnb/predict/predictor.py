@@ -11,7 +11,7 @@ Forward times come from the cost model of ``specnb.predict.costs`` (measured tim
 line t(n, b) = t0 + k·n·b beyond it), for the verifier (t_v) and the draft (t_d).
 
 One speculative step with k = min(γ, tokens still wanted − 1) drafts, exactly as
-``specnb.engine.generate`` does it::
+``specnb.decode.generate`` does it::
 
     draft:  t_d(w, b) + (k − 1)·t_d(1, b)   w = 2 when the previous step accepted every draft
                                              (the draft catches up on its last token + the bonus);
@@ -49,7 +49,7 @@ import pandas as pd
 from specnb.core import theory
 from specnb.core.errors import ParameterError
 from specnb.core.intervals import interval_text
-from specnb.engine.kinds.kind import PER_STEP, PER_TOKEN
+from specnb.decode.kinds.kind import PER_STEP, PER_TOKEN
 from specnb.measure.runs import BASELINE
 from specnb.predict.costs import HardwareProfile
 from specnb.predict.traces import AcceptanceTrace, PackedTraces, flat_packed, pack, replay
@@ -179,7 +179,7 @@ def predict(
     confidence: float = 0.0,
 ) -> Prediction:
     """Predicted speedup for every γ, its band, break-even α and the recommendation; ``confidence``:
-    chains stop where the draft's top probability falls below it (``specnb.engine.confidence``)."""
+    chains stop where the draft's top probability falls below it (``specnb.decode.confidence``)."""
     gammas = check_gammas(gammas)
     check_known(profile, draft)
     if batch_size < 1:

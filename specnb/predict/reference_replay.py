@@ -12,7 +12,7 @@ import pandas as pd
 from specnb.core import theory
 from specnb.core.errors import ParameterError
 from specnb.core.reference import REFERENCE_MPS
-from specnb.engine.kinds.kind import FORWARDS
+from specnb.decode.kinds.kind import FORWARDS
 from specnb.predict.costs import CostModel, DraftCosts, HardwareProfile
 from specnb.predict.predictor import predict
 from specnb.predict.what_if import set_flat_acceptance

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch, engine_named, engine_of
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.serving_launch import choose_launch
 from specnb.predict.serving_policy import as_launch, policy_ranges, policy_switch, serving_policy
+from specnb.serve.engines import engine_named, engine_of
+from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
 
 SCHEDULE_FORMAT = "vllm"  # the engine whose --speculative-config is the form a per-batch-size schedule is pasted in
 

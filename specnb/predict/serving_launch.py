@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import best_static, draft_lengths
 from specnb.predict.serving_policy import MAX_BATCH, POLICY_FLOOR, as_launch, policy_ranges, serving_policy, with_cuts
 from specnb.predict.serving_predictor import predict_serving, step_cost, step_ms
+from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
 
 
 def zero_range_speedup(summary: pd.DataFrame, base: str, levels, baseline: str = BASELINE_CONFIG) -> pd.Series:

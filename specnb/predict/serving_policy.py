@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import BASELINE_CONFIG, NOT_CANDIDATES, Launch
 from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
 from specnb.predict.serving_predictor import require_steps
+from specnb.serve.speculation import BASELINE_CONFIG, NOT_CANDIDATES, Launch
 
 POLICY_FLOOR = 0.95  # the lowest lower 95% bound of a TPOT speedup the policy will run
 BATCH_ONE = 1.5  # a level whose measured batch is at most this is the batch-1 anchor

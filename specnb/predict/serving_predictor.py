@@ -44,10 +44,10 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_steady import steady_records
 from specnb.measure.serving_summary import decode_timed, steady_tpot_ms
+from specnb.serve.speculation import BASELINE_CONFIG
 
 
 def require_steps(frame: pd.DataFrame) -> None:

@@ -40,7 +40,6 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.serving_checks import draft_lengths
 from specnb.measure.serving_load import arrival_gaps
 from specnb.measure.serving_rounds import batch_of
@@ -48,6 +47,7 @@ from specnb.measure.serving_sweep import request_lengths
 from specnb.predict.serving_launch import families, zero_range_speedup
 from specnb.predict.serving_policy import scheduled_config
 from specnb.predict.trace_prediction import batch_curve, tpot_at, tpot_curve
+from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
 
 TTFT_COLUMN = "mean_ttft_ms"
 

@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import ADAPTIVE_CONFIG, BASELINE_CONFIG
 from specnb.measure.serving_rounds import batch_of, occupancy
 from specnb.measure.serving_summary import steady_tpot_ms
 from specnb.predict.serving_policy import scheduled_config
+from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG
 
 
 def trace_occupancy(runs: pd.DataFrame, config: str) -> pd.Series:

@@ -5,9 +5,9 @@ the draft would propose and have accepted if a step started there. Under greedy 
 speculative output equals the verifier's own output, so a step that starts after token j proposes
 the draft's greedy continuation of the verifier's text, and its position i is accepted exactly when
 it matches the verifier's token j + i. One verifier-only generation plus the draft's ``trace``
-(its kind's, ``specnb.engine.kinds``: a teacher-forced forward for a model draft, the lookups for
+(its kind's, ``specnb.decode.kinds``: a teacher-forced forward for a model draft, the lookups for
 prompt lookup) give the whole trace, and ``replay`` turns it into the exact steps speculative decoding
-takes at *any* γ and batch size (the same steps ``specnb.engine.generate`` takes, token for token;
+takes at *any* γ and batch size (the same steps ``specnb.decode.generate`` takes, token for token;
 tested).
 
 Why the predictor replays traces instead of sampling from a per-position profile
@@ -18,7 +18,7 @@ position 1 is reached mostly right after a rejection, that is inside text the dr
 nothing and is verified with a 1-token forward, which a "k drafts every step" profile cannot
 express. Traces keep both.
 
-Confidence stopping (``specnb.engine.confidence``): a trace also records the draft's top probability
+Confidence stopping (``specnb.decode.confidence``): a trace also records the draft's top probability
 along the chain each step would draft, so ``pack`` turns any threshold into the depth where each
 chain stops, and ``replay`` stops there as the engine does (and stops drafting once every row of a
 batch has stopped).
@@ -78,8 +78,8 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
     each draft's ``trace`` over its output."""
     from tqdm.auto import tqdm
 
-    from specnb.engine.generate import generate
-    from specnb.engine.inputs import encode_prompts
+    from specnb.decode.generate import generate
+    from specnb.decode.inputs import encode_prompts
 
     eos = eos_ids(pair.tokenizer.eos_token_id)
     traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in drafts.items()}
@@ -198,7 +198,7 @@ class Replay:
 
 def replay(packed: PackedTraces, rows: np.ndarray, gamma: int, n_new: int, catch_up: str = "tokens") -> Replay:
     """Speculative decoding of batches ``rows`` [S, B] (indices into the traces), step by step as
-    ``specnb.engine.generate.decode_speculative`` does it: k = min(γ, max remaining budget − 1) drafts,
+    ``specnb.decode.generate.decode_speculative`` does it: k = min(γ, max remaining budget − 1) drafts,
     fewer when every row's chain stops earlier (confidence, ``pack``); row i drafts min(proposed, k,
     its stop), accepts min(run, drafted) and emits that + 1; the verifier checks the longest proposal
     + 1 tokens; a batch runs until every row has its tokens."""

@@ -36,7 +36,7 @@ def test_ratio(capsys):
 
 def test_ratio_prices_a_head_as_the_draft_table_does(capsys):
     from specnb.core.configs import resolve_config
-    from specnb.engine.kinds.by_name import flops_table
+    from specnb.decode.kinds.by_name import flops_table
     from specnb.models import heads, registry
 
     verifier = resolve_config("smollm2-135m")

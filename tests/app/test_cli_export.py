@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from specnb.app.cli import main
-from specnb.engine import head_export, llama_build
 from specnb.models.eagle3 import Eagle3Config, Eagle3Draft, is_eagle3
+from specnb.native import head_export, llama_build
 
 
 def save_head(folder, **shape):

@@ -7,10 +7,10 @@ import pytest
 import torch
 from helpers import peaked_pair
 
-import specnb.engine.pairs
+import specnb.decode.pairs
 from specnb.app.cli import main
-from specnb.engine.generate import generate
-from specnb.engine.timing import STAGES
+from specnb.decode.generate import generate
+from specnb.decode.timing import STAGES
 from specnb.measure.hf_baseline import compare_with_hf, fixed_gamma, tok_s_by_method
 from specnb.models.load import Pair
 
@@ -44,7 +44,7 @@ def tiny_pair(monkeypatch):
                     device=torch.device("cpu"), dtype=torch.float32, verifier_name=v, draft_name=d,
                     kernels={v: {"model": v, "path": "default", "asked": kernels}})
 
-    monkeypatch.setattr(specnb.engine.pairs, "load_pair", fake_load_pair)
+    monkeypatch.setattr(specnb.decode.pairs, "load_pair", fake_load_pair)
     return verifier, draft, calls
 
 
@@ -59,7 +59,7 @@ def test_generate_json_batch_matches_library(tiny_pair, capsys):
                             "--prompt", "hello there", "--prompt", "hi", "--device", "cpu", "--json"])
     assert calls == [("v", "d", "cpu", "auto", "auto")]
     assert [r["prompt"] for r in out["results"]] == ["hello there", "hi"]
-    from specnb.engine.inputs import encode_prompts
+    from specnb.decode.inputs import encode_prompts
 
     ids, mask = encode_prompts(CharTokenizer(), ["hello there", "hi"])
     expected = generate(verifier, ids, mask, max_new_tokens=10, eos_token_id=2).tokens

@@ -9,9 +9,9 @@ import pytest
 from helpers import closed
 
 from specnb.app import policy_check
-from specnb.engine.servers import Running
-from specnb.engine.vllm_server import VllmConfig
 from specnb.measure.serving_sweep import Sweep
+from specnb.serve.servers import Running
+from specnb.serve.vllm.vllm_server import VllmConfig
 
 
 def config(method: str = "none", k: int = 4) -> VllmConfig:
@@ -140,7 +140,7 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
     import json
 
     from specnb.app.text.serving_verdicts import launch_verdict, policy_text
-    from specnb.engine.engines.engine_vllm import launch_text
+    from specnb.serve.vllm.engine_vllm import launch_text
 
     bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95
     monkeypatch.setattr(policy_check, "summarise_sweep",

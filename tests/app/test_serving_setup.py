@@ -1,6 +1,6 @@
 """Notebook 08's parameters are checked before any server starts: levels, loads, engines, endpoints
 and speculation entries are refused in one line naming the parameter and what it accepts; which
-engine runs is the engine's module's to say (``specnb.engine.engines``)."""
+engine runs is the engine's module's to say (``specnb.serve``)."""
 
 import json
 
@@ -91,9 +91,9 @@ def test_each_engine_has_its_own_default_ngram():
 
 
 def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(monkeypatch, tmp_path):
-    from specnb.engine import llama_build
-    from specnb.engine.engines import eagle3_heads
     from specnb.models.eagle3 import Eagle3Config
+    from specnb.native import llama_build
+    from specnb.serve import eagle3_heads
 
     head = tmp_path / "head"
     head.mkdir()
@@ -123,7 +123,7 @@ def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(
 
 def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
     from specnb.core.devices import cpu_name
-    from specnb.engine.vllm_server import VllmConfig
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     line = setup.machine_line("vllm", [], "http://127.0.0.1:8000")
     assert line.startswith(cpu_name()) and "vllm" in line and "127.0.0.1" not in line
@@ -132,7 +132,7 @@ def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
 
 
 def test_the_probe_reaches_the_largest_verification_batch_and_drafts_are_named_by_configuration():
-    from specnb.engine.vllm_server import VllmConfig
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=6),
                VllmConfig(model="/m", method="eagle3", draft="/heads/e3", k=3)]

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from packaging.requirements import Requirement
 
-from specnb.engine.vllm_build import TORCH_CPU_INDEX
+from specnb.native.vllm_build import TORCH_CPU_INDEX
 
 ROOT = Path(__file__).resolve().parents[2]
 MAKEFILE = (ROOT / "Makefile").read_text()

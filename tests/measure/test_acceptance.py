@@ -9,8 +9,8 @@ from helpers import WORDS, perturbed_copy, synthetic
 from specnb.core import theory
 from specnb.core.errors import ParameterError
 from specnb.core.sequences import runs_from_matches
-from specnb.engine.generate import generate
-from specnb.engine.inputs import encode_prompts
+from specnb.decode.generate import generate
+from specnb.decode.inputs import encode_prompts
 from specnb.measure import acceptance, runs
 from specnb.models.lookup import PromptLookup
 from specnb.predict import traces as tr

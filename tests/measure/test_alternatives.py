@@ -12,13 +12,13 @@ import torch
 from helpers import peaked_pair, tiny_model
 
 from specnb.core.errors import ParameterError
-from specnb.engine import llama_cpp
-from specnb.engine.isolation import EngineCrashed
 from specnb.measure import alternatives, tax_split
 from specnb.measure.bandwidth import Bandwidth, step_bytes
 from specnb.measure.fidelity import compare, fidelity
 from specnb.models.lookup import PromptLookup
 from specnb.models.precision import with_precision
+from specnb.native import llama_cpp
+from specnb.native.isolation import EngineCrashed
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 VOCAB = 49152  # the shipped tokenizer's: a GGUF export copies its tokenizer
@@ -111,7 +111,7 @@ def test_llama_cpp_speculation_is_lossless_and_takes_fewer_forwards(exported):
     model, path, draft_path = exported
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]  # repetitive, so prompt lookup finds matches
     plain = llama_cpp.LlamaCpp(path, threads=1, n_ctx=128).generate(prompt, 24)
-    from specnb.engine.generate import generate
+    from specnb.decode.generate import generate
 
     torch_tokens = generate(model, torch.tensor([prompt]), max_new_tokens=24).tokens[0]
     assert plain.tokens == torch_tokens and plain.verifier_forwards == 24

@@ -11,8 +11,6 @@ import pandas as pd
 import pytest
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import AA_TWIN_CONFIG, BASELINE_CONFIG, SPEC_OFF, Speculation
-from specnb.engine.simulated import SimConfig, SimCost, expected_speedup, expected_tokens, run_closed
 from specnb.measure.launch_noise import (
     MIN_PAIRS,
     LaunchNoise,
@@ -26,6 +24,8 @@ from specnb.measure.launch_noise import (
 )
 from specnb.measure.runs import bootstrap_speedup
 from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
+from specnb.serve.simulated.sim_engine import SimConfig, SimCost, expected_speedup, expected_tokens, run_closed
+from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, SPEC_OFF, Speculation
 
 PROMPTS, ROUNDS, N_BOOT = 8, 3, 200  # a closed-loop level: 8 prompts, each sent once per round
 JITTER = 0.03  # sd of log of one launch's speed factor: an A/A pair's log speedup has sd √2 · 0.03
@@ -168,8 +168,8 @@ def test_noise_is_stored_per_engine_and_machine_and_pools_sweep_by_sweep(monkeyp
 
 
 def test_a_sweep_gets_spec_offs_twin_until_the_stored_noise_rests_on_enough_pairs(monkeypatch, tmp_path):
-    from specnb.engine.llama_server import ServerConfig
-    from specnb.engine.vllm_server import VllmConfig
+    from specnb.serve.llama.llama_server import ServerConfig
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [SimConfig(speculation=SPEC_OFF, cost=COST), SimConfig(speculation=NGRAM2, cost=COST)]
     twinned = with_twin(configs)

@@ -119,7 +119,7 @@ def test_ragged_costs_count_masked_slots_and_idle_rows():
 def test_tree_candidates_static_and_dynamic_only_for_drafts_that_grow_them(pair):
     from helpers import tiny_model
 
-    from specnb.engine.trees import DynamicTree
+    from specnb.decode.trees import DynamicTree
     from specnb.models.eagle import EagleConfig, EagleDraft
 
     eagle = EagleDraft(EagleConfig.from_verifier(tiny_model().config))

@@ -13,13 +13,13 @@ import pytest
 from helpers import closed
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import SPEC_OFF, Speculation
-from specnb.engine.simulated import SimConfig, SimCost, SimServer, expected_speedup, run_closed
 from specnb.measure import serving_steady
 from specnb.measure.load_shapes import Closed, Lengths, Open, steady_flags
 from specnb.measure.serving_load import ClosedFeed
 from specnb.measure.serving_steady import batch_columns, level_batch, read_gauge, steady_records
 from specnb.measure.serving_sweep import cycles_of, length_keys
+from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer, expected_speedup, run_closed
+from specnb.serve.speculation import SPEC_OFF, Speculation
 
 NGRAM3 = Speculation(entry="ngram", k=3, method="ngram", family="ngram")
 COST = SimCost(fixed_ms=10.0, per_token_ms=0.5, draft_ms=1.0, acceptance=(0.8, 0.6, 0.4))

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 from specnb.core.errors import IncompatibleModelsError
-from specnb.engine.generate import generate
-from specnb.engine.pairs import load_pair
+from specnb.decode.generate import generate
+from specnb.decode.pairs import load_pair
 from specnb.models import registry
 from specnb.models.eagle3 import Eagle3Config, Eagle3Draft
 from specnb.models.heads import head_kind

@@ -7,8 +7,8 @@ import torch
 
 from specnb.app.cli import main
 from specnb.core.errors import IncompatibleModelsError, ParameterError
-from specnb.engine.generate import generate
-from specnb.engine.pairs import load_pair
+from specnb.decode.generate import generate
+from specnb.decode.pairs import load_pair
 from specnb.models import registry
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.heads import head_kind, write_published

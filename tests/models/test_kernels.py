@@ -9,7 +9,7 @@ import torch
 from helpers import peaked_pair, ragged_prompts, tiny_model
 
 from specnb.core.errors import ParameterError
-from specnb.engine.generate import generate
+from specnb.decode.generate import generate
 from specnb.models import kernels
 from specnb.models.kernels import PackedLinear, use_kernels
 

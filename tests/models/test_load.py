@@ -20,7 +20,7 @@ from transformers import (
 
 from specnb.core import devices
 from specnb.core.errors import DeviceError, IncompatibleModelsError, ModelNotFoundError, ParameterError
-from specnb.engine import pairs
+from specnb.decode import pairs
 from specnb.models import embedded, load, registry
 from specnb.models.early_exit import exit_draft
 from specnb.models.lookup import PromptLookup

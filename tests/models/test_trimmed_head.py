@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from specnb.engine.generate import generate
+from specnb.decode.generate import generate
 from specnb.models.trimmed_head import TrimmedHead, most_frequent_tokens, read_head_tokens, trim_head
 
 

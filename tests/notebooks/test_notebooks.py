@@ -25,7 +25,8 @@ from helpers import assert_offline
 
 from specnb.app.runner import list_notebooks
 from specnb.core.paths import REPO_ROOT
-from specnb.engine import llama_cpp, llama_server
+from specnb.native import llama_cpp
+from specnb.serve.llama import llama_server
 
 NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
 RUNNER_SET = {"smoke": False, "output_dir": "", "interactive": True}  # the runner sets these; defaults for JupyterLab
@@ -174,7 +175,7 @@ def test_the_serving_notebook_on_vllm_without_vllm_is_a_note_not_a_failure(tmp_p
 @pytest.mark.slow
 def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     """The engine seam end to end: notebook 08's smoke path on the simulated engine (registered through
-    ``specnb.engine.engines.engine_simulated``, nothing else knows it): spec-off, n-gram and spec-off's
+    ``specnb.serve.simulated.engine_simulated``, nothing else knows it): spec-off, n-gram and spec-off's
     A/A twin started, the launch noise read off the twin, counters read, greedy text identical, summary, the one decision (n-gram paying at every level: its
     static configuration, so no second server and no check pass), the bursty trace over the static
     configurations, its text — and every process it started gone after."""

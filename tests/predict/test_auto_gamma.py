@@ -5,7 +5,7 @@ import pytest
 from helpers import WORDS, perturbed_copy, ragged_prompts, tiny_model, word_pair
 
 from specnb.core.errors import ParameterError
-from specnb.engine.generate import generate
+from specnb.decode.generate import generate
 from specnb.measure import runs
 from specnb.predict import auto_gamma, costs, predictor, reference_replay
 

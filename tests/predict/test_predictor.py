@@ -13,7 +13,7 @@ from helpers import DRAFT, synthetic_profile
 
 from specnb.core import theory
 from specnb.core.errors import ParameterError
-from specnb.engine.kinds.kind import PER_STEP
+from specnb.decode.kinds.kind import PER_STEP
 from specnb.measure import acceptance
 from specnb.predict import costs, predictor, reference_replay, traces, what_if
 

@@ -9,8 +9,6 @@ import pytest
 from helpers import sim_sweep
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import SPEC_OFF, Speculation
-from specnb.engine.simulated import SimCost, crossover, expected_speedup
 from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.serving_launch import (
@@ -21,6 +19,8 @@ from specnb.predict.serving_launch import (
     zero_range_speedup,
 )
 from specnb.predict.serving_policy import as_launch, batch_ranges, policy_ranges, policy_switch, serving_policy
+from specnb.serve.simulated.sim_engine import SimCost, crossover, expected_speedup
+from specnb.serve.speculation import SPEC_OFF, Speculation
 
 
 def one_method_each(eagle3: list[float], ngram=(1.12, 1.08, 1.05, 0.95)) -> pd.DataFrame:

@@ -10,8 +10,6 @@ import pytest
 from helpers import sim_sweep, sim_trace
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import SPEC_OFF, Speculation
-from specnb.engine.simulated import SimCost, crossover
 from specnb.measure import serving_load, serving_sweep
 from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.serving_checks import trace_check, trace_rate
@@ -29,6 +27,8 @@ from specnb.predict.trace_forecast import (
     trace_rounds,
 )
 from specnb.predict.trace_prediction import predict_trace, tpot_curve, trace_median_error, trace_prediction_table
+from specnb.serve.simulated.sim_engine import SimCost, crossover
+from specnb.serve.speculation import SPEC_OFF, Speculation
 
 # every admitted prompt costs 8 ms of prefill in its step; n-gram k = 4 stops paying at a batch of 8, k = 2 at 14,
 # inside the measured 1–16; a k = 0 step still pays the speculative path's 0.5 ms (draft_ms)

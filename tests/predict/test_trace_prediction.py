@@ -7,8 +7,6 @@ import pytest
 from helpers import sim_sweep, sim_trace
 
 from specnb.core.errors import ParameterError
-from specnb.engine.engines.seam import SPEC_OFF, Speculation
-from specnb.engine.simulated import SimCost
 from specnb.measure.serving_checks import trace_check
 from specnb.measure.serving_rounds import occupancy
 from specnb.predict.noise_aware import noise_aware_policy
@@ -21,6 +19,8 @@ from specnb.predict.trace_prediction import (
     trace_median_error,
     trace_prediction_table,
 )
+from specnb.serve.simulated.sim_engine import SimCost
+from specnb.serve.speculation import SPEC_OFF, Speculation
 
 # n-gram k = 4 pays most at a batch of 1–4, k = 2 from there to ~29, spec-off above (simulated.crossover)
 COST = SimCost(fixed_ms=10.0, per_token_ms=0.5, prefill_per_token_ms=0.0, acceptance=(0.7,))

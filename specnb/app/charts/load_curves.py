@@ -11,9 +11,9 @@ import altair as alt
 import pandas as pd
 
 from specnb.core.intervals import speedup_text
-from specnb.engine.engines.seam import BASELINE_CONFIG
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import scheduled_k
+from specnb.serve.speculation import BASELINE_CONFIG
 
 
 def level_axis(frame: pd.DataFrame) -> alt.X:

@@ -7,7 +7,7 @@ import altair as alt
 
 from specnb.app.charts.expected import unit_rule
 from specnb.core import theory
-from specnb.engine.timing import STAGES
+from specnb.decode.timing import STAGES
 from specnb.measure.acceptance import accept_lengths
 
 

@@ -80,12 +80,12 @@ _DEFAULT_PROMPT = "Explain in two sentences why the sky is blue."
 )
 def run_generate(args: argparse.Namespace) -> dict:
     from specnb.core.sampling import SamplingConfig
-    from specnb.engine.gamma import settle_gamma
-    from specnb.engine.generate import check_settings, generate
-    from specnb.engine.inputs import encode_prompts
-    from specnb.engine.kinds.by_name import pick_verifier
-    from specnb.engine.pairs import load_pair
-    from specnb.engine.timing import StageTimer
+    from specnb.decode.gamma import settle_gamma
+    from specnb.decode.generate import check_settings, generate
+    from specnb.decode.inputs import encode_prompts
+    from specnb.decode.kinds.by_name import pick_verifier
+    from specnb.decode.pairs import load_pair
+    from specnb.decode.timing import StageTimer
     from specnb.models.kernels import check_kernels
 
     if args.gamma == "auto" and (args.tree or not args.draft):

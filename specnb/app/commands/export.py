@@ -1,4 +1,4 @@
-"""`specnb export-head`: an EAGLE-3 head in the files a serving engine loads (``specnb.engine.head_export``)."""
+"""`specnb export-head`: an EAGLE-3 head in the files a serving engine loads (``specnb.native.head_export``)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,6 @@ def _args_export_head(p: argparse.ArgumentParser) -> None:
 @command("export-head", "export an EAGLE-3 head for vLLM (--format eagle3) or llama-server (--format gguf)",
          _args_export_head)
 def run_export_head(args: argparse.Namespace) -> dict:
-    from specnb.engine.head_export import export_head
+    from specnb.native.head_export import export_head
 
     return export_head(args.head, args.format, args.out, verifier=args.verifier)

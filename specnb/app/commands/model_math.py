@@ -46,7 +46,7 @@ def _args_ratio(p: argparse.ArgumentParser) -> None:
 
 @command("ratio", "cost ratio c = draft FLOPs / verifier FLOPs per token", _args_ratio)
 def run_ratio(args: argparse.Namespace) -> dict:
-    from specnb.engine.kinds.by_name import flops_table
+    from specnb.decode.kinds.by_name import flops_table
 
     # draft names mean what they mean everywhere
     # (an EAGLE or Medusa head priced as the draft table prices it)
@@ -120,6 +120,6 @@ def _args_models(p: argparse.ArgumentParser) -> None:
     _args_models,
 )
 def run_models(args: argparse.Namespace) -> list[dict]:
-    from specnb.engine.kinds.by_name import list_embedded
+    from specnb.decode.kinds.by_name import list_embedded
 
     return list_embedded()

@@ -41,7 +41,7 @@ def bullets(lines, closing: str = "") -> str:
 
 
 def reference_theory(ref_table: pd.DataFrame, gammas=range(3, 9)) -> Report:
-    """The reference pair by FLOPs (``specnb.engine.kinds.by_name.flops_table`` of the reference verifier,
+    """The reference pair by FLOPs (``specnb.decode.kinds.by_name.flops_table`` of the reference verifier,
     its 0.5B and 1.5B drafts): c, Leviathan's speedup at the reported α and γ = 4, and the 1.5B draft's break-even α."""
     v_gflops, d_gflops = (ref_table["flops_per_token"].iloc[i] / 1e9 for i in (0, 1))
     c_small, c_large = (float(ref_table["c_flops"].iloc[i]) for i in (1, 2))

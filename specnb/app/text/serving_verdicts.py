@@ -9,11 +9,12 @@ import pandas as pd
 
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
-from specnb.engine.engines.seam import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, engine_named, engine_of
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
 from specnb.predict.serving_decision import ServingDecision, adaptive_ran
 from specnb.predict.serving_policy import batch_ranges
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms
+from specnb.serve.engines import engine_named, engine_of
+from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
 
 
 def fmt_ci(row, metric: str) -> str:

@@ -167,7 +167,7 @@ class Recipe:
 
 
 # A table by kind because a config names the kind it trains (its config.json says it too); the loaded
-# heads are the draft kinds' (``specnb.engine.kinds``), which training, a layer below, cannot import.
+# heads are the draft kinds' (``specnb.decode.kinds``), which training, a layer below, cannot import.
 RECIPES = {"eagle": Recipe(new=lambda verifier, head_ids, cfg: (new_eagle3 if cfg.standard else new_eagle)(
                                verifier, head_ids, cfg),
                            loss=lambda cfg: eagle3_loss if cfg.feature_layers else eagle_loss, reads_lookup=True),

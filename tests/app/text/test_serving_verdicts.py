@@ -95,7 +95,7 @@ def test_a_policy_that_drafts_at_every_level_is_printed_without_a_schedule():
 
 
 def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder(tmp_path):
-    from specnb.engine.vllm_server import VllmConfig
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     levels = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}, "family": {"ngram": "eagle3"}})
     levels["uses_model"] = levels["family"] == "eagle3"
@@ -123,7 +123,7 @@ def test_the_identical_share_is_counted_over_every_level():
 
 def scheduled(server, configs=()) -> ServingDecision:
     """A decision whose launch is the schedule ``server`` (as ``decide`` makes one on vLLM)."""
-    from specnb.engine.engines.engine_vllm import launch_text
+    from specnb.serve.vllm.engine_vllm import launch_text
 
     return ServingDecision(seed=0, engine="vllm", policy=pd.DataFrame(), launched=pd.DataFrame(), kind="schedule",
                            config="adaptive", server=server, launch_json=launch_text(server), configs=tuple(configs))
@@ -132,8 +132,8 @@ def scheduled(server, configs=()) -> ServingDecision:
 def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     from specnb.app.policy_check import PolicyCheck
     from specnb.app.text.serving_verdicts import adaptive_text
-    from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_sweep import Sweep
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     launched = VllmConfig(model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096, 0)],
                           adaptive=True)
@@ -162,8 +162,8 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
 def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lost_to():
     from specnb.app.policy_check import PolicyCheck
     from specnb.app.text.serving_verdicts import adaptive_text
-    from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_sweep import Sweep
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     static = [VllmConfig(model="/hf/verifier"),
               VllmConfig(model="/hf/verifier", method="ngram", k=4)]
@@ -233,8 +233,8 @@ def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0
 
 def launch_for(tpot_ms: dict[str, float], spread: float = 0.05) -> tuple[str, str]:
     from specnb.app.text.serving_verdicts import trace_launch
-    from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_checks import trace_check
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [VllmConfig(model="/hf/verifier")] + [
         VllmConfig(model="/hf/verifier", method="ngram", k=k) for k in (2, 4)]
@@ -265,7 +265,7 @@ def test_a_static_configuration_clearly_best_on_the_trace_is_launched():
 
 
 def test_the_report_gives_one_answer_for_the_load_it_measured():
-    from specnb.engine.vllm_server import VllmConfig
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     levels = summary("concurrency")  # ngram k=3 pays at 1 and 2 (CIs above 1), not at 4
     on_vllm, value = launch_verdict(decide(levels, engine="vllm"))
@@ -284,8 +284,8 @@ def test_the_report_gives_one_answer_for_the_load_it_measured():
 
 
 def test_a_trace_that_ran_gives_the_verdict():
-    from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_checks import trace_check
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
     trace = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0, "adaptive": 120.0}),
@@ -319,9 +319,9 @@ def test_the_trace_forecast_is_reported_first_and_the_reconstruction_as_a_diagno
 def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alone():
     from specnb.app.policy_check import PolicyCheck
     from specnb.app.text.serving_verdicts import adaptive_text
-    from specnb.engine.vllm_server import VllmConfig
     from specnb.measure.serving_checks import trace_check
     from specnb.measure.serving_sweep import Sweep
+    from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
     table = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0}), n_boot=200)

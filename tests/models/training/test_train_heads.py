@@ -147,7 +147,7 @@ def test_unknown_head_name_is_one_line_and_exit_2(capsys):
 @pytest.mark.parametrize("name, kind", [("smollm2-eagle", "eagle"), ("smollm2-eagle3", "eagle"),
                                         ("smollm2-medusa", "medusa")])
 def test_the_committed_heads_resolve_by_name(name, kind):
-    from specnb.engine.kinds.by_name import list_embedded
+    from specnb.decode.kinds.by_name import list_embedded
     from specnb.models.load import locate
     from specnb.models.registry import embedded_draft_names, resolve_draft
 

@@ -1,0 +1,2 @@
+"""An OpenAI-compatible server someone else runs (SGLang and the like), measured at ``-p endpoint``
+(``engine_openai``)."""
