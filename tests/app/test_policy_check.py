@@ -139,7 +139,7 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
     schedule its check launched (the notebook's path: ``decision = loop.decision``)."""
     import json
 
-    from specnb.app.text.serving_verdicts import launch_verdict, policy_text
+    from specnb.app.text.nb08_serving import launch_verdict, policy_text
     from specnb.serve.vllm.engine_vllm import launch_text
 
     bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95

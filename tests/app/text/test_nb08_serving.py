@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.app.charts import load_curves
-from specnb.app.text.serving_verdicts import (
+from specnb.app.text.nb08_serving import (
     crossover_line,
     launch_verdict,
     policy_text,
@@ -131,7 +131,7 @@ def scheduled(server, configs=()) -> ServingDecision:
 
 def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     from specnb.app.policy_check import PolicyCheck
-    from specnb.app.text.serving_verdicts import adaptive_text
+    from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_sweep import Sweep
     from specnb.serve.vllm.vllm_server import VllmConfig
 
@@ -161,7 +161,7 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
 
 def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lost_to():
     from specnb.app.policy_check import PolicyCheck
-    from specnb.app.text.serving_verdicts import adaptive_text
+    from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_sweep import Sweep
     from specnb.serve.vllm.vllm_server import VllmConfig
 
@@ -232,7 +232,7 @@ def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0
 
 
 def launch_for(tpot_ms: dict[str, float], spread: float = 0.05) -> tuple[str, str]:
-    from specnb.app.text.serving_verdicts import trace_launch
+    from specnb.app.text.nb08_serving import trace_launch
     from specnb.measure.serving_checks import trace_check
     from specnb.serve.vllm.vllm_server import VllmConfig
 
@@ -318,7 +318,7 @@ def test_the_trace_forecast_is_reported_first_and_the_reconstruction_as_a_diagno
 
 def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alone():
     from specnb.app.policy_check import PolicyCheck
-    from specnb.app.text.serving_verdicts import adaptive_text
+    from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_checks import trace_check
     from specnb.measure.serving_sweep import Sweep
     from specnb.serve.vllm.vllm_server import VllmConfig
