@@ -40,12 +40,12 @@ def measured(records: pd.DataFrame) -> pd.DataFrame:
 
 def predicted(profile_path: str, max_new_tokens: int) -> pd.DataFrame:
     from specnb.predict.costs import load_profile
-    from specnb.predict.predictor import predict
+    from specnb.predict.predictor import Workload, predict
 
     profile = load_profile(profile_path)
     rows = []
     for c in THRESHOLDS:
-        table = predict(profile, EAGLE, list(GAMMAS), 1, max_new_tokens, confidence=c).table
+        table = predict(profile, EAGLE, list(GAMMAS), Workload(max_new_tokens=max_new_tokens, confidence=c)).table
         rows += [{"gamma": int(r.gamma), "confidence": c, "predicted_speedup": r.predicted_speedup,
                   "predicted_tau": r.tokens_per_step, "predicted_drafted_per_step": r.drafted_per_step}
                  for r in table.itertuples()]

@@ -134,15 +134,15 @@ def held_out(args) -> tuple[pd.DataFrame, dict]:
     from specnb.decode.pairs import load_drafts
     from specnb.measure import analysis, runs
     from specnb.measure.prompts import split_prompts
-    from specnb.predict.calibrate import calibrate
+    from specnb.predict.calibrate import CalibrationSettings, calibrate
     from specnb.predict.predictor import predict
     from specnb.predict.validate import grid_table
 
     started = time.time()
     pair, models = load_drafts("smollm2-135m", list(args.drafts))
     calibration, validation = split_prompts("all", args.calibration, args.prompts)
-    profile, _ = calibrate(loaded=(pair, models), prompts=calibration, gamma=max(PREDICTED_GAMMAS),
-                           max_new_tokens=args.max_new_tokens, progress=True)
+    settings = CalibrationSettings(gamma=max(PREDICTED_GAMMAS), max_new_tokens=args.max_new_tokens, progress=True)
+    profile, _ = calibrate(loaded=(pair, models), prompts=calibration, settings=settings)
     calibrated_s = time.time() - started
     chosen = {}
     for name in models:

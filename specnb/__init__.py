@@ -73,9 +73,12 @@ _API = {
     "make_candidates": "specnb.measure.runs", "run_interleaved": "specnb.measure.runs",
     "summarise": "specnb.measure.runs",
     # prediction
-    "calibrate": "specnb.predict.calibrate", "predict": "specnb.predict.predictor",
-    "auto_gamma": "specnb.predict.auto_gamma",
-    "validate": "specnb.predict.validate", "load_profile": "specnb.predict.costs",
+    "calibrate": "specnb.predict.calibrate", "CalibrationSettings": "specnb.predict.calibrate",
+    "predict": "specnb.predict.predictor", "Workload": "specnb.predict.predictor",
+    "Bootstrap": "specnb.predict.predictor",
+    "auto_gamma": "specnb.predict.auto_gamma", "ProfileSource": "specnb.predict.auto_gamma",
+    "validate": "specnb.predict.validate", "ValidationPlan": "specnb.predict.validate",
+    "load_profile": "specnb.predict.costs",
     "save_profile": "specnb.predict.costs",
     # notebooks
     "run_notebooks": "specnb.app.runner",

@@ -112,9 +112,10 @@ def measured_explorer(make_chart, summary, key: str, interactive: bool, label: s
 def what_if_chart(profile, draft: str, alpha: float, batch_size: int, draft_speed: float) -> alt.TopLevelMixin:
     """The predicted speedup per γ if acceptance were a flat α, at a batch size, with a draft
     ``draft_speed`` times faster (``specnb.predict.what_if.what_if``), titled with the verdict."""
+    from specnb.predict.predictor import Workload
     from specnb.predict.what_if import what_if
 
-    pred = what_if(profile, draft, alpha, batch_size, draft_speed)
+    pred = what_if(profile, draft, alpha, draft_speed, workload=Workload(batch_size=batch_size))
     verdict = f"γ={pred.recommended_gamma}, {pred.predicted_speedup:.2f}x" if pred.recommended_gamma else \
         f"don't speculate (best {pred.predicted_speedup:.2f}x)"
     return predicted.prediction_chart(pred.table.assign(draft=draft),

@@ -15,7 +15,7 @@ what ``generate`` runs. A user who asks for this
 machine's best γ wants this machine's numbers, and calibrating is a one-time cost per machine,
 verifier and draft: 197 s for smollm2-135m with smollm2-eagle (3 prompts, 48 tokens, one torch
 thread on a Xeon shared with other jobs), about 1.5 s per batch size for the prediction after it.
-``calibrate=False`` takes ``FALLBACK_GAMMA`` instead of measuring and says so in the reason.
+``ProfileSource(calibrate=False)`` takes ``FALLBACK_GAMMA`` instead of measuring and says so in the reason.
 
 The best γ is the argmax of the predicted speedup even when its band does not clear 1.0x (when
 ``predict`` would not recommend speculating): the caller asked to speculate, so the reason says
@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specnb.core.devices import describe_machine, resolve_device
 from specnb.core.errors import ParameterError
 from specnb.core.intervals import interval_text
 from specnb.predict.costs import HardwareProfile, load_profile, path_mismatches, save_profile
-from specnb.predict.predictor import Prediction, predict
+from specnb.predict.predictor import Bootstrap, Prediction, Workload, predict
 
 FALLBACK_GAMMA = 4  # without a profile: the engine's default γ
 GAMMAS = tuple(range(1, 9))  # the γ ``choose`` picks among
@@ -59,8 +59,8 @@ class AutoGamma:
         if self.profile is None:
             return FALLBACK_GAMMA, (f"auto: no profile of this machine covers {self.draft}; γ={FALLBACK_GAMMA}, the "
                                     "default (calibrate with `specnb calibrate` to choose by prediction)")
-        prediction = predict(self.profile, self.draft, GAMMAS, batch_size, self.max_new_tokens, n_boot=100,
-                             confidence=self.confidence)
+        workload = Workload(batch_size=batch_size, max_new_tokens=self.max_new_tokens, confidence=self.confidence)
+        prediction = predict(self.profile, self.draft, GAMMAS, workload, bootstrap=Bootstrap(n_boot=100))
         return prediction.best_gamma, reason(prediction, self.profile)
 
 
@@ -102,19 +102,29 @@ def cached_profile(verifier: str, device="auto", kernels: dict | None = None) ->
     return profile
 
 
-def auto_gamma(verifier: str, draft: str, *, profile: HardwareProfile | None = None, device="auto",
-               confidence: float = 0.0, max_new_tokens: int | None = None, calibrate: bool = True,
-               progress: bool = True, kernels: dict | None = None) -> AutoGamma:
-    """``gamma="auto"`` for ``draft`` with ``verifier`` (their names, as ``load_pair`` takes them): pass
-    the result as ``generate(..., gamma=...)``. The profile: ``profile``, else this machine's cached one
-    if it priced the kernel paths the loaded models run (``kernels``: ``Pair.kernels``), else
-    calibrated now and cached (``calibrate=False``: the fallback γ instead)."""
-    from specnb.predict.calibrate import ensure_calibrated
+@dataclass(frozen=True, kw_only=True)
+class ProfileSource:
+    """Where ``auto_gamma`` finds a profile: this machine's cached one for ``device`` if it priced the
+    kernel paths the loaded models run (``kernels``: ``Pair.kernels``; None: any), else one calibrated
+    now and cached (``calibrate=False``: the fallback γ instead), showing its progress or not."""
 
-    profile = profile or cached_profile(verifier, device, kernels)
+    device: object = "auto"
+    kernels: dict | None = None
+    calibrate: bool = True
+    progress: bool = True
+
+
+def auto_gamma(verifier: str, draft: str, *, profile: HardwareProfile | None = None, confidence: float = 0.0,
+               max_new_tokens: int | None = None, source: ProfileSource = ProfileSource()) -> AutoGamma:
+    """``gamma="auto"`` for ``draft`` with ``verifier`` (their names, as ``load_pair`` takes them): pass
+    the result as ``generate(..., gamma=...)``. The profile: ``profile``, else the one ``source`` finds."""
+    from specnb.predict.calibrate import SHORT_CALIBRATION, ensure_calibrated
+
+    profile = profile or cached_profile(verifier, source.device, source.kernels)
     covered = profile is not None and draft in profile.drafts and draft in profile.traces
-    if not covered and calibrate:
-        profile = ensure_calibrated(verifier, draft, profile, device=device, progress=progress)
+    if not covered and source.calibrate:
+        settings = replace(SHORT_CALIBRATION, device=source.device, progress=source.progress)
+        profile = ensure_calibrated(verifier, draft, profile, settings=settings)
         save_profile(profile, profile_path(verifier, profile.device))
     elif not covered:
         profile = None

@@ -16,6 +16,7 @@ Reference for the measurement protocol: Spec-Bench (Xia et al. 2024).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,27 @@ from specnb.predict.traces import emitted_per_step, measure_traces, pack, profil
 
 OVERHEAD = stage_columns(BOOKKEEPING)  # a step's host time beyond its forwards
 OVERHEAD_PROMPTS = 2  # prompts of the short speculative run that times per-step bookkeeping
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationSettings:
+    """How a calibration measures: its models loaded on ``device`` with ``kernels`` (as ``load_drafts``
+    takes them), acceptance up to ``gamma`` over ``max_new_tokens``, the forward grid at
+    ``batch_sizes`` with ``repeats`` timed forwards per size, and the short speculative run on the
+    first ``overhead_prompts`` prompts."""
+
+    device: object = "auto"
+    kernels: str = "auto"
+    gamma: int = 8
+    max_new_tokens: int = 48
+    batch_sizes: tuple[int, ...] = (1,)
+    repeats: int = 15
+    overhead_prompts: int = OVERHEAD_PROMPTS
+    progress: bool = True
+
+
+# a short calibration, quiet: what ``ensure_calibrated`` measures when a profile lacks something
+SHORT_CALIBRATION = CalibrationSettings(repeats=7, progress=False)
 
 
 # ---------------------------------------------------------------------------- calibration
@@ -94,13 +116,14 @@ def baseline_overhead(records: pd.DataFrame) -> float:
     return float(rows[OVERHEAD].to_numpy().sum() / max((rows["verifier_forwards"] - 1).sum(), 1))
 
 
-def time_steps(pair, models: dict, costs: dict[str, DraftCosts], prompts: pd.DataFrame, gamma: int,
-               max_new_tokens: int, baseline: bool, progress: bool) -> tuple[pd.DataFrame, dict[str, float]]:
-    """A short interleaved speculative run at ``gamma``: its records and the host time per step of
-    each draft (per generated token for verifier-only, with ``baseline``). A forward-free draft's
-    proposing time (per step, or per drafted token) is set on its ``costs`` entry."""
-    records = run_interleaved(pair, prompts, make_candidates(models, [gamma], baseline=baseline),
-                              max_new_tokens=max_new_tokens, progress=progress)
+def time_steps(pair, models: dict, costs: dict[str, DraftCosts], prompts: pd.DataFrame, settings: CalibrationSettings,
+               baseline: bool) -> tuple[pd.DataFrame, dict[str, float]]:
+    """A short interleaved speculative run at ``settings.gamma``: its records and the host time per
+    step of each draft (per generated token for verifier-only, with ``baseline``). A forward-free
+    draft's proposing time (per step, or per drafted token) is set on its ``costs`` entry."""
+    candidates = make_candidates(models, [settings.gamma], baseline=baseline)
+    records = run_interleaved(pair, prompts, candidates, max_new_tokens=settings.max_new_tokens,
+                              progress=settings.progress)
     overhead = {BASELINE: baseline_overhead(records)} if baseline else {}
     for name in models:
         overhead[name] = per_step_overhead(records, name)
@@ -127,44 +150,36 @@ def calibrate(
     verifier: str = "smollm2-135m",
     drafts=("smollm2-exit-4",),
     *,
-    device="auto",
     prompts=None,
-    gamma: int = 8,
-    max_new_tokens: int = 48,
-    batch_sizes=(1,),
-    repeats: int = 15,
-    overhead_prompts: int = OVERHEAD_PROMPTS,
     loaded=None,
-    progress: bool = True,
-    kernels: str = "auto",
+    settings: CalibrationSettings = CalibrationSettings(),
 ) -> tuple[HardwareProfile, pd.DataFrame]:
     """Measure a ``HardwareProfile`` for a verifier and its drafts; returns it and the raw records
     of the short speculative run (per-step overhead; ``replay_check`` compares it with the traces).
 
     ``loaded`` = (pair, {name: draft}) from ``specnb.decode.pairs.load_drafts`` reuses models already in
     memory; ``prompts`` is a frame/list, or None for 3 prompts of the shipped set; acceptance
-    traces are measured on all of them, the speculative run on the first ``overhead_prompts``;
-    ``kernels`` as for ``load_drafts`` when it loads them (the profile's ``machine`` records each
-    model's path)."""
+    traces are measured on all of them, the speculative run on the first ``settings.overhead_prompts``;
+    ``settings.kernels`` as for ``load_drafts`` when it loads them (the profile's ``machine`` records
+    each model's path)."""
+    gamma, max_new_tokens, overhead_prompts = settings.gamma, settings.max_new_tokens, settings.overhead_prompts
     if gamma < 1 or max_new_tokens < 2 or overhead_prompts < 1:
         raise ParameterError(
             f"calibration needs gamma >= 1, max_new_tokens >= 2 and overhead_prompts >= 1, "
             f"got {gamma}, {max_new_tokens}, {overhead_prompts}"
         )
-    pair, models = loaded or load_drafts(verifier, list(drafts), device=device, kernels=kernels)
+    pair, models = loaded or load_drafts(verifier, list(drafts), device=settings.device, kernels=settings.kernels)
     frame = split_prompts("all", 3, 0)[0] if prompts is None else as_prompt_frame(prompts)
     width = prompt_tokens(pair.tokenizer, frame)
     context = int(width + max_new_tokens // 2)
     traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in models.items()}
     verifier = GridShapes(name=pair.verifier_name, model=pair.verifier, n_tokens=tuple(range(1, gamma + 2)))
     shapes = [verifier] + draft_shapes(traits)
-    grid = measure_costs(shapes, batch_sizes, context, int(width), repeats, pair.device)
+    grid = measure_costs(shapes, settings.batch_sizes, context, int(width), settings.repeats, pair.device)
     v_decode, v_prefill = fit_costs(grid, pair.verifier_name, pair.verifier)
     costs = {name: draft_cost(t, name, grid, pair.verifier) for name, t in traits.items()}
-    traces = measure_traces(pair, models, frame, max_new_tokens, progress=progress)
-    records, overhead = time_steps(
-        pair, models, costs, frame.iloc[:overhead_prompts], gamma, max_new_tokens, baseline=True, progress=progress
-    )
+    traces = measure_traces(pair, models, frame, max_new_tokens, progress=settings.progress)
+    records, overhead = time_steps(pair, models, costs, frame.iloc[:overhead_prompts], settings, baseline=True)
     from specnb import __version__
 
     profile = HardwareProfile(
@@ -226,45 +241,33 @@ def ensure_calibrated(
     draft: str,
     profile: HardwareProfile | None = None,
     *,
-    device="auto",
     prompts=None,
-    gamma: int = 8,
-    max_new_tokens: int = 48,
-    progress: bool = False,
-    kernels: str = "auto",
+    settings: CalibrationSettings = SHORT_CALIBRATION,
 ) -> HardwareProfile:
-    """A profile that covers ``draft``: measured now when ``profile`` is None (a short calibration, its
-    models on ``kernels``),
-    else completed by measuring only what it lacks: the draft's costs if it was never calibrated,
-    its acceptance if it has none or if ``prompts`` (acceptance depends on them) are given."""
+    """A profile that covers ``draft``: measured now when ``profile`` is None (a calibration with
+    ``settings``), else completed by measuring only what it lacks: the draft's costs if it was never
+    calibrated, its acceptance if it has none or if ``prompts`` (acceptance depends on them) are given."""
     if profile is None:
-        return calibrate(
-            verifier,
-            [draft],
-            device=device,
-            prompts=prompts,
-            gamma=gamma,
-            max_new_tokens=max_new_tokens,
-            repeats=7,
-            progress=progress,
-            kernels=kernels,
-        )[0]
+        return calibrate(verifier, [draft], prompts=prompts, settings=settings)[0]
     if profile.verifier != verifier:
         raise ParameterError(
             f"profile was calibrated for verifier {profile.verifier!r}, not {verifier!r}; "
             "pass the same --verifier or calibrate a new profile"
         )
-    if device != "auto" and str(device) != profile.device:
+    if settings.device != "auto" and str(settings.device) != profile.device:
         raise ParameterError(
-            f"profile was measured on device {profile.device!r}, not {device!r}; "
+            f"profile was measured on device {profile.device!r}, not {settings.device!r}; "
             "use --device auto or calibrate on that device"
         )
     if draft in profile.drafts and draft in profile.traces and prompts is None:
         return profile
-    return complete_profile(profile, draft, prompts, gamma, progress)
+    return complete_profile(profile, draft, prompts, settings)
 
 
-def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, progress: bool) -> HardwareProfile:
+def complete_profile(profile: HardwareProfile, draft: str, prompts, settings: CalibrationSettings) -> HardwareProfile:
+    """``profile`` with ``draft``'s costs (if it lacks them) and acceptance measured now, at the profile's
+    ``max_new_tokens`` and batch sizes."""
+    settings = replace(settings, max_new_tokens=profile.max_new_tokens)
     pair, models = load_drafts(profile.verifier, [draft], device=profile.device)
     frame = split_prompts("all", 3, 0)[0] if prompts is None else as_prompt_frame(prompts)
     width = prompt_tokens(pair.tokenizer, frame)
@@ -274,23 +277,16 @@ def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, 
         traits = {draft: draft_traits(models[draft], pair.vocab_size)}
         shapes = draft_shapes(traits)
         grid = (
-            measure_costs(shapes, batch_sizes, int(width + profile.max_new_tokens // 2), int(width), 7, pair.device)
+            measure_costs(shapes, batch_sizes, int(width + profile.max_new_tokens // 2), int(width), settings.repeats,
+                          pair.device)
             if shapes
             else None
         )
         drafts[draft] = draft_cost(traits[draft], draft, grid, pair.verifier)
-    traces = measure_traces(pair, models, frame, profile.max_new_tokens, progress=progress)[draft]
-    _, measured = time_steps(
-        pair,
-        models,
-        drafts,
-        frame.iloc[:OVERHEAD_PROMPTS],
-        gamma,
-        profile.max_new_tokens,
-        baseline=False,
-        progress=progress,
-    )
+    traces = measure_traces(pair, models, frame, profile.max_new_tokens, progress=settings.progress)[draft]
+    _, measured = time_steps(pair, models, drafts, frame.iloc[:settings.overhead_prompts], settings, baseline=False)
     overhead = {**profile.overhead_ms, **measured}
+    acceptance = profile_from_traces(traces, settings.gamma, settings.max_new_tokens)
     return HardwareProfile(
         **{
             **profile.__dict__,
@@ -298,7 +294,7 @@ def complete_profile(profile: HardwareProfile, draft: str, prompts, gamma: int, 
             "overhead_ms": overhead,
             "prompt_tokens": width,
             "traces": {**profile.traces, draft: traces},
-            "acceptance": {**profile.acceptance, draft: profile_from_traces(traces, gamma, profile.max_new_tokens)},
+            "acceptance": {**profile.acceptance, draft: acceptance},
             "prompts": ",".join(frame["id"].astype(str)),
         }
     )

@@ -165,32 +165,43 @@ def check_known(profile: HardwareProfile, draft: str) -> None:
         )
 
 
-def predict(
-    profile: HardwareProfile,
-    draft: str,
-    gammas=range(1, 9),
-    batch_size: int = 1,
-    max_new_tokens: int | None = None,
-    prompt_tokens: float | None = None,
-    *,
-    n_boot: int = 200,
-    sims_per_boot: int = 16,
-    seed: int = 0,
-    confidence: float = 0.0,
-) -> Prediction:
-    """Predicted speedup for every γ, its band, break-even α and the recommendation; ``confidence``:
-    chains stop where the draft's top probability falls below it (``specnb.decode.confidence``)."""
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What a prediction is for: the batch size, the tokens to generate and the prompt width (None:
+    the profile's), and the confidence below which chains stop (0: never; ``specnb.decode.confidence``)."""
+
+    batch_size: int = 1
+    max_new_tokens: int | None = None
+    prompt_tokens: float | None = None
+    confidence: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bootstrap:
+    """How the band is drawn: ``n_boot`` resampled sets of calibration prompts, ``sims_per_boot``
+    batches from each; fewer is faster and noisier."""
+
+    n_boot: int = 200
+    sims_per_boot: int = 16
+    seed: int = 0
+
+
+def predict(profile: HardwareProfile, draft: str, gammas=range(1, 9), workload: Workload = Workload(), *,
+            bootstrap: Bootstrap = Bootstrap()) -> Prediction:
+    """Predicted speedup for every γ, its band, break-even α and the recommendation for ``workload``."""
     gammas = check_gammas(gammas)
     check_known(profile, draft)
+    batch_size, confidence, seed = workload.batch_size, workload.confidence, bootstrap.seed
     if batch_size < 1:
         raise ParameterError(f"batch_size must be >= 1, got {batch_size}")
-    n_new = int(max_new_tokens or profile.max_new_tokens)
+    n_new = int(workload.max_new_tokens or profile.max_new_tokens)
     if n_new < 2:
         raise ParameterError(f"max_new_tokens must be >= 2 for a speculative step to exist, got {n_new}")
-    prompt_tokens = float(prompt_tokens if prompt_tokens is not None else profile.prompt_tokens)
-    costs = forward_costs(profile, draft, batch_size, prompt_tokens)
+    width = float(workload.prompt_tokens if workload.prompt_tokens is not None else profile.prompt_tokens)
+    costs = forward_costs(profile, draft, batch_size, width)
     packed = pack(profile.traces[draft], n_new, confidence)
-    rows = bootstrap_rows(len(packed.lengths), batch_size, n_boot, sims_per_boot, seed)  # [n_boot, per_boot, B]
+    rows = bootstrap_rows(len(packed.lengths), batch_size, bootstrap.n_boot, bootstrap.sims_per_boot,
+                          seed)  # [n_boot, per_boot, B]
     scenario = Scenario(profile=profile, draft=draft, costs=costs, packed=packed, rows=rows,
                         flat=flat_packed(BREAK_EVEN_ALPHAS, n_new, seed=seed), n_new=n_new)
     table = pd.DataFrame([predict_gamma(scenario, g) for g in gammas])
@@ -296,7 +307,7 @@ def predict_gamma(scenario: Scenario, gamma: int) -> dict:
         "drafted_per_step": float(got.drafted[active].sum() / max(active.sum(), 1)),
         "verify_ms": float(costs.verify_ms(np.array(gamma + 1))),
         "draft_ms_per_step": float(costs.draft_ms(np.array(gamma), np.array(1.0))),
-        "break_even_alpha": simulated_break_even_alpha(costs, scenario.flat, gamma, batch, scenario.n_new),
+        "break_even_alpha": simulated_break_even_alpha(scenario, gamma),
         "flops_leviathan_speedup": float(theory.expected_speedup(min(alpha, 0.999), gamma, flops_c(profile, draft))),
         "wallclock_leviathan_speedup": float(theory.expected_speedup(min(alpha, 0.999), gamma, c_wall)),
         "extrapolated": gamma > trace_cap(profile.traces[draft]),
@@ -311,20 +322,20 @@ def flops_c(profile: HardwareProfile, draft: str) -> float:
 BREAK_EVEN_ALPHAS = np.linspace(0.0, 0.999, 64)
 
 
-def simulated_break_even_alpha(
-    costs: ForwardCosts, flat: PackedTraces, gamma: int, batch: int, n_new: int, sims: int = 32, seed: int = 0
-) -> float:
-    """Flat α at which γ drafts just match verifier-only on this hardware; NaN if even α → 1 loses.
+def simulated_break_even_alpha(scenario: Scenario, gamma: int, sims: int = 32, seed: int = 0) -> float:
+    """Flat α at which γ drafts just match verifier-only on this hardware, at the scenario's batch
+    size and budget; NaN if even α → 1 loses.
 
     One replay of i.i.d. traces over a grid of α with common random numbers (``flat_packed``: the
     same uniforms thresholded at each α, the same batches), then linear interpolation at the
     crossing of 1.0.
     """
+    costs, flat, batch = scenario.costs, scenario.flat, scenario.rows.shape[-1]
     alphas = BREAK_EVEN_ALPHAS
     per_alpha = len(flat.lengths) // len(alphas)
     rows = np.random.default_rng(seed).integers(0, per_alpha, size=(sims, batch))  # [S, B]
     rows = (np.arange(len(alphas))[:, None, None] * per_alpha + rows[None]).reshape(-1, batch)  # [A·S, B]
-    spec, base, _ = simulate_ms(costs, flat, rows, gamma, n_new)
+    spec, base, _ = simulate_ms(costs, flat, rows, gamma, scenario.n_new)
     speedup = base.reshape(len(alphas), sims).sum(1) / spec.reshape(len(alphas), sims).sum(1)  # [A]
     above = np.flatnonzero(speedup >= 1.0)
     if len(above) == 0:
@@ -345,7 +356,8 @@ def predict_grid(
     """``predict`` for every calibrated draft at every batch size (``prompt_tokens``: batch size ->
     mean prefill width of its batches)."""
     return {
-        (name, b): predict(profile, name, gammas, b, max_new_tokens, prompt_tokens[b])
+        (name, b): predict(profile, name, gammas,
+                           Workload(batch_size=b, max_new_tokens=max_new_tokens, prompt_tokens=prompt_tokens[b]))
         for name in profile.drafts
         for b in batch_sizes
     }

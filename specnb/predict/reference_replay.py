@@ -14,7 +14,7 @@ from specnb.core.errors import ParameterError
 from specnb.core.reference import REFERENCE_MPS
 from specnb.decode.kinds.kind import FORWARDS
 from specnb.predict.costs import CostModel, DraftCosts, HardwareProfile
-from specnb.predict.predictor import predict
+from specnb.predict.predictor import Bootstrap, predict
 from specnb.predict.what_if import set_flat_acceptance
 
 
@@ -78,7 +78,8 @@ def reference_comparison(fractions=(0.0, 0.05, 0.1, 0.15, 0.2, 0.3), measured_at
             ref["alpha"], gamma, ref["draft_flops_per_token"] / ref["verifier_flops_per_token"]))
         for reading, alpha in readings.items():
             for f in fractions:
-                pred = predict(reference_mps_profile(f, alpha), draft, [gamma], n_boot=20, sims_per_boot=8)
+                pred = predict(reference_mps_profile(f, alpha), draft, [gamma],
+                               bootstrap=Bootstrap(n_boot=20, sims_per_boot=8))
                 tok_s = float(pred.table["predicted_tok_s"].iloc[0])
                 rows.append({"gamma": gamma, "alpha_reading": reading, "flat_alpha": alpha,
                              "verify_extra_token_fraction": f, "predicted_tok_s": tok_s,

@@ -22,6 +22,7 @@ the points still wider than that, the highest predicted first, as they decide th
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,26 +33,30 @@ from specnb.measure import sizing
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens
 from specnb.measure.runs import BASELINE, make_candidates, run_interleaved, summarise
 from specnb.predict.costs import HardwareProfile
-from specnb.predict.predictor import clears_break_even, predict
+from specnb.predict.predictor import Workload, clears_break_even, predict
 
 ERROR_TARGET = 0.10  # the predictor's claim: median |predicted − measured| ÷ measured
 RECOMMENDATION_TARGET = 0.05  # a recommendation's measured speedup within 5% of the best option's
 CI_TARGET = ERROR_TARGET / 2  # a point's CI half-width at which a 10% error shows outside it
 
 
-def validate(
-    profile: HardwareProfile,
-    loaded,
-    prompts,
-    gammas=(1, 2, 3, 4, 6),
-    batch_sizes=(1,),
-    max_new_tokens: int | None = None,
-    repeats: int = 1,
-    progress: bool = True,
-    *,
-    budget_s: float | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Measure every (draft, γ, batch size) on ``prompts`` and set predictions beside it.
+@dataclass(frozen=True, kw_only=True)
+class ValidationPlan:
+    """The held-out grid: every γ of ``gammas`` at every batch size of ``batch_sizes``, generating
+    ``max_new_tokens`` (None: the profile's), ``repeats`` interleaved repeats per batch size's
+    prompt, and the seconds ``budget_s`` the whole validation may take (see ``validate``)."""
+
+    gammas: tuple[int, ...] = (1, 2, 3, 4, 6)
+    batch_sizes: tuple[int, ...] = (1,)
+    max_new_tokens: int | None = None
+    repeats: int = 1
+    budget_s: float | None = None
+    progress: bool = True
+
+
+def validate(profile: HardwareProfile, loaded, prompts,
+             plan: ValidationPlan = ValidationPlan()) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Measure every (draft, γ, batch size) of ``plan`` on ``prompts`` and set predictions beside it.
 
     Batch size b runs ``repeats × b`` interleaved repeats, so every grid point rests on the same
     number of timed generations (P prompts make P / b batches). Why: with 4 prompts, batch 2 would
@@ -67,9 +72,10 @@ def validate(
     """
     started = time.perf_counter()
     pair, models = loaded
-    n_new = int(max_new_tokens or profile.max_new_tokens)
+    batch_sizes, repeats, budget_s, progress = plan.batch_sizes, plan.repeats, plan.budget_s, plan.progress
+    n_new = int(plan.max_new_tokens or profile.max_new_tokens)
     frames = {b: whole_batches(as_prompt_frame(prompts), b) for b in batch_sizes}
-    candidates = make_candidates(models, gammas)
+    candidates = make_candidates(models, plan.gammas)
     records = pd.concat([
         run_interleaved(pair, frames[b], candidates, max_new_tokens=n_new, batch_size=b, repeats=repeats * b,
                         progress=progress)
@@ -147,7 +153,8 @@ def grid_table(profile: HardwareProfile, pair, models: dict, records: pd.DataFra
         needed = sizing.units_needed(spread.sd, CI_TARGET) if spread.df >= 1 else np.nan
         width = prompt_tokens(pair.tokenizer, full, b)
         for name in models:
-            pred = predict(profile, name, sorted(set(measured["gamma"]) - {0}), b, n_new, width).table
+            workload = Workload(batch_size=b, max_new_tokens=n_new, prompt_tokens=width)
+            pred = predict(profile, name, sorted(set(measured["gamma"]) - {0}), workload).table
             pred = pred.set_index("gamma")
             for _, m in measured[measured["draft"] == name].iterrows():
                 p = pred.loc[int(m["gamma"])]

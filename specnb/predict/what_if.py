@@ -9,7 +9,7 @@ from specnb.core import theory
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import flat_profile
 from specnb.predict.costs import CostModel, DraftCosts, HardwareProfile
-from specnb.predict.predictor import Prediction, check_known, predict
+from specnb.predict.predictor import Bootstrap, Prediction, Workload, check_known, predict
 from specnb.predict.traces import flat_traces
 
 
@@ -17,16 +17,17 @@ def what_if(
     profile: HardwareProfile,
     draft: str,
     alpha: float | None = None,
-    batch_size: int = 1,
     draft_speed: float = 1.0,
     gammas=range(1, 9),
-    max_new_tokens: int | None = None,
+    workload: Workload | None = None,
 ) -> Prediction:
-    """The verdict if acceptance were a flat ``alpha`` (None: as measured), at another batch size,
-    or with a draft ``draft_speed`` times faster per forward (t0 and k both divided)."""
+    """The verdict if acceptance were a flat ``alpha`` (None: as measured), for another ``workload``
+    (a batch size, a budget; None: batch 1 at the profile's budget), or with a draft ``draft_speed``
+    times faster per forward (t0 and k both divided)."""
     if draft_speed <= 0:
         raise ParameterError(f"draft_speed must be > 0 (2.0 = a draft twice as fast), got {draft_speed}")
     check_known(profile, draft)
+    workload = workload or Workload()
     d = profile.drafts[draft]
     scaled = DraftCosts(
         kind=d.kind,
@@ -38,8 +39,8 @@ def what_if(
     )
     changed = HardwareProfile(**{**profile.__dict__, "drafts": {**profile.drafts, draft: scaled}})
     if alpha is not None:
-        set_flat_acceptance(changed, draft, alpha, int(max_new_tokens or profile.max_new_tokens))
-    return predict(changed, draft, gammas, batch_size, max_new_tokens, n_boot=40, sims_per_boot=8)
+        set_flat_acceptance(changed, draft, alpha, int(workload.max_new_tokens or profile.max_new_tokens))
+    return predict(changed, draft, gammas, workload, bootstrap=Bootstrap(n_boot=40, sims_per_boot=8))
 
 
 def set_flat_acceptance(profile: HardwareProfile, draft: str, alpha: float, n_new: int, gamma: int = 8) -> None:
@@ -70,7 +71,7 @@ def verdict_grid(
     for alpha in alphas:
         for b in batch_sizes:
             for speed in draft_speeds:
-                pred = what_if(profile, draft, alpha, b, speed, gammas)
+                pred = what_if(profile, draft, alpha, speed, gammas, Workload(batch_size=b))
                 rows.append(
                     {
                         "alpha": "measured" if alpha is None else f"{alpha:.2f}",

@@ -76,10 +76,11 @@ def test_calibrate_and_predict_pass_kernels_to_the_library(monkeypatch, capsys, 
     monkeypatch.setattr(calibrate, "calibrate", stop)
     out = str(tmp_path / "p.json")
     assert main(["calibrate", "--draft", "prompt-lookup", "--out", out, "--kernels", "onednn"]) == 2
-    assert seen["kernels"] == "onednn" and "stopped before measuring" in capsys.readouterr().err
+    assert seen["settings"].kernels == "onednn" and "stopped before measuring" in capsys.readouterr().err
     seen.clear()
     monkeypatch.setattr(calibrate, "ensure_calibrated", stop)  # `predict` calibrates when given no profile
-    assert main(["predict", "--draft", "prompt-lookup", "--kernels", "default"]) == 2 and seen["kernels"] == "default"
+    assert main(["predict", "--draft", "prompt-lookup", "--kernels", "default"]) == 2
+    assert seen["settings"].kernels == "default"
 
 
 def test_theory_json(capsys):

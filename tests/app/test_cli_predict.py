@@ -85,10 +85,10 @@ def test_calibrate_stores_a_profile_on_20_prompts_and_predict_keeps_a_profiles_t
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_calibrate_on_a_missing_device(tmp_path, capsys):
-    from specnb.predict.calibrate import calibrate
+    from specnb.predict.calibrate import CalibrationSettings, calibrate
 
     with pytest.raises(DeviceError):
-        calibrate("smollm2-135m", ["prompt-lookup"], device="cuda")
+        calibrate("smollm2-135m", ["prompt-lookup"], settings=CalibrationSettings(device="cuda"))
     code, _, err = run_cli(
         ["calibrate", "--draft", "prompt-lookup", "--device", "cuda", "--out", str(tmp_path / "p.json")], capsys
     )

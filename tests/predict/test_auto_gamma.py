@@ -28,7 +28,9 @@ def test_auto_is_the_predictors_best_gamma_for_the_batch_size(profile):
     choice = auto_gamma.AutoGamma(profile=profile, draft=draft_of(profile), max_new_tokens=N_NEW)
     for batch in (1, 4):
         gamma, reason = choice.choose(batch)
-        best = predictor.predict(profile, draft_of(profile), auto_gamma.GAMMAS, batch, N_NEW, n_boot=100).best_gamma
+        workload = predictor.Workload(batch_size=batch, max_new_tokens=N_NEW)
+        best = predictor.predict(profile, draft_of(profile), auto_gamma.GAMMAS, workload,
+                                 bootstrap=predictor.Bootstrap(n_boot=100)).best_gamma
         assert gamma == best and reason.startswith(f"auto: γ={best} ") and f"batch {batch}" in reason
 
 
@@ -48,12 +50,12 @@ def test_generate_records_the_gamma_chosen_and_why(profile):
 
 def test_without_a_profile_auto_falls_back_or_uses_the_one_cached_for_this_machine(tmp_path, monkeypatch, profile):
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
-    fallback = auto_gamma.auto_gamma("tiny", "tiny-draft", device="cpu", calibrate=False)
+    offline = auto_gamma.ProfileSource(device="cpu", calibrate=False)
+    fallback = auto_gamma.auto_gamma("tiny", "tiny-draft", source=offline)
     gamma, reason = fallback.choose(1)
     assert gamma == auto_gamma.FALLBACK_GAMMA and "no profile" in reason
     costs.save_profile(profile, auto_gamma.profile_path(profile.verifier, "cpu"))
-    cached = auto_gamma.auto_gamma(profile.verifier, draft_of(profile), device="cpu", max_new_tokens=N_NEW,
-                                   calibrate=False)
+    cached = auto_gamma.auto_gamma(profile.verifier, draft_of(profile), max_new_tokens=N_NEW, source=offline)
     assert cached.profile is not None
     assert cached.choose(1) == auto_gamma.AutoGamma(profile=profile, draft=draft_of(profile),
                                                     max_new_tokens=N_NEW).choose(1)
@@ -100,8 +102,8 @@ def test_a_cached_profile_priced_on_other_kernels_or_an_older_format_is_not_used
     assert costs.path_mismatches(priced, runs_on["default"]) == []
     assert auto_gamma.cached_profile(priced.verifier, "cpu", runs_on["default"]) is not None
     assert auto_gamma.cached_profile(priced.verifier, "cpu", runs_on["onednn"]) is None
-    chosen = auto_gamma.auto_gamma(priced.verifier, draft_of(priced), device="cpu", calibrate=False,
-                                   kernels=runs_on["onednn"])
+    offline = auto_gamma.ProfileSource(device="cpu", kernels=runs_on["onednn"], calibrate=False)
+    chosen = auto_gamma.auto_gamma(priced.verifier, draft_of(priced), source=offline)
     assert chosen.profile is None and "no profile" in chosen.choose(1)[1]
     path.write_text(json.dumps({**json.loads(path.read_text()), "format": "specnb-hardware-profile/3"}))
     assert auto_gamma.cached_profile(priced.verifier, "cpu") is None

@@ -17,6 +17,8 @@ from specnb.decode.kinds.kind import PER_STEP
 from specnb.measure import acceptance
 from specnb.predict import costs, predictor, reference_replay, traces, what_if
 
+QUICK = predictor.Bootstrap(n_boot=20, sims_per_boot=4)  # a coarse band, fast
+
 # ---------------------------------------------------------------------------- cost model
 
 
@@ -120,7 +122,7 @@ def lookup_profile(runs, proposed, cap=4, step_ms=0.1) -> costs.HardwareProfile:
 
 def test_proposals_beyond_the_trace_cap_are_flagged():
     profile = lookup_profile([0] + [4] * 47, [0] + [4] * 47)
-    pred = predictor.predict(profile, DRAFT, range(1, 7), n_boot=20, sims_per_boot=4)
+    pred = predictor.predict(profile, DRAFT, range(1, 7), bootstrap=QUICK)
     assert list(pred.table["extrapolated"]) == [False] * 4 + [True] * 2
     assert pred.notes and "up to 4 tokens" in pred.notes[0]
 
@@ -129,7 +131,7 @@ def test_a_draft_that_proposes_nothing_costs_only_its_bookkeeping():
     """A lookup drafter without matches is verified 1 token at a time: verifier-only plus its host
     time, not the γ + 1-token forward a "k drafts per step" model would charge."""
     profile = lookup_profile([0] * 48, [0] * 48, step_ms=0.0)
-    pred = predictor.predict(profile, DRAFT, [4], n_boot=20, sims_per_boot=4)
+    pred = predictor.predict(profile, DRAFT, [4], bootstrap=QUICK)
     assert pred.predicted_speedup == pytest.approx(1.0, abs=1e-9)
     assert pred.table["tokens_per_step"].iloc[0] == pytest.approx(1.0)
 
@@ -144,7 +146,7 @@ def test_prediction_agrees_with_leviathan_when_its_assumptions_hold():
     profile = synthetic_profile(
         t_v=(t_v, 0.0), t_d=(c * t_v, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0), alpha=alpha, n_new=400
     )
-    pred = predictor.predict(profile, DRAFT, range(1, 9), n_boot=20, sims_per_boot=4)
+    pred = predictor.predict(profile, DRAFT, range(1, 9), bootstrap=QUICK)
     # the draft's catch-up forward is priced as an ordinary one, as Leviathan's γ·c does
     expected = theory.expected_speedup(alpha, np.arange(1, 9), c)
     assert np.allclose(pred.table["predicted_speedup"], expected, rtol=0.02)
@@ -152,7 +154,8 @@ def test_prediction_agrees_with_leviathan_when_its_assumptions_hold():
 
 
 def test_recommendation_is_the_argmax():
-    pred = predictor.predict(synthetic_profile(), DRAFT, range(1, 9), n_boot=30, sims_per_boot=4)
+    pred = predictor.predict(synthetic_profile(), DRAFT, range(1, 9),
+                             bootstrap=predictor.Bootstrap(n_boot=30, sims_per_boot=4))
     table = pred.table
     assert pred.best_gamma == int(table.loc[table["predicted_speedup"].idxmax(), "gamma"])
     assert pred.recommended_gamma == pred.best_gamma and pred.predicted_speedup > 1.0
@@ -162,7 +165,7 @@ def test_recommendation_is_the_argmax():
 
 def test_no_recommendation_when_nothing_beats_the_verifier():
     slow = synthetic_profile(t_d=(55.0, 3.0), alpha=0.2)
-    pred = predictor.predict(slow, DRAFT, range(1, 5), n_boot=30, sims_per_boot=4)
+    pred = predictor.predict(slow, DRAFT, range(1, 5), bootstrap=predictor.Bootstrap(n_boot=30, sims_per_boot=4))
     assert pred.recommended_gamma is None and pred.predicted_speedup <= 1.0
     assert (pred.table["predicted_speedup"] <= 1.0).all()
     data = pred.as_dict()
@@ -171,15 +174,16 @@ def test_no_recommendation_when_nothing_beats_the_verifier():
 
 def test_batch_runs_until_the_slowest_row():
     profile = synthetic_profile(t_v=(60.0, 0.0), t_d=(6.0, 0.0), prefill=(0.0, 0.0), overhead=(0.0, 0.0))
-    one = predictor.predict(profile, DRAFT, [4], batch_size=1, n_boot=40, sims_per_boot=8)
-    four = predictor.predict(profile, DRAFT, [4], batch_size=4, n_boot=40, sims_per_boot=8)
+    band = predictor.Bootstrap(n_boot=40, sims_per_boot=8)
+    one = predictor.predict(profile, DRAFT, [4], predictor.Workload(batch_size=1), bootstrap=band)
+    four = predictor.predict(profile, DRAFT, [4], predictor.Workload(batch_size=4), bootstrap=band)
     # costs do not depend on batch here, so only the slowest-row effect lowers the speedup
     assert four.predicted_speedup < one.predicted_speedup
 
 
 def test_what_if_moves_the_verdict():
     profile = synthetic_profile()
-    base = predictor.predict(profile, DRAFT, range(1, 9), n_boot=20, sims_per_boot=4)
+    base = predictor.predict(profile, DRAFT, range(1, 9), bootstrap=QUICK)
     better = what_if.what_if(profile, DRAFT, alpha=0.95)
     faster = what_if.what_if(profile, DRAFT, draft_speed=3.0)
     assert better.predicted_speedup > base.predicted_speedup
@@ -193,7 +197,7 @@ def test_what_if_with_nothing_changed_is_the_prediction():
     profile = synthetic_profile()
     grid = pd.DataFrame({"n_tokens": [1, 2, 1, 2], "batch_size": [1, 1, 2, 2], "median_ms": [9.0, 16.0, 12.0, 18.0]})
     profile.drafts[DRAFT].decode = costs.fit_cost_model(grid)
-    base = predictor.predict(profile, DRAFT, range(1, 5), n_boot=40, sims_per_boot=8)
+    base = predictor.predict(profile, DRAFT, range(1, 5), bootstrap=predictor.Bootstrap(n_boot=40, sims_per_boot=8))
     same = what_if.what_if(profile, DRAFT, gammas=range(1, 5))
     assert same.table["predicted_speedup"].to_numpy() == pytest.approx(base.table["predicted_speedup"].to_numpy())
     decode = profile.drafts[DRAFT].decode
@@ -205,7 +209,7 @@ def test_what_if_with_nothing_changed_is_the_prediction():
 def test_reference_mps_profile_predicts_leviathans_step_arithmetic():
     profile = reference_replay.reference_mps_profile(0.0)
     draft = next(iter(profile.drafts))
-    pred = predictor.predict(profile, draft, range(1, 9), n_boot=20, sims_per_boot=4)
+    pred = predictor.predict(profile, draft, range(1, 9), bootstrap=QUICK)
     tok_s = pred.table.set_index("gamma")["predicted_tok_s"]
     assert pred.baseline_tok_s == pytest.approx(14.4, rel=0.01)
     # by hand: t_v = 1000/14.4 = 69.44 ms, t_d = t_v/2.8 = 24.80 ms, free verification, flat α = 0.392:
@@ -218,7 +222,7 @@ def test_reference_mps_profile_predicts_leviathans_step_arithmetic():
     # FLOPs-c reproduces the reference's 0.99x at γ = 4
     assert theory.format_speedup(pred.table.set_index("gamma").loc[4, "flops_leviathan_speedup"]) == "0.99x"
     # costlier verification can only slow speculation down
-    costly = predictor.predict(reference_replay.reference_mps_profile(0.2), draft, [4, 7], n_boot=20, sims_per_boot=4)
+    costly = predictor.predict(reference_replay.reference_mps_profile(0.2), draft, [4, 7], bootstrap=QUICK)
     assert (costly.table["predicted_tok_s"].to_numpy() < tok_s.loc[[4, 7]].to_numpy()).all()
 
 
@@ -236,7 +240,7 @@ def test_bad_arguments():
     with pytest.raises(ParameterError, match="no calibration for draft"):
         predictor.predict(profile, "other", [1])
     with pytest.raises(ParameterError, match="batch_size"):
-        predictor.predict(profile, DRAFT, [1], batch_size=0)
+        predictor.predict(profile, DRAFT, [1], predictor.Workload(batch_size=0))
 
 
 
@@ -264,7 +268,7 @@ def test_a_gain_inside_the_band_is_not_recommended():
         traces.AcceptanceTrace(prompt_id="good", runs=[40] * 40, proposed=None, cap=None, hit_budget=True),
         traces.AcceptanceTrace(prompt_id="bad", runs=[0] * 40, proposed=None, cap=None, hit_budget=True),
     ]
-    pred = predictor.predict(profile, DRAFT, [4], n_boot=100, sims_per_boot=4)
+    pred = predictor.predict(profile, DRAFT, [4], bootstrap=predictor.Bootstrap(n_boot=100, sims_per_boot=4))
     assert pred.predicted_speedup > 1.3 and pred.speedup_lo < 1.0
     assert pred.best_gamma == 4 and pred.recommended_gamma is None
     assert any("not recommended" in note for note in pred.notes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from specnb.app.arguments import kernels_argument
 from specnb.app.commands.command_table import command
@@ -73,23 +74,21 @@ def _args_calibrate(p: argparse.ArgumentParser) -> None:
 )
 def run_calibrate(args: argparse.Namespace) -> dict:
     from specnb.core.theory import validate_gamma
-    from specnb.predict.calibrate import calibrate
+    from specnb.predict.calibrate import CalibrationSettings, calibrate
     from specnb.predict.costs import save_profile
 
     validate_gamma(args.gamma)
     prompts = _selected_prompts(args, CALIBRATE_PROMPTS)
-    profile, _ = calibrate(
-        args.verifier,
-        args.draft,
+    settings = CalibrationSettings(
         device=args.device,
-        prompts=prompts,
+        kernels=args.kernels,
         gamma=args.gamma,
         max_new_tokens=args.max_new_tokens,
-        batch_sizes=args.batch,
+        batch_sizes=tuple(args.batch),
         repeats=args.repeats,
         progress=not args.json,
-        kernels=args.kernels,
     )
+    profile, _ = calibrate(args.verifier, args.draft, prompts=prompts, settings=settings)
     path = save_profile(profile, args.out)
     table = [
         {
@@ -146,9 +145,9 @@ def run_predict(args: argparse.Namespace) -> dict:
     from specnb.app.text.verdicts import prediction_verdict
     from specnb.core.theory import validate_gamma
     from specnb.measure.alternatives import load_measured
-    from specnb.predict.calibrate import ensure_calibrated
+    from specnb.predict.calibrate import SHORT_CALIBRATION, ensure_calibrated
     from specnb.predict.costs import load_profile
-    from specnb.predict.predictor import predict
+    from specnb.predict.predictor import Workload, predict
 
     validate_gamma(args.max_gamma)
     if args.gamma is not None:
@@ -161,19 +160,18 @@ def run_predict(args: argparse.Namespace) -> dict:
         else _selected_prompts(args, PREDICT_PROMPTS)
     )
     profile = load_profile(args.profile) if args.profile else None
-    profile = ensure_calibrated(
-        args.verifier,
-        args.draft,
-        profile,
+    settings = replace(
+        SHORT_CALIBRATION,
         device=args.device,
-        prompts=prompts,
+        kernels=args.kernels,
         gamma=max(args.max_gamma, args.gamma or 1),
         max_new_tokens=args.max_new_tokens,
         progress=not args.json,
-        kernels=args.kernels,
     )
+    profile = ensure_calibrated(args.verifier, args.draft, profile, prompts=prompts, settings=settings)
     gammas = range(1, max(args.max_gamma, args.gamma or 1) + 1)
-    prediction = predict(profile, args.draft, gammas, args.batch, args.max_new_tokens)
+    workload = Workload(batch_size=args.batch, max_new_tokens=args.max_new_tokens)
+    prediction = predict(profile, args.draft, gammas, workload)
     result = {**prediction.as_dict(), "verdict": prediction_verdict(prediction)}
     if args.gamma is not None:
         row = next(r for r in result["table"] if r["gamma"] == args.gamma)

@@ -104,16 +104,14 @@ def run_generate(args: argparse.Namespace) -> dict:
         verifier, args.draft, device=args.device, dtype=args.dtype, kernels=args.kernels
     )
     if gamma == "auto":  # this machine's profile, calibrated once if there is none (minutes)
-        from specnb.predict.auto_gamma import auto_gamma
+        from specnb.predict.auto_gamma import ProfileSource, auto_gamma
 
         gamma = auto_gamma(
             verifier,
             args.draft,
-            device=args.device,
             confidence=args.confidence,
             max_new_tokens=args.max_new_tokens,
-            progress=not args.json,
-            kernels=pair.kernels,
+            source=ProfileSource(device=args.device, kernels=pair.kernels, progress=not args.json),
         )
     input_ids, mask = encode_prompts(
         pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device

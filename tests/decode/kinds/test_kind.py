@@ -80,18 +80,18 @@ def test_a_registered_kind_generates_losslessly(repeat_kind):
 def test_a_registered_kind_is_traced_and_priced_by_the_predictor(repeat_kind):
     import numpy as np
 
-    from specnb.predict.calibrate import calibrate
-    from specnb.predict.predictor import predict
+    from specnb.predict.calibrate import CalibrationSettings, calibrate
+    from specnb.predict.predictor import Bootstrap, predict
 
     pair = word_pair(0)
     ids, mask = ragged_prompts(batch=2, width=8, vocab=63)
     check_replay(pair.verifier, RepeatLast(), ids, mask, gamma=3)  # its trace takes the engine's steps
     texts = ["w1 w1 w1 w1 w2 w2 w2", "w4 w4 w4 w5 w5 w5", "w8 w8 w8 w9 w9"]
     drafts = {"repeat": RepeatLast()}
-    profile, _ = calibrate("tiny", drafts, loaded=(pair, drafts), prompts=texts, gamma=3, max_new_tokens=10,
-                           repeats=2, progress=False)
+    settings = CalibrationSettings(gamma=3, max_new_tokens=10, repeats=2, progress=False)
+    profile, _ = calibrate("tiny", drafts, loaded=(pair, drafts), prompts=texts, settings=settings)
     assert profile.drafts["repeat"].kind == PER_STEP and profile.drafts["repeat"].decode is None
     assert len(profile.traces["repeat"]) == 3
-    prediction = predict(profile, "repeat", gammas=range(1, 4), n_boot=20, sims_per_boot=4)
+    prediction = predict(profile, "repeat", gammas=range(1, 4), bootstrap=Bootstrap(n_boot=20, sims_per_boot=4))
     assert list(prediction.table["gamma"]) == [1, 2, 3]
     assert np.isfinite(prediction.table["predicted_speedup"]).all()
