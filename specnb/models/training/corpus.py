@@ -32,6 +32,30 @@ class Sample:
     top_idx: torch.Tensor  # [R, k] int32
 
 
+@dataclass(frozen=True, kw_only=True)
+class CorpusSource:
+    """What a family is distilled from: ``prompts`` the verifier answers (on-policy; the held-out split
+    comes from these), ``text`` chunks scored teacher-forced and added to the training split only,
+    the ``cache`` folder that keeps the corpus between runs, and the ``note`` meta.json describes it by."""
+
+    prompts: list[list[int]]
+    text: list[list[int]] | None = None
+    cache: Path | None = None
+    note: str = ""
+
+
+def corpus_meta(note: str, train: list[Sample], heldout: list[Sample], seconds: float) -> dict:
+    """How a draft's meta.json describes its corpus: where it came from, its splits and their sizes."""
+    return {
+        "description": note or "verifier greedy answers to template-built instructions",
+        "train_sequences": len(train),
+        "heldout_sequences": len(heldout),
+        "train_answer_tokens": sum(len(s.top_idx) for s in train),
+        "heldout_answer_tokens": sum(len(s.top_idx) for s in heldout),
+        "generation_s": round(seconds, 1),
+    }
+
+
 def _atomic_save(obj, path: Path) -> None:
     import torch
 

@@ -26,10 +26,20 @@ from pathlib import Path
 from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.core.sequences import eos_ids
-from specnb.models.training.corpus import Sample, chat_prompts, corpus_key, generate_corpus, text_chunks, text_corpus
+from specnb.models.training.corpus import (
+    CorpusSource,
+    Sample,
+    chat_prompts,
+    corpus_key,
+    corpus_meta,
+    generate_corpus,
+    text_chunks,
+    text_corpus,
+)
 from specnb.models.training.student import (
     DRAFT_SPECS,
     DraftSpec,
+    Student,
     _make_student,
     _student_logits,
     count_params,
@@ -142,7 +152,7 @@ def columns_of(vocab, idx):
     return pos, vocab[pos] == idx
 
 
-def agreement(body, proj, emb, samples: list[Sample], batch_seqs: int = 8, head=None) -> float:
+def agreement(student: Student, samples: list[Sample], batch_seqs: int = 8, head=None) -> float:
     """Teacher-forced top-1 agreement: how often the draft's argmax is the verifier's argmax
     (with a trimmed ``head`` [H], the argmax over the head's tokens)."""
     import torch
@@ -151,16 +161,15 @@ def agreement(body, proj, emb, samples: list[Sample], batch_seqs: int = 8, head=
     with torch.no_grad():
         for i in range(0, len(samples), batch_seqs):
             ids, mask, rows, cols, _, idx = _batch(samples[i : i + batch_seqs])
-            logits = _student_logits(body, proj, emb, ids, mask, rows, cols, head)
+            logits = _student_logits(student, ids, mask, rows, cols, head)
             guess = logits.argmax(-1) if head is None else head[logits.argmax(-1)]  # [N] token ids
             hits += int((guess == idx[:, 0]).sum())
             total += len(idx)
     return hits / max(total, 1)
 
 
-def calibrate_scale(
-    body, proj, emb, samples: list[Sample], scales=(0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0), head=None
-) -> float:
+def calibrate_scale(student: Student, samples: list[Sample], scales=(0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0),
+                    head=None) -> float:
     """Rescale the final norm so the initial logits have the teacher's temperature.
 
     Why: a verifier layer copied to the bottom of a 1-2 layer draft feeds the final norm a hidden
@@ -171,15 +180,16 @@ def calibrate_scale(
 
     ids, mask, rows, cols, vals, idx = _batch(samples)
     vocab = head if head is not None else torch.unique(torch.cat([ids.flatten(), idx.flatten()]))  # [U]
-    base = body.norm.weight.detach().clone()
+    norm = student.body.norm.weight
+    base = norm.detach().clone()
     losses = {}
     with torch.no_grad():
         for scale in scales:
-            body.norm.weight.copy_(base * scale)
-            logits = _student_logits(body, proj, emb, ids, mask, rows, cols, vocab)  # [N, U]
+            norm.copy_(base * scale)
+            logits = _student_logits(student, ids, mask, rows, cols, vocab)  # [N, U]
             losses[scale] = float(distill_loss(logits, vals, *columns_of(vocab, idx)))
         best = min(losses, key=losses.get)
-        body.norm.weight.copy_(base * best)
+        norm.copy_(base * best)
     return best
 
 
@@ -196,10 +206,11 @@ def train_draft(spec: DraftSpec, verifier, train: list[Sample], heldout: list[Sa
     torch.set_num_threads(cfg.threads)
     emb = verifier.get_input_embeddings().weight.detach().float()  # [V, D], frozen
     body, proj = _make_student(spec, verifier)
+    student = Student(body=body, proj=proj, emb=emb)
     params = list(body.parameters()) + (list(proj.parameters()) if proj is not None else [])
     opt = torch.optim.AdamW(params, lr=spec.lr, weight_decay=0.0)
-    before = agreement(body, proj, emb, heldout, head=head)
-    scale = calibrate_scale(body, proj, emb, train[: cfg.batch_seqs], head=head)
+    before = agreement(student, heldout, head=head)
+    scale = calibrate_scale(student, train[: cfg.batch_seqs], head=head)
     gen = torch.Generator().manual_seed(cfg.seed)
     steps = cfg.epochs * math.ceil(len(train) / cfg.batch_seqs)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -211,7 +222,7 @@ def train_draft(spec: DraftSpec, verifier, train: list[Sample], heldout: list[Sa
         for i in range(0, len(order), cfg.batch_seqs):
             ids, mask, rows, cols, vals, idx = _batch([train[j] for j in order[i : i + cfg.batch_seqs]])
             vocab = head if head is not None else torch.unique(torch.cat([ids.flatten(), idx.flatten()]))  # [U]
-            logits = _student_logits(body, proj, emb, ids, mask, rows, cols, vocab)  # [N, U]
+            logits = _student_logits(student, ids, mask, rows, cols, vocab)  # [N, U]
             loss = distill_loss(logits, vals, *columns_of(vocab, idx))
             opt.zero_grad()
             loss.backward()
@@ -226,7 +237,7 @@ def train_draft(spec: DraftSpec, verifier, train: list[Sample], heldout: list[Sa
         "losses": losses,
         "agreement_before": before,
         "init_scale": scale,
-        "agreement_after": agreement(body, proj, emb, heldout, head=head),
+        "agreement_after": agreement(student, heldout, head=head),
         "train_s": time.time() - start,
     }
     return body, proj, stats
@@ -238,23 +249,9 @@ def train_draft(spec: DraftSpec, verifier, train: list[Sample], heldout: list[Sa
 # ---------------------------------------------------------------- build
 
 
-def build_family(
-    verifier,
-    prompts: list[list[int]],
-    cfg: DistillConfig,
-    out: Path,
-    *,
-    names: list[str] | None = None,
-    specs: dict[str, DraftSpec] | None = None,
-    cache: Path | None = None,
-    corpus_note: str = "",
-    text: list[list[int]] | None = None,
-) -> list[DraftReport]:
-    """Generate (or resume) the corpus once, then distil and save each named draft.
-
-    ``prompts`` are answered by the verifier (on-policy; the held-out split comes from these);
-    ``text`` chunks, if any, are scored teacher-forced and only added to the training split.
-    """
+def build_family(verifier, source: CorpusSource, cfg: DistillConfig, out: Path, *, names: list[str] | None = None,
+                 specs: dict[str, DraftSpec] | None = None) -> list[DraftReport]:
+    """Generate (or resume) the corpus of ``source`` once, then distil and save each named draft."""
     import torch
 
     torch.manual_seed(cfg.seed)
@@ -265,10 +262,10 @@ def build_family(
     if unknown:
         raise ParameterError(f"unknown draft name(s) {unknown}; choose from {sorted(specs)}")
     started = time.time()
-    samples = generate_corpus(verifier, prompts, cfg, cache)
+    samples = generate_corpus(verifier, source.prompts, cfg, source.cache)
     n_held = max(1, int(len(samples) * cfg.heldout_frac))
     train, heldout = samples[:-n_held], samples[-n_held:]
-    extra = text_corpus(verifier, text, cfg, cache) if text else []
+    extra = text_corpus(verifier, source.text, cfg, source.cache) if source.text else []
     train = train + extra
     corpus_s = time.time() - started
     head = choose_head(verifier, train, cfg.head_tokens)
@@ -280,7 +277,8 @@ def build_family(
         if head is not None:
             config["head_tokens"] = len(head)
         non_emb, total = count_params(spec, verifier.config)
-        meta = _meta(spec, cfg, stats, train, heldout, corpus_s, corpus_note, non_emb, total)
+        meta = _meta(spec, cfg, stats, corpus_meta(source.note, train, heldout, corpus_s),
+                     {"non_embedding": non_emb, "total_assembled": total})
         meta["corpus"]["text_sequences"] = len(extra)
         meta["head"] = head_coverage(head, heldout)
         folder = save_draft(Path(out) / name, config, state, meta, None if head is None else head.tolist())
@@ -325,7 +323,7 @@ def head_coverage(head, heldout: list[Sample]) -> dict:
     return {"tokens": len(head), "heldout_coverage": float(torch.isin(targets, head).float().mean())}
 
 
-def _meta(spec, cfg, stats, train, heldout, corpus_s, note, non_emb, total) -> dict:
+def _meta(spec, cfg, stats, corpus: dict, params: dict) -> dict:
     import torch
 
     losses = stats["losses"]
@@ -335,14 +333,7 @@ def _meta(spec, cfg, stats, train, heldout, corpus_s, note, non_emb, total) -> d
         "settings": asdict(cfg),
         "seed": cfg.seed,
         "steps": len(losses),
-        "corpus": {
-            "description": note or "verifier greedy answers to template-built instructions",
-            "train_sequences": len(train),
-            "heldout_sequences": len(heldout),
-            "train_answer_tokens": sum(len(s.top_idx) for s in train),
-            "heldout_answer_tokens": sum(len(s.top_idx) for s in heldout),
-            "generation_s": round(corpus_s, 1),
-        },
+        "corpus": corpus,
         "loss": {
             "first": losses[0],
             "last": losses[-1],
@@ -352,7 +343,7 @@ def _meta(spec, cfg, stats, train, heldout, corpus_s, note, non_emb, total) -> d
         },
         "heldout_top1_agreement": {"before": stats["agreement_before"], "after": stats["agreement_after"]},
         "final_norm_init_scale": stats["init_scale"],
-        "params": {"non_embedding": non_emb, "total_assembled": total},
+        "params": params,
         "train_s": round(stats["train_s"], 1),
         "torch_version": torch.__version__,
         "threads": cfg.threads,
@@ -384,7 +375,5 @@ def build_drafts(
         "teacher-forced logits on "
         f"{len(text)} windows of {cfg.text_len} tokens of Python's pydoc_data.topics; top-{cfg.top_k} logits"
     )
-    return build_family(
-        verifier, prompts, cfg, Path(out) if out else paths.DRAFTS_DIR, names=only, cache=cache, corpus_note=note,
-        text=text,
-    )
+    source = CorpusSource(prompts=prompts, text=text, cache=cache, note=note)
+    return build_family(verifier, source, cfg, Path(out) if out else paths.DRAFTS_DIR, names=only)

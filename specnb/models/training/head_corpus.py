@@ -28,6 +28,7 @@ import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -131,6 +132,15 @@ class FeatureSeq:
     kind: str
     truncated: bool = False
     fused: torch.Tensor | None = None  # [L', k*d] fp16: the ``feature_layers`` outputs, when the corpus keeps them
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadCorpus:
+    """A built corpus: its conversations and the settings that built them (each head's meta.json
+    records them)."""
+
+    seqs: list[FeatureSeq]
+    cfg: HeadCorpusConfig
 
 
 # ----------------------------------------------------------------------------- the chat template
@@ -264,22 +274,32 @@ def shard_path(folder: Path, k: int) -> Path:
     return folder / f"chat-{k:04d}.pt"
 
 
-def build_batch(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpusConfig, k: int,
-                folder: Path | None) -> list[FeatureSeq]:
-    """Batch ``k`` of ``plan`` (its own seeded generator), kept in ``folder`` when given."""
+@dataclass(frozen=True, kw_only=True)
+class CorpusJob:
+    """What every batch of the corpus is built from: the verifier that talks (with its tokenizer), the
+    conversations' openers (``plan_openers``) and the settings."""
+
+    verifier: Any
+    tokenizer: Any
+    plan: list[tuple[str, str]]
+    cfg: HeadCorpusConfig
+
+
+def build_batch(job: CorpusJob, k: int, folder: Path | None) -> list[FeatureSeq]:
+    """Batch ``k`` of ``job.plan`` (its own seeded generator), kept in ``folder`` when given."""
+    cfg = job.cfg
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + k)
-    new = chat_batch(verifier, tokenizer, plan[k * cfg.batch:(k + 1) * cfg.batch], cfg, gen)
+    new = chat_batch(job.verifier, job.tokenizer, job.plan[k * cfg.batch:(k + 1) * cfg.batch], cfg, gen)
     if folder is not None:
         _atomic_save([asdict(s) for s in new], shard_path(folder, k))
     return new
 
 
-def build_missing(verifier, tokenizer, plan: list[tuple[str, str]], cfg: HeadCorpusConfig, folder: Path, ks,
-                  after=None) -> None:
+def build_missing(job: CorpusJob, folder: Path, ks, after=None) -> None:
     """Build and keep each batch of ``ks`` that ``folder`` does not hold yet; ``after()`` follows each."""
     for k in ks:
         if not shard_path(folder, k).is_file():
-            build_batch(verifier, tokenizer, plan, cfg, k, folder)
+            build_batch(job, k, folder)
         if after is not None:
             after()
 
@@ -292,7 +312,8 @@ def build_share(source: str, tokenizer_source: str, cfg: HeadCorpusConfig, folde
     torch.set_num_threads(1)
     verifier = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval().requires_grad_(False)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
-    build_missing(verifier, tokenizer, plan_openers(cfg), cfg, folder, range(worker, cfg.batches, workers))
+    job = CorpusJob(verifier=verifier, tokenizer=tokenizer, plan=plan_openers(cfg), cfg=cfg)
+    build_missing(job, folder, range(worker, cfg.batches, workers))
 
 
 def start_helpers(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path, workers: int) -> list:
@@ -324,10 +345,10 @@ def build_head_corpus(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path |
     corpus is the same either way."""
     from tqdm.auto import tqdm
 
-    plan, count = plan_openers(cfg), cfg.batches
+    job, count = CorpusJob(verifier=verifier, tokenizer=tokenizer, plan=plan_openers(cfg), cfg=cfg), cfg.batches
     if folder is None:
         return [s for k in tqdm(range(count), desc="head corpus", unit="batch", disable=not progress)
-                for s in build_batch(verifier, tokenizer, plan, cfg, k, None)]
+                for s in build_batch(job, k, None)]
     folder.mkdir(parents=True, exist_ok=True)
     helpers = start_helpers(verifier, tokenizer, cfg, folder, workers)
     threads = torch.get_num_threads()
@@ -337,12 +358,12 @@ def build_head_corpus(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path |
                 bar.update(sum(shard_path(folder, k).is_file() for k in range(count)) - bar.n)
             if helpers:
                 torch.set_num_threads(1)
-            build_missing(verifier, tokenizer, plan, cfg, folder, range(0, count, len(helpers) + 1), tick)
+            build_missing(job, folder, range(0, count, len(helpers) + 1), tick)
             while any(h.is_alive() for h in helpers):
                 for h in helpers:
                     h.join(timeout=2)
                 tick()
-            build_missing(verifier, tokenizer, plan, cfg, folder, range(count), tick)  # what a helper left undone
+            build_missing(job, folder, range(count), tick)  # what a helper left undone
     finally:
         torch.set_num_threads(threads)
         for h in helpers:

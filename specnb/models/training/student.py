@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specnb.core.errors import ParameterError
 
@@ -85,7 +86,18 @@ def _make_student(spec: DraftSpec, verifier):
     return body, proj
 
 
-def _student_logits(body, proj, emb, ids, mask, rows, cols, vocab=None):
+@dataclass(frozen=True, kw_only=True)
+class Student:
+    """A draft in training: its ``body`` (a LlamaModel without an embedding), the projection ``proj``
+    [d, D] to its width (None when as wide as the verifier), and the frozen verifier embedding ``emb``
+    [V, D] it reads its inputs from and scores tokens with."""
+
+    body: Any
+    proj: Any
+    emb: Any
+
+
+def _student_logits(student: Student, ids, mask, rows, cols, vocab=None):
     """Draft logits at the selected positions only (the lm_head is the costly part).
 
     With ``vocab`` (sorted token ids) the softmax runs over those tokens only: training uses the
@@ -93,6 +105,8 @@ def _student_logits(body, proj, emb, ids, mask, rows, cols, vocab=None):
     2015) that cuts the 49k-row lm_head to a few thousand rows, about 5x less work per step on CPU.
     """
     import torch
+
+    emb, proj = student.emb, student.proj
 
     def embed(token_ids):  # [n] -> [n, d]: the frozen verifier embedding, projected when narrower
         return emb[token_ids] if proj is None else proj(emb[token_ids])
@@ -103,7 +117,7 @@ def _student_logits(body, proj, emb, ids, mask, rows, cols, vocab=None):
     else:
         seen, where = torch.unique(ids, return_inverse=True)  # input tokens need not be in ``vocab``
         inputs, table = embed(seen)[where], embed(vocab)  # [B, S, d], [U, d]
-    hidden = body(inputs_embeds=inputs, attention_mask=mask).last_hidden_state  # [B, S, d]
+    hidden = student.body(inputs_embeds=inputs, attention_mask=mask).last_hidden_state  # [B, S, d]
     return hidden[rows, cols] @ table.T  # [N, V] or [N, U]
 
 

@@ -31,7 +31,13 @@ from torch import nn
 
 from specnb.core import paths
 from specnb.core.errors import ParameterError
-from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, corpus_folder, embedded_verifier
+from specnb.models.training.head_corpus import (
+    HeadCorpus,
+    HeadCorpusConfig,
+    build_head_corpus,
+    corpus_folder,
+    embedded_verifier,
+)
 from specnb.models.training.head_losses import collate, eagle3_loss, eagle_loss, lookup_of, medusa_loss
 from specnb.models.trimmed_head import most_frequent_tokens
 
@@ -252,9 +258,10 @@ def save_head(model, folder: Path, report: HeadReport, meta: dict) -> HeadReport
     return report
 
 
-def train_heads(verifier, seqs: list, names: list[str], out: Path, corpus: HeadCorpusConfig,
+def train_heads(verifier, corpus: HeadCorpus, names: list[str], out: Path,
                 configs: dict[str, HeadTrainConfig] | None = None, progress: bool = True) -> list[HeadReport]:
-    """Train and save each named head on ``seqs`` (built with ``corpus``) into ``out/<name>``."""
+    """Train and save each named head on ``corpus`` into ``out/<name>``."""
+    seqs = corpus.seqs
     configs = configs or HEADS
     unknown = [n for n in names if n not in configs]
     if unknown:
@@ -265,7 +272,7 @@ def train_heads(verifier, seqs: list, names: list[str], out: Path, corpus: HeadC
         head_ids = head_token_ids(seqs, cfg.head_tokens, verifier.config.vocab_size)
         model = RECIPES[cfg.kind].new(verifier, head_ids, cfg)
         report = train_head(model, seqs, cfg, name, progress)
-        meta = {"train": asdict(cfg), "corpus": {**asdict(corpus), "key": corpus.key(), "sequences": len(seqs),
+        meta = {"train": asdict(cfg), "corpus": {**asdict(corpus.cfg), "key": corpus.cfg.key(), "sequences": len(seqs),
                                                   "positions": sum(len(s.feats) for s in seqs)},
                 "steps": report.steps, "first": report.first, "last": report.last, "torch_version": torch.__version__}
         reports.append(save_head(model, Path(out) / name, report, meta))
@@ -287,11 +294,12 @@ def build_heads(seed: int = 0, only: list[str] | None = None, quick: bool = Fals
     start = time.perf_counter()
     verifier, tokenizer = embedded_verifier(configs[names[0]].threads)
     seqs = build_head_corpus(verifier, tokenizer, corpus, corpus_folder(corpus), workers=CORPUS_WORKERS)
+    built = HeadCorpus(seqs=seqs, cfg=corpus)
     stages = {"corpus_s": round(time.perf_counter() - start, 1)}
     log(f"corpus: {len(seqs)} sequences, {sum(len(s.feats) for s in seqs)} positions, {stages['corpus_s']}s")
     reports = []
     for name in names:
-        reports += train_heads(verifier, seqs, [name], Path(out) if out else paths.DRAFTS_DIR, corpus, configs)
+        reports += train_heads(verifier, built, [name], Path(out) if out else paths.DRAFTS_DIR, configs)
         stages[f"{name}_s"] = reports[-1].train_s
         log(f"{name}: {reports[-1].steps} steps, {reports[-1].train_s}s")
     return {"reports": reports, "stages": stages}

@@ -88,7 +88,7 @@ def test_training_lowers_loss_and_raises_agreement(verifier, corpus, name):
 
 
 def test_files_follow_the_storage_contract(verifier, prompts, tmp_path):
-    reports = distill.build_family(verifier, prompts, CFG, tmp_path, specs=SPECS)
+    reports = distill.build_family(verifier, C.CorpusSource(prompts=prompts), CFG, tmp_path, specs=SPECS)
     assert [r.name for r in reports] == ["narrow", "wide"]
     for report in reports:
         folder = tmp_path / report.name
@@ -125,14 +125,15 @@ def test_assembled_draft_reproduces_the_trained_student(verifier, corpus, tmp_pa
     emb = verifier.get_input_embeddings().weight.detach().float()
     cols = torch.arange(ids.shape[1])
     with torch.no_grad():
-        expected = distill._student_logits(body, proj, emb, ids, torch.ones_like(ids), torch.zeros_like(cols), cols)
+        student = distill.Student(body=body, proj=proj, emb=emb)
+        expected = distill._student_logits(student, ids, torch.ones_like(ids), torch.zeros_like(cols), cols)
         got = model(ids).logits[0]  # [S, V]
     torch.testing.assert_close(got, expected, atol=2e-3, rtol=2e-3)
 
 
 def test_trimmed_head_keeps_the_most_frequent_tokens(verifier, prompts, tmp_path):
     cfg = replace(CFG, head_tokens=32)
-    distill.build_family(verifier, prompts, cfg, tmp_path, specs={"wide": SPECS["wide"]})
+    distill.build_family(verifier, C.CorpusSource(prompts=prompts), cfg, tmp_path, specs={"wide": SPECS["wide"]})
     folder = tmp_path / "wide"
     head = read_head_tokens(folder)
     config = json.loads((folder / "config.json").read_text())
@@ -151,8 +152,9 @@ def test_trimmed_head_keeps_the_most_frequent_tokens(verifier, prompts, tmp_path
 def test_same_seed_same_weights_other_seed_differs(verifier, prompts, tmp_path):
     specs = {"narrow": SPECS["narrow"]}
     cfg = replace(CFG, epochs=1)
+    source = C.CorpusSource(prompts=prompts)
     for out, seed in (("a", 0), ("b", 0), ("c", 1)):
-        distill.build_family(verifier, prompts, replace(cfg, seed=seed), tmp_path / out, specs=specs)
+        distill.build_family(verifier, source, replace(cfg, seed=seed), tmp_path / out, specs=specs)
     read = {o: (tmp_path / o / "narrow" / "weights.safetensors").read_bytes() for o in "abc"}
     assert read["a"] == read["b"]
     assert read["a"] != read["c"]
@@ -172,7 +174,7 @@ def test_failed_save_leaves_no_partial_folder(tmp_path):
 
 def test_unknown_draft_name_is_a_parameter_error(verifier, prompts, tmp_path):
     with pytest.raises(ParameterError, match="unknown draft"):
-        distill.build_family(verifier, prompts, CFG, tmp_path, names=["nope"], specs=SPECS)
+        distill.build_family(verifier, C.CorpusSource(prompts=prompts), CFG, tmp_path, names=["nope"], specs=SPECS)
 
 
 def test_instructions_are_deterministic_distinct_and_avoid_excluded_tasks():

@@ -20,7 +20,7 @@ from specnb.models.heads import head_kind, load_head
 from specnb.models.medusa import MedusaHeads
 from specnb.models.training import head_corpus
 from specnb.models.training import train_heads as T
-from specnb.models.training.head_corpus import HeadCorpusConfig, build_head_corpus, plan_openers
+from specnb.models.training.head_corpus import HeadCorpus, HeadCorpusConfig, build_head_corpus, plan_openers
 from specnb.models.training.head_losses import ttt_mask, ttt_unroll
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -91,7 +91,7 @@ def test_corpus_built_by_two_processes_is_the_same(verifier, tokenizer, corpus, 
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "verifier", dtype=torch.float32).requires_grad_(False)
     built_here = []
     build_batch = head_corpus.build_batch
-    monkeypatch.setattr(head_corpus, "build_batch", lambda *a: built_here.append(a[4]) or build_batch(*a))
+    monkeypatch.setattr(head_corpus, "build_batch", lambda *a: built_here.append(a[1]) or build_batch(*a))
     folder = tmp_path / "corpus"
     both = build_head_corpus(saved, tokenizer, CORPUS, folder, progress=False, workers=2)
     assert built_here == [0]  # batch 1 came from the helper
@@ -122,7 +122,8 @@ def test_heads_are_saved_loadable_and_the_same_for_the_same_seed(verifier, corpu
                "e3": replace(CONFIGS["eagle3"], epochs=1)}
     for out, seed in (("a", 0), ("b", 0), ("c", 1)):
         seeded = {n: replace(c, seed=seed) for n, c in configs.items()}
-        T.train_heads(verifier, corpus, ["e", "m", "e3"], tmp_path / out, CORPUS, seeded, progress=False)
+        T.train_heads(verifier, HeadCorpus(seqs=corpus, cfg=CORPUS), ["e", "m", "e3"], tmp_path / out, seeded,
+                      progress=False)
     read = {o: (tmp_path / o / "e3" / "model.safetensors").read_bytes() for o in "abc"}
     assert read["a"] == read["b"] != read["c"]
     standard = load_head(tmp_path / "a" / "e3", verifier, EagleDraft)
