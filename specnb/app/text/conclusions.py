@@ -10,32 +10,13 @@ numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pandas as pd
 
+from specnb.app.text.common import bullets
+from specnb.app.text.report import Report
 from specnb.core import theory
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.core.reference import REFERENCE_MPS
-
-
-@dataclass
-class Report:
-    """Markdown for a notebook cell plus the values it states (for ``Recorder.record``)."""
-
-    markdown: str
-    values: dict = field(default_factory=dict)
-
-    def _repr_markdown_(self) -> str:
-        return self.markdown
-
-    def __str__(self) -> str:
-        return self.markdown
-
-
-def bullets(lines, closing: str = "") -> str:
-    return "\n".join(f"- {line}" for line in lines) + (f"\n\n{closing}" if closing else "")
-
 
 # ---------------------------------------------------------------- 01 FLOPs and theory
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specnb.app.text.conclusions import Report, bullets
+from specnb.app.text.common import bullets
+from specnb.app.text.report import Report
 from specnb.core.intervals import speedup_text
 from specnb.measure.alternatives import BASELINE_METHOD
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specnb.app.text.conclusions import Report, bullets
+from specnb.app.text.common import bullets
+from specnb.app.text.report import Report
 from specnb.core.intervals import interval_text
 from specnb.core.reference import REFERENCE_MPS
 
