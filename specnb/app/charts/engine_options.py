@@ -7,7 +7,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from specnb.app.text.engine_choice import fidelity_text
+from specnb.app.text.common import fidelity_text
 
 
 def kind_of(row) -> str:

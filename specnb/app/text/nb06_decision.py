@@ -1,12 +1,14 @@
-"""The decision framework's text (notebook 06): what the validation says of the predictor, the
-verdict for every draft and batch size, and the reference MPS run replayed — as ``Report``s."""
+"""What notebook 06 says: the reference MPS run replayed, what the validation says of the predictor
+(read through the measured CIs), the verdict for every draft and batch size, and the "do X instead"
+line that it and ``specnb predict`` end with."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from specnb.app.text.common import bullets
-from specnb.app.text.report import Report
+from specnb.app.text.cell_report import Report
+from specnb.app.text.common import bullets, fidelity_text, prediction_verdict
+from specnb.app.text.nb07_alternatives import choices
 from specnb.core.intervals import interval_text
 from specnb.core.reference import REFERENCE_MPS
 
@@ -74,7 +76,7 @@ def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, 
     """Notebook 06's conclusion: the validation's claims read through the measured CIs
     (``specnb.predict.validate.validation_summary``), each recommendation that fell short with its
     CIs, the verdict for every (draft, batch size), and ``instead``: what the alternatives measured on
-    this machine (``specnb.app.text.engine_choice.instead_line``). ``grid_text`` says what was validated;
+    this machine (``instead_line``). ``grid_text`` says what was validated;
     ``table`` (the validation grid) adds the points whose error lies beyond their CI by more than the target."""
     lines = [error_line(summary, grid_text), *(off_points_lines(table) if table is not None else []),
              f"{summary['within_band']:.0%} of measured speedups fall inside the predicted 10–90% band; "
@@ -170,13 +172,19 @@ def ci_text(lo: float, hi: float) -> str:
     return f"[{interval_text(lo, hi)}]"
 
 
-def prediction_verdict(p) -> str:
-    """A ``Prediction``'s recommendation in one line: speculate with which γ, or why not."""
-    if p.recommended_gamma is not None:
-        return (f"speculate with γ = {p.recommended_gamma} ({p.predicted_speedup:.2f}x, band "
-                f"{interval_text(p.speedup_lo, p.speedup_hi)})")
-    if p.predicted_speedup <= 1.0:
-        return (f"don't speculate: no γ beats verifier-only (best γ = {p.best_gamma} gives "
-                f"{p.predicted_speedup:.2f}x)")
-    return (f"don't speculate: γ = {p.best_gamma} wins on average ({p.predicted_speedup:.2f}x), but its band "
-            f"{interval_text(p.speedup_lo, p.speedup_hi)}x includes 1.0")
+def instead_line(measured: dict | None) -> str:
+    """One line for ``specnb predict`` and notebook 06: what speculation and its alternatives measured on
+    this machine, e.g. "speculation 1.07x; llama.cpp · F32 1.45x (same output); int8 2.1x (1/8 identical)"."""
+    if not measured:
+        return ("no alternatives measured on this machine yet: notebook 07 measures them (`specnb run "
+                "notebooks/07_alternatives.ipynb`)")
+    summary = pd.DataFrame(measured["rows"])
+    pick = choices(summary)
+    parts = []
+    if pick["speculation"] is not None:
+        parts.append(f"speculation ({pick['speculation'].speculation}) {pick['speculation'].speedup:.2f}x")
+    for key in ("lossless", "fastest"):
+        row = pick[key]
+        if row is not None and not any(row.method in p for p in parts):
+            parts.append(f"{row.method} {row.speedup:.2f}x ({fidelity_text(row)})")
+    return f"measured on this machine ({measured['created_utc'][:10]}): " + "; ".join(parts)

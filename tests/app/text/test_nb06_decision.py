@@ -1,20 +1,4 @@
-"""verdicts: the decision framework's one-line recommendation, for each way a prediction can fall."""
-
-from types import SimpleNamespace
-
-from specnb.app.text.verdicts import prediction_verdict
-
-
-def prediction(recommended, speedup, lo, hi, best=3):
-    return SimpleNamespace(recommended_gamma=recommended, best_gamma=best, predicted_speedup=speedup,
-                           speedup_lo=lo, speedup_hi=hi)
-
-
-def test_prediction_verdict_says_speculate_or_why_not():
-    assert prediction_verdict(prediction(3, 1.4, 1.2, 1.6)) == "speculate with γ = 3 (1.40x, band 1.20–1.60)"
-    assert prediction_verdict(prediction(None, 0.9, 0.8, 1.0)).startswith("don't speculate: no γ beats verifier-only")
-    assert "band 0.95–1.10x includes 1.0" in prediction_verdict(prediction(None, 1.02, 0.95, 1.10))
-
+"""nb06_decision: the decision framework's claims read through the measured CIs, and the "do X instead" line."""
 
 def summary(**changes):
     base = {"grid_points": 16, "median_abs_error": 0.117, "max_abs_error": 0.3, "median_error_beyond_ci": 0.02,
@@ -26,7 +10,7 @@ def summary(**changes):
 
 
 def test_the_error_claim_never_says_missed_when_the_cis_cannot_tell():
-    from specnb.app.text.verdicts import error_line
+    from specnb.app.text.nb06_decision import error_line
 
     text = error_line(summary(), "grid")
     assert "inconclusive at this budget" in text and "missed" not in text and "±14%" in text
@@ -37,7 +21,7 @@ def test_the_error_claim_never_says_missed_when_the_cis_cannot_tell():
 
 
 def test_a_shortfall_inside_the_cis_is_not_called_a_miss():
-    from specnb.app.text.verdicts import missed_choice_line, recommendation_line
+    from specnb.app.text.nb06_decision import missed_choice_line, recommendation_line
 
     assert "**inconclusive at this budget**, not wrong" in recommendation_line(summary())
     assert recommendation_line(summary(recommendation_verdict="met")).endswith(": met.")
@@ -54,7 +38,7 @@ def test_a_shortfall_inside_the_cis_is_not_called_a_miss():
 def test_points_off_beyond_their_ci_are_named_per_batch_size():
     import pandas as pd
 
-    from specnb.app.text.verdicts import off_points_lines
+    from specnb.app.text.nb06_decision import off_points_lines
 
     table = pd.DataFrame({"draft": ["e", "e", "m"], "gamma": [1, 3, 1], "batch_size": [1, 2, 2],
                           "predicted_speedup": [1.30, 0.97, 0.96], "measured_speedup": [1.00, 0.71, 0.90],
