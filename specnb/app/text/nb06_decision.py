@@ -8,9 +8,9 @@ import pandas as pd
 
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets, fidelity_text, prediction_verdict
-from specnb.app.text.nb07_alternatives import choices
 from specnb.core.intervals import interval_text
 from specnb.core.reference import REFERENCE_MPS
+from specnb.predict.engine_choice import choices
 
 
 def reference_conclusion(comparison: pd.DataFrame) -> Report:

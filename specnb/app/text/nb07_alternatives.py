@@ -8,7 +8,7 @@ import pandas as pd
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets, fidelity_text
 from specnb.core.intervals import speedup_text
-from specnb.measure.alternatives import BASELINE_METHOD
+from specnb.predict.engine_choice import choices
 
 
 def display_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -22,8 +22,6 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def best(rows: pd.DataFrame):
-    return None if rows.empty else rows.sort_values("speedup", ascending=False).iloc[0]
 
 
 def rate(row) -> str:
@@ -31,14 +29,6 @@ def rate(row) -> str:
     return f"**{row.method}** {speedup} ({row.tok_s:.1f} tok/s)"
 
 
-def choices(summary: pd.DataFrame) -> dict:
-    """The rows a verdict names: the best speculation on the eager fp32 verifier, the best method
-    whose greedy output stayed the fp32 verifier's on every prompt, and the fastest of all."""
-    same = summary["identical_prompts"] == summary["prompts"]
-    spec = summary[(summary["speculation"] != "") & (summary["engine"] == "PyTorch eager")
-                   & (summary["precision"] == "fp32")]
-    return {"speculation": best(spec), "lossless": best(summary[same & (summary["method"] != BASELINE_METHOD)]),
-            "fastest": best(summary)}
 
 
 def alternatives_conclusion(summary: pd.DataFrame, notes: list[str], machine: str) -> Report:

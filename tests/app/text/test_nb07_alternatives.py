@@ -1,21 +1,13 @@
 """nb07_alternatives: the alternatives notebook's conclusion; nb06_decision: the "do X instead" line."""
 
-import numpy as np
-import pandas as pd
+from helpers import alternatives_summary
 
 from specnb.app.text import nb06_decision, nb07_alternatives
 from specnb.measure.alternatives import BASELINE_METHOD
 
 
-def summary_frame(rows):
-    base = {"engine": "PyTorch eager", "precision": "fp32", "speculation": "", "lossless": True, "tok_s": 10.0,
-            "speedup_lo": np.nan, "speedup_hi": np.nan, "tokens_per_forward": 1.0, "prompts": 8,
-            "identical_prompts": 8, "prefix_share": 1.0, "median_first_divergence": None}
-    return pd.DataFrame([{**base, **r} for r in rows])
-
-
 def test_the_verdict_names_the_winner_and_by_how_much():
-    summary = summary_frame([
+    summary = alternatives_summary([
         {"method": BASELINE_METHOD, "speedup": 1.0},
         {"method": "prompt-lookup γ=4 · PyTorch eager · fp32", "speculation": "prompt-lookup γ=4", "speedup": 1.2},
         {"method": "verifier-only · llama.cpp · F32", "engine": "llama.cpp", "precision": "F32", "speedup": 1.5},
