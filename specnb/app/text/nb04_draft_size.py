@@ -3,36 +3,38 @@ Leviathan's terms, and the spread short runs would show."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets
 from specnb.core.intervals import interval_text
+from specnb.predict.draft_reason import DraftOutcome, draft_reason
 
 
 def explain_draft(row) -> str:
-    """Why a draft (a ``draft_table`` row) won or paid the speculation tax, in Leviathan's terms:
-    its wall-clock c against the break-even c at its best γ, and against its per-token α (the
-    break-even c at γ = 1, the highest of all γ); says so when the measurement disagrees."""
+    """Why a draft (a ``draft_table`` row) won or paid the speculation tax, in Leviathan's terms
+    (``specnb.predict.draft_reason``): its wall-clock c against the break-even c at its best γ, and
+    against its per-token α (the break-even c at γ = 1, the highest of all γ); says so when the
+    measurement disagrees."""
     c, alpha, be, gamma = row["c_wall"], row["alpha_token"], row["break_even_c"], int(row["best_gamma"])
-    if not (np.isfinite(c) and np.isfinite(alpha)):
+    reason = draft_reason(row)
+    if reason.outcome is DraftOutcome.UNKNOWN:
         return "it drafted no tokens here, so c and α are unknown"
     disagree = (
         f", yet it measured {row['speedup']:.2f}x: measurement and formula disagree, a sign of noise (few "
         "prompts or tokens, a busy machine)"
-    )
-    if c >= alpha:
+    ) if reason.disagrees else ""
+    if reason.outcome is DraftOutcome.NO_GAMMA_PAYS:
         return (
             f"its wall-clock c {c:.3f} is at or above its per-token α {alpha:.3f}, the break-even c at γ = 1, "
-            "so by the formula no γ can pay" + (disagree if row["speedup"] > 1 else "")
+            "so by the formula no γ can pay" + disagree
         )
-    if c >= be:
+    if reason.outcome is DraftOutcome.ABOVE_BREAK_EVEN:
         return (
             f"its wall-clock c {c:.3f} is above the break-even c {be:.3f} at γ = {gamma} (per-token α {alpha:.3f})"
-            + (disagree if row["speedup"] > 1 else "")
+            + disagree
         )
-    if row["speedup"] < 1:
+    if reason.outcome is DraftOutcome.LOST_TO_OVERHEAD:
         return (
             f"its wall-clock c {c:.3f} is below the break-even c {be:.3f} at γ = {gamma}, yet it lost: verifying "
             "γ + 1 tokens costs more than one and the loop has overheads, which the formula leaves out"
