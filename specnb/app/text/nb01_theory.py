@@ -32,7 +32,7 @@ def reference_theory(ref_table: pd.DataFrame, gammas=range(3, 9)) -> Report:
                          "reference_break_even_alpha_c05002": [round(a, 4) for a in break_even]})
 
 
-def model_drafts(flops: pd.DataFrame) -> pd.DataFrame:
+def model_draft_rows(flops: pd.DataFrame) -> pd.DataFrame:
     """The rows of a FLOPs table that are drafts with a model (prompt lookup has no FLOPs)."""
     return flops[(flops["role"] == "draft") & (flops["flops_per_token"] > 0)]
 
@@ -42,7 +42,7 @@ def theory_conclusion(ref_table: pd.DataFrame, ours: pd.DataFrame, gamma: int = 
     must reach to break even at ``gamma`` by its FLOPs c (attention over the table's context included)."""
     ref = reference_theory(ref_table)
     lines, values = [ref.markdown], dict(ref.values)
-    for r in model_drafts(ours).itertuples():
+    for r in model_draft_rows(ours).itertuples():
         be = float(theory.break_even_alpha(gamma, r.c_flops_at_context))
         lines.append(f"- {r.model}: FLOPs c = {r.c_flops_at_context:.3f}; at γ = {gamma} it must reach α ≥ {be:.0%} "
                      "to break even.")
