@@ -4,6 +4,8 @@ line that it and ``specnb predict`` end with."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from specnb.app.text.cell_report import Report
@@ -71,13 +73,24 @@ def reference_conclusion(comparison: pd.DataFrame) -> Report:
     return Report(bullets(lines), values)
 
 
-def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, profile, grid_text: str,
-                        instead: str = "", table: pd.DataFrame | None = None) -> Report:
-    """Notebook 06's conclusion: the validation's claims read through the measured CIs
-    (``specnb.predict.validate.validation_summary``), each recommendation that fell short with its
-    CIs, the verdict for every (draft, batch size), and ``instead``: what the alternatives measured on
-    this machine (``instead_line``). ``grid_text`` says what was validated;
-    ``table`` (the validation grid) adds the points whose error lies beyond their CI by more than the target."""
+@dataclass(frozen=True, kw_only=True)
+class Validated:
+    """What notebook 06's validation produced, as its conclusion reads it: the claims
+    (``specnb.predict.validate.validation_summary``), the recommendation checks, what was validated
+    (``grid_text``) and the validation grid (``table``), which adds the points whose error lies beyond
+    their CI by more than the target."""
+
+    summary: dict
+    checks: pd.DataFrame
+    grid_text: str
+    table: pd.DataFrame | None = None
+
+
+def decision_conclusion(validated: Validated, predictions: dict, profile, instead: str = "") -> Report:
+    """Notebook 06's conclusion: the validation's claims read through the measured CIs, each
+    recommendation that fell short with its CIs, the verdict for every (draft, batch size), and
+    ``instead``: what the alternatives measured on this machine (``instead_line``)."""
+    summary, checks, grid_text, table = validated.summary, validated.checks, validated.grid_text, validated.table
     lines = [error_line(summary, grid_text), *(off_points_lines(table) if table is not None else []),
              f"{summary['within_band']:.0%} of measured speedups fall inside the predicted 10–90% band; "
              f"{summary['ci_overlaps_band']:.0%} of their CIs overlap it.",

@@ -47,3 +47,23 @@ def test_points_off_beyond_their_ci_are_named_per_batch_size():
     assert off_points_lines(table) == ["Off by more than 10% beyond the CI at batch 2 (1 of 2 points): e γ=3: "
                                        "predicted 0.97x, measured 0.71x [0.61–0.85]."]
     assert off_points_lines(table.assign(error_beyond_ci=0.0)) == []
+
+
+def test_the_conclusion_reads_the_validation_and_each_prediction():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from specnb.app.text.nb06_decision import Validated, decision_conclusion
+
+    p = SimpleNamespace(recommended_gamma=3, best_gamma=3, predicted_speedup=1.4, speedup_lo=1.2, speedup_hi=1.6,
+                        break_even_alpha=0.3)
+    profile = SimpleNamespace(acceptance={"e": SimpleNamespace(alpha_iid=lambda: 0.7)})
+    validated = Validated(summary=summary(within_band=0.8, ci_overlaps_band=0.9),
+                          checks=pd.DataFrame({"within_5pct": [True]}), grid_text="grid")
+    report = decision_conclusion(validated, {("e", 1): p}, profile, "use llama.cpp")
+    assert "inconclusive at this budget" in report.markdown and "80% of measured speedups" in report.markdown
+    assert "e, batch 1: speculate with γ = 3 (1.40x, band 1.20–1.60); break-even α on this machine 0.30, " \
+           "measured α 0.70." in report.markdown
+    assert report.markdown.endswith("**Instead of speculating**, use llama.cpp.")
+    assert report.values == {"recommendations": {"e batch 1": (3, 1.4)}}
