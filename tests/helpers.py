@@ -2,7 +2,7 @@
 a word-level tokenizer, a synthetic hardware profile (``synthetic_profile``), drafts that agree with their
 verifier often but not always, ragged prompts, synthetic run records, and checks (a trace replays the
 engine's steps; confidence stopping is lossless and stops chains; an HTML page fetches nothing from the
-network), executed notebooks as nbformat stores them.
+network), executed notebooks as nbformat stores them, an alternatives notebook summary.
 
 Test modules import it as ``helpers`` (``tests/`` is on ``sys.path`` through its ``conftest.py``);
 fixtures live in ``conftest.py``.
@@ -261,6 +261,18 @@ def synthetic_profile(t_v=(60.0, 3.0), t_d=(10.0, 1.0), alpha=0.7, prefill=(20.0
     )
     what_if.set_flat_acceptance(profile, DRAFT, alpha, n_new)
     return profile
+
+
+def alternatives_summary(rows: list[dict]):
+    """An alternatives notebook summary (``specnb.measure.alternatives``): every row the eager fp32
+    verifier-only at 10 tok/s with all 8 prompts identical, unless a row says otherwise."""
+    import numpy as np
+    import pandas as pd
+
+    base = {"engine": "PyTorch eager", "precision": "fp32", "speculation": "", "lossless": True, "tok_s": 10.0,
+            "speedup_lo": np.nan, "speedup_hi": np.nan, "tokens_per_forward": 1.0, "prompts": 8,
+            "identical_prompts": 8, "prefix_share": 1.0, "median_first_divergence": None}
+    return pd.DataFrame([{**base, **r} for r in rows])
 
 
 def gone(pid: int) -> bool:

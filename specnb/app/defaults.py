@@ -121,20 +121,6 @@ def parse_speculation(items) -> list:
     return found
 
 
-def predictor_pick(profile, max_new_tokens: int, gammas=range(1, 9)):
-    """The (draft, γ) the predictor rates best at batch 1 over every draft a profile calibrated, with
-    its ``Prediction`` (whose verdict may still be "don't speculate"); None without a profile."""
-    from specnb.measure.alternatives import Speculation
-    from specnb.predict.predictor import Workload, predict
-
-    if profile is None:
-        return None, None
-    drafts = [name for name in profile.drafts if name in profile.traces]
-    predictions = [predict(profile, name, gammas, Workload(max_new_tokens=max_new_tokens)) for name in drafts]
-    if not predictions:
-        return None, None
-    top = max(predictions, key=lambda p: p.predicted_speedup)
-    return Speculation(top.draft, top.best_gamma), top
 
 
 def alternative_speculation(verifier: str, speculation, pick=None, smoke: bool = False) -> list:

@@ -27,7 +27,7 @@ class Recorder:
 
     ``rec = Recorder(output_dir, "03_gamma_sweep")``; ``rec.table("runs", df)`` writes
     ``03_gamma_sweep.runs.csv``; ``rec.value("best_gamma", 3)`` (or ``rec.record(report)`` for a
-    ``specnb.app.text.conclusions.Report``'s values) adds to ``03_gamma_sweep.results.json``. Values are
+    ``specnb.app.text.cell_report.Report``'s values) adds to ``03_gamma_sweep.results.json``. Values are
     written at once, so an interrupted notebook keeps what it had measured. An empty
     ``output_dir`` means ``default_output_dir()``.
     """

@@ -211,7 +211,7 @@ def run_notebooks(
                 own, note = variant(path, parameters, smoke)
                 if note and progress:
                     print("note:", note, flush=True)
-                runs.append(run_one(path, own, smoke, run_dir, progress, note=note))
+                runs.append(run_one(path, own, RunSetting(smoke=smoke, run_dir=run_dir, progress=progress), note))
     except RunInterrupted as stop:
         runs = stop.runs or [*runs, stop.run]
         raise
@@ -272,10 +272,11 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
     running: dict[str, threading.Thread] = {}
 
     stopping = Stopping()
+    setting = RunSetting(smoke=True, run_dir=run_dir, progress=False, stopping=stopping)
 
     def work(path: Path) -> None:
         try:
-            done[path.stem] = run_one(path, user, True, run_dir, False, stopping)
+            done[path.stem] = run_one(path, user, setting)
         except BaseException as err:  # noqa: BLE001  (re-raised on the main thread)
             failures.append(err)
 
@@ -318,18 +319,28 @@ def run_side_by_side(paths: list[Path], user: dict, run_dir: Path, jobs: int, pr
     return [done[p.stem] for p in paths]
 
 
-def run_one(path: Path, user: dict[str, Any], smoke: bool, run_dir: Path, progress: bool,
-            stopping: Stopping | None = None, note: str = "") -> NotebookRun:
+@dataclass(frozen=True, kw_only=True)
+class RunSetting:
+    """How each notebook of a run executes: smoke or timed, into which run folder, with progress
+    shown or not, and (off the main thread) the ``Stopping`` that tells it its kernel was killed."""
+
+    smoke: bool
+    run_dir: Path
+    progress: bool
+    stopping: Stopping | None = None
+
+
+def run_one(path: Path, user: dict[str, Any], setting: RunSetting, note: str = "") -> NotebookRun:
     """Execute one notebook into files named by its stem; on a failing
     cell, or on Ctrl-C, keep the partial notebook and render it anyway (an interruption is raised
-    again as ``RunInterrupted`` once that is saved). Run off the main thread, ``stopping`` is how it
-    learns that the main thread caught Ctrl-C (or another run raised) and killed its kernel; the run
+    again as ``RunInterrupted`` once that is saved). Run off the main thread, ``setting.stopping`` is how
+    it learns that the main thread caught Ctrl-C (or another run raised) and killed its kernel; the run
     then comes back marked with the reason and the main thread raises."""
-    name = path.stem
-    params = parameters_for(path, user, smoke, run_dir, name)
+    name, run_dir, stopping = path.stem, setting.run_dir, setting.stopping
+    params = parameters_for(path, user, setting.smoke, run_dir, name)
     ipynb = run_dir / f"{name}.ipynb"
     started = time.perf_counter()
-    error, interrupted = execute(path, ipynb, params, run_dir, progress, stopping)
+    error, interrupted = execute(path, ipynb, params, run_dir, setting.progress, stopping)
     seconds = time.perf_counter() - started
     html = export_html(ipynb) if ipynb.exists() else None
     files = sorted(p.name for p in run_dir.glob(f"{name}.*"))

@@ -1,6 +1,6 @@
 """How an interval reads as text, written once: ``1.02–1.10`` (a 95% CI, a prediction's band), and a
 speedup beside its CI, ``1.05x [1.02–1.10]``. The notebooks' text, the CLI and the predictor all use it
-(``specnb.app.text.verdicts.ci_text`` brackets it and names the degenerate cases)."""
+(``specnb.app.text.nb06_decision.ci_text`` brackets it and names the degenerate cases)."""
 
 from __future__ import annotations
 

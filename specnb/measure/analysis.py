@@ -151,7 +151,7 @@ def measured_steps(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFr
 def gamma_verdicts(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per speculative candidate: its summary and step arithmetic (``measured_steps``) and its
     ``verdict`` (wins / loses by the 95% CI of the measured speedup, ``inconclusive`` when it spans
-    1x; the point estimate decides when there is no CI). ``specnb.app.text.reasons.gamma_reason``
+    1x; the point estimate decides when there is no CI). ``specnb.app.text.nb03_gamma.gamma_reason``
     says why, in a sentence."""
     merged = summary[summary["gamma"] > 0].merge(
         steps.drop(columns=["draft", "gamma"]), on=["candidate", "batch_size"], how="left"

@@ -7,10 +7,11 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from specnb.app.text.engine_choice import fidelity_text
+from specnb.app.text.common import fidelity_text
 
 
-def kind_of(row) -> str:
+def output_category(row) -> str:
+    """The colour of a method's bar: speculation or not, and whether its output stayed the fp32 verifier's."""
     if row.speculation:
         return "speculation (lossless)" if row.identical_prompts == row.prompts else "speculation on a lossy engine"
     return "same output" if row.identical_prompts == row.prompts else "different output"
@@ -19,7 +20,7 @@ def kind_of(row) -> str:
 def speedup_chart(summary: pd.DataFrame) -> alt.Chart:
     """Speedup over the eager fp32 verifier with its 95% CI, one bar per method, coloured by whether
     the output stayed the fp32 verifier's; a rule at 1x."""
-    frame = summary.assign(kind=[kind_of(r) for r in summary.itertuples()],
+    frame = summary.assign(kind=[output_category(r) for r in summary.itertuples()],
                            fidelity=[fidelity_text(r) for r in summary.itertuples()])
     order = list(frame.sort_values("speedup", ascending=False)["method"])
     y = alt.Y("method:N", sort=order, title=None)

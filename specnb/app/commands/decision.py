@@ -141,8 +141,8 @@ def _args_predict(p: argparse.ArgumentParser) -> None:
     _args_predict,
 )
 def run_predict(args: argparse.Namespace) -> dict:
-    from specnb.app.text.engine_choice import instead_line
-    from specnb.app.text.verdicts import prediction_verdict
+    from specnb.app.text.common import prediction_verdict
+    from specnb.app.text.nb06_decision import instead_line
     from specnb.core.theory import validate_gamma
     from specnb.measure.alternatives import load_measured
     from specnb.predict.calibrate import SHORT_CALIBRATION, ensure_calibrated

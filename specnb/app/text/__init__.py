@@ -1,4 +1,5 @@
-"""The text a notebook shows, written once in the package: conclusions of the measuring notebooks
-(``conclusions``), one-sentence reasons why a candidate won or lost (``reasons``), the decision
-framework's verdicts (``verdicts``), and which engine to use instead of speculating
-(``engine_choice``)."""
+"""The text a notebook shows, written once in the package: one module per notebook (``nb01_theory``,
+``nb02_dispatch``, ``nb03_gamma``, ``nb04_draft_size``, ``nb05_batch``, ``nb06_decision``,
+``nb07_alternatives``, ``nb08_serving``), what several of them share (``common``) and the ``Report``
+each returns (``cell_report``). The rules the sentences state (which engine wins, why a draft won or
+lost, the predictor's pick) live in ``specnb.predict``; the text words them."""

@@ -7,7 +7,8 @@ import math
 
 import pandas as pd
 
-from specnb.app.text.conclusions import Report, bullets
+from specnb.app.text.cell_report import Report
+from specnb.app.text.common import bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
 from specnb.predict.serving_decision import ServingDecision, adaptive_ran

@@ -1,13 +1,18 @@
-"""The decision framework's text (notebook 06): what the validation says of the predictor, the
-verdict for every draft and batch size, and the reference MPS run replayed — as ``Report``s."""
+"""What notebook 06 says: the reference MPS run replayed, what the validation says of the predictor
+(read through the measured CIs), the verdict for every draft and batch size, and the "do X instead"
+line that it and ``specnb predict`` end with."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
-from specnb.app.text.conclusions import Report, bullets
+from specnb.app.text.cell_report import Report
+from specnb.app.text.common import bullets, fidelity_text, prediction_verdict
 from specnb.core.intervals import interval_text
 from specnb.core.reference import REFERENCE_MPS
+from specnb.predict.engine_choice import choices
 
 
 def reference_conclusion(comparison: pd.DataFrame) -> Report:
@@ -68,13 +73,24 @@ def reference_conclusion(comparison: pd.DataFrame) -> Report:
     return Report(bullets(lines), values)
 
 
-def decision_conclusion(summary: dict, checks: pd.DataFrame, predictions: dict, profile, grid_text: str,
-                        instead: str = "", table: pd.DataFrame | None = None) -> Report:
-    """Notebook 06's conclusion: the validation's claims read through the measured CIs
-    (``specnb.predict.validate.validation_summary``), each recommendation that fell short with its
-    CIs, the verdict for every (draft, batch size), and ``instead``: what the alternatives measured on
-    this machine (``specnb.app.text.engine_choice.instead_line``). ``grid_text`` says what was validated;
-    ``table`` (the validation grid) adds the points whose error lies beyond their CI by more than the target."""
+@dataclass(frozen=True, kw_only=True)
+class Validated:
+    """What notebook 06's validation produced, as its conclusion reads it: the claims
+    (``specnb.predict.validate.validation_summary``), the recommendation checks, what was validated
+    (``grid_text``) and the validation grid (``table``), which adds the points whose error lies beyond
+    their CI by more than the target."""
+
+    summary: dict
+    checks: pd.DataFrame
+    grid_text: str
+    table: pd.DataFrame | None = None
+
+
+def decision_conclusion(validated: Validated, predictions: dict, profile, instead: str = "") -> Report:
+    """Notebook 06's conclusion: the validation's claims read through the measured CIs, each
+    recommendation that fell short with its CIs, the verdict for every (draft, batch size), and
+    ``instead``: what the alternatives measured on this machine (``instead_line``)."""
+    summary, checks, grid_text, table = validated.summary, validated.checks, validated.grid_text, validated.table
     lines = [error_line(summary, grid_text), *(off_points_lines(table) if table is not None else []),
              f"{summary['within_band']:.0%} of measured speedups fall inside the predicted 10–90% band; "
              f"{summary['ci_overlaps_band']:.0%} of their CIs overlap it.",
@@ -169,13 +185,19 @@ def ci_text(lo: float, hi: float) -> str:
     return f"[{interval_text(lo, hi)}]"
 
 
-def prediction_verdict(p) -> str:
-    """A ``Prediction``'s recommendation in one line: speculate with which γ, or why not."""
-    if p.recommended_gamma is not None:
-        return (f"speculate with γ = {p.recommended_gamma} ({p.predicted_speedup:.2f}x, band "
-                f"{interval_text(p.speedup_lo, p.speedup_hi)})")
-    if p.predicted_speedup <= 1.0:
-        return (f"don't speculate: no γ beats verifier-only (best γ = {p.best_gamma} gives "
-                f"{p.predicted_speedup:.2f}x)")
-    return (f"don't speculate: γ = {p.best_gamma} wins on average ({p.predicted_speedup:.2f}x), but its band "
-            f"{interval_text(p.speedup_lo, p.speedup_hi)}x includes 1.0")
+def instead_line(measured: dict | None) -> str:
+    """One line for ``specnb predict`` and notebook 06: what speculation and its alternatives measured on
+    this machine, e.g. "speculation 1.07x; llama.cpp · F32 1.45x (same output); int8 2.1x (1/8 identical)"."""
+    if not measured:
+        return ("no alternatives measured on this machine yet: notebook 07 measures them (`specnb run "
+                "notebooks/07_alternatives.ipynb`)")
+    summary = pd.DataFrame(measured["rows"])
+    pick = choices(summary)
+    parts = []
+    if pick["speculation"] is not None:
+        parts.append(f"speculation ({pick['speculation'].speculation}) {pick['speculation'].speedup:.2f}x")
+    for key in ("lossless", "fastest"):
+        row = pick[key]
+        if row is not None and not any(row.method in p for p in parts):
+            parts.append(f"{row.method} {row.speedup:.2f}x ({fidelity_text(row)})")
+    return f"measured on this machine ({measured['created_utc'][:10]}): " + "; ".join(parts)

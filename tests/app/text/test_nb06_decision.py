@@ -1,20 +1,4 @@
-"""verdicts: the decision framework's one-line recommendation, for each way a prediction can fall."""
-
-from types import SimpleNamespace
-
-from specnb.app.text.verdicts import prediction_verdict
-
-
-def prediction(recommended, speedup, lo, hi, best=3):
-    return SimpleNamespace(recommended_gamma=recommended, best_gamma=best, predicted_speedup=speedup,
-                           speedup_lo=lo, speedup_hi=hi)
-
-
-def test_prediction_verdict_says_speculate_or_why_not():
-    assert prediction_verdict(prediction(3, 1.4, 1.2, 1.6)) == "speculate with γ = 3 (1.40x, band 1.20–1.60)"
-    assert prediction_verdict(prediction(None, 0.9, 0.8, 1.0)).startswith("don't speculate: no γ beats verifier-only")
-    assert "band 0.95–1.10x includes 1.0" in prediction_verdict(prediction(None, 1.02, 0.95, 1.10))
-
+"""nb06_decision: the decision framework's claims read through the measured CIs, and the "do X instead" line."""
 
 def summary(**changes):
     base = {"grid_points": 16, "median_abs_error": 0.117, "max_abs_error": 0.3, "median_error_beyond_ci": 0.02,
@@ -26,7 +10,7 @@ def summary(**changes):
 
 
 def test_the_error_claim_never_says_missed_when_the_cis_cannot_tell():
-    from specnb.app.text.verdicts import error_line
+    from specnb.app.text.nb06_decision import error_line
 
     text = error_line(summary(), "grid")
     assert "inconclusive at this budget" in text and "missed" not in text and "±14%" in text
@@ -37,7 +21,7 @@ def test_the_error_claim_never_says_missed_when_the_cis_cannot_tell():
 
 
 def test_a_shortfall_inside_the_cis_is_not_called_a_miss():
-    from specnb.app.text.verdicts import missed_choice_line, recommendation_line
+    from specnb.app.text.nb06_decision import missed_choice_line, recommendation_line
 
     assert "**inconclusive at this budget**, not wrong" in recommendation_line(summary())
     assert recommendation_line(summary(recommendation_verdict="met")).endswith(": met.")
@@ -54,7 +38,7 @@ def test_a_shortfall_inside_the_cis_is_not_called_a_miss():
 def test_points_off_beyond_their_ci_are_named_per_batch_size():
     import pandas as pd
 
-    from specnb.app.text.verdicts import off_points_lines
+    from specnb.app.text.nb06_decision import off_points_lines
 
     table = pd.DataFrame({"draft": ["e", "e", "m"], "gamma": [1, 3, 1], "batch_size": [1, 2, 2],
                           "predicted_speedup": [1.30, 0.97, 0.96], "measured_speedup": [1.00, 0.71, 0.90],
@@ -63,3 +47,23 @@ def test_points_off_beyond_their_ci_are_named_per_batch_size():
     assert off_points_lines(table) == ["Off by more than 10% beyond the CI at batch 2 (1 of 2 points): e γ=3: "
                                        "predicted 0.97x, measured 0.71x [0.61–0.85]."]
     assert off_points_lines(table.assign(error_beyond_ci=0.0)) == []
+
+
+def test_the_conclusion_reads_the_validation_and_each_prediction():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from specnb.app.text.nb06_decision import Validated, decision_conclusion
+
+    p = SimpleNamespace(recommended_gamma=3, best_gamma=3, predicted_speedup=1.4, speedup_lo=1.2, speedup_hi=1.6,
+                        break_even_alpha=0.3)
+    profile = SimpleNamespace(acceptance={"e": SimpleNamespace(alpha_iid=lambda: 0.7)})
+    validated = Validated(summary=summary(within_band=0.8, ci_overlaps_band=0.9),
+                          checks=pd.DataFrame({"within_5pct": [True]}), grid_text="grid")
+    report = decision_conclusion(validated, {("e", 1): p}, profile, "use llama.cpp")
+    assert "inconclusive at this budget" in report.markdown and "80% of measured speedups" in report.markdown
+    assert "e, batch 1: speculate with γ = 3 (1.40x, band 1.20–1.60); break-even α on this machine 0.30, " \
+           "measured α 0.70." in report.markdown
+    assert report.markdown.endswith("**Instead of speculating**, use llama.cpp.")
+    assert report.values == {"recommendations": {"e batch 1": (3, 1.4)}}

@@ -1,8 +1,8 @@
-"""conclusions: the measuring notebooks' text, checked against the numbers it states."""
+"""nb02_dispatch: notebook 02's text, checked against the numbers it states."""
 
 import pandas as pd
 
-from specnb.app.text.conclusions import tree_width_text
+from specnb.app.text.nb02_dispatch import tree_width_text
 from specnb.measure import forward
 
 

@@ -1,36 +1,28 @@
-"""engine_choice: the alternatives notebook's conclusion and the "do X instead" line."""
+"""nb07_alternatives: the alternatives notebook's conclusion; nb06_decision: the "do X instead" line."""
 
-import numpy as np
-import pandas as pd
+from helpers import alternatives_summary
 
-from specnb.app.text import engine_choice
+from specnb.app.text import nb06_decision, nb07_alternatives
 from specnb.measure.alternatives import BASELINE_METHOD
 
 
-def summary_frame(rows):
-    base = {"engine": "PyTorch eager", "precision": "fp32", "speculation": "", "lossless": True, "tok_s": 10.0,
-            "speedup_lo": np.nan, "speedup_hi": np.nan, "tokens_per_forward": 1.0, "prompts": 8,
-            "identical_prompts": 8, "prefix_share": 1.0, "median_first_divergence": None}
-    return pd.DataFrame([{**base, **r} for r in rows])
-
-
 def test_the_verdict_names_the_winner_and_by_how_much():
-    summary = summary_frame([
+    summary = alternatives_summary([
         {"method": BASELINE_METHOD, "speedup": 1.0},
         {"method": "prompt-lookup γ=4 · PyTorch eager · fp32", "speculation": "prompt-lookup γ=4", "speedup": 1.2},
         {"method": "verifier-only · llama.cpp · F32", "engine": "llama.cpp", "precision": "F32", "speedup": 1.5},
         {"method": "verifier-only · llama.cpp · Q4_1", "engine": "llama.cpp", "precision": "Q4_1", "speedup": 3.0,
          "identical_prompts": 1, "prefix_share": 0.5, "median_first_divergence": 6.0}])
-    report = engine_choice.alternatives_conclusion(summary, ["a note"], "this CPU")
+    report = nb07_alternatives.alternatives_conclusion(summary, ["a note"], "this CPU")
     assert "do something else:** verifier-only · llama.cpp · F32 is 1.50x against speculation's 1.20x (1.25x better)" \
         in report.markdown
     assert "Fastest of all: **verifier-only · llama.cpp · Q4_1** 3.00x" in report.markdown
     assert "1/8 identical, 50% of tokens before the first divergence (median token 6)" in report.markdown
     assert report.values["lossless_speedup"] == 1.5 and "Not measured: a note" in report.markdown
-    line = engine_choice.instead_line({"created_utc": "2026-11-30T20:00:00", "rows": summary.to_dict("records")})
+    line = nb06_decision.instead_line({"created_utc": "2026-11-30T20:00:00", "rows": summary.to_dict("records")})
     assert line.startswith("measured on this machine (2026-11-30): speculation (prompt-lookup γ=4) 1.20x; "
                            "verifier-only · llama.cpp · F32 1.50x (8/8 identical)")
-    assert "notebook 07" in engine_choice.instead_line(None)
+    assert "notebook 07" in nb06_decision.instead_line(None)
     summary.loc[1, "speedup"] = 2.0  # now speculation is the best lossless option
     assert "speculate:** it is the best lossless option measured (2.00x)" in \
-        engine_choice.alternatives_conclusion(summary, [], "this CPU").markdown
+        nb07_alternatives.alternatives_conclusion(summary, [], "this CPU").markdown

@@ -1,24 +1,14 @@
-"""Which engine to use instead of (or with) speculation: the alternatives table as a reader wants it,
-the conclusions of the alternatives notebook, and the "do X instead" line that ``specnb predict``
-and the decision framework end with."""
+"""What notebook 07 says: the alternatives table as a reader wants it, which option wins on this
+machine and what it costs, the speculation tax split by engine, and what batching buys."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from specnb.app.text.conclusions import Report, bullets
+from specnb.app.text.cell_report import Report
+from specnb.app.text.common import bullets, fidelity_text
 from specnb.core.intervals import speedup_text
-from specnb.measure.alternatives import BASELINE_METHOD
-
-
-def fidelity_text(row) -> str:
-    """"8/8 identical", or "1/8 identical, 48% of tokens before the first divergence (median token 6)"."""
-    if row.identical_prompts == row.prompts:
-        return f"{row.identical_prompts}/{row.prompts} identical"
-    where = "" if row.median_first_divergence is None or pd.isna(row.median_first_divergence) else \
-        f" (median token {row.median_first_divergence:.0f})"
-    return f"{row.identical_prompts}/{row.prompts} identical, {row.prefix_share:.0%} of tokens before the first " \
-           f"divergence{where}"
+from specnb.predict.engine_choice import choices
 
 
 def display_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -32,8 +22,6 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def best(rows: pd.DataFrame):
-    return None if rows.empty else rows.sort_values("speedup", ascending=False).iloc[0]
 
 
 def rate(row) -> str:
@@ -41,14 +29,6 @@ def rate(row) -> str:
     return f"**{row.method}** {speedup} ({row.tok_s:.1f} tok/s)"
 
 
-def choices(summary: pd.DataFrame) -> dict:
-    """The rows a verdict names: the best speculation on the eager fp32 verifier, the best method
-    whose greedy output stayed the fp32 verifier's on every prompt, and the fastest of all."""
-    same = summary["identical_prompts"] == summary["prompts"]
-    spec = summary[(summary["speculation"] != "") & (summary["engine"] == "PyTorch eager")
-                   & (summary["precision"] == "fp32")]
-    return {"speculation": best(spec), "lossless": best(summary[same & (summary["method"] != BASELINE_METHOD)]),
-            "fastest": best(summary)}
 
 
 def alternatives_conclusion(summary: pd.DataFrame, notes: list[str], machine: str) -> Report:
@@ -120,21 +100,3 @@ def batching_text(table: pd.DataFrame) -> Report:
                           f"{int(last.batch_size)}, paid in latency: it serves many users, speculation serves one "
                           "faster.")
     return Report(text, {"batching": table.round(3).to_dict(orient="records")})
-
-
-def instead_line(measured: dict | None) -> str:
-    """One line for ``specnb predict`` and notebook 06: what speculation and its alternatives measured on
-    this machine, e.g. "speculation 1.07x; llama.cpp · F32 1.45x (same output); int8 2.1x (1/8 identical)"."""
-    if not measured:
-        return ("no alternatives measured on this machine yet: notebook 07 measures them (`specnb run "
-                "notebooks/07_alternatives.ipynb`)")
-    summary = pd.DataFrame(measured["rows"])
-    pick = choices(summary)
-    parts = []
-    if pick["speculation"] is not None:
-        parts.append(f"speculation ({pick['speculation'].speculation}) {pick['speculation'].speedup:.2f}x")
-    for key in ("lossless", "fastest"):
-        row = pick[key]
-        if row is not None and not any(row.method in p for p in parts):
-            parts.append(f"{row.method} {row.speedup:.2f}x ({fidelity_text(row)})")
-    return f"measured on this machine ({measured['created_utc'][:10]}): " + "; ".join(parts)

@@ -1,9 +1,9 @@
-"""reasons: the sentences that say why a candidate won or lost, checked against the numbers."""
+"""nb03_gamma: the sentences that say why a candidate won or lost, checked against the numbers."""
 
 import pytest
 from helpers import gamma_sweep
 
-from specnb.app.text.reasons import explain_draft, gamma_reason, step_trend, with_reasons
+from specnb.app.text.nb03_gamma import gamma_reason, step_trend, with_reasons
 from specnb.core.errors import ParameterError
 from specnb.measure import acceptance, analysis, runs
 
@@ -30,17 +30,3 @@ def test_gamma_reason_says_what_a_step_costs_and_yields(sweep):
     assert "α = 0.17, per token 0.50" in gamma_reason(list(verdicts.itertuples())[1])  # per-token α always there
     assert "yields only 2.00 tokens" in gamma_reason(next(verdicts.loc[["d γ=6"]].itertuples()))
     assert with_reasons(verdicts)["reason"].tolist() == [gamma_reason(r) for r in verdicts.itertuples()]
-
-
-def test_explain_draft_names_the_binding_comparison():
-    row = {"c_wall": 0.3, "alpha_token": 0.2, "break_even_c": 0.1, "best_gamma": 2, "speedup": 0.7}
-    assert "no γ can pay" in explain_draft(row) and "disagree" not in explain_draft(row)
-    assert "measured 1.30x: measurement and formula disagree" in explain_draft({**row, "speedup": 1.3})
-    row.update(alpha_token=0.5, break_even_c=0.25)
-    assert "above the break-even c 0.250 at γ = 2" in explain_draft(row)
-    row.update(break_even_c=0.4)
-    assert "yet it lost" in explain_draft(row)
-    row.update(speedup=1.2)
-    assert "below the break-even c 0.400" in explain_draft(row) and "lost" not in explain_draft(row)
-    row.update(c_wall=float("nan"))
-    assert "no tokens" in explain_draft(row)

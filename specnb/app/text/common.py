@@ -1,0 +1,35 @@
+"""Text more than one notebook shows: Markdown bullets, a prediction's one-line verdict (notebooks
+06 and 07, ``specnb predict``) and how faithful an engine's output stayed to the fp32 verifier's
+(notebooks 06 and 07)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from specnb.core.intervals import interval_text
+
+
+def bullets(lines, closing: str = "") -> str:
+    return "\n".join(f"- {line}" for line in lines) + (f"\n\n{closing}" if closing else "")
+
+
+def fidelity_text(row) -> str:
+    """"8/8 identical", or "1/8 identical, 48% of tokens before the first divergence (median token 6)"."""
+    if row.identical_prompts == row.prompts:
+        return f"{row.identical_prompts}/{row.prompts} identical"
+    where = "" if row.median_first_divergence is None or pd.isna(row.median_first_divergence) else \
+        f" (median token {row.median_first_divergence:.0f})"
+    return f"{row.identical_prompts}/{row.prompts} identical, {row.prefix_share:.0%} of tokens before the first " \
+           f"divergence{where}"
+
+
+def prediction_verdict(p) -> str:
+    """A ``Prediction``'s recommendation in one line: speculate with which γ, or why not."""
+    if p.recommended_gamma is not None:
+        return (f"speculate with γ = {p.recommended_gamma} ({p.predicted_speedup:.2f}x, band "
+                f"{interval_text(p.speedup_lo, p.speedup_hi)})")
+    if p.predicted_speedup <= 1.0:
+        return (f"don't speculate: no γ beats verifier-only (best γ = {p.best_gamma} gives "
+                f"{p.predicted_speedup:.2f}x)")
+    return (f"don't speculate: γ = {p.best_gamma} wins on average ({p.predicted_speedup:.2f}x), but its band "
+            f"{interval_text(p.speedup_lo, p.speedup_hi)}x includes 1.0")
