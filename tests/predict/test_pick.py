@@ -3,13 +3,13 @@
 from helpers import DRAFT, synthetic_profile
 
 from specnb.predict.pick import predictor_pick
-from specnb.predict.predictor import predict
+from specnb.predict.predictor import Workload, predict
 
 
 def test_the_pick_is_the_best_rated_draft_at_its_best_gamma():
     profile = synthetic_profile()
     pick, prediction = predictor_pick(profile, 48, gammas=range(1, 5))
-    expected = predict(profile, DRAFT, range(1, 5), 1, 48)
+    expected = predict(profile, DRAFT, range(1, 5), Workload(max_new_tokens=48))
     assert (pick.draft, pick.gamma) == (DRAFT, expected.best_gamma)
     assert prediction.predicted_speedup == expected.predicted_speedup
 
