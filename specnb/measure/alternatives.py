@@ -110,8 +110,9 @@ def add_compiled(methods: list[Method], pair) -> str:
 
 
 @dataclass
-class Speculation:
-    """A speculative configuration to put in the table: a draft name and γ, or a static tree."""
+class DraftChoice:
+    """One speculative row of notebook 07's table: a draft name and γ, or a static tree. Not a serving
+    configuration (``specnb.serve.speculation.Speculation``): this one names a draft for ``generate``."""
 
     draft: str
     gamma: int = 4
@@ -125,7 +126,7 @@ class Speculation:
 LLAMA_PRECISIONS = {"q4_1": "Q4_1", "f32": "F32", "f16": "F16"}
 
 
-def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisions=("int8", "bf16"),
+def build_methods(pair, drafts: dict, speculation: list[DraftChoice], *, precisions=("int8", "bf16"),
                   kernels=("onednn",), llama=("q4_1", "f32"), llama_draft: str | None = None,
                   threads: int | None = None, n_ctx: int = 1024) -> tuple[list[Method], list[str]]:
     """The methods of notebook 07, baseline first, and one-line notes on what had to be left out.
@@ -150,7 +151,7 @@ def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisi
     eos = pair.tokenizer.eos_token_id
     notes: list[str] = []
 
-    def spec(name, engine, precision, model, s: Speculation, lossless=True) -> Method:
+    def spec(name, engine, precision, model, s: DraftChoice, lossless=True) -> Method:
         return torch_method(f"{s.label} · {name}", engine, precision, model, eos, draft=drafts[s.draft],
                             draft_name=s.draft, gamma=s.gamma, tree=s.tree, vocab_size=pair.vocab_size,
                             lossless=lossless)
