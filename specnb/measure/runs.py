@@ -85,12 +85,12 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
         for t in trees:
             grows = drafter.trees and (getattr(drafter, "dynamic_trees", False) or not isinstance(t, DynamicTree))
             if grows:
-                found.append(Candidate(name=f"{name} tree={shape_of(t).label()}", draft=draft, draft_name=name,
-                                       gamma=shape_of(t).depth, tree=t))
+                found.append(Candidate(name=f"{name} tree={tree_shape(t).label()}", draft=draft, draft_name=name,
+                                       gamma=tree_shape(t).depth, tree=t))
     return found
 
 
-def shape_of(tree) -> TreeShape | DynamicTree:
+def tree_shape(tree) -> TreeShape | DynamicTree:
     """A candidate's tree as the engine sees it (its ``label()``, e.g. ``3x2x1``, and ``depth``)."""
     return tree if isinstance(tree, DynamicTree) else TreeShape(tree)
 
@@ -191,7 +191,7 @@ def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stage
         "candidate": cand.name,
         "draft": cand.draft_name or "",
         "gamma": gamma,
-        "tree": shape_of(cand.tree).label() if cand.tree else "",
+        "tree": tree_shape(cand.tree).label() if cand.tree else "",
         "confidence": cand.confidence,
         "gamma_reason": result.gamma_reason,
         "batch_size": len(batch),
