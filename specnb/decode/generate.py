@@ -157,7 +157,7 @@ def accepted_paths(state: DecodeState, proposal: Proposal, p_logits: torch.Tenso
     return n.tolist(), last.tolist(), [list(range(a + 1)) for a in n.tolist()]
 
 
-def accept(state: DecodeState, proposal: Proposal, p_logits: torch.Tensor) -> Step:
+def emit_accepted(state: DecodeState, proposal: Proposal, p_logits: torch.Tensor) -> Step:
     """Accept a path per row (a chain: a prefix); the next token is a correction or the bonus token.
     Emits the tokens of rows still generating and records their counts."""
     accepted, nxt, paths = accepted_paths(state, proposal, p_logits)
@@ -201,7 +201,7 @@ def speculative_step(state: DecodeState, drafter: Drafter, k: int, tree: TreeSha
         p_logits = verify(state, proposal)  # [B, N+1, V]
     # 3. accept a path per row; the next token is a correction or the bonus token
     with timer.stage("accept"):
-        step = accept(state, proposal, p_logits)
+        step = emit_accepted(state, proposal, p_logits)
     # 4. both caches keep only what was accepted
     with timer.stage("rollback"):
         keep_verified(state, step)
