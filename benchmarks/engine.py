@@ -31,6 +31,7 @@ from specnb.app.runner import describe_environment, write_marked_section
 from specnb.decode.generate import generate
 from specnb.decode.inputs import encode_prompts
 from specnb.decode.pairs import load_drafts
+from specnb.decode.settings import Decoding
 from specnb.measure.forward import measure_forward_ms
 from specnb.measure.hf_baseline import compare_with_hf, tok_s_by_method
 from specnb.measure.prompts import load_prompts
@@ -79,8 +80,9 @@ def compare_hf(pair, draft, ids, args) -> dict:
 
 
 def timed_runs(pair, draft, ids, args, timer: bool) -> list:
-    return [generate(pair.verifier, x, draft=draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                     eos_token_id=pair.tokenizer.eos_token_id, timer=timer) for x in ids]
+    return [generate(pair.verifier, x, draft=draft,
+                     decoding=Decoding(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                                       eos_token_id=pair.tokenizer.eos_token_id, timer=timer)) for x in ids]
 
 
 def loop_efficiency(pair, draft, ids, args) -> dict:

@@ -67,10 +67,12 @@ def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *,
     import torch
 
     from specnb.decode.generate import generate
+    from specnb.decode.settings import Decoding
 
     def run(prompt: list[int], max_new_tokens: int) -> Generated:
-        result = generate(model, torch.tensor([prompt]), draft=draft, gamma=gamma, max_new_tokens=max_new_tokens,
-                          eos_token_id=eos_token_id, vocab_size=vocab_size, tree=tree)
+        result = generate(model, torch.tensor([prompt]), draft=draft,
+                          decoding=Decoding(gamma=gamma, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                                            tree=tree, vocab_size=vocab_size))
         return Generated(result.tokens[0], result.wall_ms, result.verifier_forwards)
 
     shape = "tree=" + "x".join(map(str, tree)) if tree else f"γ={gamma}"

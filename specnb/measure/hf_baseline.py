@@ -21,6 +21,7 @@ from contextlib import contextmanager
 import torch
 
 from specnb.decode.generate import generate
+from specnb.decode.settings import Decoding
 from specnb.decode.timing import synchronize
 
 METHODS = ("hf_greedy", "hf_assisted", "specnb_verifier", "specnb_speculative")
@@ -71,8 +72,8 @@ def run_method(method: str, verifier, draft, input_ids, gamma, max_new_tokens, e
     if method == "hf_assisted":
         return run_hf(verifier, input_ids, assistant=draft, gamma=gamma, max_new_tokens=max_new_tokens,
                       eos_token_id=eos_token_id)
-    result = generate(verifier, input_ids, draft=draft if method == "specnb_speculative" else None, gamma=gamma,
-                      max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+    result = generate(verifier, input_ids, draft=draft if method == "specnb_speculative" else None,
+                      decoding=Decoding(gamma=gamma, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id))
     return result.tokens[0], result.wall_ms
 
 

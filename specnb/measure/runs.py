@@ -161,6 +161,7 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
     The garbage collector is paused for the duration, as ``timeit`` does: a collection triggered by
     the allocations of whatever ran before would otherwise land on one candidate's clock."""
     from specnb.decode.generate import generate
+    from specnb.decode.settings import Decoding
     from specnb.decode.timing import StageTimer
 
     timer = StageTimer(pair.device)
@@ -169,9 +170,10 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
     try:
         gamma = max(cand.gamma, 1) if isinstance(cand.gamma, int) else cand.gamma
         result = generate(pair.verifier, input_ids.to(pair.device), mask.to(pair.device), draft=cand.draft,
-                          gamma=gamma, max_new_tokens=max_new_tokens, sampling=sampling,
-                          eos_token_id=pair.tokenizer.eos_token_id, timer=timer, vocab_size=pair.vocab_size,
-                          tree=cand.tree, confidence=cand.confidence)
+                          sampling=sampling,
+                          decoding=Decoding(gamma=gamma, max_new_tokens=max_new_tokens,
+                                            eos_token_id=pair.tokenizer.eos_token_id, tree=cand.tree,
+                                            confidence=cand.confidence, vocab_size=pair.vocab_size, timer=timer))
     finally:
         if collecting:
             gc.enable()

@@ -10,6 +10,7 @@ from helpers import peaked_pair
 import specnb.decode.pairs
 from specnb.app.cli import main
 from specnb.decode.generate import generate
+from specnb.decode.settings import Decoding
 from specnb.decode.timing import STAGES
 from specnb.measure.hf_baseline import compare_with_hf, fixed_gamma, tok_s_by_method
 from specnb.models.load import Pair
@@ -62,7 +63,7 @@ def test_generate_json_batch_matches_library(tiny_pair, capsys):
     from specnb.decode.inputs import encode_prompts
 
     ids, mask = encode_prompts(CharTokenizer(), ["hello there", "hi"])
-    expected = generate(verifier, ids, mask, max_new_tokens=10, eos_token_id=2).tokens
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=10, eos_token_id=2)).tokens
     assert [r["tokens"] for r in out["results"]] == expected
     row = out["results"][0]
     assert set(row) >= {"prompt", "text", "tokens", "accepted", "acceptance_rate", "tokens_per_s", "stages"}

@@ -112,8 +112,9 @@ def test_llama_cpp_speculation_is_lossless_and_takes_fewer_forwards(exported):
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]  # repetitive, so prompt lookup finds matches
     plain = llama_cpp.LlamaCpp(path, threads=1, n_ctx=128).generate(prompt, 24)
     from specnb.decode.generate import generate
+    from specnb.decode.settings import Decoding
 
-    torch_tokens = generate(model, torch.tensor([prompt]), max_new_tokens=24).tokens[0]
+    torch_tokens = generate(model, torch.tensor([prompt]), decoding=Decoding(max_new_tokens=24)).tokens[0]
     assert plain.tokens == torch_tokens and plain.verifier_forwards == 24
     lookup = llama_cpp.LlamaCpp(path, threads=1, n_ctx=128, draft=llama_cpp.lookup_draft(4)).generate(prompt, 24)
     drafted = llama_cpp.LlamaCpp(path, threads=1, n_ctx=128,
