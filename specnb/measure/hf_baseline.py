@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
@@ -65,15 +66,16 @@ def run_hf(model, input_ids, *, assistant=None, gamma: int = 4, max_new_tokens: 
     return out[0, input_ids.shape[1]:].tolist(), wall_ms
 
 
-def run_method(method: str, verifier, draft, input_ids, gamma, max_new_tokens, eos_token_id):
-    """(tokens, wall ms) of one method on one unpadded prompt ``input_ids`` [1, S]."""
+def run_method(method: str, verifier, draft, input_ids, decoding: Decoding):
+    """(tokens, wall ms) of one method on one unpadded prompt ``input_ids`` [1, S]; HF reads the same
+    ``decoding`` (γ, token budget, EOS) as specnb's loop, so both sides are asked the same thing."""
+    budget, eos = decoding.max_new_tokens, decoding.eos_token_id
     if method == "hf_greedy":
-        return run_hf(verifier, input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        return run_hf(verifier, input_ids, max_new_tokens=budget, eos_token_id=eos)
     if method == "hf_assisted":
-        return run_hf(verifier, input_ids, assistant=draft, gamma=gamma, max_new_tokens=max_new_tokens,
-                      eos_token_id=eos_token_id)
-    result = generate(verifier, input_ids, draft=draft if method == "specnb_speculative" else None,
-                      decoding=Decoding(gamma=gamma, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id))
+        return run_hf(verifier, input_ids, assistant=draft, gamma=decoding.gamma, max_new_tokens=budget,
+                      eos_token_id=eos)
+    result = generate(verifier, input_ids, draft=draft if method == "specnb_speculative" else None, decoding=decoding)
     return result.tokens[0], result.wall_ms
 
 
@@ -88,15 +90,16 @@ def compare_with_hf(verifier, draft, prompts: list, *, gamma: int = 4, max_new_t
     device = next(verifier.parameters()).device
     prompts = [p.view(1, -1).to(device) for p in prompts]
     methods = [m for m in methods if draft is not None or m in ("hf_greedy", "specnb_verifier")]
+    decoding = Decoding(gamma=gamma, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     if warmup:
         for method in methods:
-            run_method(method, verifier, draft, prompts[0], gamma, min(max_new_tokens, 4), eos_token_id)
+            run_method(method, verifier, draft, prompts[0], replace(decoding, max_new_tokens=min(max_new_tokens, 4)))
     records = []
     for repeat in range(repeats):
         for index, input_ids in enumerate(prompts):
             shift = (repeat * len(prompts) + index) % len(methods)
             for method in methods[shift:] + methods[:shift]:
-                tokens, wall_ms = run_method(method, verifier, draft, input_ids, gamma, max_new_tokens, eos_token_id)
+                tokens, wall_ms = run_method(method, verifier, draft, input_ids, decoding)
                 records.append({"repeat": repeat, "prompt": index, "method": method, "gamma": gamma,
                                 "tokens": tokens, "new_tokens": len(tokens), "wall_ms": wall_ms,
                                 "tok_s": len(tokens) / (wall_ms / 1e3)})
