@@ -32,7 +32,7 @@ from specnb.decode.generate import generate
 from specnb.decode.inputs import encode_prompts
 from specnb.decode.pairs import load_drafts
 from specnb.decode.settings import Decoding
-from specnb.measure.forward import measure_forward_ms
+from specnb.measure.forward import ForwardShape, measure_forward_ms
 from specnb.measure.hf_baseline import compare_with_hf, tok_s_by_method
 from specnb.measure.prompts import load_prompts
 
@@ -96,9 +96,9 @@ def loop_efficiency(pair, draft, ids, args) -> dict:
     results = timed_runs(pair, draft, ids, args, timer=True)
     context = int(statistics.mean(r.prompt_lengths[0] + r.new_tokens / 2 for r in results))
     g = args.gamma
-    t_v = measure_forward_ms(pair.verifier, n_tokens=g + 1, context_len=context, repeats=10).median_ms
-    t_d1 = measure_forward_ms(draft, n_tokens=1, context_len=context, repeats=10).median_ms
-    t_d2 = measure_forward_ms(draft, n_tokens=2, context_len=context, repeats=10).median_ms
+    t_v = measure_forward_ms(pair.verifier, ForwardShape(n_tokens=g + 1, context_len=context)).median_ms
+    t_d1 = measure_forward_ms(draft, ForwardShape(n_tokens=1, context_len=context)).median_ms
+    t_d2 = measure_forward_ms(draft, ForwardShape(n_tokens=2, context_len=context)).median_ms
     predicted_ms = measured_ms = tokens = 0.0
     for r in results:
         steps = len(r.accepted_per_step[0])
