@@ -105,7 +105,7 @@ def decision_drafts(verifier: str, draft: str | None = None, drafts=None, smoke:
 def parse_speculation(items) -> list:
     """``["prompt-lookup:4", "smollm2-eagle:3x2"]`` (draft:γ or draft:tree) as ``DraftChoice``s; a bad
     item is a one-line error."""
-    from specnb.measure.alternatives import DraftChoice
+    from specnb.measure.methods import DraftChoice
 
     found = []
     for item in [items] if isinstance(items, str) else items:
@@ -124,7 +124,7 @@ def parse_speculation(items) -> list:
 def predictor_pick(profile, max_new_tokens: int, gammas=range(1, 9)):
     """The (draft, γ) the predictor rates best at batch 1 over every draft a profile calibrated, with
     its ``Prediction`` (whose verdict may still be "don't speculate"); None without a profile."""
-    from specnb.measure.alternatives import DraftChoice
+    from specnb.measure.methods import DraftChoice
     from specnb.predict.predictor import predict
 
     if profile is None:
@@ -141,7 +141,7 @@ def alternative_speculation(verifier: str, speculation, pick=None, smoke: bool =
     """Notebook 07's speculative rows: the predictor's ``pick`` first (when there is one), then
     ``speculation`` (parsed), or by default for the embedded verifier prompt lookup at γ = 4 and
     the EAGLE head with a small tree when one is committed; duplicates dropped."""
-    from specnb.measure.alternatives import DraftChoice
+    from specnb.measure.methods import DraftChoice
 
     if speculation is not None:
         chosen = parse_speculation(speculation)

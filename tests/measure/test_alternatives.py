@@ -12,9 +12,11 @@ import torch
 from helpers import peaked_pair, tiny_model
 
 from specnb.core.errors import ParameterError
+from specnb.decode.settings import Decoding
 from specnb.measure import alternatives, tax_split
 from specnb.measure.bandwidth import Bandwidth, step_bytes
 from specnb.measure.fidelity import compare, fidelity
+from specnb.measure.methods import BASELINE_METHOD, LlamaRows, MethodLabel, Rounds
 from specnb.models.lookup import PromptLookup
 from specnb.models.precision import with_precision
 from specnb.native import llama_cpp
@@ -141,8 +143,9 @@ def test_a_missing_binding_is_a_note_not_a_traceback(monkeypatch):
     verifier, _ = peaked_pair("llama")
     pair = type("Pair", (), {"verifier": verifier, "tokenizer": type("T", (), {"eos_token_id": 2}),
                              "vocab_size": None, "verifier_name": "tiny"})
-    methods, notes = alternatives.build_methods(pair, {}, [], precisions=(), kernels=(), llama=("q4_1",))
-    assert [m.name for m in methods] == [alternatives.BASELINE_METHOD] and notes == [llama_cpp.INSTALL_HINT]
+    methods, notes = alternatives.build_methods(pair, {}, [], precisions=(), kernels=(),
+                                                llama=LlamaRows(precisions=("q4_1",)))
+    assert [m.name for m in methods] == [BASELINE_METHOD] and notes == [llama_cpp.INSTALL_HINT]
 
 
 def test_the_baseline_must_run_on_the_default_kernels():
@@ -151,7 +154,7 @@ def test_the_baseline_must_run_on_the_default_kernels():
     verifier, _ = peaked_pair("llama")
     pair = type("Pair", (), {"verifier": use_kernels(verifier, "onednn"), "tokenizer": None})
     with pytest.raises(ParameterError, match="load the pair with kernels='default'"):
-        alternatives.build_methods(pair, {}, [], precisions=(), kernels=(), llama=())
+        alternatives.build_methods(pair, {}, [], precisions=(), kernels=(), llama=LlamaRows(precisions=()))
 
 
 # ---------------------------------------------------------------- runs, summaries, verdicts
@@ -162,17 +165,20 @@ def tiny_methods():
     lossy = copy.deepcopy(verifier)
     with torch.no_grad():
         lossy.lm_head.weight.mul_(-1)  # a "method" whose greedy tokens surely differ
-    return [alternatives.torch_method(alternatives.BASELINE_METHOD, "PyTorch eager", "fp32", verifier, None),
-            alternatives.torch_method("lookup", "PyTorch eager", "fp32", verifier, None, draft=PromptLookup(),
+    def label(name, precision="fp32", lossless=True):
+        return MethodLabel(name=name, engine="PyTorch eager", precision=precision, lossless=lossless)
+
+    return [alternatives.torch_method(label(BASELINE_METHOD), verifier, Decoding(gamma=4)),
+            alternatives.torch_method(label("lookup"), verifier, Decoding(gamma=4), draft=PromptLookup(),
                                       draft_name="prompt-lookup"),
-            alternatives.torch_method("other", "PyTorch eager", "x", lossy, None, lossless=False)]
+            alternatives.torch_method(label("other", "x", lossless=False), lossy, Decoding(gamma=4))]
 
 
 def test_methods_run_interleaved_and_summaries_pair_them_with_the_baseline():
     methods = tiny_methods()
     prompts = pd.DataFrame({"id": ["a", "b", "c"], "category": ["x", "y", "x"]})
     ids = [[5, 6, 7, 5, 6, 7, 5], [9, 8, 7, 6], [11, 12, 11, 12, 11]]
-    records = alternatives.run_methods(methods, prompts, ids, max_new_tokens=10, progress=False)
+    records = alternatives.run_methods(methods, prompts, ids, Rounds(max_new_tokens=10), progress=False)
     assert len(records) == 9 and list(records["method"][:3]) == ["verifier-only · PyTorch eager · fp32", "lookup",
                                                                  "other"]
     assert list(records["method"][3:6]) == ["lookup", "other", alternatives.BASELINE_METHOD]  # rotated per prompt
@@ -198,7 +204,7 @@ def test_a_method_whose_engine_crashes_is_left_out_with_a_note_and_the_others_ru
     methods.append(alternatives.Method(name="crashing", engine="llama.cpp", precision="Q4_1", speculation="",
                                        lossless=False, run=crash_on_second_call))
     prompts = pd.DataFrame({"id": ["a", "b"], "category": ["x", "y"]})
-    records = alternatives.run_methods(methods, prompts, [[5, 6, 7, 5], [9, 8, 7, 6]], max_new_tokens=6,
+    records = alternatives.run_methods(methods, prompts, [[5, 6, 7, 5], [9, 8, 7, 6]], Rounds(max_new_tokens=6),
                                        progress=False)
     assert "crashing" not in set(records["method"]) and len(records) == 6 and len(calls) == 2  # never called again
     assert alternatives.failures(methods) == ["crashing: left out, llama.cpp (model.gguf) died with SIGILL "

@@ -8,7 +8,7 @@ import pandas as pd
 
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import speedup_text
-from specnb.measure.alternatives import BASELINE_METHOD
+from specnb.measure.methods import BASELINE_METHOD
 
 
 def fidelity_text(row) -> str:

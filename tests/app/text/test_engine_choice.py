@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.app.text import engine_choice
-from specnb.measure.alternatives import BASELINE_METHOD
+from specnb.measure.methods import BASELINE_METHOD
 
 
 def summary_frame(rows):
