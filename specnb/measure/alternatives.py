@@ -44,9 +44,8 @@ from specnb.measure.methods import (
     LlamaRows,
     Method,
     MethodLabel,
-    Rounds,
 )
-from specnb.measure.runs import bootstrap_speedup, paired_speedup
+from specnb.measure.runs import Rounds, bootstrap_speedup, paired_speedup
 from specnb.native.isolation import EngineCrashed
 from specnb.native.llama_cpp import Generated
 
@@ -216,9 +215,9 @@ def close_methods(methods: list[Method]) -> None:
 
 
 def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[list[int]], rounds: Rounds | None = None,
-                *, progress: bool = True) -> pd.DataFrame:
+                *, max_new_tokens: int = 48, progress: bool = True) -> pd.DataFrame:
     """One record per (repeat, prompt, method): new tokens, wall ms, verifier forwards and the tokens
-    (``rounds`` None: ``Rounds()``, one pass of 48 tokens a run).
+    (``rounds`` None: ``Rounds()``, one pass after a warm-up).
 
     The methods run interleaved per prompt, their order rotated from prompt to prompt, so a slow
     spell of the machine lands on all of them alike. ``rounds.warmup`` first runs each on a few tokens so
@@ -229,7 +228,7 @@ def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[l
     from tqdm.auto import tqdm
 
     rounds = rounds if rounds is not None else Rounds()
-    repeats, max_new_tokens = rounds.repeats, rounds.max_new_tokens
+    repeats = rounds.repeats
     if not methods or methods[0].name != BASELINE_METHOD:
         raise ParameterError(f"the first method must be the baseline {BASELINE_METHOD!r}")
     if len({m.name for m in methods}) != len(methods):

@@ -1,6 +1,6 @@
 """The records of notebook 07's alternatives table (``specnb.measure.alternatives`` runs them): a
 ``Method`` and the label the table gives it, the speculative rows asked for (``DraftChoice``), the
-llama.cpp rows (``LlamaRows``) and how the methods are interleaved (``Rounds``)."""
+llama.cpp rows (``LlamaRows``)."""
 
 from __future__ import annotations
 
@@ -66,12 +66,3 @@ class LlamaRows:
     threads: int | None = None
     n_ctx: int = 1024
 
-
-@dataclass(frozen=True, kw_only=True)
-class Rounds:
-    """How ``run_methods`` interleaves: ``repeats`` passes over the prompts, ``max_new_tokens`` per run, after
-    a warm-up of a few tokens per method (``warmup``)."""
-
-    repeats: int = 1
-    max_new_tokens: int = 48
-    warmup: bool = True

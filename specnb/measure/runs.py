@@ -95,6 +95,15 @@ def tree_shape(tree) -> TreeShape | DynamicTree:
     return tree if isinstance(tree, DynamicTree) else TreeShape(tree)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Rounds:
+    """How interleaved runs repeat: ``repeats`` passes over the prompts, after one short untimed run of
+    each contender (``warmup``) so one-time costs land on none of them."""
+
+    repeats: int = 1
+    warmup: bool = True
+
+
 def rotated(candidates: list[Candidate], shift: int) -> list[Candidate]:
     """Candidate order for one repeat: rotated so no candidate always runs first (warm caches, drift)."""
     shift %= max(len(candidates), 1)

@@ -16,7 +16,7 @@ from specnb.decode.settings import Decoding
 from specnb.measure import alternatives, tax_split
 from specnb.measure.bandwidth import Bandwidth, step_bytes
 from specnb.measure.fidelity import compare, fidelity
-from specnb.measure.methods import BASELINE_METHOD, LlamaRows, MethodLabel, Rounds
+from specnb.measure.methods import BASELINE_METHOD, LlamaRows, MethodLabel
 from specnb.models.lookup import PromptLookup
 from specnb.models.precision import with_precision
 from specnb.native import llama_cpp
@@ -178,7 +178,7 @@ def test_methods_run_interleaved_and_summaries_pair_them_with_the_baseline():
     methods = tiny_methods()
     prompts = pd.DataFrame({"id": ["a", "b", "c"], "category": ["x", "y", "x"]})
     ids = [[5, 6, 7, 5, 6, 7, 5], [9, 8, 7, 6], [11, 12, 11, 12, 11]]
-    records = alternatives.run_methods(methods, prompts, ids, Rounds(max_new_tokens=10), progress=False)
+    records = alternatives.run_methods(methods, prompts, ids, max_new_tokens=10, progress=False)
     assert len(records) == 9 and list(records["method"][:3]) == ["verifier-only · PyTorch eager · fp32", "lookup",
                                                                  "other"]
     assert list(records["method"][3:6]) == ["lookup", "other", alternatives.BASELINE_METHOD]  # rotated per prompt
@@ -204,7 +204,7 @@ def test_a_method_whose_engine_crashes_is_left_out_with_a_note_and_the_others_ru
     methods.append(alternatives.Method(name="crashing", engine="llama.cpp", precision="Q4_1", speculation="",
                                        lossless=False, run=crash_on_second_call))
     prompts = pd.DataFrame({"id": ["a", "b"], "category": ["x", "y"]})
-    records = alternatives.run_methods(methods, prompts, [[5, 6, 7, 5], [9, 8, 7, 6]], Rounds(max_new_tokens=6),
+    records = alternatives.run_methods(methods, prompts, [[5, 6, 7, 5], [9, 8, 7, 6]], max_new_tokens=6,
                                        progress=False)
     assert "crashing" not in set(records["method"]) and len(records) == 6 and len(calls) == 2  # never called again
     assert alternatives.failures(methods) == ["crashing: left out, llama.cpp (model.gguf) died with SIGILL "
