@@ -35,6 +35,7 @@ from specnb.decode.settings import Decoding
 from specnb.measure.forward import ForwardShape, measure_forward_ms
 from specnb.measure.hf_baseline import compare_with_hf, tok_s_by_method
 from specnb.measure.prompts import load_prompts
+from specnb.measure.runs import Rounds
 
 HERE = Path(__file__).parent
 
@@ -67,8 +68,8 @@ def encode_each(tokenizer, prompts, device) -> list[torch.Tensor]:
 def compare_hf(pair, draft, ids, args) -> dict:
     """Targets 1 and 2: all four methods interleaved; outputs must agree token for token."""
     eos = pair.tokenizer.eos_token_id
-    records = compare_with_hf(pair.verifier, draft, ids, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                              eos_token_id=eos, repeats=args.repeats)
+    decoding = Decoding(gamma=args.gamma, max_new_tokens=args.max_new_tokens, eos_token_id=eos)
+    records = compare_with_hf(pair.verifier, draft, ids, decoding, rounds=Rounds(repeats=args.repeats))
     tok_s = tok_s_by_method(records)
     by_prompt = {}
     for r in records:
