@@ -17,12 +17,11 @@ in ``specnb.decode.kvcache``, the accept/reject rule in ``specnb.decode.accept``
 the ``Drafter`` seam in ``specnb.decode.drafters``. ``draft=None`` runs the verifier-only loop
 (prefill, then one token per forward); ``draft`` is whatever ``load_pair`` returns (a causal LM, an
 early exit, prompt lookup) or a ``Drafter``. ``sampling=None`` is greedy, else a ``SamplingConfig``
-(temperature, top-p, seed). The other settings travel in ``decoding``: ``timer``: None (off),
-True, or a ``StageTimer``. ``tree``: a static
-tree's branching per depth (EAGLE, Medusa), or ``"dynamic"`` (EAGLE-2's, grown from the draft's
-confidence each step), verified greedily. ``confidence``: a chain stops where
-the draft's top probability falls below it (``specnb.decode.confidence``; 0: never). ``gamma``: an
-int, or a choice made per batch size (``GammaChoice``: the predictor's ``gamma="auto"``).
+(temperature, top-p, seed). The other settings travel in ``decoding``: ``timer``: None (off), True,
+or a ``StageTimer``. ``tree``: a static tree's branching per depth (EAGLE, Medusa), or ``"dynamic"``
+(EAGLE-2's, grown from the draft's confidence each step), verified greedily. ``confidence``: a chain
+stops where the draft's top probability falls below it (``specnb.decode.confidence``; 0: never).
+``gamma``: an int, or a choice made per batch size (``GammaChoice``: the predictor's ``gamma="auto"``).
 
 A step drafts, verifies, accepts and rolls back (``speculative_step``). A chain of k drafts is the
 one-wide tree of depth k (``specnb.decode.trees``), so acceptance and the caches' bookkeeping take
