@@ -24,6 +24,7 @@ from specnb.app.runner import describe_environment
 from specnb.decode.generate import generate
 from specnb.decode.inputs import encode_prompts
 from specnb.decode.pairs import load_pair
+from specnb.decode.settings import Decoding
 from specnb.decode.timing import StageTimer
 from specnb.models.registry import embedded_draft_names
 
@@ -35,10 +36,11 @@ def lossless(pair, prompts: list[str], max_new_tokens: int) -> list[str]:
     batches = [[p] for p in prompts] + [prompts]
     for batch in batches:
         ids, mask = encode_prompts(pair.tokenizer, batch, device=pair.device)
-        alone = generate(pair.verifier, ids, mask, max_new_tokens=max_new_tokens, eos_token_id=eos)
+        alone = generate(pair.verifier, ids, mask, decoding=Decoding(max_new_tokens=max_new_tokens, eos_token_id=eos))
         for gamma in (1, 2, 3, 4):
-            spec = generate(pair.verifier, ids, mask, draft=pair.draft, gamma=gamma, max_new_tokens=max_new_tokens,
-                            eos_token_id=eos, vocab_size=pair.vocab_size)
+            spec = generate(pair.verifier, ids, mask, draft=pair.draft,
+                            decoding=Decoding(gamma=gamma, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                                              vocab_size=pair.vocab_size))
             if spec.tokens != alone.tokens:
                 failures.append(f"{pair.draft_name} γ={gamma} batch {len(batch)}: output differs")
     return failures
@@ -47,8 +49,10 @@ def lossless(pair, prompts: list[str], max_new_tokens: int) -> list[str]:
 def stage_sum_error(pair, prompt: str, max_new_tokens: int) -> float:
     ids, mask = encode_prompts(pair.tokenizer, [prompt], device=pair.device)
     timer = StageTimer(pair.device)
-    result = generate(pair.verifier, ids, mask, draft=pair.draft, gamma=3, max_new_tokens=max_new_tokens,
-                      eos_token_id=pair.tokenizer.eos_token_id, timer=timer, vocab_size=pair.vocab_size)
+    result = generate(pair.verifier, ids, mask, draft=pair.draft,
+                      decoding=Decoding(gamma=3, max_new_tokens=max_new_tokens,
+                                        eos_token_id=pair.tokenizer.eos_token_id, vocab_size=pair.vocab_size,
+                                        timer=timer))
     return abs(sum(result.stages_ms.values()) - result.wall_ms) / result.wall_ms
 
 

@@ -31,9 +31,11 @@ from specnb.app.runner import describe_environment, write_marked_section
 from specnb.decode.generate import generate
 from specnb.decode.inputs import encode_prompts
 from specnb.decode.pairs import load_drafts
-from specnb.measure.forward import measure_forward_ms
+from specnb.decode.settings import Decoding
+from specnb.measure.forward import ForwardShape, measure_forward_ms
 from specnb.measure.hf_baseline import compare_with_hf, tok_s_by_method
 from specnb.measure.prompts import load_prompts
+from specnb.measure.runs import Rounds
 
 HERE = Path(__file__).parent
 
@@ -66,8 +68,8 @@ def encode_each(tokenizer, prompts, device) -> list[torch.Tensor]:
 def compare_hf(pair, draft, ids, args) -> dict:
     """Targets 1 and 2: all four methods interleaved; outputs must agree token for token."""
     eos = pair.tokenizer.eos_token_id
-    records = compare_with_hf(pair.verifier, draft, ids, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                              eos_token_id=eos, repeats=args.repeats)
+    decoding = Decoding(gamma=args.gamma, max_new_tokens=args.max_new_tokens, eos_token_id=eos)
+    records = compare_with_hf(pair.verifier, draft, ids, decoding, rounds=Rounds(repeats=args.repeats))
     tok_s = tok_s_by_method(records)
     by_prompt = {}
     for r in records:
@@ -79,8 +81,9 @@ def compare_hf(pair, draft, ids, args) -> dict:
 
 
 def timed_runs(pair, draft, ids, args, timer: bool) -> list:
-    return [generate(pair.verifier, x, draft=draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                     eos_token_id=pair.tokenizer.eos_token_id, timer=timer) for x in ids]
+    return [generate(pair.verifier, x, draft=draft,
+                     decoding=Decoding(gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                                       eos_token_id=pair.tokenizer.eos_token_id, timer=timer)) for x in ids]
 
 
 def loop_efficiency(pair, draft, ids, args) -> dict:
@@ -94,9 +97,9 @@ def loop_efficiency(pair, draft, ids, args) -> dict:
     results = timed_runs(pair, draft, ids, args, timer=True)
     context = int(statistics.mean(r.prompt_lengths[0] + r.new_tokens / 2 for r in results))
     g = args.gamma
-    t_v = measure_forward_ms(pair.verifier, n_tokens=g + 1, context_len=context, repeats=10).median_ms
-    t_d1 = measure_forward_ms(draft, n_tokens=1, context_len=context, repeats=10).median_ms
-    t_d2 = measure_forward_ms(draft, n_tokens=2, context_len=context, repeats=10).median_ms
+    t_v = measure_forward_ms(pair.verifier, ForwardShape(n_tokens=g + 1, context_len=context)).median_ms
+    t_d1 = measure_forward_ms(draft, ForwardShape(n_tokens=1, context_len=context)).median_ms
+    t_d2 = measure_forward_ms(draft, ForwardShape(n_tokens=2, context_len=context)).median_ms
     predicted_ms = measured_ms = tokens = 0.0
     for r in results:
         steps = len(r.accepted_per_step[0])

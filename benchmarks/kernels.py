@@ -86,14 +86,15 @@ ROUTES = {"MKL (default)": (), "oneDNN from 2 rows": ((2, 64),), "oneDNN from 1 
 def time_forwards(repeats: int, context_len: int = 64) -> pd.DataFrame:
     """Median ms of the verifier's decode forward per (route, tokens), interleaved and rotated."""
     from specnb.decode.pairs import load_model
-    from specnb.measure.forward import ForwardProbe
+    from specnb.measure.forward import ForwardProbe, ForwardShape
     from specnb.models.kernels import PackedLinear, use_kernels
 
     model, _ = load_model("smollm2-135m", device="cpu", dtype=torch.float32)
     use_kernels(model, "onednn")
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
-    first = ForwardProbe(model, FORWARD_TOKENS[0], context_len=context_len)
-    probes = {n: first if n == FORWARD_TOKENS[0] else ForwardProbe(model, n, context_len=context_len, share=first)
+    first = ForwardProbe(model, ForwardShape(n_tokens=FORWARD_TOKENS[0], context_len=context_len))
+    probes = {n: first if n == FORWARD_TOKENS[0]
+              else ForwardProbe(model, ForwardShape(n_tokens=n, context_len=context_len), share=first)
               for n in FORWARD_TOKENS}
     runs = [(route, n) for route in ROUTES for n in FORWARD_TOKENS]
     samples: dict[tuple[str, int], list[float]] = {run: [] for run in runs}

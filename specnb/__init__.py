@@ -60,7 +60,8 @@ _API = {
     "load_pair": "specnb.decode.pairs", "load_drafts": "specnb.decode.pairs", "load_model": "specnb.decode.pairs",
     "Pair": "specnb.models.load", "PromptLookup": "specnb.models.lookup",
     # decoding
-    "generate": "specnb.decode.generate", "GenerationResult": "specnb.decode.generate",
+    "generate": "specnb.decode.generate", "Decoding": "specnb.decode.settings",
+    "GenerationResult": "specnb.decode.generate",
     "encode_prompts": "specnb.decode.inputs", "SamplingConfig": "specnb.core.sampling",
     "StageTimer": "specnb.decode.timing", "Drafter": "specnb.decode.drafters",
     # model math

@@ -183,21 +183,22 @@ def check_replay(verifier, draft, ids, mask, gamma: int, confidence: float = 0.0
     import numpy as np
 
     from specnb.decode.generate import generate
+    from specnb.decode.settings import Decoding
     from specnb.predict.drafts import draft_traits
     from specnb.predict.traces import AcceptanceTrace, pack, replay, verifier_features
 
     accepted, layers = [], draft_traits(draft).feature_layers
     for row in range(len(ids)):
         context = ids[row, mask[row].bool()].tolist()
-        generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
+        generated = generate(verifier, torch.tensor([context]), decoding=Decoding(max_new_tokens=14)).tokens[0]
         runs, proposed, confidences = draft_traits(draft).trace(
             context, generated, 16, verifier_features(verifier, context + generated[:-1], layers))
         trace = AcceptanceTrace(prompt_id="p", runs=runs, proposed=proposed, cap=16, hit_budget=True,
                                 confidence=confidences)
         packed = pack([trace], len(generated), confidence)
         got = replay(packed, np.zeros((1, 1), dtype=int), gamma, len(generated), draft_traits(draft).catch_up)
-        result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=14,
-                          confidence=confidence)
+        result = generate(verifier, torch.tensor([context]), draft=draft,
+                          decoding=Decoding(gamma=gamma, max_new_tokens=14, confidence=confidence))
         live = got.active[:, 0, 0]
         assert got.accepted[live, 0, 0].tolist() == result.accepted_per_step[0], row
         assert got.drafted[live, 0, 0].tolist() == result.drafted_per_step[0], row
@@ -210,10 +211,11 @@ def check_confidence_stops(verifier, draft, ids, mask, gamma: int, threshold: fl
     it did stop chains: some steps drafted fewer than ``gamma`` and some all of them, and, in a batch,
     rows of one step stopped at different depths (ragged). Returns the result."""
     from specnb.decode.generate import generate
+    from specnb.decode.settings import Decoding
 
-    expected = generate(verifier, ids, mask, max_new_tokens=max_new_tokens).tokens
-    result = generate(verifier, ids, mask, draft=draft, gamma=gamma, max_new_tokens=max_new_tokens,
-                      confidence=threshold)
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=max_new_tokens)).tokens
+    result = generate(verifier, ids, mask, draft=draft,
+                      decoding=Decoding(gamma=gamma, max_new_tokens=max_new_tokens, confidence=threshold))
     assert result.tokens == expected
     drafted = [n for row in result.drafted_per_step for n in row]
     assert min(drafted) < gamma and max(drafted) == gamma, drafted

@@ -103,9 +103,9 @@ def decision_drafts(verifier: str, draft: str | None = None, drafts=None, smoke:
 
 
 def parse_speculation(items) -> list:
-    """``["prompt-lookup:4", "smollm2-eagle:3x2"]`` (draft:γ or draft:tree) as ``Speculation``s; a bad
+    """``["prompt-lookup:4", "smollm2-eagle:3x2"]`` (draft:γ or draft:tree) as ``DraftChoice``s; a bad
     item is a one-line error."""
-    from specnb.measure.alternatives import Speculation
+    from specnb.measure.methods import DraftChoice
 
     found = []
     for item in [items] if isinstance(items, str) else items:
@@ -117,7 +117,7 @@ def parse_speculation(items) -> list:
         if not name or not sizes or min(sizes) < 1:
             raise ParameterError(f"speculation item {item!r} must be DRAFT:GAMMA or DRAFT:TREE, e.g. "
                                  "prompt-lookup:4 or smollm2-eagle:3x2x1")
-        found.append(Speculation(name, sizes[0]) if len(sizes) == 1 else Speculation(name, len(sizes), sizes))
+        found.append(DraftChoice(name, sizes[0]) if len(sizes) == 1 else DraftChoice(name, len(sizes), sizes))
     return found
 
 
@@ -127,14 +127,14 @@ def alternative_speculation(verifier: str, speculation, pick=None, smoke: bool =
     """Notebook 07's speculative rows: the predictor's ``pick`` first (when there is one), then
     ``speculation`` (parsed), or by default for the embedded verifier prompt lookup at γ = 4 and
     the EAGLE head with a small tree when one is committed; duplicates dropped."""
-    from specnb.measure.alternatives import Speculation
+    from specnb.measure.methods import DraftChoice
 
     if speculation is not None:
         chosen = parse_speculation(speculation)
     elif verifier == EMBEDDED_VERIFIER:
-        chosen = [Speculation(PROMPT_LOOKUP, 4)]
+        chosen = [DraftChoice(PROMPT_LOOKUP, 4)]
         if "smollm2-eagle" in embedded_draft_names() and not smoke:
-            chosen.append(Speculation("smollm2-eagle", 2, (3, 2)))
+            chosen.append(DraftChoice("smollm2-eagle", 2, (3, 2)))
     else:
         raise ParameterError(f"name the speculation to compare for {verifier!r}, e.g. -p speculation "
                              "\"['prompt-lookup:4', 'Qwen/Qwen2.5-0.5B-Instruct:3']\"")

@@ -6,20 +6,22 @@ Decoding"; Chen et al. 2023, "Accelerating LLM Decoding with Speculative Samplin
 
 Public API::
 
-    generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma=None, max_new_tokens=64,
-             sampling=None, eos_token_id=None, timer=None, vocab_size=None, tree=None,
-             confidence=0.0) -> GenerationResult
+    generate(verifier, input_ids, attention_mask=None, *, draft=None, decoding=None,
+             sampling=None) -> GenerationResult
+
+    decoding = Decoding(gamma=None, max_new_tokens=64, eos_token_id=None, tree=None, confidence=0.0,
+                        vocab_size=None, timer=None)  # specnb.decode.settings; None: Decoding()
 
 Prompts are tokenised (left padded) by ``specnb.decode.inputs.encode_prompts``; the KV caches live
 in ``specnb.decode.kvcache``, the accept/reject rule in ``specnb.decode.accept``, the drafts behind
 the ``Drafter`` seam in ``specnb.decode.drafters``. ``draft=None`` runs the verifier-only loop
 (prefill, then one token per forward); ``draft`` is whatever ``load_pair`` returns (a causal LM, an
 early exit, prompt lookup) or a ``Drafter``. ``sampling=None`` is greedy, else a ``SamplingConfig``
-(temperature, top-p, seed). ``timer``: None (off), True, or a ``StageTimer``. ``tree``: a static
-tree's branching per depth (EAGLE, Medusa), or ``"dynamic"`` (EAGLE-2's, grown from the draft's
-confidence each step), verified greedily. ``confidence``: a chain stops where
-the draft's top probability falls below it (``specnb.decode.confidence``; 0: never). ``gamma``: an
-int, or a choice made per batch size (``GammaChoice``: the predictor's ``gamma="auto"``).
+(temperature, top-p, seed). The other settings travel in ``decoding``: ``timer``: None (off), True,
+or a ``StageTimer``. ``tree``: a static tree's branching per depth (EAGLE, Medusa), or ``"dynamic"``
+(EAGLE-2's, grown from the draft's confidence each step), verified greedily. ``confidence``: a chain
+stops where the draft's top probability falls below it (``specnb.decode.confidence``; 0: never).
+``gamma``: an int, or a choice made per batch size (``GammaChoice``: the predictor's ``gamma="auto"``).
 
 A step drafts, verifies, accepts and rolls back (``speculative_step``). A chain of k drafts is the
 one-wide tree of depth k (``specnb.decode.trees``), so acceptance and the caches' bookkeeping take
@@ -60,8 +62,9 @@ from specnb.core.errors import IncompatibleModelsError, ParameterError
 from specnb.core.sampling import SamplingConfig, pick_token
 from specnb.decode.accept import accept_reject, accept_tree
 from specnb.decode.drafters import Drafter, make_drafter
-from specnb.decode.gamma import GammaChoice, as_tree, choose_gamma, settle_gamma
+from specnb.decode.gamma import as_tree, choose_gamma, settle_gamma
 from specnb.decode.kvcache import ModelKV
+from specnb.decode.settings import Decoding
 from specnb.decode.state import DecodeState, Proposal, Rows, Step
 from specnb.decode.timing import NULL_TIMER, StageTimer, synchronize
 from specnb.decode.trees import DynamicTree, TreeShape
@@ -157,7 +160,7 @@ def accepted_paths(state: DecodeState, proposal: Proposal, p_logits: torch.Tenso
     return n.tolist(), last.tolist(), [list(range(a + 1)) for a in n.tolist()]
 
 
-def accept(state: DecodeState, proposal: Proposal, p_logits: torch.Tensor) -> Step:
+def emit_accepted(state: DecodeState, proposal: Proposal, p_logits: torch.Tensor) -> Step:
     """Accept a path per row (a chain: a prefix); the next token is a correction or the bonus token.
     Emits the tokens of rows still generating and records their counts."""
     accepted, nxt, paths = accepted_paths(state, proposal, p_logits)
@@ -201,7 +204,7 @@ def speculative_step(state: DecodeState, drafter: Drafter, k: int, tree: TreeSha
         p_logits = verify(state, proposal)  # [B, N+1, V]
     # 3. accept a path per row; the next token is a correction or the bonus token
     with timer.stage("accept"):
-        step = accept(state, proposal, p_logits)
+        step = emit_accepted(state, proposal, p_logits)
     # 4. both caches keep only what was accepted
     with timer.stage("rollback"):
         keep_verified(state, step)
@@ -303,10 +306,10 @@ def real_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
     return [[t for t, m in zip(ids, ms) if m] for ids, ms in zip(input_ids.tolist(), mask.tolist())]
 
 
-def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int | GammaChoice | None = None,
-             max_new_tokens: int = 64, sampling: SamplingConfig | None = None, eos_token_id=None, timer=None,
-             vocab_size: int | None = None, tree=None, confidence: float = 0.0) -> GenerationResult:
-    """Generate up to ``max_new_tokens`` per row; speculative when ``draft`` is given (see module doc).
+def generate(verifier, input_ids, attention_mask=None, *, draft=None, decoding: Decoding | None = None,
+             sampling: SamplingConfig | None = None) -> GenerationResult:
+    """Generate up to ``decoding.max_new_tokens`` per row; speculative when ``draft`` is given (see module
+    doc). ``decoding``: a ``Decoding`` (None: its defaults); its fields, as this function reads them:
 
     ``tree``: a static tree's branching per depth, e.g. ``(3, 2, 1)``, for drafts that can draft one
     (EAGLE, Medusa); its depth replaces ``gamma``. ``tree="dynamic"`` (EAGLE): EAGLE-2's dynamic tree,
@@ -316,8 +319,10 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
     position's token included (as HF's ``assistant_confidence_threshold``); prompt lookup and trees
     (static or dynamic) ignore it. ``gamma``: a number, a ``GammaChoice`` (``specnb.auto_gamma``) that picks it
     for this batch size, or None for the default (``settle_gamma``); the result records the γ used and why."""
-    gamma = settle_gamma(gamma, tree)
-    tree = as_tree(tree, gamma)
+    decoding = decoding if decoding is not None else Decoding()
+    max_new_tokens, confidence = decoding.max_new_tokens, decoding.confidence
+    gamma = settle_gamma(decoding.gamma, decoding.tree)
+    tree = as_tree(decoding.tree, gamma)
     if tree is not None:
         gamma, gamma_reason = tree.depth, ""
     elif draft is not None:
@@ -325,14 +330,14 @@ def generate(verifier, input_ids, attention_mask=None, *, draft=None, gamma: int
     else:  # verifier-only: nothing to choose (a number is still range-checked)
         gamma, gamma_reason = (gamma if isinstance(gamma, int) else 1), ""
     check_settings(gamma, max_new_tokens, sampling, confidence)
-    vocab_size = check_vocab(verifier, draft, vocab_size)
+    vocab_size = check_vocab(verifier, draft, decoding.vocab_size)
     drafter = make_drafter(draft, vocab_size) if draft is not None else None
     check_tree(tree, drafter, sampling)
     device = next(verifier.parameters()).device
     input_ids, attention_mask = on_device(input_ids, attention_mask, device)
     generator = seeded_generator(sampling, device)
-    timer = resolve_timer(timer, device)
-    rows = Rows(input_ids.shape[0], max_new_tokens, eos_token_id)
+    timer = resolve_timer(decoding.timer, device)
+    rows = Rows(input_ids.shape[0], max_new_tokens, decoding.eos_token_id)
     with torch.inference_mode():
         synchronize(device)
         t0 = time.perf_counter()

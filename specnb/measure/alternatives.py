@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import numpy as np
@@ -36,47 +35,37 @@ import pandas as pd
 
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError
+from specnb.decode.settings import Decoding
 from specnb.measure.fidelity import fidelity
-from specnb.measure.runs import bootstrap_speedup, paired_speedup
+from specnb.measure.methods import (
+    BASELINE_METHOD,
+    LLAMA_PRECISIONS,
+    DraftChoice,
+    LlamaRows,
+    Method,
+    MethodLabel,
+)
+from specnb.measure.runs import Rounds, bootstrap_speedup, paired_speedup
 from specnb.native.isolation import EngineCrashed
 from specnb.native.llama_cpp import Generated
 
-BASELINE_METHOD = "verifier-only · PyTorch eager · fp32"
 
-
-@dataclass(kw_only=True)
-class Method:
-    """One way to answer a prompt. ``run(prompt_ids, max_new_tokens)`` returns a ``Generated``
-    (greedy, prefill included in its wall time). ``lossless``: the output is the fp32 verifier's
-    by construction (speculation, or the same math on other kernels); the measured fidelity must
-    then say identical, which the table checks rather than assumes."""
-
-    name: str
-    engine: str  # "PyTorch eager", "PyTorch oneDNN", "llama.cpp"
-    precision: str  # "fp32", "bf16", "int8", "F32", "Q4_1"
-    speculation: str  # "" (none), or what drafts: "prompt-lookup γ=4"
-    lossless: bool
-    run: Callable[[list[int], int], Generated]
-    model: object = None  # the verifier it runs (a torch model or an ``IsolatedLlamaCpp``), for the tax split
-    failure: str | None = None  # one line, set when its engine crashed: the method is then left out
-
-
-def torch_method(name: str, engine: str, precision: str, model, eos_token_id, *, draft=None, draft_name: str = "",
-                 gamma: int = 4, tree=None, vocab_size: int | None = None, lossless: bool = True) -> Method:
-    """A method that runs specnb's own ``generate`` (batch 1) on ``model``, speculative with ``draft``."""
+def torch_method(label: MethodLabel, model, decoding, *, draft=None, draft_name: str = "") -> Method:
+    """A method that runs specnb's own ``generate`` (batch 1) on ``model``, speculative with ``draft``;
+    ``decoding``: its ``Decoding`` (γ or tree, EOS, vocabulary), the token budget set per run."""
     import torch
 
     from specnb.decode.generate import generate
 
     def run(prompt: list[int], max_new_tokens: int) -> Generated:
-        result = generate(model, torch.tensor([prompt]), draft=draft, gamma=gamma, max_new_tokens=max_new_tokens,
-                          eos_token_id=eos_token_id, vocab_size=vocab_size, tree=tree)
+        result = generate(model, torch.tensor([prompt]), draft=draft,
+                          decoding=replace(decoding, max_new_tokens=max_new_tokens))
         return Generated(result.tokens[0], result.wall_ms, result.verifier_forwards)
 
-    shape = "tree=" + "x".join(map(str, tree)) if tree else f"γ={gamma}"
-    return Method(name=name, engine=engine, precision=precision,
-                  speculation=f"{draft_name} {shape}" if draft is not None else "", lossless=lossless, run=run,
-                  model=model)
+    shape = "tree=" + "x".join(map(str, decoding.tree)) if decoding.tree else f"γ={decoding.gamma}"
+    return Method(name=label.name, engine=label.engine, precision=label.precision,
+                  speculation=f"{draft_name} {shape}" if draft is not None else "", lossless=label.lossless,
+                  run=run, model=model)
 
 
 def llama_cpp_method(name: str, model, precision: str, speculation: str = "", lossless: bool = False,
@@ -97,8 +86,8 @@ def add_compiled(methods: list[Method], pair) -> str:
 
     model = copy.deepcopy(pair.verifier)
     model.forward = torch.compile(model.forward, dynamic=True)
-    method = torch_method("verifier-only · PyTorch compiled · fp32", "PyTorch compiled", "fp32", model,
-                          pair.tokenizer.eos_token_id)
+    label = MethodLabel(name="verifier-only · PyTorch compiled · fp32", engine="PyTorch compiled", precision="fp32")
+    method = torch_method(label, model, Decoding(gamma=4, eos_token_id=pair.tokenizer.eos_token_id))
     t0 = time.perf_counter()
     try:
         method.run([1, 2, 3, 4], 4)
@@ -109,32 +98,16 @@ def add_compiled(methods: list[Method], pair) -> str:
     return f"compiled in {time.perf_counter() - t0:.0f} s (not counted in its tok/s)"
 
 
-@dataclass
-class Speculation:
-    """A speculative configuration to put in the table: a draft name and γ, or a static tree."""
 
-    draft: str
-    gamma: int = 4
-    tree: tuple[int, ...] | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.draft} " + ("tree=" + "x".join(map(str, self.tree)) if self.tree else f"γ={self.gamma}")
-
-
-LLAMA_PRECISIONS = {"q4_1": "Q4_1", "f32": "F32", "f16": "F16"}
-
-
-def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisions=("int8", "bf16"),
-                  kernels=("onednn",), llama=("q4_1", "f32"), llama_draft: str | None = None,
-                  threads: int | None = None, n_ctx: int = 1024) -> tuple[list[Method], list[str]]:
+def build_methods(pair, drafts: dict, speculation: list[DraftChoice], *, precisions=("int8", "bf16"),
+                  kernels=("onednn",), llama: LlamaRows | None = None) -> tuple[list[Method], list[str]]:
     """The methods of notebook 07, baseline first, and one-line notes on what had to be left out.
 
     - each ``speculation`` on the eager fp32 verifier (``drafts``: the loaded draft objects);
     - the verifier on other ``kernels`` and at lower ``precisions``, alone and combined with the
       first speculation (the one the reader cares most about: the predictor's pick);
     - llama.cpp at each of ``llama``'s precisions, alone, with its own prompt lookup, and at Q4_1
-      with ``llama_draft`` (a distilled draft exported to GGUF) when one is named.
+      with its draft (a distilled draft exported to GGUF) when one is named (``LlamaRows``; None: its defaults).
     """
     import copy
 
@@ -148,37 +121,43 @@ def build_methods(pair, drafts: dict, speculation: list[Speculation], *, precisi
         raise ParameterError(f"the alternatives are measured against PyTorch's default kernels, but the verifier runs "
                              f"on {pair.verifier.kernels!r}; load the pair with kernels='default'")
     eos = pair.tokenizer.eos_token_id
+    llama = llama if llama is not None else LlamaRows()
     notes: list[str] = []
 
-    def spec(name, engine, precision, model, s: Speculation, lossless=True) -> Method:
-        return torch_method(f"{s.label} · {name}", engine, precision, model, eos, draft=drafts[s.draft],
-                            draft_name=s.draft, gamma=s.gamma, tree=s.tree, vocab_size=pair.vocab_size,
-                            lossless=lossless)
+    def alone(name, engine, precision, model, lossless=True) -> Method:
+        label = MethodLabel(name=name, engine=engine, precision=precision, lossless=lossless)
+        return torch_method(label, model, Decoding(gamma=4, eos_token_id=eos))
 
-    methods = [torch_method(BASELINE_METHOD, "PyTorch eager", "fp32", pair.verifier, eos)]
+    def spec(name, engine, precision, model, s: DraftChoice, lossless=True) -> Method:
+        label = MethodLabel(name=f"{s.label} · {name}", engine=engine, precision=precision, lossless=lossless)
+        decoding = Decoding(gamma=s.gamma, tree=s.tree, eos_token_id=eos, vocab_size=pair.vocab_size)
+        return torch_method(label, model, decoding, draft=drafts[s.draft], draft_name=s.draft)
+
+    methods = [alone(BASELINE_METHOD, "PyTorch eager", "fp32", pair.verifier)]
     methods += [spec("PyTorch eager · fp32", "PyTorch eager", "fp32", pair.verifier, s) for s in speculation]
     first = speculation[:1]
     for kind in kernels:
         model = use_kernels(copy.deepcopy(pair.verifier), kind)
         engine = f"PyTorch {kind}"
-        methods.append(torch_method(f"verifier-only · {engine} · fp32", engine, "fp32", model, eos))
+        methods.append(alone(f"verifier-only · {engine} · fp32", engine, "fp32", model))
         methods += [spec(f"{engine} · fp32", engine, "fp32", model, s) for s in first]
     for precision in precisions:
         model = with_precision(pair.verifier, precision)
-        methods.append(torch_method(f"verifier-only · PyTorch eager · {precision}", "PyTorch eager", precision,
-                                    model, eos, lossless=False))
+        methods.append(alone(f"verifier-only · PyTorch eager · {precision}", "PyTorch eager", precision, model,
+                             lossless=False))
         methods += [spec(f"PyTorch eager · {precision}", "PyTorch eager", precision, model, s, lossless=False)
                     for s in first if precision == "int8"]
     missing = llama_cpp.missing_note()
-    if llama and missing:
+    if llama.precisions and missing:
         notes.append(missing)
-    elif llama:
-        methods += llama_methods(pair, llama, [s.gamma for s in speculation if s.draft == "prompt-lookup"][:1] or [4],
-                                 llama_draft, threads or torch.get_num_threads(), n_ctx, notes)
+    elif llama.precisions:
+        lookup_gammas = [s.gamma for s in speculation if s.draft == "prompt-lookup"][:1] or [4]
+        methods += llama_methods(pair, replace(llama, threads=llama.threads or torch.get_num_threads()),
+                                 lookup_gammas, notes)
     return methods, notes
 
 
-def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_ctx: int, notes: list) -> list[Method]:
+def llama_methods(pair, llama: LlamaRows, lookup_gammas, notes: list) -> list[Method]:
     """llama.cpp rows on the embedded models' GGUF files (see ``build_methods``), each model in its
     own child process: one that cannot even load here (a crash at load) becomes a note."""
     from specnb.models.gguf import embedded_gguf
@@ -195,13 +174,14 @@ def llama_methods(pair, precisions, lookup_gammas, llama_draft, threads: int, n_
 
     def add(name: str, path, label: str, speculation: str, lossless: bool, draft: LlamaDraftSpec | None = None):
         try:
-            model = IsolatedLlamaCpp(path, threads, n_ctx, draft)
+            model = IsolatedLlamaCpp(path, llama.threads, llama.n_ctx, draft)
         except (EngineCrashed, RuntimeError) as err:
             notes.append(f"{name}: left out, {err}")
             return
         methods.append(llama_cpp_method(name, model, label, speculation, lossless, eos))
 
-    for key in precisions:
+    llama_draft = llama.draft
+    for key in llama.precisions:
         label = LLAMA_PRECISIONS[key]
         path = embedded_gguf(EMBEDDED_VERIFIER, key)
         lossless = key == "f32"  # same fp32 weights and math; Q4_1 also quantizes activations to 8 bits
@@ -234,18 +214,21 @@ def close_methods(methods: list[Method]) -> None:
             close()
 
 
-def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[list[int]], *, repeats: int = 1,
-                max_new_tokens: int = 48, progress: bool = True, warmup: bool = True) -> pd.DataFrame:
-    """One record per (repeat, prompt, method): new tokens, wall ms, verifier forwards and the tokens.
+def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[list[int]], rounds: Rounds | None = None,
+                *, max_new_tokens: int = 48, progress: bool = True) -> pd.DataFrame:
+    """One record per (repeat, prompt, method): new tokens, wall ms, verifier forwards and the tokens
+    (``rounds`` None: ``Rounds()``, one pass after a warm-up).
 
     The methods run interleaved per prompt, their order rotated from prompt to prompt, so a slow
-    spell of the machine lands on all of them alike. ``warmup`` first runs each on a few tokens so
+    spell of the machine lands on all of them alike. ``rounds.warmup`` first runs each on a few tokens so
     one-time costs (allocator growth, kernel selection, llama.cpp's first graph) land on no one.
     The garbage collector is paused during each run, as ``timeit`` does. A method whose engine
     crashes (``EngineCrashed``) is dropped with its records and its ``failure`` set; the others go on.
     """
     from tqdm.auto import tqdm
 
+    rounds = rounds if rounds is not None else Rounds()
+    repeats = rounds.repeats
     if not methods or methods[0].name != BASELINE_METHOD:
         raise ParameterError(f"the first method must be the baseline {BASELINE_METHOD!r}")
     if len({m.name for m in methods}) != len(methods):
@@ -257,7 +240,7 @@ def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[l
             method.failure = str(err)
             return None
 
-    if warmup:
+    if rounds.warmup:
         for method in methods:
             attempt(method, prompt_ids[0], 4)
     records = []

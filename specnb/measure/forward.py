@@ -33,6 +33,27 @@ class ForwardTiming:
     samples_ms: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ForwardShape:
+    """One forward to time: ``n_tokens`` new tokens per row, ``batch_size`` rows, on ``context_len`` cached
+    tokens, with the logits of the last ``keep`` columns (None: all ``n_tokens``)."""
+
+    n_tokens: int = 1
+    batch_size: int = 1
+    context_len: int = 128
+    keep: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingPlan:
+    """How a forward is timed: ``warmup`` untimed forwards, then ``repeats`` timed ones, on ``device``
+    (None: the model's own)."""
+
+    repeats: int = 5
+    warmup: int = 2
+    device: object = None
+
+
 class ForwardProbe:
     """One forward shape ``[batch_size, n_tokens]`` on a ``context_len`` KV cache, timed on demand.
 
@@ -47,13 +68,15 @@ class ForwardProbe:
     less than a 2-token forward with both columns' logits; verification needs them all.
     """
 
-    def __init__(self, model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128, device=None,
-                 keep: int | None = None, share: ForwardProbe | None = None):
-        """``share``: a probe of the same model and batch size whose cache this one reuses (every
-        forward crops the cache back, so probes timed one after another can share it), which keeps
-        a grid's memory at one cache per model and batch size."""
+    def __init__(self, model, shape: ForwardShape | None = None, device=None, share: ForwardProbe | None = None):
+        """``shape``: None is one token at batch 1 on 128 cached tokens (``ForwardShape()``). ``share``: a
+        probe of the same model and batch size whose cache this one reuses (every forward crops the cache
+        back, so probes timed one after another can share it), which keeps a grid's memory at one cache
+        per model and batch size."""
         from transformers import DynamicCache
 
+        shape = shape if shape is not None else ForwardShape()
+        n_tokens, batch_size, context_len, keep = shape.n_tokens, shape.batch_size, shape.context_len, shape.keep
         self.model, self.n_tokens, self.batch_size = model, n_tokens, batch_size
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.keep = keep
@@ -105,34 +128,34 @@ class ForwardProbe:
                              samples_ms=list(samples_ms))
 
 
-def measure_forward_ms(model, n_tokens: int = 1, batch_size: int = 1, context_len: int = 128,
-                       repeats: int = 10, device=None, warmup: int = 2) -> ForwardTiming:
+def measure_forward_ms(model, shape: ForwardShape | None = None, timing: TimingPlan | None = None) -> ForwardTiming:
     """Median wall time of one forward of ``[batch_size, n_tokens]`` after a ``context_len`` prefill
-    (see ``ForwardProbe``)."""
-    probe = ForwardProbe(model, n_tokens, batch_size, context_len, device)
-    for _ in range(warmup):
+    (see ``ForwardProbe``); ``timing`` None: 10 timed forwards after 2 untimed."""
+    timing = timing if timing is not None else TimingPlan(repeats=10)
+    probe = ForwardProbe(model, shape, timing.device)
+    for _ in range(timing.warmup):
         probe.time_ms()
-    return probe.timing([probe.time_ms() for _ in range(repeats)])
+    return probe.timing([probe.time_ms() for _ in range(timing.repeats)])
 
 
-def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context_len: int = 128, repeats: int = 5,
-                         name: str | None = None, device=None, warmup: int = 2) -> pd.DataFrame:
+def measure_forward_grid(model, n_tokens=(1, 2, 4, 8), batch_sizes=(1,), context_len: int = 128, *,
+                         name: str | None = None, timing: TimingPlan | None = None) -> pd.DataFrame:
     """Median ms of one forward for every (tokens per forward, batch size), on a ``context_len`` cache
-    (one model; see ``measure_forward_grids``)."""
+    (one model; see ``measure_forward_grids``); ``timing`` None: ``TimingPlan()``."""
+    timing = timing if timing is not None else TimingPlan()
     shapes = [GridShapes(name=name or type(model).__name__, model=model, n_tokens=tuple(n_tokens))]
-    return measure_forward_grids(shapes, batch_sizes, context_len, repeats, device, warmup)
+    return measure_forward_grids(shapes, batch_sizes, context_len, timing.repeats, timing.device, timing.warmup)
 
 
-def make_probe(model, n_tokens: int, batch_size: int, context_len: int, device=None, keep: int | None = None,
-               share: ForwardProbe | None = None):
+def make_probe(model, shape: ForwardShape, device=None, share: ForwardProbe | None = None):
     """A ``ForwardProbe`` for a torch model (sharing ``share``'s cache when given); another
     engine's own probe when the model brings one (``specnb.native.llama_cpp.LlamaCpp.probe``:
     batch 1, all logits)."""
     if hasattr(model, "probe"):
-        if batch_size != 1:
-            raise ParameterError(f"{type(model).__name__} forwards are timed at batch 1 only, got {batch_size}")
-        return model.probe(n_tokens, context_len)
-    return ForwardProbe(model, n_tokens, batch_size, context_len, device, keep, share)
+        if shape.batch_size != 1:
+            raise ParameterError(f"{type(model).__name__} forwards are timed at batch 1 only, got {shape.batch_size}")
+        return model.probe(shape.n_tokens, shape.context_len)
+    return ForwardProbe(model, shape, device, share)
 
 
 @dataclass(kw_only=True)
@@ -164,7 +187,8 @@ def measure_forward_grids(shapes: list[GridShapes], batch_sizes=(1,), context_le
         for s in shapes:
             for n in s.n_tokens:
                 key = (id(s.model), int(b))
-                probe = make_probe(s.model, int(n), int(b), context_len, device, s.keep, first.get(key))
+                shape = ForwardShape(n_tokens=int(n), batch_size=int(b), context_len=context_len, keep=s.keep)
+                probe = make_probe(s.model, shape, device, first.get(key))
                 first.setdefault(key, probe if isinstance(probe, ForwardProbe) else None)
                 probes.append((s.name, probe))
     for _ in range(warmup):

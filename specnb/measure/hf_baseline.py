@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
 from specnb.decode.generate import generate
+from specnb.decode.settings import Decoding
 from specnb.decode.timing import synchronize
+from specnb.measure.runs import Rounds
 
 METHODS = ("hf_greedy", "hf_assisted", "specnb_verifier", "specnb_speculative")
 
@@ -64,39 +67,44 @@ def run_hf(model, input_ids, *, assistant=None, gamma: int = 4, max_new_tokens: 
     return out[0, input_ids.shape[1]:].tolist(), wall_ms
 
 
-def run_method(method: str, verifier, draft, input_ids, gamma, max_new_tokens, eos_token_id):
-    """(tokens, wall ms) of one method on one unpadded prompt ``input_ids`` [1, S]."""
+def run_method(method: str, verifier, draft, input_ids, decoding: Decoding):
+    """(tokens, wall ms) of one method on one unpadded prompt ``input_ids`` [1, S]; HF reads the same
+    ``decoding`` (γ, token budget, EOS) as specnb's loop, so both sides are asked the same thing."""
+    budget, eos = decoding.max_new_tokens, decoding.eos_token_id
     if method == "hf_greedy":
-        return run_hf(verifier, input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        return run_hf(verifier, input_ids, max_new_tokens=budget, eos_token_id=eos)
     if method == "hf_assisted":
-        return run_hf(verifier, input_ids, assistant=draft, gamma=gamma, max_new_tokens=max_new_tokens,
-                      eos_token_id=eos_token_id)
-    result = generate(verifier, input_ids, draft=draft if method == "specnb_speculative" else None, gamma=gamma,
-                      max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        return run_hf(verifier, input_ids, assistant=draft, gamma=decoding.gamma, max_new_tokens=budget,
+                      eos_token_id=eos)
+    result = generate(verifier, input_ids, draft=draft if method == "specnb_speculative" else None, decoding=decoding)
     return result.tokens[0], result.wall_ms
 
 
-def compare_with_hf(verifier, draft, prompts: list, *, gamma: int = 4, max_new_tokens: int = 64,
-                    eos_token_id=None, repeats: int = 1, methods=METHODS, warmup: bool = True) -> list[dict]:
-    """Run every method on every prompt (each a 1D or [1, S] tensor of ids), interleaved.
+def compare_with_hf(verifier, draft, prompts: list, decoding: Decoding | None = None, *, rounds: Rounds | None = None,
+                    methods=METHODS) -> list[dict]:
+    """Run every method on every prompt (each a 1D or [1, S] tensor of ids), interleaved; ``decoding``
+    (None: γ 4, 64 tokens) is what every method is asked, ``rounds`` (None: one pass) how often.
 
     The method order rotates per prompt so no method always runs first. Returns one record per
     (repeat, prompt, method): tokens (generated ids), new_tokens, wall_ms, tok_s. Speedups are
     ratios of summed tokens over summed time, computed by the caller from these records.
     """
+    decoding = decoding if decoding is not None else Decoding(gamma=4)
+    rounds = rounds if rounds is not None else Rounds()
     device = next(verifier.parameters()).device
     prompts = [p.view(1, -1).to(device) for p in prompts]
     methods = [m for m in methods if draft is not None or m in ("hf_greedy", "specnb_verifier")]
-    if warmup:
+    if rounds.warmup:
         for method in methods:
-            run_method(method, verifier, draft, prompts[0], gamma, min(max_new_tokens, 4), eos_token_id)
+            warm = replace(decoding, max_new_tokens=min(decoding.max_new_tokens, 4))
+            run_method(method, verifier, draft, prompts[0], warm)
     records = []
-    for repeat in range(repeats):
+    for repeat in range(rounds.repeats):
         for index, input_ids in enumerate(prompts):
             shift = (repeat * len(prompts) + index) % len(methods)
             for method in methods[shift:] + methods[:shift]:
-                tokens, wall_ms = run_method(method, verifier, draft, input_ids, gamma, max_new_tokens, eos_token_id)
-                records.append({"repeat": repeat, "prompt": index, "method": method, "gamma": gamma,
+                tokens, wall_ms = run_method(method, verifier, draft, input_ids, decoding)
+                records.append({"repeat": repeat, "prompt": index, "method": method, "gamma": decoding.gamma,
                                 "tokens": tokens, "new_tokens": len(tokens), "wall_ms": wall_ms,
                                 "tok_s": len(tokens) / (wall_ms / 1e3)})
     return records

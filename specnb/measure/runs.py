@@ -85,14 +85,23 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
         for t in trees:
             grows = drafter.trees and (getattr(drafter, "dynamic_trees", False) or not isinstance(t, DynamicTree))
             if grows:
-                found.append(Candidate(name=f"{name} tree={shape_of(t).label()}", draft=draft, draft_name=name,
-                                       gamma=shape_of(t).depth, tree=t))
+                found.append(Candidate(name=f"{name} tree={tree_shape(t).label()}", draft=draft, draft_name=name,
+                                       gamma=tree_shape(t).depth, tree=t))
     return found
 
 
-def shape_of(tree) -> TreeShape | DynamicTree:
+def tree_shape(tree) -> TreeShape | DynamicTree:
     """A candidate's tree as the engine sees it (its ``label()``, e.g. ``3x2x1``, and ``depth``)."""
     return tree if isinstance(tree, DynamicTree) else TreeShape(tree)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rounds:
+    """How interleaved runs repeat: ``repeats`` passes over the prompts, after one short untimed run of
+    each contender (``warmup``) so one-time costs land on none of them."""
+
+    repeats: int = 1
+    warmup: bool = True
 
 
 def rotated(candidates: list[Candidate], shift: int) -> list[Candidate]:
@@ -161,6 +170,7 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
     The garbage collector is paused for the duration, as ``timeit`` does: a collection triggered by
     the allocations of whatever ran before would otherwise land on one candidate's clock."""
     from specnb.decode.generate import generate
+    from specnb.decode.settings import Decoding
     from specnb.decode.timing import StageTimer
 
     timer = StageTimer(pair.device)
@@ -169,9 +179,10 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
     try:
         gamma = max(cand.gamma, 1) if isinstance(cand.gamma, int) else cand.gamma
         result = generate(pair.verifier, input_ids.to(pair.device), mask.to(pair.device), draft=cand.draft,
-                          gamma=gamma, max_new_tokens=max_new_tokens, sampling=sampling,
-                          eos_token_id=pair.tokenizer.eos_token_id, timer=timer, vocab_size=pair.vocab_size,
-                          tree=cand.tree, confidence=cand.confidence)
+                          sampling=sampling,
+                          decoding=Decoding(gamma=gamma, max_new_tokens=max_new_tokens,
+                                            eos_token_id=pair.tokenizer.eos_token_id, tree=cand.tree,
+                                            confidence=cand.confidence, vocab_size=pair.vocab_size, timer=timer))
     finally:
         if collecting:
             gc.enable()
@@ -191,7 +202,7 @@ def make_record(repeat: int, batch: pd.DataFrame, cand: Candidate, result, stage
         "candidate": cand.name,
         "draft": cand.draft_name or "",
         "gamma": gamma,
-        "tree": shape_of(cand.tree).label() if cand.tree else "",
+        "tree": tree_shape(cand.tree).label() if cand.tree else "",
         "confidence": cand.confidence,
         "gamma_reason": result.gamma_reason,
         "batch_size": len(batch),

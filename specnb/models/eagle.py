@@ -68,7 +68,7 @@ class LayerShape:
     vocab_size: int = 49152
 
     @staticmethod
-    def shape_of(config) -> dict:
+    def fields_of(config) -> dict:
         """A verifier's HF config -> these fields."""
         rope = getattr(config, "rope_parameters", None) or {}
         return {"hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
@@ -112,7 +112,7 @@ class EagleConfig(LayerShape):
 
     @classmethod
     def from_verifier(cls, config, **kw) -> EagleConfig:
-        return cls(**cls.shape_of(config), **kw)
+        return cls(**cls.fields_of(config), **kw)
 
 
 def causal_mask(batch: int, query: int, past: int, key_mask: torch.Tensor | None = None,

@@ -76,7 +76,7 @@ class Eagle3Config(LayerShape):
 
     @classmethod
     def from_verifier(cls, config, **kw) -> Eagle3Config:
-        return cls(**cls.shape_of(config), target_hidden_size=config.hidden_size, **kw)
+        return cls(**cls.fields_of(config), target_hidden_size=config.hidden_size, **kw)
 
     @classmethod
     def from_json(cls, raw: dict) -> Eagle3Config:

@@ -8,7 +8,7 @@ from __future__ import annotations
 def predictor_pick(profile, max_new_tokens: int, gammas=range(1, 9)):
     """The (draft, γ) the predictor rates best at batch 1 over every draft a profile calibrated, with
     its ``Prediction`` (whose verdict may still be "don't speculate"); None without a profile."""
-    from specnb.measure.alternatives import Speculation
+    from specnb.measure.methods import DraftChoice
     from specnb.predict.predictor import Workload, predict
 
     if profile is None:
@@ -18,4 +18,4 @@ def predictor_pick(profile, max_new_tokens: int, gammas=range(1, 9)):
     if not predictions:
         return None, None
     top = max(predictions, key=lambda p: p.predicted_speedup)
-    return Speculation(top.draft, top.best_gamma), top
+    return DraftChoice(top.draft, top.best_gamma), top

@@ -80,6 +80,7 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
 
     from specnb.decode.generate import generate
     from specnb.decode.inputs import encode_prompts
+    from specnb.decode.settings import Decoding
 
     eos = eos_ids(pair.tokenizer.eos_token_id)
     traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in drafts.items()}
@@ -87,8 +88,9 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
     traces: dict[str, list[AcceptanceTrace]] = {name: [] for name in drafts}
     for _, row in tqdm(list(prompts.iterrows()), desc="acceptance traces", unit="prompt", disable=not progress):
         ids, _ = encode_prompts(pair.tokenizer, [row["prompt"]])
-        result = generate(pair.verifier, ids.to(pair.device), max_new_tokens=max_new_tokens,
-                          eos_token_id=pair.tokenizer.eos_token_id, vocab_size=pair.vocab_size)
+        result = generate(pair.verifier, ids.to(pair.device),
+                          decoding=Decoding(max_new_tokens=max_new_tokens, eos_token_id=pair.tokenizer.eos_token_id,
+                                            vocab_size=pair.vocab_size))
         context, generated = ids[0].tolist(), result.tokens[0]
         budget = len(generated) >= max_new_tokens and generated[-1] not in eos
         feats = {layers: verifier_features(pair.verifier, context + generated[:-1], layers) for layers in layer_sets}

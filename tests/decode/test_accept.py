@@ -18,6 +18,7 @@ from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
 from specnb.core.sampling import SamplingConfig
 from specnb.decode.generate import generate
+from specnb.decode.settings import Decoding
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.lookup import PromptLookup
 from specnb.models.medusa import MedusaConfig, MedusaHeads
@@ -119,8 +120,8 @@ def check_follows_verifier(kind: str, sampling: SamplingConfig, confidence: floa
     width = max(map(len, PROMPTS))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS]).repeat_interleave(N, 0)  # [2N, S]
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in PROMPTS]).repeat_interleave(N, 0)
-    result = generate(verifier, ids, mask, draft=make_draft(kind, verifier, draft), gamma=GAMMA,
-                      max_new_tokens=BUDGET, sampling=sampling, confidence=confidence)
+    result = generate(verifier, ids, mask, draft=make_draft(kind, verifier, draft), sampling=sampling,
+                      decoding=Decoding(gamma=GAMMA, max_new_tokens=BUDGET, confidence=confidence))
     assert 0.05 < result.acceptance_rate < 0.95, result.acceptance_rate  # both branches are exercised
     for i, prompt in enumerate(PROMPTS):
         rows = result.tokens[i * N:(i + 1) * N]

@@ -11,6 +11,7 @@ from specnb.core.sampling import SamplingConfig
 from specnb.decode.generate import generate
 from specnb.decode.inputs import encode_prompts
 from specnb.decode.kvcache import crop_cache
+from specnb.decode.settings import Decoding
 from specnb.decode.timing import STAGES, StageTimer
 from specnb.models.lookup import PromptLookup
 
@@ -44,7 +45,7 @@ def test_crop_cache_equals_fresh_cache():
 def test_verifier_only_greedy_matches_hf_generate(peaked):
     verifier, _ = peaked
     ids, mask = ragged_prompts()
-    ours = generate(verifier, ids, mask, max_new_tokens=16)
+    ours = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=16))
     with torch.inference_mode():
         hf = verifier.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=16, min_new_tokens=16,
                                pad_token_id=0, eos_token_id=None)
@@ -56,8 +57,9 @@ def test_batch_equals_one_by_one(peaked):
     verifier, draft = peaked
     ids, mask = ragged_prompts()
     for d in (None, draft):
-        batched = generate(verifier, ids, mask, draft=d, gamma=3, max_new_tokens=12)
-        single = [generate(verifier, ids[i:i + 1, mask[i].bool()], draft=d, gamma=3, max_new_tokens=12).tokens[0]
+        batched = generate(verifier, ids, mask, draft=d, decoding=Decoding(gamma=3, max_new_tokens=12))
+        single = [generate(verifier, ids[i:i + 1, mask[i].bool()], draft=d,
+                           decoding=Decoding(gamma=3, max_new_tokens=12)).tokens[0]
                   for i in range(len(ids))]
         assert batched.tokens == single
 
@@ -68,9 +70,9 @@ def test_speculative_greedy_is_token_identical_for_gamma_1_to_6(peaked):
     accepted = drafted = 0
     for batch in (1, 2, 3, 4):
         b_ids, b_mask = ids[-batch:], mask[-batch:]  # the last rows have the shortest prompts
-        expected = generate(verifier, b_ids, b_mask, max_new_tokens=15).tokens
+        expected = generate(verifier, b_ids, b_mask, decoding=Decoding(max_new_tokens=15)).tokens
         for gamma in range(1, 7):
-            result = generate(verifier, b_ids, b_mask, draft=draft, gamma=gamma, max_new_tokens=15)
+            result = generate(verifier, b_ids, b_mask, draft=draft, decoding=Decoding(gamma=gamma, max_new_tokens=15))
             assert result.tokens == expected, (batch, gamma)
             accepted += sum(map(sum, result.accepted_per_step))
             drafted += sum(map(sum, result.drafted_per_step))
@@ -91,8 +93,9 @@ def test_prompt_lookup_has_no_confidence_to_stop_at(peaked):
     verifier, _ = peaked
     ids, mask = ragged_prompts(seed=5)
     ids, mask = torch.cat([ids, ids[:, -6:]], 1), torch.cat([mask, mask[:, -6:]], 1)
-    plain = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=12)
-    unsure = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=12, confidence=0.99)
+    plain = generate(verifier, ids, mask, draft=PromptLookup(), decoding=Decoding(gamma=4, max_new_tokens=12))
+    unsure = generate(verifier, ids, mask, draft=PromptLookup(),
+                      decoding=Decoding(gamma=4, max_new_tokens=12, confidence=0.99))
     assert unsure.tokens == plain.tokens and unsure.drafted_per_step == plain.drafted_per_step
 
 
@@ -101,8 +104,8 @@ def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(peaked):
     ids, mask = ragged_prompts(seed=5)
     ids = torch.cat([ids, ids[:, -6:]], 1)  # repeated text gives the n-gram lookup something to find
     mask = torch.cat([mask, mask[:, -6:]], 1)
-    expected = generate(verifier, ids, mask, max_new_tokens=20).tokens
-    result = generate(verifier, ids, mask, draft=PromptLookup(), gamma=4, max_new_tokens=20)
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=20)).tokens
+    result = generate(verifier, ids, mask, draft=PromptLookup(), decoding=Decoding(gamma=4, max_new_tokens=20))
     assert result.tokens == expected
     assert result.draft_forwards == 0
     drafted = sum(map(sum, result.drafted_per_step))
@@ -112,7 +115,7 @@ def test_lookup_drafter_greedy_is_lossless_and_accepts_repeats(peaked):
 def test_statistics_are_consistent(peaked):
     verifier, draft = peaked
     ids, mask = ragged_prompts()
-    r = generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=20)
+    r = generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=4, max_new_tokens=20))
     steps = [len(a) for a in r.accepted_per_step]
     assert r.verifier_forwards == 1 + max(steps)
     assert all(n <= d <= 4 for a, b in zip(r.accepted_per_step, r.drafted_per_step) for n, d in zip(a, b))
@@ -130,16 +133,17 @@ def test_eos_and_budget_are_exact(peaked, use_draft):
     verifier, draft = peaked
     ids, mask = ragged_prompts()
     d = draft if use_draft else None
-    free = generate(verifier, ids, mask, draft=d, gamma=3, max_new_tokens=18).tokens
+    free = generate(verifier, ids, mask, draft=d, decoding=Decoding(gamma=3, max_new_tokens=18)).tokens
     assert all(len(t) == 18 for t in free)
     eos = free[0][5]  # a token row 0 produces at position 5
-    stopped = generate(verifier, ids, mask, draft=d, gamma=3, max_new_tokens=18, eos_token_id=[eos]).tokens
+    stopped = generate(verifier, ids, mask, draft=d,
+                       decoding=Decoding(gamma=3, max_new_tokens=18, eos_token_id=[eos])).tokens
     for full, cut in zip(free, stopped):
         expected = full[: full.index(eos) + 1] if eos in full else full
         assert cut == expected  # nothing after EOS; rows without it run to the budget
     assert len(stopped[0]) <= 6
     for budget in (1, 2, 5):
-        got = generate(verifier, ids, mask, draft=d, gamma=4, max_new_tokens=budget).tokens
+        got = generate(verifier, ids, mask, draft=d, decoding=Decoding(gamma=4, max_new_tokens=budget)).tokens
         assert got == [t[:budget] for t in free]
 
 
@@ -157,7 +161,8 @@ def test_each_step_enters_each_of_its_stages_once(peaked, use_draft):
     verifier, draft = peaked
     ids, mask = ragged_prompts()
     timer = StageTimer("cpu", now=ticking())
-    r = generate(verifier, ids, mask, draft=draft if use_draft else None, gamma=3, max_new_tokens=16, timer=timer)
+    r = generate(verifier, ids, mask, draft=draft if use_draft else None,
+                 decoding=Decoding(gamma=3, max_new_tokens=16, timer=timer))
     steps = r.verifier_forwards - 1  # the prefill is a verifier forward too
     per_step = ("draft", "verify", "accept", "rollback") if use_draft else ("verify", "accept")
     expected = {"prefill": 1.0, **dict.fromkeys(STAGES[1:], 0.0), **dict.fromkeys(per_step, float(steps))}
@@ -169,11 +174,11 @@ def test_stage_times_lie_within_the_wall_time(peaked):
     """On the real clock, only what holds under any load: the timer runs inside the wall-time reading."""
     verifier, draft = peaked
     ids, mask = ragged_prompts()
-    r = generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=16, timer=True)
+    r = generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=3, max_new_tokens=16, timer=True))
     assert set(r.stages_ms) == set(STAGES)
     assert 0 < sum(r.stages_ms.values()) <= r.wall_ms
     assert r.stages_ms["draft"] > 0 and r.stages_ms["verify"] > 0 and r.stages_ms["rollback"] > 0
-    assert generate(verifier, ids, mask, max_new_tokens=4).stages_ms == {}  # timing off by default
+    assert generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=4)).stages_ms == {}  # timing off by default
 
 
 def test_vocab_mismatch_needs_explicit_vocab_size():
@@ -181,21 +186,22 @@ def test_vocab_mismatch_needs_explicit_vocab_size():
     ids, mask = ragged_prompts(batch=2)
     with pytest.raises(IncompatibleModelsError, match="vocab_size"):
         generate(verifier, ids, mask, draft=draft)
-    expected = generate(verifier, ids, mask, max_new_tokens=8).tokens
-    assert generate(verifier, ids, mask, draft=draft, vocab_size=200, max_new_tokens=8).tokens == expected
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=8)).tokens
+    assert generate(verifier, ids, mask, draft=draft,
+                    decoding=Decoding(max_new_tokens=8, vocab_size=200)).tokens == expected
     with pytest.raises(ParameterError):
-        generate(verifier, ids, mask, draft=draft, vocab_size=300)
+        generate(verifier, ids, mask, draft=draft, decoding=Decoding(vocab_size=300))
 
 
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"gamma": 0},
-        {"max_new_tokens": 0},
+        {"decoding": Decoding(gamma=0)},
+        {"decoding": Decoding(max_new_tokens=0)},
         {"sampling": SamplingConfig(temperature=0)},
         {"sampling": SamplingConfig(top_p=0)},
-        {"confidence": -0.1},
-        {"confidence": 1.5},
+        {"decoding": Decoding(confidence=-0.1)},
+        {"decoding": Decoding(confidence=1.5)},
     ],
 )
 def test_bad_parameters_are_rejected(kwargs):

@@ -16,6 +16,7 @@ from specnb.core.errors import ParameterError
 from specnb.core.sampling import SamplingConfig
 from specnb.decode.generate import generate
 from specnb.decode.head_drafters import Candidates, EagleDrafter
+from specnb.decode.settings import Decoding
 from specnb.decode.trees import DynamicTree
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.lookup import PromptLookup
@@ -79,8 +80,8 @@ def test_eagle3_draft_reads_the_layers_it_fuses():
     _, plain = eagle_pair()
     ids, mask = ragged_prompts(seed=3)
     for gamma in (2, 4):
-        fused = generate(verifier, ids, mask, draft=draft, max_new_tokens=12, gamma=gamma)
-        final = generate(verifier, ids, mask, draft=plain, max_new_tokens=12, gamma=gamma)
+        fused = generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=gamma, max_new_tokens=12))
+        final = generate(verifier, ids, mask, draft=plain, decoding=Decoding(gamma=gamma, max_new_tokens=12))
         assert fused.accepted_per_step == final.accepted_per_step
 
 
@@ -97,10 +98,10 @@ def test_greedy_chain_and_tree_are_token_identical(head_pair, batch):
     kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=3)
     ids, mask = ids[-batch:], mask[-batch:]
-    expected = generate(verifier, ids, mask, max_new_tokens=16).tokens
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=16)).tokens
     accepted = drafted = 0
     for setting in [{"gamma": g} for g in (1, 2, 3, 5)] + [{"tree": t} for t in TREES]:
-        result = generate(verifier, ids, mask, draft=draft, max_new_tokens=16, **setting)
+        result = generate(verifier, ids, mask, draft=draft, decoding=Decoding(max_new_tokens=16, **setting))
         assert result.tokens == expected, (kind, batch, setting)
         accepted += sum(map(sum, result.accepted_per_step))
         drafted += sum(map(sum, result.drafted_per_step))
@@ -123,8 +124,9 @@ def test_confidence_stops_chains_where_the_head_is_unsure_and_stays_lossless(hea
 def test_static_trees_ignore_a_confidence_threshold(head_pair):
     kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=3)
-    plain = generate(verifier, ids, mask, draft=draft, tree=(2, 2), max_new_tokens=10)
-    unsure = generate(verifier, ids, mask, draft=draft, tree=(2, 2), max_new_tokens=10, confidence=0.99)
+    plain = generate(verifier, ids, mask, draft=draft, decoding=Decoding(max_new_tokens=10, tree=(2, 2)))
+    unsure = generate(verifier, ids, mask, draft=draft,
+                      decoding=Decoding(max_new_tokens=10, tree=(2, 2), confidence=0.99))
     assert unsure.tokens == plain.tokens and unsure.drafted_per_step == plain.drafted_per_step
 
 
@@ -133,19 +135,19 @@ def test_a_tree_accepts_at_least_what_its_first_branch_would(head_pair):
     least as few verifier steps on these prompts (its first branch is that chain)."""
     kind, verifier, draft = head_pair
     ids, mask = ragged_prompts(seed=4)
-    chain = generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=16)
-    as_tree = generate(verifier, ids, mask, draft=draft, tree=(1, 1, 1), max_new_tokens=16)
+    chain = generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=3, max_new_tokens=16))
+    as_tree = generate(verifier, ids, mask, draft=draft, decoding=Decoding(max_new_tokens=16, tree=(1, 1, 1)))
     assert as_tree.accepted_per_step == chain.accepted_per_step
-    wide = generate(verifier, ids, mask, draft=draft, tree=(3, 2, 1), max_new_tokens=16)
+    wide = generate(verifier, ids, mask, draft=draft, decoding=Decoding(max_new_tokens=16, tree=(3, 2, 1)))
     assert wide.verifier_forwards <= chain.verifier_forwards
 
 
 def test_medusa_needs_no_draft_forward_and_eagle_one_per_depth():
     verifier, heads = medusa_pair()
     ids, mask = ragged_prompts(seed=1)
-    assert generate(verifier, ids, mask, draft=heads, gamma=3, max_new_tokens=12).draft_forwards == 0
+    assert generate(verifier, ids, mask, draft=heads, decoding=Decoding(gamma=3, max_new_tokens=12)).draft_forwards == 0
     verifier, eagle = eagle_pair()
-    r = generate(verifier, ids[:1], mask[:1], draft=eagle, tree=(2, 2, 1), max_new_tokens=12)
+    r = generate(verifier, ids[:1], mask[:1], draft=eagle, decoding=Decoding(max_new_tokens=12, tree=(2, 2, 1)))
     steps = r.verifier_forwards - 1
     assert r.draft_forwards <= 1 + 3 * steps  # prefill, then a catch-up and one forward per depth but the last
 
@@ -154,11 +156,12 @@ def test_trees_need_a_head_draft_and_greedy_decoding():
     verifier, draft = eagle_pair()
     ids, mask = ragged_prompts()
     with pytest.raises(ParameterError, match="drafts trees"):
-        generate(verifier, ids, mask, draft=PromptLookup(), tree=(2, 1), max_new_tokens=4)
+        generate(verifier, ids, mask, draft=PromptLookup(), decoding=Decoding(max_new_tokens=4, tree=(2, 1)))
     with pytest.raises(ParameterError, match="greedily"):
-        generate(verifier, ids, mask, draft=draft, tree=(2, 1), max_new_tokens=4, sampling=SamplingConfig(seed=0))
+        generate(verifier, ids, mask, draft=draft, sampling=SamplingConfig(seed=0),
+                 decoding=Decoding(max_new_tokens=4, tree=(2, 1)))
     with pytest.raises(ParameterError, match="branching"):
-        generate(verifier, ids, mask, draft=draft, tree=(2, 0), max_new_tokens=4)
+        generate(verifier, ids, mask, draft=draft, decoding=Decoding(max_new_tokens=4, tree=(2, 0)))
 
 
 class ShapeSpy(EagleDrafter):
@@ -179,10 +182,10 @@ def test_a_dynamic_tree_is_token_identical_within_its_budget(batch):
     verifier, draft = eagle_pair()
     ids, mask = ragged_prompts(seed=3)
     ids, mask = ids[-batch:], mask[-batch:]
-    expected = generate(verifier, ids, mask, max_new_tokens=16).tokens
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=16)).tokens
     for tree in ("dynamic", DynamicTree(3, 3, 6), DynamicTree(2, 1, 1)):
         spy = ShapeSpy(draft)
-        result = generate(verifier, ids, mask, draft=spy, gamma=4, tree=tree, max_new_tokens=16)
+        result = generate(verifier, ids, mask, draft=spy, decoding=Decoding(gamma=4, max_new_tokens=16, tree=tree))
         assert result.tokens == expected, tree
         plan = tree if isinstance(tree, DynamicTree) else DynamicTree(4)
         assert all(s.size <= plan.nodes and s.depth <= plan.depth for s in spy.shapes)
@@ -218,9 +221,9 @@ def test_only_eagle_grows_a_dynamic_tree():
     verifier, heads = medusa_pair()
     ids, mask = ragged_prompts()
     with pytest.raises(ParameterError, match="dynamic"):
-        generate(verifier, ids, mask, draft=heads, tree="dynamic", max_new_tokens=4)
+        generate(verifier, ids, mask, draft=heads, decoding=Decoding(max_new_tokens=4, tree="dynamic"))
     with pytest.raises(ParameterError, match="dynamic"):
-        generate(verifier, ids, mask, draft=heads, tree="bushy", max_new_tokens=4)
+        generate(verifier, ids, mask, draft=heads, decoding=Decoding(max_new_tokens=4, tree="bushy"))
 
 
 def test_tree_shape_worked_by_hand():

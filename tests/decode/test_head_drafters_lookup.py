@@ -14,6 +14,7 @@ import torch
 from helpers import check_replay, tiny_model
 
 from specnb.decode.generate import generate
+from specnb.decode.settings import Decoding
 from specnb.decode.trees import DynamicTree
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.lookup import MatchIndex, next_match
@@ -73,9 +74,9 @@ def test_greedy_chain_and_tree_are_token_identical(lookup_models, batch):
     verifier, draft = lookup_models
     ids, mask = repetitive_prompts()
     ids, mask = ids[-batch:], mask[-batch:]
-    expected = generate(verifier, ids, mask, max_new_tokens=20).tokens
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=20)).tokens
     for setting in SETTINGS:
-        result = generate(verifier, ids, mask, draft=draft, max_new_tokens=20, **setting)
+        result = generate(verifier, ids, mask, draft=draft, decoding=Decoding(max_new_tokens=20, **setting))
         assert result.tokens == expected, (batch, setting)
         assert sum(map(sum, result.accepted_per_step)) > 0, (batch, setting)  # the accept path is taken
 
@@ -84,9 +85,10 @@ def test_the_copy_bonus_is_what_gets_tokens_accepted(lookup_models):
     """The same draft without its bonus proposes its random guesses, which the verifier rejects."""
     verifier, draft = lookup_models
     ids, mask = repetitive_prompts()
-    with_bonus = generate(verifier, ids, mask, draft=draft, gamma=2, max_new_tokens=20).acceptance_rate
+    with_bonus = generate(verifier, ids, mask, draft=draft,
+                          decoding=Decoding(gamma=2, max_new_tokens=20)).acceptance_rate
     _, plain = lookup_pair(copy_bonus=-30.0)
-    without = generate(verifier, ids, mask, draft=plain, gamma=2, max_new_tokens=20).acceptance_rate
+    without = generate(verifier, ids, mask, draft=plain, decoding=Decoding(gamma=2, max_new_tokens=20)).acceptance_rate
     assert with_bonus > 0.1 and without < with_bonus / 3, (with_bonus, without)
 
 
@@ -128,16 +130,17 @@ def test_the_loop_feeds_the_match_of_the_context_up_to_each_token(gamma):
         context = ids[row, mask[row].bool()].tolist()
         fed.clear()
         first = context[0]
-        result = generate(verifier, torch.tensor([context]), draft=draft, gamma=gamma, max_new_tokens=16)
-        assert result.tokens == generate(verifier, torch.tensor([context]), max_new_tokens=16).tokens
+        result = generate(verifier, torch.tensor([context]), draft=draft,
+                          decoding=Decoding(gamma=gamma, max_new_tokens=16))
+        assert result.tokens == generate(verifier, torch.tensor([context]), decoding=Decoding(max_new_tokens=16)).tokens
 
 
 def test_a_one_wide_tree_drafts_the_chain(lookup_models):
     """A tree of branching 1 reads the same matches as the chain, so it takes the same steps."""
     verifier, draft = lookup_models
     ids, mask = repetitive_prompts(seed=4)
-    chain = generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=16)
-    as_tree = generate(verifier, ids, mask, draft=draft, tree=(1, 1, 1), max_new_tokens=16)
+    chain = generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=3, max_new_tokens=16))
+    as_tree = generate(verifier, ids, mask, draft=draft, decoding=Decoding(max_new_tokens=16, tree=(1, 1, 1)))
     assert as_tree.accepted_per_step == chain.accepted_per_step
 
 
@@ -158,7 +161,7 @@ def test_trace_feeds_each_chain_the_match_of_its_own_context():
     draft.forward = spy_forward
     ids, mask = repetitive_prompts(seed=6)
     context = ids[0, mask[0].bool()].tolist()
-    generated = generate(verifier, torch.tensor([context]), max_new_tokens=14).tokens[0]
+    generated = generate(verifier, torch.tensor([context]), decoding=Decoding(max_new_tokens=14)).tokens[0]
     draft_traits(draft).trace(context, generated, 4, verifier_features(verifier, context + generated[:-1]))
     text = context + generated
     assert calls[0][1] == [next_match(text[:p + 2], 3) for p in range(len(text) - 1)]

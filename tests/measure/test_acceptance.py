@@ -11,6 +11,7 @@ from specnb.core.errors import ParameterError
 from specnb.core.sequences import runs_from_matches
 from specnb.decode.generate import generate
 from specnb.decode.inputs import encode_prompts
+from specnb.decode.settings import Decoding
 from specnb.measure import acceptance, runs
 from specnb.models.lookup import PromptLookup
 from specnb.predict import traces as tr
@@ -44,8 +45,8 @@ def test_runs_count_consecutive_matches():
 
 def speculative(pair, draft, texts, gamma):
     ids, mask = encode_prompts(pair.tokenizer, texts)
-    return generate(pair.verifier, ids, mask, draft=draft, gamma=gamma, max_new_tokens=N_NEW,
-                    eos_token_id=pair.tokenizer.eos_token_id)
+    return generate(pair.verifier, ids, mask, draft=draft,
+                    decoding=Decoding(gamma=gamma, max_new_tokens=N_NEW, eos_token_id=pair.tokenizer.eos_token_id))
 
 
 @pytest.mark.parametrize("name", ["noisy", "lookup"])

@@ -12,9 +12,11 @@ import torch
 from helpers import peaked_pair, tiny_model
 
 from specnb.core.errors import ParameterError
+from specnb.decode.settings import Decoding
 from specnb.measure import alternatives, tax_split
 from specnb.measure.bandwidth import Bandwidth, step_bytes
 from specnb.measure.fidelity import compare, fidelity
+from specnb.measure.methods import BASELINE_METHOD, LlamaRows, MethodLabel
 from specnb.models.lookup import PromptLookup
 from specnb.models.precision import with_precision
 from specnb.native import llama_cpp
@@ -112,8 +114,9 @@ def test_llama_cpp_speculation_is_lossless_and_takes_fewer_forwards(exported):
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]  # repetitive, so prompt lookup finds matches
     plain = llama_cpp.LlamaCpp(path, threads=1, n_ctx=128).generate(prompt, 24)
     from specnb.decode.generate import generate
+    from specnb.decode.settings import Decoding
 
-    torch_tokens = generate(model, torch.tensor([prompt]), max_new_tokens=24).tokens[0]
+    torch_tokens = generate(model, torch.tensor([prompt]), decoding=Decoding(max_new_tokens=24)).tokens[0]
     assert plain.tokens == torch_tokens and plain.verifier_forwards == 24
     lookup = llama_cpp.LlamaCpp(path, threads=1, n_ctx=128, draft=llama_cpp.lookup_draft(4)).generate(prompt, 24)
     drafted = llama_cpp.LlamaCpp(path, threads=1, n_ctx=128,
@@ -140,8 +143,9 @@ def test_a_missing_binding_is_a_note_not_a_traceback(monkeypatch):
     verifier, _ = peaked_pair("llama")
     pair = type("Pair", (), {"verifier": verifier, "tokenizer": type("T", (), {"eos_token_id": 2}),
                              "vocab_size": None, "verifier_name": "tiny"})
-    methods, notes = alternatives.build_methods(pair, {}, [], precisions=(), kernels=(), llama=("q4_1",))
-    assert [m.name for m in methods] == [alternatives.BASELINE_METHOD] and notes == [llama_cpp.INSTALL_HINT]
+    methods, notes = alternatives.build_methods(pair, {}, [], precisions=(), kernels=(),
+                                                llama=LlamaRows(precisions=("q4_1",)))
+    assert [m.name for m in methods] == [BASELINE_METHOD] and notes == [llama_cpp.INSTALL_HINT]
 
 
 def test_the_baseline_must_run_on_the_default_kernels():
@@ -150,7 +154,7 @@ def test_the_baseline_must_run_on_the_default_kernels():
     verifier, _ = peaked_pair("llama")
     pair = type("Pair", (), {"verifier": use_kernels(verifier, "onednn"), "tokenizer": None})
     with pytest.raises(ParameterError, match="load the pair with kernels='default'"):
-        alternatives.build_methods(pair, {}, [], precisions=(), kernels=(), llama=())
+        alternatives.build_methods(pair, {}, [], precisions=(), kernels=(), llama=LlamaRows(precisions=()))
 
 
 # ---------------------------------------------------------------- runs, summaries, verdicts
@@ -161,10 +165,13 @@ def tiny_methods():
     lossy = copy.deepcopy(verifier)
     with torch.no_grad():
         lossy.lm_head.weight.mul_(-1)  # a "method" whose greedy tokens surely differ
-    return [alternatives.torch_method(alternatives.BASELINE_METHOD, "PyTorch eager", "fp32", verifier, None),
-            alternatives.torch_method("lookup", "PyTorch eager", "fp32", verifier, None, draft=PromptLookup(),
+    def label(name, precision="fp32", lossless=True):
+        return MethodLabel(name=name, engine="PyTorch eager", precision=precision, lossless=lossless)
+
+    return [alternatives.torch_method(label(BASELINE_METHOD), verifier, Decoding(gamma=4)),
+            alternatives.torch_method(label("lookup"), verifier, Decoding(gamma=4), draft=PromptLookup(),
                                       draft_name="prompt-lookup"),
-            alternatives.torch_method("other", "PyTorch eager", "x", lossy, None, lossless=False)]
+            alternatives.torch_method(label("other", "x", lossless=False), lossy, Decoding(gamma=4))]
 
 
 def test_methods_run_interleaved_and_summaries_pair_them_with_the_baseline():

@@ -155,7 +155,8 @@ def test_on_real_engine_records_the_counts_add_up():
     summary = runs.summarise(records, n_boot=50)
     verdicts = analysis.gamma_verdicts(summary, steps)
     assert set(verdicts["verdict"]) <= {"wins", "loses", "inconclusive"}
-    grid = forward.measure_forward_grid(verifier, n_tokens=(1, 2), batch_sizes=(1, 2), context_len=4, repeats=1)
+    grid = forward.measure_forward_grid(verifier, n_tokens=(1, 2), batch_sizes=(1, 2), context_len=4,
+                                        timing=forward.TimingPlan(repeats=1))
     for chart in (
         measured.step_cost_chart(steps[steps["batch_size"] == 1]),
         measured.accept_length_chart(records, 3),

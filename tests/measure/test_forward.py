@@ -7,14 +7,15 @@ from helpers import perturbed_copy, tiny_model
 
 from specnb.core.errors import ParameterError
 from specnb.measure import forward
-from specnb.measure.forward import measure_forward_ms
+from specnb.measure.forward import ForwardShape, TimingPlan, measure_forward_ms
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_measure_forward_ms_on_tiny_model():
     model = tiny_model(vocab=100)
-    t = measure_forward_ms(model, n_tokens=3, batch_size=2, context_len=16, repeats=3, warmup=1)
+    t = measure_forward_ms(model, ForwardShape(n_tokens=3, batch_size=2, context_len=16),
+                           TimingPlan(repeats=3, warmup=1))
     assert t.n_tokens == 3 and t.batch_size == 2 and t.context_len == 16
     assert len(t.samples_ms) == 3 and t.median_ms > 0
 
@@ -33,8 +34,8 @@ def test_fit_dispatch_recovers_known_line_and_wall_clock_c():
 
 
 def test_measure_forward_grid_on_a_tiny_model(pair):
-    grid = forward.measure_forward_grid(pair.verifier, n_tokens=(1, 4), batch_sizes=(1, 2), context_len=8, repeats=2,
-                                      name="tiny")
+    grid = forward.measure_forward_grid(pair.verifier, n_tokens=(1, 4), batch_sizes=(1, 2), context_len=8,
+                                        name="tiny", timing=forward.TimingPlan(repeats=2))
     assert grid[["n_tokens", "batch_size"]].values.tolist() == [[1, 1], [4, 1], [1, 2], [4, 2]]
     assert (grid["median_ms"] > 0).all() and grid["samples_ms"].map(len).eq(2).all()
     assert set(grid["model"]) == {"tiny"} and (grid["context_len"] == 8).all()
@@ -64,13 +65,14 @@ def test_forward_grids_interleave_models_and_batch_sizes_and_keep_the_loops_logi
 
 
 def test_forward_probe_shares_a_cache_only_with_its_own_model_and_batch(pair):
-    base = forward.ForwardProbe(pair.verifier, 1, 2, context_len=5)
-    shared = forward.ForwardProbe(pair.verifier, 3, 2, context_len=5, share=base)
+    base = forward.ForwardProbe(pair.verifier, forward.ForwardShape(n_tokens=1, batch_size=2, context_len=5))
+    shared = forward.ForwardProbe(pair.verifier, forward.ForwardShape(n_tokens=3, batch_size=2, context_len=5),
+                                  share=base)
     assert shared.cache is base.cache
     before = base.cache.get_seq_length()
     assert shared.time_ms() > 0 and base.time_ms() > 0 and base.cache.get_seq_length() == before == 5
     with pytest.raises(ParameterError, match="same model, batch"):
-        forward.ForwardProbe(pair.verifier, 1, 1, context_len=5, share=base)
+        forward.ForwardProbe(pair.verifier, forward.ForwardShape(n_tokens=1, batch_size=1, context_len=5), share=base)
 
 
 def test_smaller_vs_faster_follows_the_dispatch_line():

@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 from specnb.core.errors import IncompatibleModelsError
 from specnb.decode.generate import generate
 from specnb.decode.pairs import load_pair
+from specnb.decode.settings import Decoding
 from specnb.models import registry
 from specnb.models.eagle3 import Eagle3Config, Eagle3Draft
 from specnb.models.heads import head_kind
@@ -108,9 +109,10 @@ def test_a_published_eagle3_head_loads_computes_the_engines_graph_and_drafts_los
         assert torch.equal(head.tokens(ours)[0], head.head_ids[logits.argmax(-1)])
 
     prompt = torch.randint(3, 60, (2, 7))
-    expected = generate(verifier, prompt, max_new_tokens=12).tokens
+    expected = generate(verifier, prompt, decoding=Decoding(max_new_tokens=12)).tokens
     for gamma in (1, 3):
-        assert generate(pair.verifier, prompt, draft=head, gamma=gamma, max_new_tokens=12).tokens == expected
+        assert generate(pair.verifier, prompt, draft=head,
+                        decoding=Decoding(gamma=gamma, max_new_tokens=12)).tokens == expected
 
 
 def test_the_layers_0_prefix_and_a_full_vocabulary_head_load_too(verifier_folder, tmp_path):

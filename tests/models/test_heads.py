@@ -9,6 +9,7 @@ from specnb.app.cli import main
 from specnb.core.errors import IncompatibleModelsError, ParameterError
 from specnb.decode.generate import generate
 from specnb.decode.pairs import load_pair
+from specnb.decode.settings import Decoding
 from specnb.models import registry
 from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.heads import head_kind, write_published
@@ -34,8 +35,9 @@ def check_same_draft(verifier_folder, folder, original, verifier, feature_width:
     with torch.no_grad():
         torch.testing.assert_close(loaded.draft(feats, ids), original(feats, ids), rtol=0, atol=0)
     prompt = torch.randint(3, 60, (2, 7))
-    expected = generate(verifier, prompt, max_new_tokens=10).tokens
-    assert generate(loaded.verifier, prompt, draft=loaded.draft, gamma=3, max_new_tokens=10).tokens == expected
+    expected = generate(verifier, prompt, decoding=Decoding(max_new_tokens=10)).tokens
+    assert generate(loaded.verifier, prompt, draft=loaded.draft,
+                    decoding=Decoding(gamma=3, max_new_tokens=10)).tokens == expected
     return loaded
 
 
@@ -58,8 +60,9 @@ def test_specnb_layout_eagle_and_medusa_load_by_folder(verifier_folder, tmp_path
         loaded = load_pair(str(verifier_folder), str(tmp_path / name), device="cpu")
         assert loaded.draft.draft_kind == kind and registry.resolve_draft(str(tmp_path / name)).kind == kind
         prompt = torch.randint(3, 60, (1, 6))
-        expected = generate(loaded.verifier, prompt, max_new_tokens=8).tokens
-        assert generate(loaded.verifier, prompt, draft=loaded.draft, gamma=2, max_new_tokens=8).tokens == expected
+        expected = generate(loaded.verifier, prompt, decoding=Decoding(max_new_tokens=8)).tokens
+        assert generate(loaded.verifier, prompt, draft=loaded.draft,
+                        decoding=Decoding(gamma=2, max_new_tokens=8)).tokens == expected
 
 
 def test_an_eagle3_head_round_trips_and_generates_losslessly(verifier_folder, tmp_path):

@@ -10,6 +10,7 @@ from helpers import peaked_pair, ragged_prompts, tiny_model
 
 from specnb.core.errors import ParameterError
 from specnb.decode.generate import generate
+from specnb.decode.settings import Decoding
 from specnb.models import kernels
 from specnb.models.kernels import PackedLinear, use_kernels
 
@@ -50,10 +51,10 @@ def test_a_swapped_model_keeps_its_ties_and_its_outputs():
     with torch.inference_mode():
         torch.testing.assert_close(swapped(input_ids=ids, attention_mask=mask).logits,
                                    verifier(input_ids=ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-4)
-    expected = generate(verifier, ids, mask, max_new_tokens=12).tokens
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=12)).tokens
     use_kernels(draft, "onednn")
-    assert generate(swapped, ids, mask, max_new_tokens=12).tokens == expected
-    assert generate(swapped, ids, mask, draft=draft, gamma=3, max_new_tokens=12).tokens == expected
+    assert generate(swapped, ids, mask, decoding=Decoding(max_new_tokens=12)).tokens == expected
+    assert generate(swapped, ids, mask, draft=draft, decoding=Decoding(gamma=3, max_new_tokens=12)).tokens == expected
 
 
 def test_unknown_kernels_or_a_half_precision_model_are_one_line_errors():
@@ -92,15 +93,15 @@ def test_auto_decodes_exactly_what_the_default_decodes(decisions, monkeypatch, f
         monkeypatch.setattr(kernels, "time_paths", faster(forced))
     verifier, draft = peaked_pair("llama")
     ids, mask = ragged_prompts()
-    expected = generate(verifier, ids, mask, max_new_tokens=12).tokens
+    expected = generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=12)).tokens
     v_choice = kernels.apply_kernels(verifier, "auto", "verifier")
     d_choice = kernels.apply_kernels(draft, "auto", "draft")
     if forced:
         assert v_choice.path == d_choice.path == forced
     packed = sum(isinstance(m, PackedLinear) for m in verifier.modules())
     assert packed == (0 if v_choice.path == "default" else 15) and verifier.kernels == v_choice.path
-    assert generate(verifier, ids, mask, max_new_tokens=12).tokens == expected
-    assert generate(verifier, ids, mask, draft=draft, gamma=3, max_new_tokens=12).tokens == expected
+    assert generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=12)).tokens == expected
+    assert generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=3, max_new_tokens=12)).tokens == expected
 
 
 def test_the_rule_sends_each_row_count_to_the_clearly_faster_path():
@@ -124,12 +125,12 @@ def test_mixed_sends_only_the_wider_forwards_to_onednn(decisions, monkeypatch):
     monkeypatch.setattr(kernels, "time_paths", mixed)
     verifier, draft = peaked_pair("llama")
     ids, mask = ragged_prompts()
-    expected = generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=12).tokens
+    expected = generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=4, max_new_tokens=12)).tokens
     choice = kernels.apply_kernels(verifier, "auto", "verifier")
     assert (choice.path, choice.min_rows, choice.spans, verifier.kernels) == ("mixed", 4, ((4, 64),), "mixed")
     assert {m.spans for m in verifier.modules() if isinstance(m, PackedLinear)} == {((4, 64),)}
     assert "mixed (oneDNN 4–64 rows)" in choice.text() and kernels.kernel_label(verifier) == "mixed (oneDNN 4–64 rows)"
-    assert generate(verifier, ids, mask, draft=draft, gamma=4, max_new_tokens=12).tokens == expected
+    assert generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=4, max_new_tokens=12)).tokens == expected
     again = tiny_model(peaked=8.0)  # same shapes: the cached decision, min_rows included
     assert kernels.apply_kernels(again, "auto").reason == "cached"
     assert {m.spans for m in again.modules() if isinstance(m, PackedLinear)} == {((4, 64),)}

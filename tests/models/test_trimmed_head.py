@@ -7,6 +7,7 @@ import torch
 from helpers import tiny_model
 
 from specnb.decode.generate import generate
+from specnb.decode.settings import Decoding
 from specnb.models.trimmed_head import TrimmedHead, most_frequent_tokens, read_head_tokens, trim_head
 
 
@@ -30,9 +31,9 @@ def test_trimmed_head_matches_the_full_head_on_kept_tokens():
 def test_speculation_with_a_trimmed_draft_stays_lossless():
     verifier, draft = tiny_llama(1, layers=3), trim_head(tiny_llama(2, layers=1), list(range(0, 80, 2)))
     ids = torch.tensor([[5, 9, 14, 3, 22]])
-    alone = generate(verifier, ids, max_new_tokens=20)
+    alone = generate(verifier, ids, decoding=Decoding(max_new_tokens=20))
     for gamma in (1, 3, 5):
-        spec = generate(verifier, ids, draft=draft, gamma=gamma, max_new_tokens=20)
+        spec = generate(verifier, ids, draft=draft, decoding=Decoding(gamma=gamma, max_new_tokens=20))
         assert spec.tokens == alone.tokens
 
 

@@ -6,6 +6,7 @@ from helpers import WORDS, perturbed_copy, ragged_prompts, tiny_model, word_pair
 
 from specnb.core.errors import ParameterError
 from specnb.decode.generate import generate
+from specnb.decode.settings import Decoding
 from specnb.measure import runs
 from specnb.predict import auto_gamma, costs, predictor, reference_replay
 
@@ -40,12 +41,12 @@ def test_generate_records_the_gamma_chosen_and_why(profile):
     ids, mask = ragged_prompts(batch=2, seed=4)
     choice = auto_gamma.AutoGamma(profile=profile, draft=draft_of(profile), max_new_tokens=N_NEW)
     gamma, reason = choice.choose(2)
-    result = generate(verifier, ids, mask, draft=draft, gamma=choice, max_new_tokens=12)
+    result = generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma=choice, max_new_tokens=12))
     assert result.gamma == gamma and result.gamma_reason == reason
     assert max(n for row in result.drafted_per_step for n in row) == gamma
-    assert result.tokens == generate(verifier, ids, mask, max_new_tokens=12).tokens
+    assert result.tokens == generate(verifier, ids, mask, decoding=Decoding(max_new_tokens=12)).tokens
     with pytest.raises(ParameterError, match="auto_gamma"):
-        generate(verifier, ids, mask, draft=draft, gamma="auto", max_new_tokens=4)
+        generate(verifier, ids, mask, draft=draft, decoding=Decoding(gamma="auto", max_new_tokens=4))
 
 
 def test_without_a_profile_auto_falls_back_or_uses_the_one_cached_for_this_machine(tmp_path, monkeypatch, profile):

@@ -85,6 +85,7 @@ def run_generate(args: argparse.Namespace) -> dict:
     from specnb.decode.inputs import encode_prompts
     from specnb.decode.kinds.by_name import pick_verifier
     from specnb.decode.pairs import load_pair
+    from specnb.decode.settings import Decoding
     from specnb.decode.timing import StageTimer
     from specnb.models.kernels import check_kernels
 
@@ -117,20 +118,11 @@ def run_generate(args: argparse.Namespace) -> dict:
         pair.tokenizer, prompts, chat=not args.no_chat_template, device=pair.device
     )
     eos = pair.verifier.generation_config.eos_token_id
-    result = generate(
-        pair.verifier,
-        input_ids,
-        mask,
-        draft=pair.draft,
-        gamma=gamma,
-        max_new_tokens=args.max_new_tokens,
-        sampling=sampling,
-        eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
-        timer=StageTimer(pair.device),
-        vocab_size=pair.vocab_size,
-        tree=args.tree,
-        confidence=args.confidence,
-    )
+    result = generate(pair.verifier, input_ids, mask, draft=pair.draft, sampling=sampling,
+                      decoding=Decoding(gamma=gamma, max_new_tokens=args.max_new_tokens,
+                                        eos_token_id=eos if eos is not None else pair.tokenizer.eos_token_id,
+                                        tree=args.tree, confidence=args.confidence, vocab_size=pair.vocab_size,
+                                        timer=StageTimer(pair.device)))
     return _generate_report(args, pair, prompts, result)
 
 

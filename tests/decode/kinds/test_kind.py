@@ -12,6 +12,7 @@ from specnb.core.sequences import runs_of_drafts
 from specnb.decode.generate import generate
 from specnb.decode.kinds import KINDS, kind_named, kind_of
 from specnb.decode.kinds.kind import PER_STEP, DraftKind
+from specnb.decode.settings import Decoding
 from specnb.decode.state import Proposal
 from specnb.decode.trees import TreeShape
 
@@ -71,8 +72,8 @@ def test_the_built_in_kinds_are_registered_and_an_unknown_one_is_one_line():
 def test_a_registered_kind_generates_losslessly(repeat_kind):
     pair = word_pair(0)
     ids, mask = ragged_prompts(batch=3, width=10, vocab=63)
-    expected = generate(pair.verifier, ids, mask, max_new_tokens=16).tokens
-    result = generate(pair.verifier, ids, mask, draft=RepeatLast(), gamma=3, max_new_tokens=16)
+    expected = generate(pair.verifier, ids, mask, decoding=Decoding(max_new_tokens=16)).tokens
+    result = generate(pair.verifier, ids, mask, draft=RepeatLast(), decoding=Decoding(gamma=3, max_new_tokens=16))
     assert result.tokens == expected
     assert max(n for row in result.drafted_per_step for n in row) == 3
 
