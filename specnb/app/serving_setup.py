@@ -169,12 +169,12 @@ def saver(rec, commit: str | None, phase: str = ""):
 
 
 def phase_savers(rec, commit: str | None):
-    """``policy_check.check_policy``'s ``on_run``: one ``saver`` per phase."""
+    """``policy_run.run_policy``'s ``on_run``: one ``saver`` per phase."""
     return lambda phase: saver(rec, commit, phase)
 
 
 def forecast_saver(rec):
-    """``policy_check.check_policy``'s ``on_forecast``: the trace's forecast written (a table, and each
+    """``policy_run.run_policy``'s ``on_forecast``: the trace's forecast written (a table, and each
     configuration's forecast speedup, mean batch and clamped share in ``results.json``) before the
     trace is sent, so what was forecast cannot have read any of it."""
     def save(forecast) -> None:

@@ -66,7 +66,7 @@ def test_the_forecast_draws_the_requests_the_sweep_will_send(monkeypatch):
     monkeypatch.setattr(serving_sweep, "send_sampled", send_sampled)
     monkeypatch.setattr(serving_sweep, "scrape", lambda target: serving_sweep.Counters())
     load = Open(rate=3.0, burstiness=0.25, lengths=Lengths(tokens=48), seed=5)
-    prompts = pd.concat([PROMPTS] * 2, ignore_index=True)  # a trace repeats its prompts, as check_policy's does
+    prompts = pd.concat([PROMPTS] * 2, ignore_index=True)  # a trace repeats its prompts, as run_policy's does
     serving_sweep.run_sweep([Target(url="http://x", engine="vllm")], prompts, [load], rounds=2, seed=3,
                             warmup=False, down=lambda name: "")
     forecast = trace_rounds(load, prompts, rounds=2, seed=3)

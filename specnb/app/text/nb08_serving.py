@@ -253,7 +253,7 @@ def trace_launch(decision: ServingDecision, trace: pd.DataFrame) -> str:
 
 
 def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: ServingDecision | None = None) -> Report:
-    """The decision launched (``policy_check.PolicyCheck``): a schedule as its own server, its TPOT
+    """The decision launched (``policy_run.PolicyRun``): a schedule as its own server, its TPOT
     speedup against the best static configuration per level (target ≥ 0.95x of it); over the bursty
     trace, every configuration that ran — adaptive's paired TPOT speedup against each static one
     (target: each 95% CI above 1), or the static ones' over spec-off where no schedule was launched —

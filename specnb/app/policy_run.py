@@ -1,6 +1,6 @@
-"""The policy, checked on the engine that can run it as one server (``ServingEngine.schedules``: vLLM, the
-simulated engine): measure the static configurations, decide once what to launch, launch it where it
-is a schedule and measure it beside them.
+"""The policy's measured run, in four phases, on the engine that can run it as one server
+(``ServingEngine.schedules``: vLLM, the simulated engine): measure the static configurations, decide
+once what to launch, launch it where it is a schedule, measure it beside them and over a bursty trace.
 
 1. **Sweep** the static configurations (spec-off, ``ngram:K``, ...) at every level, summarised with
    the run's seed, and **decide** (``serving_decision.decide``: the per-level policy and the one
@@ -49,7 +49,7 @@ def empty() -> Sweep:
 
 
 @dataclass(kw_only=True)
-class PolicyCheck:
+class PolicyRun:
     """``sweep``: the static configurations; ``decision``: what to launch, made once from them
     (``serving_decision.decide``); ``check``: every configuration with the adaptive one beside them
     (empty where no schedule was launched); ``trace``: every configuration running over the bursty
@@ -87,10 +87,10 @@ def unchecked_note(decision: ServingDecision) -> str:
     return "the engine has no launch of its own for the schedule"
 
 
-def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Callable | None = None,
-                 burstiness: float = 0.25, trace_repeats: int = 2,
-                 on_run: Callable[[str], Callable | None] = lambda phase: None,
-                 on_forecast: Callable[[pd.DataFrame], None] | None = None, **settings) -> PolicyCheck:
+def run_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Callable | None = None,
+               burstiness: float = 0.25, trace_repeats: int = 2,
+               on_run: Callable[[str], Callable | None] = lambda phase: None,
+               on_forecast: Callable[[pd.DataFrame], None] | None = None, **settings) -> PolicyRun:
     """Steps 1–4 of the module docstring on ``configs`` (one engine's, one that schedules), at the
     closed-loop ``loads``; ``start``: the context manager that starts servers and yields ``Running``
     (``specnb.serve.servers.servers``: a method the engine refuses is left out with its line);
@@ -115,7 +115,7 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
         summary = summarise_sweep(sweep.records, sweep.runs, seed=seed, launch_noise=noise)
         decision = decide(summary, sweep.records, seed, engine=engine, configs=launched)
         if ended_early:
-            return PolicyCheck(sweep=sweep, decision=decision, noise=noise, note="the sweep ended early")
+            return PolicyRun(sweep=sweep, decision=decision, noise=noise, note="the sweep ended early")
         # the check and the trace judge candidates: neither the twin (it measured noise) nor one screened out
         launched = [c for c in launched if c.name != AA_TWIN_CONFIG and c.name not in sweep.screened]
         check, again = empty(), settings | {"probe_max_tokens": 0}  # the sweep's forward probe serves every pass
@@ -138,5 +138,5 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
                 trace = run_sweep(targets_of(launched, every), trace_prompts, [trace_load], down=down,
                                   on_run=on_run("trace"), **again)
         why = "" if decision.checked else unchecked_note(decision)
-        return PolicyCheck(sweep=sweep, decision=decision, check=check, trace=trace, rate=rate, forecast=forecast,
+        return PolicyRun(sweep=sweep, decision=decision, check=check, trace=trace, rate=rate, forecast=forecast,
                            noise=noise, note="; ".join(filter(None, [why, check.stopped or trace.stopped])))

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from helpers import closed
 
-from specnb.app import policy_check
+from specnb.app import policy_run
 from specnb.measure.serving_sweep import Sweep
 from specnb.serve.servers import Running
 from specnb.serve.vllm.vllm_server import VllmConfig
@@ -62,13 +62,13 @@ def loop(monkeypatch):
                                "probe": settings.get("probe_max_tokens")})
         return Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
 
-    monkeypatch.setattr(policy_check, "run_sweep", run_sweep)
+    monkeypatch.setattr(policy_run, "run_sweep", run_sweep)
     configs = [config(), config("ngram", 4)]
     prompts = pd.DataFrame({"prompt": ["a", "b", "c", "d"], "id": list("abcd"), "category": "x"})
 
     def run(speedups_lo):
-        monkeypatch.setattr(policy_check, "summarise_sweep", lambda *a, **k: measured(speedups_lo))
-        return policy_check.check_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80,
+        monkeypatch.setattr(policy_run, "summarise_sweep", lambda *a, **k: measured(speedups_lo))
+        return policy_run.run_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80,
                                          on_forecast=seen["forecasts"].append), seen
     run.start = start
     return run
@@ -143,11 +143,11 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
     from specnb.serve.vllm.engine_vllm import launch_text
 
     bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95
-    monkeypatch.setattr(policy_check, "summarise_sweep",
+    monkeypatch.setattr(policy_run, "summarise_sweep",
                         lambda records, runs, seed, launch_noise=None: measured(bounds[seed]))
     printed = {}
     for seed in bounds:
-        result = policy_check.check_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
+        result = policy_run.run_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
                                            closed(1, 4, 16), start=loop.start, seed=seed)
         report, (verdict, line) = policy_text(result.decision), launch_verdict(result.decision)
         launched = launch_text(result.adaptive)
