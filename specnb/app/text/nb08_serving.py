@@ -10,7 +10,7 @@ import pandas as pd
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
-from specnb.predict.serving_decision import ServingDecision, adaptive_ran
+from specnb.predict.serving_decision import ServingDecision, adaptive_ran, final_launch
 from specnb.predict.serving_policy import batch_ranges
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms
 from specnb.serve.engines import engine_named, engine_of
@@ -200,32 +200,30 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
 
 
 def launch_verdict(decision: ServingDecision, trace: pd.DataFrame | None = None) -> tuple[str, str]:
-    """The one answer a report gives: (line, value), what to launch for the load this run measured and
-    what that rests on, rendered from ``decision``. Where the bursty trace ran (the load most like
-    production: ``with_trace``), it judges, with paired CIs and ties going to the simplest
-    configuration (``trace_launch``; ``trace``: ``serving_checks.trace_check``'s table). Otherwise
-    the decision's launch: no speculation, one static configuration at every load, a schedule, or an
-    engine's lines per load range. ``value``: ``decision.launch_line``, what a user pastes ("" for no
-    speculation)."""
-    value = decision.launch_line
-    if decision.trace_pick and trace is not None and len(trace):
+    """The one answer a report gives, as (line, value): what to launch for the load this run measured
+    (``serving_decision.final_launch``) and what that rests on. Judged over the bursty trace, with
+    paired CIs and ties going to the simplest configuration (``trace_launch``; ``trace``:
+    ``serving_checks.trace_check``'s table); otherwise the decision's launch. ``value``: what a user
+    pastes ("" for no speculation)."""
+    final = final_launch(decision, trace)
+    value = final.line
+    if final.basis == "trace":
         return "**verdict**: " + trace_launch(decision, trace).removeprefix("launch for load like this trace: ") + \
             " — judged over the bursty trace (paired 95% CIs; a tie goes to the simplest)", value
-    policy = decision.policy
-    if not decision.kind:
+    if not final.basis:
         return "", ""
-    loads = f"{policy['concurrency'].min():g}–{policy['concurrency'].max():g} concurrent"
-    if decision.kind == "none":
-        why = ("no configuration beat spec-off beyond the noise at any level measured" if not (policy["k"] > 0).any()
-               else decision.why_not)
+    loads = f"{final.low:g}–{final.high:g} concurrent"
+    if final.basis == "none":
+        why = "no configuration beat spec-off beyond the noise at any level measured" if not final.drafted \
+            else decision.why_not
         return f"**verdict**: launch without speculation for {loads} — {why}", value
-    if decision.kind == "static":
+    if final.basis == "static":
         why = ("of every launch, the closest to the best static configuration at its worst level "
                f"({decision.candidates['worst'].iloc[0]:.2f} of it)" if len(decision.candidates) else
                "the policy chose it at each level")
-        return (f"**verdict**: launch **{decision.config}**" + (f" (`{value}`)" if value else "")
+        return (f"**verdict**: launch **{final.config}**" + (f" (`{value}`)" if value else "")
                 + f" at every load measured ({loads}): {why}"), value
-    if decision.kind == "schedule":
+    if final.basis == "schedule":
         return (f"**verdict**: launch the schedule `--speculative-config '{value}'` for {loads} (not checked as one "
                 "server here: no bursty trace ran)"), value
     return (f"**verdict**: {engine_named(decision.engine).label} fixes speculation per launch, so pick by the load "
