@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from specnb.app import serving_keys as keys
 from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import Closed, Lengths, Open
 from specnb.measure.serving_load import Target
@@ -160,11 +161,9 @@ def saver(rec, commit: str | None, phase: str = ""):
     """A callback for ``run_sweep``'s ``on_run``: writes the per-request and per-run tables (with the
     commit) after every run, so an interrupted sweep keeps what it measured; a ``phase`` of the
     policy check other than its first sweep ("check", "trace") prefixes the tables' names."""
-    prefix = f"{phase}_" if phase and phase != "sweep" else ""
-
     def save(sweep) -> None:
-        rec.table(f"{prefix}requests", sweep.records.assign(commit=commit or ""))
-        rec.table(f"{prefix}runs", sweep.runs.assign(commit=commit or ""))
+        rec.table(keys.phase_table(phase, "requests"), sweep.records.assign(commit=commit or ""))
+        rec.table(keys.phase_table(phase, "runs"), sweep.runs.assign(commit=commit or ""))
     return save
 
 
@@ -178,8 +177,8 @@ def forecast_saver(rec):
     configuration's forecast speedup, mean batch and clamped share in ``results.json``) before the
     trace is sent, so what was forecast cannot have read any of it."""
     def save(forecast) -> None:
-        rec.table("trace_forecast", forecast)
-        rec.value("trace_forecast", {r["config"]: {"speedup_tpot": round(float(r["predicted_speedup_tpot"]), 4),
+        rec.table(keys.TRACE_FORECAST, forecast)
+        rec.value(keys.TRACE_FORECAST, {r["config"]: {"speedup_tpot": round(float(r["predicted_speedup_tpot"]), 4),
                                                    "mean_batch": round(float(r["trace_mean_batch"]), 2),
                                                    "clamped_share": round(float(r["clamped_share"]), 3)}
                                      for r in forecast.to_dict("records")})

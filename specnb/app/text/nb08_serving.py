@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 
+from specnb.app import serving_keys as keys
 from specnb.app.text.conclusions import Report, bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
@@ -93,12 +94,12 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
             throughput += f" → {fmt_ci(last, 'speedup_output_throughput')}"
         lines.append(f"**{config}**: α {first['alpha']:.2f}, τ {first['tau']:.2f}; TPOT speedup {tpot}; output "
                      f"throughput {throughput}; {identical_line(group)}")
-        values[f"{config} identical share"] = identical_share(group)
-        values[f"{config} speedup_tpot first"] = float(first["speedup_tpot"])
-        values[f"{config} speedup_tpot last"] = float(last["speedup_tpot"])
+        values[keys.config_key(config, keys.IDENTICAL_SHARE)] = identical_share(group)
+        values[keys.config_key(config, keys.SPEEDUP_FIRST)] = float(first["speedup_tpot"])
+        values[keys.config_key(config, keys.SPEEDUP_LAST)] = float(last["speedup_tpot"])
     for row in crossings.to_dict("records"):
         lines.append(crossover_line(row))
-        values[f"{row['config']} crossover"] = row["crossover"]
+        values[keys.config_key(row["config"], keys.CROSSOVER)] = row["crossover"]
         if row["verdict"] == "never pays" and shape.steps_batch:  # a step's sequences: closed loop only
             lines.append("step arithmetic: " + step_arithmetic(summary, row["config"], probe))
     return Report(bullets(lines), values)
@@ -152,7 +153,7 @@ def policy_text(decision: ServingDecision) -> Report:
             + f"\n\n{launch_part}" + candidates_text(decision.candidates)
             + (f"\n\n{label} (speculation is fixed per launch: pick by the load you expect):\n\n"
                + bullets(list(decision.lines)) if decision.lines else ""))
-    return Report(body, {"policy_vllm": launch or "no --speculative-config",
+    return Report(body, {keys.POLICY_VLLM: launch or "no --speculative-config",
                          "policy_llama_server": list(decision.lines)})
 
 
@@ -196,7 +197,7 @@ def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validatio
     lines.append(f"machine: {machine}")
     if note:
         lines.append(note)
-    return Report(bullets(lines), {"machine": machine, "verdict": verdict})
+    return Report(bullets(lines), {keys.MACHINE: machine, keys.VERDICT: verdict})
 
 
 def launch_verdict(decision: ServingDecision, trace: pd.DataFrame | None = None) -> tuple[str, str]:
@@ -294,7 +295,7 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: Serv
                      f"TPOT {each}")
     if len(trace) and decision is not None and decision.trace_pick:
         lines.append(trace_launch(decision, trace))
-        values["vllm_launch_for_trace"] = decision.trace_json
+        values[keys.LAUNCH_FOR_TRACE] = decision.trace_json
     if loop.note and loop.adaptive is not None:
         lines.append(f"note: {loop.note}")
     return Report(bullets(lines) if len(lines) > 1 else f"No `adaptive` launch: {loop.note}.", values)
@@ -310,19 +311,19 @@ def trace_forecast_text(forecast: pd.DataFrame, reconstruction: pd.DataFrame) ->
     if forecast.empty:
         lines.append("No trace forecast: none was made before the trace (no spec-off figures to forecast from).")
     else:
-        values["trace_forecast_median_error"] = float(forecast["error"].median())
+        values[keys.TRACE_FORECAST_ERROR] = float(forecast["error"].median())
         lines += [f"{r['config']}: forecast {r['predicted_speedup_tpot']:.2f}x before the trace was sent, measured "
                   f"{speedup_text(r['measured_speedup_tpot'], r['measured_lo'], r['measured_hi'])} "
                   f"({r['error']:.1%} off" + (f"; {r['clamped_share']:.0%} of its decoding beyond the batches "
                                               "measured" if r.get("clamped_share", 0) > 0 else "") + ")"
                   for r in forecast.to_dict("records")]
-        lines.append(f"median error of the forecast trace speedups: **{values['trace_forecast_median_error']:.1%}** "
+        lines.append(f"median error of the forecast trace speedups: **{values[keys.TRACE_FORECAST_ERROR]:.1%}** "
                      "(target ≤ 10%)")
     if reconstruction.empty:
         lines.append("diagnostic: no reconstruction, the trace's runs carry no batch samples")
     else:
-        values["trace_reconstruction_median_error"] = float(reconstruction["error"].median())
+        values[keys.TRACE_RECONSTRUCTION_ERROR] = float(reconstruction["error"].median())
         lines.append("diagnostic — the same TPOT(b) read over the batches the trace itself held (a reconstruction "
-                     f"after the fact, not a forecast): median error {values['trace_reconstruction_median_error']:.1%}")
+                     f"after the fact, not a forecast): median error {values[keys.TRACE_RECONSTRUCTION_ERROR]:.1%}")
     return Report(bullets(lines), values)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.app.charts import load_curves
+from specnb.app.serving_keys import IDENTICAL_SHARE, config_key
 from specnb.app.text.nb08_serving import (
     crossover_line,
     launch_verdict,
@@ -118,7 +119,7 @@ def test_the_identical_share_is_counted_over_every_level():
     levels.loc[(levels["config"] == "ngram k=3") & (levels["concurrency"] == 4), "identical_outputs"] = 1
     report = sweep_text(levels, crossover(levels, "speedup_tpot"))
     assert "9/12 outputs identical to spec-off over every level (75%)" in report.markdown
-    assert report.values["ngram k=3 identical share"] == 0.75
+    assert report.values[config_key("ngram k=3", IDENTICAL_SHARE)] == 0.75
 
 
 def scheduled(server, configs=()) -> ServingDecision:
