@@ -304,8 +304,8 @@ def run(params: Params) -> ServingStudy:
     rec.value(keys.MINUTES, round((time.perf_counter() - started) / 60, 2))
     rec.value(keys.LOAD_AVERAGE_END, round(os.getloadavg()[0], 1))
     trace_error = trace_prediction.trace_median_error(checked.forecast) if len(checked.forecast) else float("nan")
-    conclusion = rec.record(text.serving_conclusion(summary, crossings, validation, verdict, ready.machine,
-                                                    sweep.stopped, trace_error))
+    conclusion = rec.record(text.serving_conclusion(crossings, validation, verdict, ready.machine, sweep.stopped,
+                                                    trace_error))
     noise_note = noise.text() if noise is not None else ""
     return ServingStudy(
         intro=ready.notes, machine=ready.machine, sweep=sweep, run=loop,

@@ -180,20 +180,20 @@ def policy_level(row: dict) -> str:
             f"{row['spread']:.1%}; engine's batch {row['batch']:.1f}{tie}{noisy})")
 
 
-def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,
-                       verdict: str, machine: str, note: str = "", trace_error: float = math.nan) -> Report:
+def serving_conclusion(crossings: pd.DataFrame, validation: pd.DataFrame, verdict: str, machine: str,
+                       note: str = "", trace_error: float = math.nan) -> Report:
     """The report's end: the one verdict first (``launch_verdict``: what to launch for the load
     measured, and what it rests on), then each configuration's pays / loses / no measurable difference
-    (``crossover_line``, by its CIs), the predictors' errors, the machine, what was left out."""
+    (``crossover_line``, by its CIs), the predictors' errors, the machine, what was left out. A sweep
+    without spec-off has no crossings, no validation and no trace: only the machine and the note."""
     lines = [verdict] if verdict else []
-    if "speedup_tpot" in summary:
-        lines += [crossover_line(row) for row in crossings.to_dict("records")]
-        error = median_error(validation) if len(validation) else math.nan
-        if not math.isnan(error):
-            lines.append(f"the serving predictor's median error per level: {error:.1%}")
-        if not math.isnan(trace_error):
-            lines.append(f"the trace's speedups forecast from the per-load figures before it was sent: median error "
-                         f"{trace_error:.1%}")
+    lines += [crossover_line(row) for row in crossings.to_dict("records")]
+    error = median_error(validation) if len(validation) else math.nan
+    if not math.isnan(error):
+        lines.append(f"the serving predictor's median error per level: {error:.1%}")
+    if not math.isnan(trace_error):
+        lines.append(f"the trace's speedups forecast from the per-load figures before it was sent: median error "
+                     f"{trace_error:.1%}")
     lines.append(f"machine: {machine}")
     if note:
         lines.append(note)

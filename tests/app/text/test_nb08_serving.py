@@ -76,7 +76,7 @@ def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
     assert "no --spec-type (spec-off)" in report.markdown
     assert report.values["policy_vllm"] == "no --speculative-config"
     verdict, launch = launch_verdict(decision)
-    end = serving_conclusion(levels, crossover(levels, "speedup_tpot"), pd.DataFrame(), verdict, "AMD EPYC").markdown
+    end = serving_conclusion(crossover(levels, "speedup_tpot"), pd.DataFrame(), verdict, "AMD EPYC").markdown
     assert end.startswith("- **verdict**: launch without speculation for 1–4 concurrent") and launch == ""
 
 
@@ -280,7 +280,7 @@ def test_the_report_gives_one_answer_for_the_load_it_measured():
     configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=3)]
     line, value = launch_verdict(decide(everywhere, engine="vllm", configs=configs))
     assert line.startswith("**verdict**: launch **ngram k=3**") and json.loads(value)["num_speculative_tokens"] == 3
-    end = serving_conclusion(everywhere, crossover(everywhere, "speedup_tpot"), pd.DataFrame(), line, "m").markdown
+    end = serving_conclusion(crossover(everywhere, "speedup_tpot"), pd.DataFrame(), line, "m").markdown
     assert end.count("**verdict**") == 1 and "policy:" not in end  # one answer, first
 
 
