@@ -24,7 +24,7 @@ import pandas as pd
 from specnb.app import serving_keys as keys
 from specnb.app import serving_setup as setup
 from specnb.app.charts import load_curves as charts
-from specnb.app.policy_run import PolicyRun, run_policy
+from specnb.app.policy_run import PolicyHooks, PolicyRun, run_policy
 from specnb.app.recorder import Recorder
 from specnb.app.text import nb08_serving as text
 from specnb.app.text.conclusions import Report
@@ -183,20 +183,22 @@ def prepare(params: Params, rec: Recorder) -> Prepared:
 def run_sweeps(params: Params, ready: Prepared, rec: Recorder) -> tuple[serving_sweep.Sweep, PolicyRun | None]:
     """The sweep, and the policy's four-phase run where one ran (an engine started here that schedules
     k by batch, on closed-loop levels: its trace forecast recorded before the trace is sent)."""
-    settings = dict(rounds=params.rounds, seed=params.seed, progress=params.interactive,
-                    probe_max_tokens=setup.probe_max_tokens(ready.levels, ready.configs) if ready.steps_batch else 0)
+    settings = serving_sweep.SweepSettings(
+        rounds=params.rounds, seed=params.seed, progress=params.interactive,
+        probe_max_tokens=setup.probe_max_tokens(ready.levels, ready.configs) if ready.steps_batch else 0)
     if params.endpoint:
         targets = [serving_endpoint.check_target(t) for t in setup.endpoint_targets(params.endpoint, params.engine)]
-        return serving_sweep.run_sweep(targets, ready.prompts, ready.loads, on_run=setup.saver(rec, git_commit()),
-                                       **settings), None
+        hooks = serving_sweep.SweepHooks(on_run=setup.saver(rec, git_commit()))
+        return serving_sweep.run_sweep(targets, ready.prompts, ready.loads, settings, hooks), None
     if ready.absent:
         return serving_sweep.Sweep(records=pd.DataFrame(), runs=pd.DataFrame(), stopped=ready.absent), None
     if ready.served.schedules and ready.steps_batch:
-        loop = run_policy(ready.configs, ready.prompts, ready.loads, on_run=setup.phase_savers(rec, git_commit()),
-                          on_forecast=setup.forecast_saver(rec), **settings)
+        hooks = PolicyHooks(on_run=setup.phase_savers(rec, git_commit()), on_forecast=setup.forecast_saver(rec))
+        loop = run_policy(ready.configs, ready.prompts, ready.loads, settings, hooks=hooks)
         return loop.sweep, loop
-    return serving_sweep.sweep_servers(ready.configs, ready.prompts, ready.loads, on_run=setup.saver(rec, git_commit()),
-                                       relaunch=ready.served.relaunch_each_round, **settings), None  # fresh each round
+    return serving_sweep.sweep_servers(ready.configs, ready.prompts, ready.loads, settings,
+                                       relaunch=ready.served.relaunch_each_round,  # fresh each round
+                                       on_run=setup.saver(rec, git_commit())), None
 
 
 def noise_of(sweep, loop: PolicyRun | None, configs: list, engine: str):

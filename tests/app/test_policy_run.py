@@ -9,7 +9,8 @@ import pytest
 from helpers import closed
 
 from specnb.app import policy_run
-from specnb.measure.serving_sweep import Sweep
+from specnb.app.policy_run import PolicyHooks
+from specnb.measure.serving_sweep import Sweep, SweepSettings
 from specnb.serve.servers import Running
 from specnb.serve.vllm.vllm_server import VllmConfig
 
@@ -54,12 +55,12 @@ def loop(monkeypatch):
         finally:
             seen["stopped"].append([c.name for c in configs])
 
-    def run_sweep(targets, prompts, loads, **settings):
+    def run_sweep(targets, prompts, loads, settings, hooks):
         seen["forecasts"].append(None)  # a sweep sent here: a forecast seen after it lands after this marker
         seen["sweeps"].append({"targets": [t.name for t in targets], "levels": [load.level for load in loads],
                                "prompts": len(prompts), "load": loads[0].name,
                                "burstiness": getattr(loads[0], "burstiness", None),
-                               "probe": settings.get("probe_max_tokens")})
+                               "probe": settings.probe_max_tokens})
         return Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
 
     monkeypatch.setattr(policy_run, "run_sweep", run_sweep)
@@ -68,8 +69,8 @@ def loop(monkeypatch):
 
     def run(speedups_lo):
         monkeypatch.setattr(policy_run, "summarise_sweep", lambda *a, **k: measured(speedups_lo))
-        return policy_run.run_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80,
-                                         on_forecast=seen["forecasts"].append), seen
+        return policy_run.run_policy(configs, prompts, closed(1, 4, 16), SweepSettings(probe_max_tokens=80),
+                                     hooks=PolicyHooks(start=start, on_forecast=seen["forecasts"].append)), seen
     run.start = start
     return run
 
@@ -148,7 +149,7 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
     printed = {}
     for seed in bounds:
         result = policy_run.run_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
-                                           closed(1, 4, 16), start=loop.start, seed=seed)
+                                       closed(1, 4, 16), SweepSettings(seed=seed), hooks=PolicyHooks(start=loop.start))
         report, (verdict, line) = policy_text(result.decision), launch_verdict(result.decision)
         launched = launch_text(result.adaptive)
         assert report.values["policy_vllm"] == launched == line == result.decision.launch_line

@@ -17,7 +17,7 @@ from specnb.measure import serving_steady
 from specnb.measure.load_shapes import Closed, Lengths, Open, steady_flags
 from specnb.measure.serving_load import ClosedFeed
 from specnb.measure.serving_steady import batch_columns, level_batch, read_gauge, steady_records
-from specnb.measure.serving_sweep import cycles_of, length_keys
+from specnb.measure.serving_sweep import SweepSettings, cycles_of, length_keys
 from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer, expected_speedup, run_closed
 from specnb.serve.speculation import SPEC_OFF, Speculation
 
@@ -227,7 +227,7 @@ def test_every_prompt_is_measured_every_round_at_every_level_in_a_rotated_order(
             SimServer(SimConfig(speculation=NGRAM3, cost=cost)) as spec:
         targets = [Target(url=s.url, engine="simulated", model=s.model, speculation=s.config.speculation)
                    for s in (off, spec)]
-        sweep = run_sweep(targets, prompts, closed(1, 4, tokens=8, range_ratio=0.5), rounds=3)
+        sweep = run_sweep(targets, prompts, closed(1, 4, tokens=8, range_ratio=0.5), SweepSettings(rounds=3))
     records = sweep.records
     assert sweep.stopped == "" and records["success"].all()
     counted = records[records["steady"]]

@@ -17,7 +17,7 @@ import pytest
 from helpers import closed, gone
 
 from specnb.measure.serving_summary import summarise_sweep
-from specnb.measure.serving_sweep import run_sweep, sweep_servers, targets_of
+from specnb.measure.serving_sweep import SweepSettings, run_sweep, sweep_servers, targets_of
 from specnb.serve.llama.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args
 from specnb.serve.servers import servers
 
@@ -42,7 +42,8 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
     with servers(configs, timeout_s=START_S) as running:
         pids = [s.pid for s in running.servers.values()]
         targets = targets_of(configs, running.servers)
-        sweep = run_sweep(targets, PROMPTS, closed(1, tokens=24), ignore_eos=False, warmup=False, probe_max_tokens=2)
+        sweep = run_sweep(targets, PROMPTS, closed(1, tokens=24),
+                          SweepSettings(ignore_eos=False, warmup=False, probe_max_tokens=2))
     assert all(gone(pid) for pid in pids)
     assert list(sweep.probe["tokens"]) == [1, 2] and (sweep.probe["forward_ms"] > 0).all()
     records = sweep.records
@@ -127,7 +128,7 @@ def test_ctrl_c_stops_the_server_and_keeps_the_records(verifier):
 
     with pytest.raises(KeyboardInterrupt):
         sweep_servers([ServerConfig(model=verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS,
-                      closed(1, tokens=4), warmup=False, on_run=interrupt)
+                      closed(1, tokens=4), SweepSettings(warmup=False), on_run=interrupt)
     # the first run, (3 turnovers + 2) · 1 requests, finished before Ctrl-C
     assert seen["pids"] and seen["records"] == 5 and all(gone(pid) for pid in seen["pids"])
 
@@ -168,8 +169,8 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(llama_server.Server, "launch", remember)
         sweep = sweep_servers([ServerConfig(model=verifier, slots=2, ctx_per_slot=256, threads=1)],
-                              pd.concat([PROMPTS] * 4, ignore_index=True), closed(1, 2, tokens=16), warmup=False,
-                              on_run=after_run)
+                              pd.concat([PROMPTS] * 4, ignore_index=True), closed(1, 2, tokens=16),
+                              SweepSettings(warmup=False), on_run=after_run)
     seen["watch"].join()
     assert "\n" not in sweep.stopped and sweep.stopped.startswith(
         "spec-off's server went down at 2 concurrent (llama-server killed by SIGKILL: "), sweep.stopped
