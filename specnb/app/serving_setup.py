@@ -57,13 +57,14 @@ def check_rounds(rounds, policy: bool) -> int:
     return rounds
 
 
-def load_shapes(concurrency, rates, max_new_tokens: int, range_ratio: float = 0.5, burstiness: float = 1.0,
-                seed: int = 0, context: int | None = None, turnovers: int = 3) -> list:
+def load_shapes(concurrency, rates, lengths: Lengths, *, burstiness: float = 1.0, seed: int = 0,
+                turnovers: int = 3) -> list:
     """The loads a sweep runs: a closed loop at each concurrency, or open-loop arrivals at each rate
     when ``rates`` is not empty; every request's output length by the same rule (``Lengths``: drawn
-    over [L/2, 3L/2] unless told, checked against ``context``, ``launch_context``); a closed loop's
-    slots turn over ``turnovers`` times in each run's steady window (``Closed``)."""
-    lengths = Lengths(tokens=max_new_tokens, range_ratio=range_ratio).check(context)
+    over [L/2, 3L/2] unless told, checked here; against a launch's context, ``launch_context``, by
+    the caller); a closed loop's slots turn over ``turnovers`` times in each run's steady window
+    (``Closed``)."""
+    lengths = lengths.check()
     if rates:
         if not isinstance(burstiness, (int, float)) or burstiness <= 0:
             raise ParameterError(f"burstiness must be above 0 (1: Poisson arrivals, below 1: bursts), got "

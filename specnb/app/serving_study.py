@@ -30,6 +30,7 @@ from specnb.app.text import nb08_serving as text
 from specnb.app.text.conclusions import Report
 from specnb.core.paths import git_commit
 from specnb.measure import launch_noise, serving_checks, serving_endpoint, serving_summary, serving_sweep
+from specnb.measure.load_shapes import Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.predict import serving_decision, trace_prediction
 from specnb.predict import serving_predictor as predict
@@ -154,8 +155,9 @@ def prepare(params: Params, rec: Recorder) -> Prepared:
     """Every parameter checked (a bad one is a ``ParameterError`` before any server starts), the
     engine's configurations with spec-off's A/A twin (the launch noise), and the settings recorded."""
     p = params
-    loads = setup.load_shapes(p.concurrency, p.rates, p.max_new_tokens, p.length_range_ratio, seed=p.seed,
-                              turnovers=p.turnovers, context=setup.launch_context(p.engine, p.endpoint))
+    lengths = Lengths(tokens=p.max_new_tokens, range_ratio=p.length_range_ratio)
+    loads = setup.load_shapes(p.concurrency, p.rates, lengths.check(setup.launch_context(p.engine, p.endpoint)),
+                              seed=p.seed, turnovers=p.turnovers)
     setup.check_rounds(p.rounds, policy=not p.rates and (not p.endpoint or "," in p.endpoint))
     served = setup.check_engine(p.engine, p.endpoint)
     note = "" if p.endpoint else setup.speculation_note(p.engine, p.speculation, p.smoke, p.verifier)
