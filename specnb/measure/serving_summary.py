@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.measure.acceptance import counter_rates
+from specnb.measure.acceptance import Fallback, counter_rates
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
 from specnb.measure.serving_steady import level_batch, measured_records, steady_records
@@ -83,7 +83,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
         per_pos = summed_lists([json.loads(p) for p in run["accepted_per_pos"]])
         drafts, draft_tokens, accepted = (float(run[c].sum()) for c in (
             "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"))
-        rates = counter_rates(drafts, draft_tokens, accepted, per_pos, **level_acceptance(run))
+        rates = counter_rates(drafts, draft_tokens, accepted, per_pos, level_acceptance(run))
         row = {"engine": group["engine"].iloc[0], "config": config, column: level,
                **{name: group[name].iloc[0] for name in CARRIED if name in group},
                "completed": len(ok), "failed": len(group) - len(ok), "partial": bool(group["partial"].any()),
@@ -145,14 +145,14 @@ def steady_tpot_ms(rows: pd.DataFrame) -> pd.Series:
     return rows["tpot_weighted_ms"].fillna(mean) if "tpot_weighted_ms" in rows else mean
 
 
-def level_acceptance(run: pd.DataFrame) -> dict:
+def level_acceptance(run: pd.DataFrame) -> Fallback:
     """``counter_rates``' other inputs over a level's runs: summed verification steps and their output
     tokens; the gauges (one reading per run, each that run's tail) averaged. Absent columns (records
     from before these fields, a vLLM bench file) read as nothing reported."""
     total = lambda name: float(run[name].sum()) if name in run else 0.0  # noqa: E731
     mean = lambda name: float(run[name].mean()) if name in run and run[name].notna().any() else math.nan  # noqa: E731
-    return {"verify_steps": total("spec_verify_ct"), "verified_tokens": total("verified_output_tokens"),
-            "gauges": (mean("spec_accept_rate_gauge"), mean("spec_accept_length_gauge"))}
+    return Fallback(verify_steps=total("spec_verify_ct"), verified_tokens=total("verified_output_tokens"),
+                    gauges=(mean("spec_accept_rate_gauge"), mean("spec_accept_length_gauge")))
 
 
 def summed_lists(lists: list[list[float]]) -> list[float]:

@@ -14,7 +14,7 @@ import pytest
 from helpers import closed, open_loop, spec
 
 from specnb.core.errors import ParameterError
-from specnb.measure.acceptance import counter_rates
+from specnb.measure.acceptance import Fallback, counter_rates
 from specnb.measure.serving_checks import adaptive_check, trace_check, trace_rate
 from specnb.measure.serving_endpoint import (
     Counters,
@@ -372,13 +372,14 @@ def test_sglang_meta_info_lands_in_the_request_record():
 
 def test_acceptance_from_verify_counts_then_gauges_never_invented():
     # τ from verification steps: 12 tokens out of 5 steps; no draft counts, so no α
-    rates = counter_rates(0, 0, 0, verify_steps=5, verified_tokens=12)
+    rates = counter_rates(0, 0, 0, fallback=Fallback(verify_steps=5, verified_tokens=12))
     assert rates.tau == pytest.approx(2.4) and np.isnan(rates.alpha) and rates.source == "verify counts"
-    rates = counter_rates(0, 6, 4, verify_steps=2, verified_tokens=6)  # SGLang versions that count drafts
+    # SGLang versions that count drafts
+    rates = counter_rates(0, 6, 4, fallback=Fallback(verify_steps=2, verified_tokens=6))
     assert rates.alpha == pytest.approx(4 / 6) and rates.tau == 3.0
-    rates = counter_rates(0, 0, 0, gauges=(0.6, 2.8))
+    rates = counter_rates(0, 0, 0, fallback=Fallback(gauges=(0.6, 2.8)))
     assert (rates.alpha, rates.tau, rates.source) == (0.6, 2.8, "gauges")
-    rates = counter_rates(10, 40, 18, [8, 5], verify_steps=99, verified_tokens=1, gauges=(0.1, 1.1))
+    rates = counter_rates(10, 40, 18, [8, 5], Fallback(verify_steps=99, verified_tokens=1, gauges=(0.1, 1.1)))
     assert rates.tau == pytest.approx(2.8) and rates.source == "counters"  # counters win
     assert counter_rates(0, 0, 0).source == "" and np.isnan(counter_rates(0, 0, 0).tau)
 
