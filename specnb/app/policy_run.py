@@ -37,7 +37,7 @@ import pandas as pd
 from specnb.measure.launch_noise import noise_for
 from specnb.measure.load_shapes import Open
 from specnb.measure.serving_checks import trace_rate
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_sweep, targets_of
 from specnb.predict.serving_decision import ServingDecision, decide
 from specnb.predict.trace_forecast import forecast_trace, trace_rounds
@@ -129,7 +129,7 @@ def run_policy(configs: list, prompts: pd.DataFrame, loads: list, settings: Swee
         ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
         engine = engine_of(configs[0]).name
         noise = noise_for(sweep.records, engine)  # the A/A twin's pair where it ran, else this machine's stored one
-        summary = summarise_sweep(sweep.records, sweep.runs, seed=seed, launch_noise=noise)
+        summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
         decision = decide(summary, sweep.records, seed, engine=engine, configs=launched)
         if ended_early:
             return PolicyRun(sweep=sweep, decision=decision, noise=noise, note="the sweep ended early")

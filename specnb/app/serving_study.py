@@ -217,8 +217,7 @@ def validate(params: Params, sweep, summary: pd.DataFrame, steps_batch: bool) ->
     lengths = serving_checks.draft_lengths(summary)  # each speculative configuration's k, as its records carry it
     if not (lengths and "speedup_tpot" in summary and steps_batch):  # a step's sequences: closed loop
         return summary.iloc[:0]
-    validation = predict.validate_held_out(sweep.records, lengths, seed=params.seed, probe=sweep.probe,
-                                           runs=sweep.runs)
+    validation = predict.validate_held_out(sweep, lengths, seed=params.seed)
     if validation.empty:  # no draft counts per request or per fold (SGLang): same prompts, other levels
         validation = predict.validate_serving(summary, lengths, probe=sweep.probe)
     return validation
@@ -242,10 +241,9 @@ def check(loop: PolicyRun | None, summary: pd.DataFrame, seed: int, noise) -> Ch
         return Checked()
     check_summary, adaptive = None, pd.DataFrame()
     if len(loop.check.records):
-        check_summary = serving_summary.summarise_sweep(loop.check.records, loop.check.runs, seed=seed,
-                                                        launch_noise=noise)
-        adaptive = serving_checks.adaptive_check(check_summary, records=loop.check.records, seed=seed,
-                                                 launch_noise=noise)
+        boot = serving_summary.Bootstrap(seed=seed, launch_noise=noise)
+        check_summary = serving_summary.summarise_sweep(loop.check.records, loop.check.runs, boot=boot)
+        adaptive = serving_checks.adaptive_check(check_summary, records=loop.check.records, boot=boot)
     if not len(loop.trace.records):
         return Checked(check_summary=check_summary, adaptive=adaptive)
     trace = serving_checks.trace_check(loop.trace.records, seed=seed, launch_noise=noise)
@@ -277,7 +275,7 @@ def run(params: Params) -> ServingStudy:
     noise = noise_of(sweep, loop, ready.configs, params.engine)
     rec.value(keys.LAUNCH_NOISE, noise.record() if noise is not None else None)  # what every CI below is widened by
     summary = serving_summary.summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=params.slo_tpot_ms,
-                                              seed=params.seed, launch_noise=noise)
+                                              boot=serving_summary.Bootstrap(seed=params.seed, launch_noise=noise))
     record_tables(rec, {"probe": sweep.probe})
     rec.table("summary", summary)
     speedups = "speedup_tpot" in summary

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -58,12 +59,22 @@ def latency_stats(records: pd.DataFrame) -> dict:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class Bootstrap:
+    """How a CI is resampled: ``n_boot`` resamples, drawn from ``seed`` (``row_rng``), widened by
+    ``launch_noise`` (a ``launch_noise.LaunchNoise``: with the launch term; None: without)."""
+
+    n_boot: int = 1000
+    seed: int = 0
+    launch_noise: object | None = None
+
+
 def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = BASELINE_CONFIG,
-                    slo_tpot_ms: float = 0.0, n_boot: int = 1000, seed: int = 0, launch_noise=None) -> pd.DataFrame:
+                    slo_tpot_ms: float = 0.0, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
     """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
-    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs (``add_speedups``;
-    ``launch_noise``, a ``launch_noise.LaunchNoise``: with the launch term; None: without). The level
-    column is the records' load shape's (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
+    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs (``add_speedups``,
+    resampled as ``boot`` says). The level column is the records' load shape's
+    (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
     shape = shape_of(records)
     column = shape.column
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
@@ -102,7 +113,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     summary = pd.DataFrame(rows)
     if baseline not in set(summary["config"]):
         return summary
-    return add_speedups(summary, records, baseline, seed, n_boot, launch_noise)
+    return add_speedups(summary, records, baseline, boot.seed, boot.n_boot, boot.launch_noise)
 
 
 def prompt_column(records: pd.DataFrame) -> str:

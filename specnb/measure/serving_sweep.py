@@ -57,7 +57,7 @@ from specnb.measure.serving_endpoint import (
 )
 from specnb.measure.serving_load import RequestRecord, Requests, Target, run_async, send_closed
 from specnb.measure.serving_steady import send_sampled
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.serve.server_process import ServerFailed
 from specnb.serve.speculation import AA_TWIN_CONFIG
 
@@ -222,8 +222,8 @@ def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int
     configuration with a schedule (``adaptive``: its k changes with the batch, so its lowest level does not
     speak for the others); neither is anything where no spec-off ran at that level."""
     at = lambda table: table[table[load.column] == load.level]  # noqa: E731
-    summary = summarise_sweep(at(sweep.records), at(sweep.runs), seed=seed, n_boot=n_boot,
-                              launch_noise=level_noise(at(sweep.records), targets))
+    boot = Bootstrap(seed=seed, n_boot=n_boot, launch_noise=level_noise(at(sweep.records), targets))
+    summary = summarise_sweep(at(sweep.records), at(sweep.runs), boot=boot)
     if "speedup_tpot_hi" not in summary:
         return {}
     static = {t.name for t in targets if t.speculation.speculative and not t.speculation.schedule
