@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specnb.app import serving_keys as keys
 from specnb.app.runner import write_marked_section
 
 HERE = Path(__file__).parent
@@ -96,18 +97,19 @@ def markdown(runs: dict[int, dict], table: pd.DataFrame, machine: str, minutes: 
     lines = [f"{machine}, {time.strftime('%Y-%m-%d')}, {minutes:.0f} min for both runs; seeds {sa} and {sb}.", "",
              f"- policy (k per level): seed {sa} {policy(ra)}; seed {sb} {policy(rb)} — "
              + ("**the same**" if same_policy(ra["policy"], rb["policy"]) else "**different**"),
-             f"- launch line: seed {sa} `{res_a.get('launch_line') or 'no speculation'}`; seed {sb} "
-             f"`{res_b.get('launch_line') or 'no speculation'}` — "
-             + ("**the same**" if res_a.get("launch_line") == res_b.get("launch_line") else "**different**"),
+             f"- launch line: seed {sa} `{res_a.get(keys.LAUNCH_LINE) or 'no speculation'}`; seed {sb} "
+             f"`{res_b.get(keys.LAUNCH_LINE) or 'no speculation'}` — "
+             + ("**the same**" if res_a.get(keys.LAUNCH_LINE) == res_b.get(keys.LAUNCH_LINE) else "**different**"),
              f"- per-level speedups agreeing within their CIs: {int(table['agree'].sum())} of {len(table)}",
-             f"- launch kind: seed {sa} {res_a.get('launch_kind', '?')}, seed {sb} {res_b.get('launch_kind', '?')}; "
-             f"the trace's pick: seed {sa} `{res_a.get('vllm_launch_for_trace') or 'no speculation'}`, seed {sb} "
-             f"`{res_b.get('vllm_launch_for_trace') or 'no speculation'}`",
-             f"- launch noise σ: seed {sa} {(res_a.get('launch_noise') or {}).get('sigma', float('nan')):.3f}, "
-             f"seed {sb} {(res_b.get('launch_noise') or {}).get('sigma', float('nan')):.3f} (log speedup)",
+             f"- launch kind: seed {sa} {res_a.get(keys.LAUNCH_KIND, '?')}, "
+             f"seed {sb} {res_b.get(keys.LAUNCH_KIND, '?')}; "
+             f"the trace's pick: seed {sa} `{res_a.get(keys.LAUNCH_FOR_TRACE) or 'no speculation'}`, seed {sb} "
+             f"`{res_b.get(keys.LAUNCH_FOR_TRACE) or 'no speculation'}`",
+             f"- launch noise σ: seed {sa} {(res_a.get(keys.LAUNCH_NOISE) or {}).get('sigma', float('nan')):.3f}, "
+             f"seed {sb} {(res_b.get(keys.LAUNCH_NOISE) or {}).get('sigma', float('nan')):.3f} (log speedup)",
              *crossover_lines(sa, ra), *crossover_lines(sb, rb),
-             f"- trace forecast's median error: {res_a.get('trace_forecast_median_error', float('nan')):.1%} / "
-             f"{res_b.get('trace_forecast_median_error', float('nan')):.1%} (target ≤ 10%; made before the trace)",
+             f"- trace forecast's median error: {res_a.get(keys.TRACE_FORECAST_ERROR, float('nan')):.1%} / "
+             f"{res_b.get(keys.TRACE_FORECAST_ERROR, float('nan')):.1%} (target ≤ 10%; made before the trace)",
              ""]
     shown = table.assign(**{f"seed {s}": [f"{x:.2f}x [{lo:.2f}–{hi:.2f}]" for x, lo, hi in zip(
         table[f"speedup_tpot_{t}"], table[f"speedup_tpot_lo_{t}"], table[f"speedup_tpot_hi_{t}"])]
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         runs[seed] = read_run(folder)
     a, b = (runs[s] for s in seeds)
     table = agreement(a["summary"], b["summary"])
-    machine = a["results"].get("machine", "")
+    machine = a["results"].get(keys.MACHINE, "")
     table.assign(machine=machine, date=time.strftime("%Y-%m-%d")).to_csv(
         HERE / "results" / f"{args.section.replace('-', '_')}.csv", index=False)
     text = markdown(runs, table, machine, (time.monotonic() - started) / 60)

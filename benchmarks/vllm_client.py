@@ -28,7 +28,7 @@ from specnb.measure.serving_endpoint import check_target
 from specnb.measure.serving_load import run_async, send_closed
 from specnb.measure.serving_summary import latency_stats
 from specnb.measure.serving_sweep import request_row
-from specnb.measure.vllm_bench import client_check, from_vllm_bench, run_bench
+from specnb.measure.vllm_bench import VllmBench, client_check, from_vllm_bench, run_bench
 
 
 def fixture(result: dict) -> dict:
@@ -58,6 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     command = json.loads(args.vllm_command) if args.vllm_command else bench_command()
+    bench = VllmBench(command=command, tokenizer=args.tokenizer)
     targets = [check_target(t) for t in endpoint_targets(args.endpoint, "vllm")]
     prompts = select_prompts("all", args.prompts)
     texts = list(prompts["prompt"])
@@ -70,8 +71,7 @@ def main() -> None:
                 done, _ = run_async(send_closed(target, texts, level, [args.tokens] * len(texts)))
                 load = Closed(concurrency=level, lengths=Lengths(tokens=args.tokens, range_ratio=0.0))  # as sent
                 ours += [request_row(d, target, load, i, prompts) | {"round": r} for i, d in enumerate(done)]
-                result = run_bench(command, target, texts, level, args.tokens, out / f"{target.name}-r{r}",
-                                   args.tokenizer)
+                result = run_bench(bench, target, texts, level, args.tokens, out / f"{target.name}-r{r}")
                 records, _ = from_vllm_bench(result, target.name)
                 theirs.append(records.assign(round=r))
                 print(f"{target.name} at {level}: both clients in {time.perf_counter() - t0:.0f} s")

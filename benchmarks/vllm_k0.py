@@ -27,7 +27,7 @@ from specnb.core.paths import git_commit
 from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
-from specnb.measure.serving_sweep import sweep_servers
+from specnb.measure.serving_sweep import SweepSettings, sweep_servers
 from specnb.predict.serving_launch import zero_range_speedup
 from specnb.serve.vllm.engine_vllm import configs as vllm_configs
 
@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = k0_configs([m for m in args.methods.split(",") if m], max(8, *levels))
     started = time.monotonic()
     loads = [Closed(concurrency=c, lengths=Lengths(tokens=args.tokens)) for c in levels]
-    sweep = sweep_servers(configs, select_prompts("all", args.prompts), loads, rounds=args.rounds, progress=True)
+    sweep = sweep_servers(configs, select_prompts("all", args.prompts), loads,
+                          SweepSettings(rounds=args.rounds, progress=True))
     if sweep.stopped:
         print("note:", sweep.stopped)
     summary = summarise_sweep(sweep.records, sweep.runs)

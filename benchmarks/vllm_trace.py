@@ -33,7 +33,7 @@ from specnb.core.paths import git_commit
 from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
-from specnb.measure.serving_sweep import sweep_servers
+from specnb.measure.serving_sweep import SweepSettings, sweep_servers
 from specnb.serve.vllm.engine_vllm import configs as vllm_configs
 from specnb.serve.vllm.vllm_server import check_schedule
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = trace_configs(schedule, args.max_num_seqs)
     prompts = pd.concat([select_prompts("all", args.prompts)] * args.repeats, ignore_index=True)
     load = Open(rate=args.rate, burstiness=args.burstiness, lengths=Lengths(tokens=args.tokens))
-    sweep = sweep_servers(configs, prompts, [load], rounds=args.rounds, progress=True)
+    sweep = sweep_servers(configs, prompts, [load], SweepSettings(rounds=args.rounds, progress=True))
     if sweep.stopped:
         print("note:", sweep.stopped)
     table = summarise_sweep(sweep.records, sweep.runs)  # one level, the rate: each one's speedup over spec-off

@@ -41,7 +41,7 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                engine to use instead of speculating (``engine_choice``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
                papermill runner and the ``specnb`` command, notebook 08's parameters
-               (``serving_setup``) and its policy checked as one server (``policy_check``)
+               (``serving_setup``) and its policy measured as one server in four phases (``policy_run``)
     notebooks/ (beside the package) the narrative, calling into all of the above
 
 What a user's own notebook or script needs is importable from here, whatever folder it lives in:

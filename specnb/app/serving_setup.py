@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from specnb.app import serving_keys as keys
 from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import Closed, Lengths, Open
 from specnb.measure.serving_load import Target
@@ -56,13 +57,14 @@ def check_rounds(rounds, policy: bool) -> int:
     return rounds
 
 
-def load_shapes(concurrency, rates, max_new_tokens: int, range_ratio: float = 0.5, burstiness: float = 1.0,
-                seed: int = 0, context: int | None = None, turnovers: int = 3) -> list:
+def load_shapes(concurrency, rates, lengths: Lengths, *, burstiness: float = 1.0, seed: int = 0,
+                turnovers: int = 3) -> list:
     """The loads a sweep runs: a closed loop at each concurrency, or open-loop arrivals at each rate
     when ``rates`` is not empty; every request's output length by the same rule (``Lengths``: drawn
-    over [L/2, 3L/2] unless told, checked against ``context``, ``launch_context``); a closed loop's
-    slots turn over ``turnovers`` times in each run's steady window (``Closed``)."""
-    lengths = Lengths(tokens=max_new_tokens, range_ratio=range_ratio).check(context)
+    over [L/2, 3L/2] unless told, checked here; against a launch's context, ``launch_context``, by
+    the caller); a closed loop's slots turn over ``turnovers`` times in each run's steady window
+    (``Closed``)."""
+    lengths = lengths.check()
     if rates:
         if not isinstance(burstiness, (int, float)) or burstiness <= 0:
             raise ParameterError(f"burstiness must be above 0 (1: Poisson arrivals, below 1: bursts), got "
@@ -160,26 +162,24 @@ def saver(rec, commit: str | None, phase: str = ""):
     """A callback for ``run_sweep``'s ``on_run``: writes the per-request and per-run tables (with the
     commit) after every run, so an interrupted sweep keeps what it measured; a ``phase`` of the
     policy check other than its first sweep ("check", "trace") prefixes the tables' names."""
-    prefix = f"{phase}_" if phase and phase != "sweep" else ""
-
     def save(sweep) -> None:
-        rec.table(f"{prefix}requests", sweep.records.assign(commit=commit or ""))
-        rec.table(f"{prefix}runs", sweep.runs.assign(commit=commit or ""))
+        rec.table(keys.phase_table(phase, "requests"), sweep.records.assign(commit=commit or ""))
+        rec.table(keys.phase_table(phase, "runs"), sweep.runs.assign(commit=commit or ""))
     return save
 
 
 def phase_savers(rec, commit: str | None):
-    """``policy_check.check_policy``'s ``on_run``: one ``saver`` per phase."""
+    """``policy_run.run_policy``'s ``on_run``: one ``saver`` per phase."""
     return lambda phase: saver(rec, commit, phase)
 
 
 def forecast_saver(rec):
-    """``policy_check.check_policy``'s ``on_forecast``: the trace's forecast written (a table, and each
+    """``policy_run.run_policy``'s ``on_forecast``: the trace's forecast written (a table, and each
     configuration's forecast speedup, mean batch and clamped share in ``results.json``) before the
     trace is sent, so what was forecast cannot have read any of it."""
     def save(forecast) -> None:
-        rec.table("trace_forecast", forecast)
-        rec.value("trace_forecast", {r["config"]: {"speedup_tpot": round(float(r["predicted_speedup_tpot"]), 4),
+        rec.table(keys.TRACE_FORECAST, forecast)
+        rec.value(keys.TRACE_FORECAST, {r["config"]: {"speedup_tpot": round(float(r["predicted_speedup_tpot"]), 4),
                                                    "mean_batch": round(float(r["trace_mean_batch"]), 2),
                                                    "clamped_share": round(float(r["clamped_share"]), 3)}
                                      for r in forecast.to_dict("records")})

@@ -76,16 +76,27 @@ class CounterRates:
     source: str = ""
 
 
-def counter_rates(drafts: float, draft_tokens: float, accepted: float, accepted_per_pos=(), *,
-                  verify_steps: float = 0.0, verified_tokens: float = 0.0,
-                  gauges: tuple[float, float] = (math.nan, math.nan)) -> CounterRates:
+@dataclass(frozen=True, kw_only=True)
+class Fallback:
+    """What an engine without a drafts counter (SGLang) reports instead: ``verify_steps`` and the
+    ``verified_tokens`` of the requests that returned them, and ``gauges`` = (accept rate, accept
+    length) as the engine averaged them (NaN: none)."""
+
+    verify_steps: float = 0.0
+    verified_tokens: float = 0.0
+    gauges: tuple[float, float] = (math.nan, math.nan)
+
+
+def counter_rates(drafts: float, draft_tokens: float, accepted: float, accepted_per_pos=(),
+                  fallback: Fallback = Fallback()) -> CounterRates:
     """α, τ and the per-position rate from (differenced) spec-decode counters; NaN where nothing was drafted.
 
-    Without a drafts counter (SGLang), τ = ``verified_tokens`` ÷ ``verify_steps``: output tokens over
-    verification steps of the requests that reported them (SGLang's accept length, bonus token
-    included), and α only where draft and accepted token counts came back. Where neither came back,
-    ``gauges`` = (accept rate, accept length) as the engine reported them, never derived."""
+    Without a drafts counter (SGLang), τ = ``verified_tokens`` ÷ ``verify_steps`` (``fallback``):
+    output tokens over verification steps of the requests that reported them (SGLang's accept length,
+    bonus token included), and α only where draft and accepted token counts came back. Where neither
+    came back, the ``gauges`` as the engine reported them, never derived."""
     nan = math.nan
+    verify_steps, verified_tokens, gauges = fallback.verify_steps, fallback.verified_tokens, fallback.gauges
     if drafts:
         return CounterRates(alpha=accepted / draft_tokens if draft_tokens else nan, tau=1 + accepted / drafts,
                             per_position=[a / drafts for a in accepted_per_pos], source="counters")

@@ -214,10 +214,10 @@ class Open:
              fillers: tuple[list[str], list[int]] = ((), ())):
         """The coroutine that sends ``texts`` as this load, arrivals seeded per round (no fillers: the
         whole trace is measured)."""
-        from specnb.measure.serving_load import send_open
+        from specnb.measure.serving_load import arrival_gaps, send_open
 
-        return send_open(target, texts, self.rate, max_tokens, self.round_seed(round_index), ignore_eos,
-                         self.burstiness)
+        gaps = arrival_gaps(len(texts), self.rate, self.burstiness, self.round_seed(round_index))
+        return send_open(target, texts, max_tokens, gaps, ignore_eos)
 
     def round_seed(self, round_index: int) -> int:
         """The seed of a round's arrivals (``serving_load.arrival_gaps``): each round its own draw."""

@@ -15,7 +15,14 @@ import numpy as np
 import pandas as pd
 
 from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_summary import decode_timed, launch_term, paired_requests, row_rng, speedup_ci
+from specnb.measure.serving_summary import (
+    Bootstrap,
+    decode_timed,
+    launch_term,
+    paired_requests,
+    row_rng,
+    speedup_ci,
+)
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES
 
 
@@ -44,14 +51,16 @@ def draft_lengths(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> dic
 
 
 def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG,
-                   target: float = 0.95, records: pd.DataFrame | None = None, n_boot: int = 1000,
-                   seed: int = 0, launch_noise=None) -> pd.DataFrame:
+                   target: float = 0.95, records: pd.DataFrame | None = None,
+                   boot: Bootstrap | None = None) -> pd.DataFrame:
     """Per level: the adaptive configuration's TPOT speedup against the best static configuration's
     at that level (``best_static``: spec-off counts as 1.00x), their ratio and whether it reaches
     ``target``. With the pass's ``records``, also the ratio's 95% CI: adaptive's requests paired with
     the best static one's on the same prompts (``ratio_lo``, ``ratio_hi``; prompts resampled with
-    their rounds, ``launch_noise`` added: two launches, ``speedup_ci``), so a miss inside the pass's
-    noise shows; ``launch_sigma`` the launch term it carries."""
+    their rounds as ``boot`` says, its ``launch_noise`` added: two launches, ``speedup_ci``), so a miss
+    inside the pass's noise shows; ``launch_sigma`` the launch term it carries."""
+    boot = boot or Bootstrap()
+    seed, n_boot, launch_noise = boot.seed, boot.n_boot, boot.launch_noise
     column = shape_of(summary).column
     if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
         return pd.DataFrame()

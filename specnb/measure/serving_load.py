@@ -54,6 +54,14 @@ class Target:
         return self.speculation.name
 
 
+@dataclass(frozen=True, kw_only=True)
+class Requests:
+    """Requests to send in one run: ``texts[i]`` asking ``max_tokens[i]`` output tokens."""
+
+    texts: list[str] = field(default_factory=list)
+    max_tokens: list[int] = field(default_factory=list)
+
+
 @dataclass(kw_only=True)
 class RequestRecord:
     """One request, named as in vLLM's ``RequestFuncOutput`` (times in seconds)."""
@@ -229,14 +237,12 @@ def arrival_gaps(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) ->
     return gaps * (n / rate / gaps.sum())
 
 
-async def send_open(target: Target, prompts: list[str], rate: float, max_tokens: list[int], seed: int = 0,
-                    ignore_eos: bool = True, burstiness: float = 1.0) -> tuple[list[RequestRecord], float]:
-    """Every prompt once (request i asking ``max_tokens[i]`` tokens), arriving as a Poisson process of
-    ``rate`` requests/s (seeded; gamma-distributed gaps when ``burstiness`` is not 1, ``arrival_gaps``);
-    no cap in flight."""
+async def send_open(target: Target, prompts: list[str], max_tokens: list[int], gaps: np.ndarray,
+                    ignore_eos: bool = True) -> tuple[list[RequestRecord], float]:
+    """Every prompt once (request i asking ``max_tokens[i]`` tokens), request i arriving ``gaps[i]`` s
+    after the one before it (``arrival_gaps``: a Poisson or gamma process, drawn by the caller so a
+    forecast can draw the same); no cap in flight."""
     import httpx
-
-    gaps = arrival_gaps(len(prompts), rate, burstiness, seed)
 
     async def one(client, t0, at, prompt, tokens):
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))

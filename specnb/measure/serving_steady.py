@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.measure.load_shapes import steady_flags
-from specnb.measure.serving_load import RequestRecord, Target, run_async
+from specnb.measure.serving_load import RequestRecord, Requests, Target, run_async
 
 BATCH_EVERY_S = 0.25  # seconds between two reads of the engine's batch gauge
 
@@ -114,14 +114,16 @@ async def finished_at(coroutine):
     return await coroutine, time.perf_counter()
 
 
-def send_sampled(target: Target, load, texts: list[str], max_tokens: list[int], ignore_eos: bool,
-                 round_index: int, fillers: tuple[list[str], list[int]] = ((), ())) -> Run:
+def send_sampled(target: Target, load, requests: Requests, ignore_eos: bool, round_index: int,
+                 fillers: Requests | None = None) -> Run:
     """Send one run as ``load`` (with a closed loop's ``fillers``: texts, lengths) while sampling the
     engine's running batch; ``done`` holds the requests' records, then the fillers sent. The run's
     start is its end less its duration: the instant its requests' ``start_time`` counts from."""
+    fillers = fillers or Requests()
     with BatchSampler(target) as sampler:
-        (done, duration), end = run_async(finished_at(load.send(target, texts, max_tokens, ignore_eos, round_index,
-                                                                fillers)))
+        sent = load.send(target, requests.texts, requests.max_tokens, ignore_eos, round_index,
+                         (fillers.texts, fillers.max_tokens))
+        (done, duration), end = run_async(finished_at(sent))
     return Run(done=done, duration=duration, samples=sampler.since(end - duration))
 
 

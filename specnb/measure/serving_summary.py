@@ -26,12 +26,13 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.measure.acceptance import counter_rates
+from specnb.measure.acceptance import Fallback, counter_rates
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
 from specnb.measure.serving_steady import level_batch, measured_records, steady_records
@@ -58,12 +59,22 @@ def latency_stats(records: pd.DataFrame) -> dict:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class Bootstrap:
+    """How a CI is resampled: ``n_boot`` resamples, drawn from ``seed`` (``row_rng``), widened by
+    ``launch_noise`` (a ``launch_noise.LaunchNoise``: with the launch term; None: without)."""
+
+    n_boot: int = 1000
+    seed: int = 0
+    launch_noise: object | None = None
+
+
 def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = BASELINE_CONFIG,
-                    slo_tpot_ms: float = 0.0, n_boot: int = 1000, seed: int = 0, launch_noise=None) -> pd.DataFrame:
+                    slo_tpot_ms: float = 0.0, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
     """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
-    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs (``add_speedups``;
-    ``launch_noise``, a ``launch_noise.LaunchNoise``: with the launch term; None: without). The level
-    column is the records' load shape's (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
+    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs (``add_speedups``,
+    resampled as ``boot`` says). The level column is the records' load shape's
+    (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
     shape = shape_of(records)
     column = shape.column
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise
@@ -83,7 +94,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
         per_pos = summed_lists([json.loads(p) for p in run["accepted_per_pos"]])
         drafts, draft_tokens, accepted = (float(run[c].sum()) for c in (
             "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"))
-        rates = counter_rates(drafts, draft_tokens, accepted, per_pos, **level_acceptance(run))
+        rates = counter_rates(drafts, draft_tokens, accepted, per_pos, level_acceptance(run))
         row = {"engine": group["engine"].iloc[0], "config": config, column: level,
                **{name: group[name].iloc[0] for name in CARRIED if name in group},
                "completed": len(ok), "failed": len(group) - len(ok), "partial": bool(group["partial"].any()),
@@ -102,7 +113,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     summary = pd.DataFrame(rows)
     if baseline not in set(summary["config"]):
         return summary
-    return add_speedups(summary, records, baseline, seed, n_boot, launch_noise)
+    return add_speedups(summary, records, baseline, boot.seed, boot.n_boot, boot.launch_noise)
 
 
 def prompt_column(records: pd.DataFrame) -> str:
@@ -145,14 +156,14 @@ def steady_tpot_ms(rows: pd.DataFrame) -> pd.Series:
     return rows["tpot_weighted_ms"].fillna(mean) if "tpot_weighted_ms" in rows else mean
 
 
-def level_acceptance(run: pd.DataFrame) -> dict:
+def level_acceptance(run: pd.DataFrame) -> Fallback:
     """``counter_rates``' other inputs over a level's runs: summed verification steps and their output
     tokens; the gauges (one reading per run, each that run's tail) averaged. Absent columns (records
     from before these fields, a vLLM bench file) read as nothing reported."""
     total = lambda name: float(run[name].sum()) if name in run else 0.0  # noqa: E731
     mean = lambda name: float(run[name].mean()) if name in run and run[name].notna().any() else math.nan  # noqa: E731
-    return {"verify_steps": total("spec_verify_ct"), "verified_tokens": total("verified_output_tokens"),
-            "gauges": (mean("spec_accept_rate_gauge"), mean("spec_accept_length_gauge"))}
+    return Fallback(verify_steps=total("spec_verify_ct"), verified_tokens=total("verified_output_tokens"),
+                    gauges=(mean("spec_accept_rate_gauge"), mean("spec_accept_length_gauge")))
 
 
 def summed_lists(lists: list[list[float]]) -> list[float]:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import pandas as pd
 
@@ -55,9 +55,9 @@ from specnb.measure.serving_endpoint import (
     reachable,
     scrape,
 )
-from specnb.measure.serving_load import RequestRecord, Target, run_async, send_closed
+from specnb.measure.serving_load import RequestRecord, Requests, Target, run_async, send_closed
 from specnb.measure.serving_steady import send_sampled
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.serve.server_process import ServerFailed
 from specnb.serve.speculation import AA_TWIN_CONFIG
 
@@ -117,16 +117,42 @@ def request_lengths(load, prompts: pd.DataFrame, round_index: int, seed: int) ->
     return load.lengths.draw(length_keys(ids, cycles_of(ids)), round_index, seed)
 
 
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings:
+    """How a sweep runs, set once by its caller and the same at every level: ``rounds`` per level, the
+    ``seed`` of lengths and resamples, ``ignore_eos`` (every configuration generates the asked length),
+    ``warmup`` (``warm_up`` before each level), ``progress`` (a line per run), ``probe_max_tokens``
+    (``probe_forward`` up to that many tokens first; 0: none) and ``screen`` (``screen_out``)."""
+
+    rounds: int = 1
+    seed: int = 0
+    ignore_eos: bool = True
+    warmup: bool = True
+    progress: bool = False
+    probe_max_tokens: int = 0
+    screen: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepHooks:
+    """What a sweep calls out to: ``down(name)`` ("" while a target's server is up, else how it went
+    down), ``on_run(sweep)`` after every run, ``relaunch(n)`` for fresh servers, launch ``n``."""
+
+    down: Callable[[str], str] | None = None
+    on_run: Callable[[Sweep], None] | None = None
+    relaunch: Callable[[int], list[Target]] | None = None
+
+
 @dataclass(kw_only=True)
 class SweepState:
-    """What a sweep has measured so far and how it reports it: the tables grow run by run; with
-    ``relaunch``, fresh servers each round (``relaunched``)."""
+    """What a sweep has measured so far and how it runs and reports it: the tables grow run by run;
+    with ``hooks.relaunch``, fresh servers each round (``relaunched``)."""
 
+    settings: SweepSettings
+    hooks: SweepHooks
     records: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     probe: pd.DataFrame = field(default_factory=pd.DataFrame)
-    relaunch: Callable[[int], list[Target]] | None = None
-    warmup: bool = True
     launch: int = 0
     screened: dict[str, str] = field(default_factory=dict)  # configuration: why it left the sweep
 
@@ -137,20 +163,18 @@ class SweepState:
     def relaunched(self, prompts: pd.DataFrame, load) -> list[Target]:
         """Fresh servers, launch number ``launch`` (their records carry it), warmed at ``load``."""
         self.launch += 1
-        targets = self.relaunch(self.launch)
-        if self.warmup:
+        targets = self.hooks.relaunch(self.launch)
+        if self.settings.warmup:
             warm_up(targets, list(prompts["prompt"]), load.warm_concurrency)
         return targets
 
 
-def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, rounds: int = 1, seed: int = 0,
-              ignore_eos: bool = True, warmup: bool = True, down: Callable[[str], str] | None = None,
-              on_run: Callable[[Sweep], None] | None = None, progress: bool = False,
-              probe_max_tokens: int = 0, relaunch: Callable[[int], list[Target]] | None = None,
-              screen: bool = True) -> Sweep:
+def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, settings: SweepSettings = SweepSettings(),
+              hooks: SweepHooks = SweepHooks()) -> Sweep:
     """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals
     at a rate, ...) on every target, same prompts and output lengths, targets alternating piece by
-    piece (the shape's ``pieces``) in an order rotated per piece, level and round; with ``warmup``,
+    piece (the shape's ``pieces``) in an order rotated per piece, level and round (``SweepSettings``:
+    how; ``SweepHooks``: what it calls out to); with ``warmup``,
     each target warmed before each level at its concurrency (``warm_up``). ``down(name)``: ""
     while a target's server is up, else how it went down (default: "" while it answers
     ``/v1/models``), asked when a run had failed requests or its counters could not be read; a server
@@ -164,25 +188,26 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, *, roun
     of the levels after it; ``screened`` says which and why."""
     prompts = prompts.reset_index(drop=True)
     by_name = {t.name: t for t in targets}
-    down = down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
-    probed = probed_target(targets) if probe_max_tokens else None
-    state = SweepState(probe=probe_forward(probed, probe_tokens(probe_max_tokens), seed=seed) if probed
-                       else pd.DataFrame(), relaunch=relaunch, warmup=warmup)
+    down = hooks.down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
+    relaunch, seed = hooks.relaunch, settings.seed
+    probed = probed_target(targets) if settings.probe_max_tokens else None
+    state = SweepState(settings=settings, hooks=replace(hooks, down=down),
+                       probe=probe_forward(probed, probe_tokens(settings.probe_max_tokens), seed=seed) if probed
+                       else pd.DataFrame())
     lowest = min(load.level for load in loads)
     for li, load in enumerate(loads):
         try:
             if li and relaunch:
                 targets = state.relaunched(prompts, load)  # warmed there
             live = [t for t in targets if t.name not in state.screened]
-            if warmup and not (li and relaunch):
+            if settings.warmup and not (li and relaunch):
                 warm_up(live, list(prompts["prompt"]), load.warm_concurrency)
-            why = run_level(state, live, prompts, load, li, rounds=rounds, seed=seed, ignore_eos=ignore_eos,
-                            down=down, on_run=on_run, progress=progress)
+            why = run_level(state, live, prompts, load, li)
         except ServerFailed as err:  # a relaunch that did not come up
             why = f"relaunch {state.launch} failed at {load.text()} ({err})"
         if why:
             return stop(state.sweep(), load, why)
-        if screen and load.level == lowest and li < len(loads) - 1:
+        if settings.screen and load.level == lowest and li < len(loads) - 1:
             state.screened |= screen_out(state.sweep(), load, live, seed)
     return state.sweep()
 
@@ -197,8 +222,8 @@ def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int
     configuration with a schedule (``adaptive``: its k changes with the batch, so its lowest level does not
     speak for the others); neither is anything where no spec-off ran at that level."""
     at = lambda table: table[table[load.column] == load.level]  # noqa: E731
-    summary = summarise_sweep(at(sweep.records), at(sweep.runs), seed=seed, n_boot=n_boot,
-                              launch_noise=level_noise(at(sweep.records), targets))
+    boot = Bootstrap(seed=seed, n_boot=n_boot, launch_noise=level_noise(at(sweep.records), targets))
+    summary = summarise_sweep(at(sweep.records), at(sweep.runs), boot=boot)
     if "speedup_tpot_hi" not in summary:
         return {}
     static = {t.name for t in targets if t.speculation.speculative and not t.speculation.schedule
@@ -220,8 +245,7 @@ def level_noise(records: pd.DataFrame, targets: list[Target]):
     return stored_noise(targets[0].engine) if targets else None
 
 
-def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int, *, rounds: int,
-              seed: int, ignore_eos: bool, down, on_run, progress: bool) -> str:
+def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int) -> str:
     """One load's rounds on every target (see ``run_sweep``); "" or why the sweep stops here. Each
     round sends the load's prompts (``requests_for``: rows, rotated per round) in pieces, each a run
     with its fillers (``fillers_for``, lengths from their own stream); records carry the prompt's
@@ -229,8 +253,9 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
     texts = list(prompts["prompt"])
     ids = [str(prompts.iloc[i].get("id", i)) for i in range(len(prompts))]
     by_name = {t.name: t for t in targets}
-    for r in range(rounds):
-        if r and state.relaunch:
+    seed, down, on_run = state.settings.seed, state.hooks.down, state.hooks.on_run
+    for r in range(state.settings.rounds):
+        if r and state.hooks.relaunch:
             by_name = {t.name: t for t in state.relaunched(prompts, load)}
         rows = load.requests_for(len(prompts), r)
         cycles = cycles_of([ids[row] for row in rows])  # by prompt id: a prompt listed twice is sent twice
@@ -245,8 +270,9 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
                     before = scrape(target)
                 except EndpointError as err:
                     return f"{name}'s server went down at {load.text()} ({down(name) or err})"
-                run = send_sampled(target, load, [texts[rows[i]] for i in part], [max_tokens[i] for i in part],
-                                   ignore_eos, r, fillers=([texts[row] for row in extra], extra_tokens))
+                asked = Requests(texts=[texts[rows[i]] for i in part], max_tokens=[max_tokens[i] for i in part])
+                filled = Requests(texts=[texts[row] for row in extra], max_tokens=extra_tokens)
+                run = send_sampled(target, load, asked, state.settings.ignore_eos, r, fillers=filled)
                 done, duration = run.done, run.duration
                 failed = [d for d in done if not d.success]
                 why = down(name) if failed else ""
@@ -263,7 +289,7 @@ def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, l
                         for j, d in enumerate(done[len(part):])]
                 state.records += [row | where for row in measured + fill]
                 state.runs.append(run_row(target, load, duration, done, counters, partial=bool(why)) | batch | where)
-                if progress:
+                if state.settings.progress:
                     print(f"{name} at {load.text()}: {len(done) - len(failed)}/{len(done)} ok, {duration:.1f} s")
                 if on_run:
                     on_run(state.sweep())
@@ -314,7 +340,8 @@ def run_row(target: Target, load, duration: float, done: list[RequestRecord], co
             "spec_accept_length_gauge": counters.accept_length_gauge}
 
 
-def sweep_servers(configs, prompts: pd.DataFrame, loads: list, relaunch: bool = False, **settings) -> Sweep:
+def sweep_servers(configs, prompts: pd.DataFrame, loads: list, settings: SweepSettings = SweepSettings(), *,
+                  relaunch: bool = False, on_run: Callable[[Sweep], None] | None = None) -> Sweep:
     """Start one server per configuration (each its engine's: ``ServingEngine.server``), run
     ``run_sweep`` on them (a server that dies ends it, saying how it died and its last log line, see
     there), and stop every server however the sweep ends (Ctrl-C included). A speculative
@@ -326,9 +353,9 @@ def sweep_servers(configs, prompts: pd.DataFrame, loads: list, relaunch: bool = 
 
     with Launches(configs) as launches:
         fresh = lambda n: targets_of(configs, launches.start().servers, n)  # noqa: E731
-        sweep = run_sweep(targets_of(configs, launches.running.servers), prompts, loads,
-                          down=lambda name: launches.running.servers[name].exit_note(),
-                          relaunch=fresh if relaunch else None, **settings)
+        hooks = SweepHooks(down=lambda name: launches.running.servers[name].exit_note(), on_run=on_run,
+                           relaunch=fresh if relaunch else None)
+        sweep = run_sweep(targets_of(configs, launches.running.servers), prompts, loads, settings, hooks)
     skipped = "; ".join(f"{name} left out: {line}" for name, line in launches.failed.items())
     sweep.stopped = "; ".join(filter(None, [skipped, sweep.stopped]))
     return sweep

@@ -21,6 +21,7 @@ import json
 import math
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,10 +45,30 @@ def write_dataset(prompts: list[str], path: Path) -> Path:
     return path
 
 
-def bench_args(target: Target, dataset: Path, n_prompts: int, concurrency: int, max_tokens: int, result: Path,
-               tokenizer: str) -> list[str]:
+@dataclass(frozen=True, kw_only=True)
+class VllmBench:
+    """How ``vllm bench serve`` is run: ``command``, the environment's ``vllm`` command line up to its
+    arguments; ``tokenizer``, the model's folder it counts tokens with; ``timeout_s`` per level."""
+
+    command: list[str]
+    tokenizer: str
+    timeout_s: float = 900.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchLevel:
+    """One closed-loop level as vLLM bench sends it: ``n_prompts`` prompts, each once, ``concurrency``
+    in flight, each asking ``max_tokens``."""
+
+    n_prompts: int
+    concurrency: int
+    max_tokens: int
+
+
+def bench_args(target: Target, tokenizer: str, dataset: Path, result: Path, level: BenchLevel) -> list[str]:
     """``vllm bench serve``'s arguments for one closed-loop level: every prompt once, ``concurrency``
     in flight, as our client sends them (see the module docstring)."""
+    n_prompts, concurrency, max_tokens = level.n_prompts, level.concurrency, level.max_tokens
     return ["--backend", "openai-chat", "--base-url", target.url, "--endpoint", "/v1/chat/completions",
             "--model", target.model, "--tokenizer", tokenizer, "--dataset-name", "custom",
             "--dataset-path", str(dataset), "--disable-shuffle", "--skip-chat-template",
@@ -58,15 +79,17 @@ def bench_args(target: Target, dataset: Path, n_prompts: int, concurrency: int, 
             "--result-filename", result.name]
 
 
-def run_bench(command: list[str], target: Target, prompts: list[str], concurrency: int, max_tokens: int,
-              folder: Path, tokenizer: str, timeout_s: float = 900.0) -> dict:
-    """Run ``vllm bench serve`` (``command``, see the module docstring) on ``target`` and return the
+def run_bench(bench: VllmBench, target: Target, prompts: list[str], concurrency: int, max_tokens: int,
+              folder: Path) -> dict:
+    """Run ``vllm bench serve`` (``bench``, see the module docstring) on ``target`` and return the
     result JSON it saved; one line with its exception (or its last output line) when it fails."""
     folder.mkdir(parents=True, exist_ok=True)
     dataset = write_dataset(prompts, folder / f"prompts-c{concurrency}.jsonl")
     result = folder / f"vllm-bench-c{concurrency}.json"
     result.unlink(missing_ok=True)
-    argv = [*command, *bench_args(target, dataset, len(prompts), concurrency, max_tokens, result, tokenizer)]
+    level = BenchLevel(n_prompts=len(prompts), concurrency=concurrency, max_tokens=max_tokens)
+    argv = [*bench.command, *bench_args(target, bench.tokenizer, dataset, result, level)]
+    timeout_s = bench.timeout_s
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as err:

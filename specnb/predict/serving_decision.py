@@ -198,3 +198,34 @@ def simplicity(name: str, trace: pd.DataFrame) -> tuple[int, float]:
         return 2, 0
     ks = dict(zip(trace["config"], trace["k"])) if "k" in trace else {}
     return 1, float(ks[name]) if name in ks and not pd.isna(ks[name]) else math.inf
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinalLaunch:
+    """The one answer a report gives for the load a run measured. ``basis``: what it rests on —
+    "trace" (the bursty trace judged it: paired CIs, a tie to the simplest), else the decision's own
+    ``kind`` ("none", "static", "schedule", "per_load"), or "" (nothing to decide); ``config``: the
+    configuration launched (the trace's pick, or the decision's); ``line``: what a user pastes
+    (``ServingDecision.launch_line``, "" for no speculation); ``low``/``high``: the levels measured;
+    ``drafted``: whether the policy drafts at any level."""
+
+    basis: str
+    config: str = ""
+    line: str = ""
+    low: float = math.nan
+    high: float = math.nan
+    drafted: bool = False
+
+
+def final_launch(decision: ServingDecision, trace: pd.DataFrame | None = None) -> FinalLaunch:
+    """What to launch: where the bursty trace ran (the load most like production, ``with_trace``), its
+    pick; otherwise the decision's launch — no speculation, one static configuration at every load, a
+    schedule, or an engine's lines per load range."""
+    if decision.trace_pick and trace is not None and len(trace):
+        return FinalLaunch(basis="trace", config=decision.trace_pick, line=decision.launch_line)
+    if not decision.kind:
+        return FinalLaunch(basis="")
+    policy = decision.policy
+    return FinalLaunch(basis=decision.kind, config=decision.config, line=decision.launch_line,
+                       low=float(policy["concurrency"].min()), high=float(policy["concurrency"].max()),
+                       drafted=bool((policy["k"] > 0).any()))

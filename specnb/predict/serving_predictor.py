@@ -47,6 +47,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_steady import steady_records
 from specnb.measure.serving_summary import decode_timed, steady_tpot_ms
+from specnb.measure.serving_sweep import Sweep
 from specnb.serve.speculation import BASELINE_CONFIG
 
 
@@ -187,16 +188,17 @@ def per_request_counts(records: pd.DataFrame) -> bool:
     return records.get("draft_n", pd.Series(dtype=float)).fillna(0).sum() > 0
 
 
-def validate_held_out(records: pd.DataFrame, configs: Iterable[str], baseline: str = BASELINE_CONFIG,
-                      n_boot: int = 500, seed: int = 0, probe: pd.DataFrame | None = None,
-                      runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Two-fold cross-fit on prompts: calibrate on one fold (``folds``), predict the TPOT speedup at
-    every level and compare with the one measured on the other fold, then the other way round —
-    every prediction is for prompts the predictor never saw (``calibration`` False everywhere).
-    Acceptance comes from per-request draft counts (llama.cpp) or, given the sweep's ``runs``, from
-    the engine's counters of runs that held one fold's prompts only (``counter_summary``; vLLM);
-    empty with neither."""
+def validate_held_out(sweep: Sweep, configs: Iterable[str], baseline: str = BASELINE_CONFIG, n_boot: int = 500,
+                      seed: int = 0) -> pd.DataFrame:
+    """Two-fold cross-fit on the ``sweep``'s prompts: calibrate on one fold (``folds``), predict the
+    TPOT speedup at every level (with the sweep's forward ``probe``) and compare with the one measured
+    on the other fold, then the other way round — every prediction is for prompts the predictor never
+    saw (``calibration`` False everywhere). Acceptance comes from per-request draft counts (llama.cpp)
+    or from the engine's counters of the sweep's ``runs`` that held one fold's prompts only
+    (``counter_summary``; vLLM); empty with neither."""
     from specnb.measure.serving_summary import paired_requests, row_rng, speedup_ci
+
+    records, runs, probe = sweep.records, sweep.runs, sweep.probe
 
     require_steps(records)
     by_request = per_request_counts(records)

@@ -124,7 +124,7 @@ def simulate(trace: TraceRound, tpot_of: Callable[[int], tuple[float, bool]],
 
 def launch_base(summary: pd.DataFrame, policy: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> str | None:
     """The static configuration an adaptive launch of ``policy`` is built on: the largest k of the
-    family its drafting levels run (as ``policy_check.adaptive_config`` picks it); None: none drafts."""
+    family its drafting levels run (as ``policy_run.run_policy`` launches it); None: none drafts."""
     drafting = [c for c, k in zip(policy["config"], policy["k"]) if k and c != baseline]
     if not drafting:
         return None

@@ -8,6 +8,7 @@ import pytest
 
 from specnb.app import serving_setup as setup
 from specnb.core.errors import ParameterError
+from specnb.measure.load_shapes import Lengths
 
 
 @pytest.mark.parametrize("levels, name, message", [
@@ -28,33 +29,34 @@ def test_bad_levels_are_refused_naming_the_parameter(levels, name, message):
 def test_good_levels_pass_and_become_load_records():
     assert setup.check_levels([1, 2.0, 8]) == [1, 2, 8]
     assert setup.check_levels([0.5, 2], "rates") == [0.5, 2]
-    closed = setup.load_shapes([1, 4], [], 16)
+    closed = setup.load_shapes([1, 4], [], Lengths(tokens=16))
     assert [(c.name, c.concurrency, c.lengths.tokens) for c in closed] == [("closed", 1, 16), ("closed", 4, 16)]
     assert {c.lengths.range_ratio for c in closed} == {0.5}  # drawn lengths unless told: no lockstep
-    opened = setup.load_shapes([1, 4], [2.0], 16, burstiness=0.5)
+    opened = setup.load_shapes([1, 4], [2.0], Lengths(tokens=16), burstiness=0.5)
     assert [(o.name, o.rate, o.burstiness) for o in opened] == [("open", 2.0, 0.5)]
     assert opened[0].columns()["request_rate"] == 2.0 and closed[1].columns()["concurrency"] == 4
 
 
 @pytest.mark.parametrize("args, message", [
-    (([1], [], 0), "max_new_tokens must be a whole number >= 1, got 0"),
-    (([1], [], 16, 1.5), "length_range_ratio must be in \\[0, 1\\)"),
-    (([1], [2.0], 16, 0.0, 0.0), "burstiness must be above 0"),
+    (([1], [], Lengths(tokens=0)), "max_new_tokens must be a whole number >= 1, got 0"),
+    (([1], [], Lengths(tokens=16, range_ratio=1.5)), "length_range_ratio must be in \\[0, 1\\)"),
+    (([1], [2.0], Lengths(tokens=16, range_ratio=0.0), 0.0), "burstiness must be above 0"),
 ])
 def test_bad_loads_are_one_line_before_any_server_starts(args, message):
+    concurrency, rates, lengths, *burstiness = args
     with pytest.raises(ParameterError, match=message) as err:
-        setup.load_shapes(*args)
+        setup.load_shapes(concurrency, rates, lengths, burstiness=burstiness[0] if burstiness else 1.0)
     assert "\n" not in str(err.value)
     with pytest.raises(ParameterError, match="beyond the model's context of 100"):
-        setup.load_shapes([1], [], 80, 0.5, context=100)
+        setup.load_shapes([1], [], Lengths(tokens=80, range_ratio=0.5).check(100))
 
 
 def test_drawn_lengths_are_checked_against_the_launched_engines_context():
     assert setup.launch_context("llama.cpp") == 512 and setup.launch_context("vllm") == 1024
     assert setup.launch_context("vllm", "http://127.0.0.1:8000") is None and setup.launch_context("simulated") is None
-    assert setup.load_shapes([1], [], 340, context=512)[0].lengths.longest == 510  # 340 · 1.5
+    assert setup.load_shapes([1], [], Lengths(tokens=340).check(512))[0].lengths.longest == 510  # 340 · 1.5
     with pytest.raises(ParameterError, match="asks up to 522 tokens, beyond the model's context of 512"):
-        setup.load_shapes([1], [], 348, context=setup.launch_context("llama.cpp"))
+        setup.load_shapes([1], [], Lengths(tokens=348).check(setup.launch_context("llama.cpp")))
 
 
 def test_engines_are_checked_and_sglang_needs_an_endpoint():

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
+from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, speedup_ci
 
 
 def requests(config: str, seconds: list[float], prompt_ids: list[str], rounds: list[int]) -> pd.DataFrame:
@@ -84,7 +84,7 @@ def test_every_row_has_its_own_generator_so_row_order_leaves_each_ci_alone():
 
     records, runs = sweep_records()
     shuffled = records.sample(frac=1.0, random_state=7)
-    tables = [summarise_sweep(r, runs, n_boot=200).set_index(["config", "concurrency"]).sort_index()
+    tables = [summarise_sweep(r, runs, boot=Bootstrap(n_boot=200)).set_index(["config", "concurrency"]).sort_index()
               for r in (records, shuffled)]
     assert tables[0][CI_COLUMNS].notna().all().all()
     pd.testing.assert_frame_equal(tables[0][CI_COLUMNS], tables[1][CI_COLUMNS])
@@ -95,9 +95,10 @@ def test_a_levels_adaptive_ci_does_not_depend_on_the_other_levels():
     from specnb.measure.serving_summary import summarise_sweep
 
     records, runs = sweep_records()
-    summary = summarise_sweep(records, runs, n_boot=200)
-    both = adaptive_check(summary, records=records, n_boot=200).set_index("concurrency")
-    one = adaptive_check(summary[summary["concurrency"] == 4], records=records, n_boot=200).set_index("concurrency")
+    boot = Bootstrap(n_boot=200)
+    summary = summarise_sweep(records, runs, boot=boot)
+    both = adaptive_check(summary, records=records, boot=boot).set_index("concurrency")
+    one = adaptive_check(summary[summary["concurrency"] == 4], records=records, boot=boot).set_index("concurrency")
     assert both.loc[4, "ratio_lo"] == one.loc[4, "ratio_lo"] and both.loc[4, "ratio_hi"] == one.loc[4, "ratio_hi"]
 
 
@@ -139,8 +140,8 @@ def test_the_launch_term_widens_every_row_but_the_baselines_own_and_each_row_say
 
     records, runs = sweep_records()
     noise = LaunchNoise(sigma=0.05, source="test", pairs=3)
-    plain, wide = (summarise_sweep(records, runs, n_boot=200, launch_noise=n).set_index(["config", "concurrency"])
-                   for n in (None, noise))
+    plain, wide = (summarise_sweep(records, runs, boot=Bootstrap(n_boot=200, launch_noise=n))
+                   .set_index(["config", "concurrency"]) for n in (None, noise))
     assert (plain["launch_sigma"].dropna() == 0.0).all()
     spec = wide.loc[("ngram k=4", 4)]
     assert spec["launch_sigma"] == 0.05 and spec["speedup_tpot"] == plain.loc[("ngram k=4", 4), "speedup_tpot"]
@@ -150,11 +151,12 @@ def test_the_launch_term_widens_every_row_but_the_baselines_own_and_each_row_say
     assert wide.loc[("spec-off", 4), "launch_sigma"] == 0.0  # one launch against itself
     assert wide.loc[("spec-off", 4), "speedup_tpot_lo"] == plain.loc[("spec-off", 4), "speedup_tpot_lo"]
     # a sweep that relaunched each round pools its rounds' launches: sigma ÷ √2 for two
-    relaunched = summarise_sweep(records.assign(launch=records["round"]), runs, n_boot=200, launch_noise=noise)
+    relaunched = summarise_sweep(records.assign(launch=records["round"]), runs,
+                                 boot=Bootstrap(n_boot=200, launch_noise=noise))
     assert relaunched.set_index(["config", "concurrency"]).loc[("ngram k=4", 4), "launch_sigma"] == \
         pytest.approx(0.05 / 2 ** 0.5)
-    check = [adaptive_check(s.reset_index(), records=records, n_boot=200, launch_noise=n).set_index("concurrency")
-             for s, n in ((plain, None), (wide, noise))]
+    check = [adaptive_check(s.reset_index(), records=records, boot=Bootstrap(n_boot=200, launch_noise=n))
+             .set_index("concurrency") for s, n in ((plain, None), (wide, noise))]
     assert check[1].loc[4, "ratio_lo"] < check[0].loc[4, "ratio_lo"] and check[1].loc[4, "launch_sigma"] == 0.05
     traces = [trace_check(records, n_boot=200, launch_noise=n).set_index("config") for n in (None, noise)]
     hi = "adaptive_speedup_tpot_hi"

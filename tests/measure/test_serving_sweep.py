@@ -14,7 +14,7 @@ import pytest
 from helpers import closed, open_loop, spec
 
 from specnb.core.errors import ParameterError
-from specnb.measure.acceptance import counter_rates
+from specnb.measure.acceptance import Fallback, counter_rates
 from specnb.measure.serving_checks import adaptive_check, trace_check, trace_rate
 from specnb.measure.serving_endpoint import (
     Counters,
@@ -25,8 +25,8 @@ from specnb.measure.serving_endpoint import (
     probe_tokens,
 )
 from specnb.measure.serving_load import arrival_gaps, run_async, send_closed, send_open
-from specnb.measure.serving_summary import crossover, log_cross, summarise_sweep
-from specnb.measure.serving_sweep import Target, level_order, run_sweep
+from specnb.measure.serving_summary import Bootstrap, crossover, log_cross, summarise_sweep
+from specnb.measure.serving_sweep import SweepHooks, SweepSettings, Target, level_order, run_sweep
 from specnb.measure.vllm_bench import from_vllm_bench
 
 SCRAPE = """# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative decoding verification steps
@@ -153,7 +153,7 @@ def test_poisson_arrivals_are_seeded(fake):
     """Each request starts at its seeded arrival time or later, never before (how much later is the
     machine's load: not asserted)."""
     _, url = fake
-    records, _ = run_async(send_open(Target(url=url), ["p"] * 5, 50.0, [3] * 5, seed=1))
+    records, _ = run_async(send_open(Target(url=url), ["p"] * 5, [3] * 5, arrival_gaps(5, 50.0, seed=1)))
     starts = np.array([r.start_time for r in records])
     assert all(r.success for r in records) and list(starts) == sorted(starts)
     arrivals = np.cumsum(arrival_gaps(5, 50.0, seed=1))
@@ -163,7 +163,7 @@ def test_poisson_arrivals_are_seeded(fake):
 def test_sweep_interleaves_differences_counters_and_summarises(fake):
     _, url = fake
     targets = [Target(url=url), Target(speculation=spec("ngram", 2), url=url)]
-    sweep = run_sweep(targets, PROMPTS, closed(1, 2, tokens=5), rounds=2)
+    sweep = run_sweep(targets, PROMPTS, closed(1, 2, tokens=5), SweepSettings(rounds=2))
     # each level one run a round: 4 measured at 1 (each prompt once), 8 at 2 (whole cycles to 3 turnovers · 2),
     # c fillers first and more while a measured request runs: 2 levels × 2 rounds × 2 targets
     measured = sweep.records[~sweep.records["filler"]]
@@ -172,7 +172,7 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
     drafts = sweep.runs.set_index(["config", "concurrency", "round", "chunk"])["spec_decode_num_drafts"]
     assert (drafts == per_run.loc[drafts.index]).all()  # per run, fillers included; not cumulative
     assert level_order(["a", "b"], 0, 0) == ["a", "b"] and level_order(["a", "b"], 1, 0) == ["b", "a"]
-    summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, n_boot=200)
+    summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, boot=Bootstrap(n_boot=200))
     row = summary[(summary["config"] == "ngram k=2") & (summary["concurrency"] == 2)].iloc[0]
     assert row["alpha"] == pytest.approx(0.5) and row["tau"] == pytest.approx(2.0)
     assert json.loads(row["per_position"]) == pytest.approx([1.0])
@@ -190,8 +190,8 @@ def test_a_relaunching_sweep_runs_every_round_on_fresh_servers_and_records_say_w
     _, url = fake
     pair = lambda n: [Target(url=url, launch=n), Target(speculation=spec("ngram", 2), url=url, launch=n)]  # noqa: E731
     asked = []
-    sweep = run_sweep(pair(0), PROMPTS, closed(1, 2, tokens=3), rounds=2, warmup=False,
-                      relaunch=lambda n: asked.append(n) or pair(n))
+    sweep = run_sweep(pair(0), PROMPTS, closed(1, 2, tokens=3), SweepSettings(rounds=2, warmup=False),
+                      SweepHooks(relaunch=lambda n: asked.append(n) or pair(n)))
     assert asked == [1, 2, 3] and sweep.stopped == ""  # every (level, round) but the first
     launch = sweep.records.groupby(["concurrency", "round"])["launch"].agg(set).to_dict()
     assert launch == {(1, 0): {0}, (1, 1): {1}, (2, 0): {2}, (2, 1): {3}}
@@ -200,7 +200,7 @@ def test_a_relaunching_sweep_runs_every_round_on_fresh_servers_and_records_say_w
 
 def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
     _, url = fake
-    sweep = run_sweep([Target(url=url)], PROMPTS.head(2), closed(4, tokens=2), warmup=False)
+    sweep = run_sweep([Target(url=url)], PROMPTS.head(2), closed(4, tokens=2), SweepSettings(warmup=False))
     # 3 turnovers · 4 workers = 12 measured requests: 2 prompts, 6 cycles each; 4 fillers first, more at the end
     measured, fillers = (sweep.records[sweep.records["filler"] == f] for f in (False, True))
     assert list(measured["prompt_index"]) == [0, 1] * 6 and list(measured["cycle"]) == [i // 2 for i in range(12)]
@@ -210,13 +210,13 @@ def test_closed_loop_fills_every_worker_by_cycling_prompts(fake):
 def test_fillers_are_recorded_but_never_paired_or_summarised(fake):
     _, url = fake
     targets = [Target(url=url), Target(speculation=spec("ngram", 2), url=url)]
-    sweep = run_sweep(targets, PROMPTS, closed(2, tokens=6, range_ratio=0.5), warmup=False)
+    sweep = run_sweep(targets, PROMPTS, closed(2, tokens=6, range_ratio=0.5), SweepSettings(warmup=False))
     records = sweep.records
     fillers, measured = records[records["filler"]], records[~records["filler"]]
     assert len(measured) == 2 * 8 and (fillers.groupby("config").size() >= 2).all()  # c leading ones a run at least
     assert not fillers["steady"].any() and measured["steady"].all()
     assert (fillers["output_tokens"] == fillers["max_tokens"]).all() and fillers["max_tokens"].between(3, 9).all()
-    summary = summarise_sweep(records, sweep.runs, n_boot=50).set_index("config")
+    summary = summarise_sweep(records, sweep.runs, boot=Bootstrap(n_boot=50)).set_index("config")
     assert (summary["completed"] == 8).all() and (summary["steady_requests"] == 8).all()
     assert summary.loc["ngram k=2", "paired_requests"] == 8
     tokens = measured.groupby("config")["output_tokens"].sum()
@@ -230,7 +230,7 @@ def test_a_dead_server_ends_the_sweep_with_the_level_marked_partial(fake):
     def down(name):
         return "" if handler.served < handler.die_after else "killed by SIGKILL: last log line"
 
-    sweep = run_sweep([Target(url=url)], PROMPTS, closed(1, 2, 4, tokens=3), down=down)
+    sweep = run_sweep([Target(url=url)], PROMPTS, closed(1, 2, 4, tokens=3), hooks=SweepHooks(down=down))
     assert sweep.stopped.startswith("spec-off's server went down at 2 concurrent (killed by SIGKILL: last log line")
     assert "2 concurrent is marked partial" in sweep.stopped and "\n" not in sweep.stopped
     assert list(sweep.runs["partial"]) == [False, True]
@@ -318,10 +318,10 @@ def test_a_vllm_bench_poisson_run_is_keyed_by_request_rate_and_a_summary_file_is
 def test_poisson_levels_are_request_rates_in_records_runs_and_summary(fake):
     _, url = fake
     sweep = run_sweep([Target(url=url), Target(speculation=spec("ngram", 2), url=url)], PROMPTS,
-                      open_loop(20.0, 40.0, tokens=3), warmup=False)
+                      open_loop(20.0, 40.0, tokens=3), SweepSettings(warmup=False))
     for table in (sweep.records, sweep.runs):
         assert "concurrency" not in table and set(table["request_rate"]) == {20.0, 40.0}
-    summary = summarise_sweep(sweep.records, sweep.runs, n_boot=50)
+    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=50))
     assert "concurrency" not in summary and sorted(summary["request_rate"].unique()) == [20.0, 40.0]
     assert "speedup_tpot" in summary and crossover(summary).iloc[0]["level"] == "request_rate"
     assert set(summary["load"]) == {"open"} and set(summary["burstiness"]) == {1.0}  # the shape, as a record
@@ -372,13 +372,14 @@ def test_sglang_meta_info_lands_in_the_request_record():
 
 def test_acceptance_from_verify_counts_then_gauges_never_invented():
     # τ from verification steps: 12 tokens out of 5 steps; no draft counts, so no α
-    rates = counter_rates(0, 0, 0, verify_steps=5, verified_tokens=12)
+    rates = counter_rates(0, 0, 0, fallback=Fallback(verify_steps=5, verified_tokens=12))
     assert rates.tau == pytest.approx(2.4) and np.isnan(rates.alpha) and rates.source == "verify counts"
-    rates = counter_rates(0, 6, 4, verify_steps=2, verified_tokens=6)  # SGLang versions that count drafts
+    # SGLang versions that count drafts
+    rates = counter_rates(0, 6, 4, fallback=Fallback(verify_steps=2, verified_tokens=6))
     assert rates.alpha == pytest.approx(4 / 6) and rates.tau == 3.0
-    rates = counter_rates(0, 0, 0, gauges=(0.6, 2.8))
+    rates = counter_rates(0, 0, 0, fallback=Fallback(gauges=(0.6, 2.8)))
     assert (rates.alpha, rates.tau, rates.source) == (0.6, 2.8, "gauges")
-    rates = counter_rates(10, 40, 18, [8, 5], verify_steps=99, verified_tokens=1, gauges=(0.1, 1.1))
+    rates = counter_rates(10, 40, 18, [8, 5], Fallback(verify_steps=99, verified_tokens=1, gauges=(0.1, 1.1)))
     assert rates.tau == pytest.approx(2.8) and rates.source == "counters"  # counters win
     assert counter_rates(0, 0, 0).source == "" and np.isnan(counter_rates(0, 0, 0).tau)
 
@@ -420,11 +421,11 @@ def test_an_sglang_sweep_lands_in_the_same_alpha_and_tau(meta):
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         sweep = run_sweep([Target(speculation=spec("eagle", 3), url=url, engine="sglang")], PROMPTS,
-                          closed(2, tokens=6), warmup=False)
+                          closed(2, tokens=6), SweepSettings(warmup=False))
     finally:
         server.shutdown()
         server.server_close()
-    row = summarise_sweep(sweep.records, sweep.runs, n_boot=50).iloc[0]
+    row = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=50)).iloc[0]
     if meta:  # 4 requests × 6 tokens over 4 × 2 verification steps
         assert row["tau"] == pytest.approx(3.0) and np.isnan(row["alpha"])
         assert row["acceptance_source"] == "verify counts"
@@ -493,7 +494,7 @@ def test_low_concurrency_alternates_configurations_run_by_run_each_run_long_enou
     assert four.pieces(10) == [list(range(10))] and open_loop(0.5)[0].pieces(10) == [list(range(10))]
     _, url = fake
     sweep = run_sweep([Target(url=url), Target(speculation=spec("b", 1), url=url)], pd.concat([PROMPTS] * 3),
-                      closed(1, tokens=2), warmup=False)
+                      closed(1, tokens=2), SweepSettings(warmup=False))
     assert list(sweep.runs["config"]) == ["spec-off", "b k=1", "b k=1", "spec-off"] * 2  # rotated piece by piece
     ours = sweep.records[(sweep.records["config"] == "b k=1") & ~sweep.records["filler"]]
     assert sorted(ours["prompt_index"]) == list(range(12))
@@ -534,7 +535,7 @@ def test_the_adaptive_ratio_has_an_interval_from_requests_paired_with_the_best_s
     summary = pd.DataFrame([{"config": c, "concurrency": 1, "speedup_tpot": x, "speedup_tpot_lo": x - 0.1,
                              "speedup_tpot_hi": x + 0.1} for c, x in (("spec-off", 1.0), ("ngram k=4", 2.0),
                                                                      ("adaptive", 1.6 / 0.85))])
-    row = adaptive_check(summary, records=records, n_boot=200).iloc[0]
+    row = adaptive_check(summary, records=records, boot=Bootstrap(n_boot=200)).iloc[0]
     assert row["best_static"] == "ngram k=4" and row["ratio"] == pytest.approx(0.8 / 0.85)
     # resampling prompts: all four at 0.25 s (0.8) up to all four at 0.10 s (2.0)
     assert 0.8 <= row["ratio_lo"] < row["ratio"] < row["ratio_hi"] <= 2.0

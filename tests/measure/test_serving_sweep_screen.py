@@ -9,7 +9,7 @@ from helpers import closed
 
 from specnb.measure.serving_load import Target
 from specnb.measure.serving_summary import crossover, summarise_sweep
-from specnb.measure.serving_sweep import run_sweep, screen_out
+from specnb.measure.serving_sweep import SweepSettings, run_sweep, screen_out
 from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer, expected_speedup
 from specnb.serve.speculation import SPEC_OFF, Speculation
 
@@ -49,7 +49,7 @@ def test_a_configuration_that_loses_at_the_lowest_level_is_left_out_of_the_highe
                               "with the batch"}
     verdicts = crossover(summary, "speedup_tpot").set_index("config")["verdict"]  # one level is still a verdict
     assert verdicts["smollm2-draft-s k=3"] == "never pays" and verdicts["ngram k=3"] == "pays at every level measured"
-    unscreened = run_sweep(servers, PROMPTS, closed(1, 2, tokens=16, range_ratio=0.5), screen=False)
+    unscreened = run_sweep(servers, PROMPTS, closed(1, 2, tokens=16, range_ratio=0.5), SweepSettings(screen=False))
     assert unscreened.screened == {} and levels_run(unscreened)["smollm2-draft-s k=3"] == [1, 2]
 
 

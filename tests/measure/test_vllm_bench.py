@@ -9,14 +9,23 @@ import pytest
 from helpers import spec
 
 from specnb.measure.serving_load import Target
-from specnb.measure.vllm_bench import BenchFailed, bench_args, client_check, run_bench, write_dataset
+from specnb.measure.vllm_bench import (
+    BenchFailed,
+    BenchLevel,
+    VllmBench,
+    bench_args,
+    client_check,
+    run_bench,
+    write_dataset,
+)
 
 
 def test_arguments_send_our_prompts_as_our_client_does(tmp_path):
     dataset = write_dataset(["a \"quoted\" prompt", "two"], tmp_path / "p.jsonl")
     assert [json.loads(line)["prompt"] for line in dataset.read_text().splitlines()] == ['a "quoted" prompt', "two"]
     target = Target(url="http://127.0.0.1:9", engine="vllm", model="m", speculation=spec("ngram", 4))
-    args = bench_args(target, dataset, 2, 4, 32, tmp_path / "r.json", "/hf/folder")
+    args = bench_args(target, "/hf/folder", dataset, tmp_path / "r.json",
+                      BenchLevel(n_prompts=2, concurrency=4, max_tokens=32))
     pairs = dict(zip(args, args[1:]))  # each flag to the word after it
     assert pairs["--max-concurrency"] == "4" and pairs["--custom-output-len"] == "32" and pairs["--num-prompts"] == "2"
     assert pairs["--request-rate"] == "inf" and pairs["--temperature"] == "0" and pairs["--backend"] == "openai-chat"
@@ -45,9 +54,10 @@ def stand_in(tmp_path, fail: str) -> list[str]:
 
 def test_run_bench_returns_the_file_vllm_bench_saved_or_one_line(tmp_path):
     target = Target(url="http://127.0.0.1:9", engine="vllm", model="m")
-    assert run_bench(stand_in(tmp_path, "no"), target, ["p"], 2, 8, tmp_path / "out", "tok") == {"max_concurrency": 2}
+    bench = VllmBench(command=stand_in(tmp_path, "no"), tokenizer="tok")
+    assert run_bench(bench, target, ["p"], 2, 8, tmp_path / "out") == {"max_concurrency": 2}
     with pytest.raises(BenchFailed, match=r"concurrency 2 \(exit 1\): ConnectionError: cannot reach the server$"):
-        run_bench(stand_in(tmp_path, "yes"), target, ["p"], 2, 8, tmp_path / "out", "tok")
+        run_bench(VllmBench(command=stand_in(tmp_path, "yes"), tokenizer="tok"), target, ["p"], 2, 8, tmp_path / "out")
 
 
 def test_client_check_compares_medians_within_ten_percent():

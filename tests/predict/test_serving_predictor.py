@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from specnb.core.errors import ParameterError
+from specnb.measure.serving_sweep import Sweep
 from specnb.predict.serving_predictor import (
     median_error,
     predict_serving,
@@ -81,8 +82,9 @@ def test_a_poisson_sweep_is_refused_by_the_predictor_and_the_policy():
     from specnb.predict.serving_policy import serving_policy
 
     rates = summary_frame([1.0] * 4).rename(columns={"concurrency": "request_rate"}).assign(load="open")
+    sweep = Sweep(records=rates.assign(draft_n=1), runs=pd.DataFrame())
     calls = (lambda: step_cost(rates), lambda: serving_policy(rates.assign(speedup_tpot_lo=1.1), {"ngram k=2": 2}),
-             lambda: validate_held_out(rates.assign(draft_n=1), {"ngram k=2": False}))
+             lambda: validate_held_out(sweep, {"ngram k=2": False}))
     for call in calls:
         with pytest.raises(ParameterError, match="closed-loop concurrency levels.*open-loop"):
             call()
@@ -115,11 +117,11 @@ def steady_sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_a_step_is_priced_by_the_steady_token_weighted_tpot_not_the_mean_of_request_tpots():
-    from specnb.measure.serving_summary import summarise_sweep
+    from specnb.measure.serving_summary import Bootstrap, summarise_sweep
     from specnb.predict.trace_prediction import tpot_curve
 
     records, runs = steady_sweep()
-    summary = summarise_sweep(records, runs, n_boot=50)
+    summary = summarise_sweep(records, runs, boot=Bootstrap(n_boot=50))
     off = summary[summary["config"] == "spec-off"].set_index("concurrency")
     # steady requests only: (10 × 10 + 40 × 20) ms ÷ 50 tokens = 18 ms, where their mean TPOT is 15 ms
     assert off.loc[1, "tpot_weighted_ms"] == pytest.approx(18.0) and off.loc[1, "mean_tpot_ms"] == pytest.approx(15.0)

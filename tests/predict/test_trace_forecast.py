@@ -13,8 +13,9 @@ from specnb.core.errors import ParameterError
 from specnb.measure import serving_load, serving_sweep
 from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.serving_checks import trace_check, trace_rate
-from specnb.measure.serving_load import RequestRecord, Target, arrival_gaps
+from specnb.measure.serving_load import RequestRecord, Target
 from specnb.measure.serving_steady import Run
+from specnb.measure.serving_sweep import SweepHooks, SweepSettings
 from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.serving_launch import zero_range_speedup
 from specnb.predict.serving_policy import policy_ranges, policy_switch
@@ -53,22 +54,23 @@ def test_the_queue_shares_decoding_among_the_batch_and_waits_each_arrival_its_tt
 def test_the_forecast_draws_the_requests_the_sweep_will_send(monkeypatch):
     sent = []
 
-    async def send_open(target, prompts, rate, max_tokens, seed=0, ignore_eos=True, burstiness=1.0):
-        sent.append((np.cumsum(arrival_gaps(len(prompts), rate, burstiness, seed)), list(max_tokens)))
+    async def send_open(target, prompts, max_tokens, gaps, ignore_eos=True):
+        sent.append((np.cumsum(gaps), list(max_tokens)))
         return [RequestRecord(success=True, output_tokens=n, latency=1.0, ttft=0.1) for n in max_tokens], 1.0
 
-    def send_sampled(target, load, texts, max_tokens, ignore_eos, round_index, fillers=((), ())):
-        assert not fillers[0]  # an open load sends no fillers: the whole trace is measured
-        done, duration = serving_load.run_async(load.send(target, texts, max_tokens, ignore_eos, round_index))
+    def send_sampled(target, load, requests, ignore_eos, round_index, fillers=None):
+        assert not (fillers and fillers.texts)  # an open load sends no fillers: the whole trace is measured
+        done, duration = serving_load.run_async(load.send(target, requests.texts, requests.max_tokens, ignore_eos,
+                                                          round_index))
         return Run(done=done, duration=duration, samples=[])
 
     monkeypatch.setattr(serving_load, "send_open", send_open)
     monkeypatch.setattr(serving_sweep, "send_sampled", send_sampled)
     monkeypatch.setattr(serving_sweep, "scrape", lambda target: serving_sweep.Counters())
     load = Open(rate=3.0, burstiness=0.25, lengths=Lengths(tokens=48), seed=5)
-    prompts = pd.concat([PROMPTS] * 2, ignore_index=True)  # a trace repeats its prompts, as check_policy's does
-    serving_sweep.run_sweep([Target(url="http://x", engine="vllm")], prompts, [load], rounds=2, seed=3,
-                            warmup=False, down=lambda name: "")
+    prompts = pd.concat([PROMPTS] * 2, ignore_index=True)  # a trace repeats its prompts, as run_policy's does
+    serving_sweep.run_sweep([Target(url="http://x", engine="vllm")], prompts, [load],
+                            SweepSettings(rounds=2, seed=3, warmup=False), SweepHooks(down=lambda name: ""))
     forecast = trace_rounds(load, prompts, rounds=2, seed=3)
     assert len(sent) == len(forecast) == 2
     for (arrivals, lengths), one in zip(sent, forecast):

@@ -7,11 +7,12 @@ import math
 
 import pandas as pd
 
+from specnb.app import serving_keys as keys
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.measure.load_shapes import SHAPES, level_text, shape_of
-from specnb.predict.serving_decision import ServingDecision, adaptive_ran
+from specnb.predict.serving_decision import ServingDecision, adaptive_ran, final_launch
 from specnb.predict.serving_policy import batch_ranges
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms
 from specnb.serve.engines import engine_named, engine_of
@@ -94,12 +95,12 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
             throughput += f" → {fmt_ci(last, 'speedup_output_throughput')}"
         lines.append(f"**{config}**: α {first['alpha']:.2f}, τ {first['tau']:.2f}; TPOT speedup {tpot}; output "
                      f"throughput {throughput}; {identical_line(group)}")
-        values[f"{config} identical share"] = identical_share(group)
-        values[f"{config} speedup_tpot first"] = float(first["speedup_tpot"])
-        values[f"{config} speedup_tpot last"] = float(last["speedup_tpot"])
+        values[keys.config_key(config, keys.IDENTICAL_SHARE)] = identical_share(group)
+        values[keys.config_key(config, keys.SPEEDUP_FIRST)] = float(first["speedup_tpot"])
+        values[keys.config_key(config, keys.SPEEDUP_LAST)] = float(last["speedup_tpot"])
     for row in crossings.to_dict("records"):
         lines.append(crossover_line(row))
-        values[f"{row['config']} crossover"] = row["crossover"]
+        values[keys.config_key(row["config"], keys.CROSSOVER)] = row["crossover"]
         if row["verdict"] == "never pays" and shape.steps_batch:  # a step's sequences: closed loop only
             lines.append("step arithmetic: " + step_arithmetic(summary, row["config"], probe))
     return Report(bullets(lines), values)
@@ -153,7 +154,7 @@ def policy_text(decision: ServingDecision) -> Report:
             + f"\n\n{launch_part}" + candidates_text(decision.candidates)
             + (f"\n\n{label} (speculation is fixed per launch: pick by the load you expect):\n\n"
                + bullets(list(decision.lines)) if decision.lines else ""))
-    return Report(body, {"policy_vllm": launch or "no --speculative-config",
+    return Report(body, {keys.POLICY_VLLM: launch or "no --speculative-config",
                          "policy_llama_server": list(decision.lines)})
 
 
@@ -180,53 +181,51 @@ def policy_level(row: dict) -> str:
             f"{row['spread']:.1%}; engine's batch {row['batch']:.1f}{tie}{noisy})")
 
 
-def serving_conclusion(summary: pd.DataFrame, crossings: pd.DataFrame, validation: pd.DataFrame,
-                       verdict: str, machine: str, note: str = "", trace_error: float = math.nan) -> Report:
+def serving_conclusion(crossings: pd.DataFrame, validation: pd.DataFrame, verdict: str, machine: str,
+                       note: str = "", trace_error: float = math.nan) -> Report:
     """The report's end: the one verdict first (``launch_verdict``: what to launch for the load
     measured, and what it rests on), then each configuration's pays / loses / no measurable difference
-    (``crossover_line``, by its CIs), the predictors' errors, the machine, what was left out."""
+    (``crossover_line``, by its CIs), the predictors' errors, the machine, what was left out. A sweep
+    without spec-off has no crossings, no validation and no trace: only the machine and the note."""
     lines = [verdict] if verdict else []
-    if "speedup_tpot" in summary:
-        lines += [crossover_line(row) for row in crossings.to_dict("records")]
-        error = median_error(validation) if len(validation) else math.nan
-        if not math.isnan(error):
-            lines.append(f"the serving predictor's median error per level: {error:.1%}")
-        if not math.isnan(trace_error):
-            lines.append(f"the trace's speedups forecast from the per-load figures before it was sent: median error "
-                         f"{trace_error:.1%}")
+    lines += [crossover_line(row) for row in crossings.to_dict("records")]
+    error = median_error(validation) if len(validation) else math.nan
+    if not math.isnan(error):
+        lines.append(f"the serving predictor's median error per level: {error:.1%}")
+    if not math.isnan(trace_error):
+        lines.append(f"the trace's speedups forecast from the per-load figures before it was sent: median error "
+                     f"{trace_error:.1%}")
     lines.append(f"machine: {machine}")
     if note:
         lines.append(note)
-    return Report(bullets(lines), {"machine": machine, "verdict": verdict})
+    return Report(bullets(lines), {keys.MACHINE: machine, keys.VERDICT: verdict})
 
 
 def launch_verdict(decision: ServingDecision, trace: pd.DataFrame | None = None) -> tuple[str, str]:
-    """The one answer a report gives: (line, value), what to launch for the load this run measured and
-    what that rests on, rendered from ``decision``. Where the bursty trace ran (the load most like
-    production: ``with_trace``), it judges, with paired CIs and ties going to the simplest
-    configuration (``trace_launch``; ``trace``: ``serving_checks.trace_check``'s table). Otherwise
-    the decision's launch: no speculation, one static configuration at every load, a schedule, or an
-    engine's lines per load range. ``value``: ``decision.launch_line``, what a user pastes ("" for no
-    speculation)."""
-    value = decision.launch_line
-    if decision.trace_pick and trace is not None and len(trace):
+    """The one answer a report gives, as (line, value): what to launch for the load this run measured
+    (``serving_decision.final_launch``) and what that rests on. Judged over the bursty trace, with
+    paired CIs and ties going to the simplest configuration (``trace_launch``; ``trace``:
+    ``serving_checks.trace_check``'s table); otherwise the decision's launch. ``value``: what a user
+    pastes ("" for no speculation)."""
+    final = final_launch(decision, trace)
+    value = final.line
+    if final.basis == "trace":
         return "**verdict**: " + trace_launch(decision, trace).removeprefix("launch for load like this trace: ") + \
             " — judged over the bursty trace (paired 95% CIs; a tie goes to the simplest)", value
-    policy = decision.policy
-    if not decision.kind:
+    if not final.basis:
         return "", ""
-    loads = f"{policy['concurrency'].min():g}–{policy['concurrency'].max():g} concurrent"
-    if decision.kind == "none":
-        why = ("no configuration beat spec-off beyond the noise at any level measured" if not (policy["k"] > 0).any()
-               else decision.why_not)
+    loads = f"{final.low:g}–{final.high:g} concurrent"
+    if final.basis == "none":
+        why = "no configuration beat spec-off beyond the noise at any level measured" if not final.drafted \
+            else decision.why_not
         return f"**verdict**: launch without speculation for {loads} — {why}", value
-    if decision.kind == "static":
+    if final.basis == "static":
         why = ("of every launch, the closest to the best static configuration at its worst level "
                f"({decision.candidates['worst'].iloc[0]:.2f} of it)" if len(decision.candidates) else
                "the policy chose it at each level")
-        return (f"**verdict**: launch **{decision.config}**" + (f" (`{value}`)" if value else "")
+        return (f"**verdict**: launch **{final.config}**" + (f" (`{value}`)" if value else "")
                 + f" at every load measured ({loads}): {why}"), value
-    if decision.kind == "schedule":
+    if final.basis == "schedule":
         return (f"**verdict**: launch the schedule `--speculative-config '{value}'` for {loads} (not checked as one "
                 "server here: no bursty trace ran)"), value
     return (f"**verdict**: {engine_named(decision.engine).label} fixes speculation per launch, so pick by the load "
@@ -254,7 +253,7 @@ def trace_launch(decision: ServingDecision, trace: pd.DataFrame) -> str:
 
 
 def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: ServingDecision | None = None) -> Report:
-    """The decision launched (``policy_check.PolicyCheck``): a schedule as its own server, its TPOT
+    """The decision launched (``policy_run.PolicyRun``): a schedule as its own server, its TPOT
     speedup against the best static configuration per level (target ≥ 0.95x of it); over the bursty
     trace, every configuration that ran — adaptive's paired TPOT speedup against each static one
     (target: each 95% CI above 1), or the static ones' over spec-off where no schedule was launched —
@@ -297,7 +296,7 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: Serv
                      f"TPOT {each}")
     if len(trace) and decision is not None and decision.trace_pick:
         lines.append(trace_launch(decision, trace))
-        values["vllm_launch_for_trace"] = decision.trace_json
+        values[keys.LAUNCH_FOR_TRACE] = decision.trace_json
     if loop.note and loop.adaptive is not None:
         lines.append(f"note: {loop.note}")
     return Report(bullets(lines) if len(lines) > 1 else f"No `adaptive` launch: {loop.note}.", values)
@@ -313,19 +312,19 @@ def trace_forecast_text(forecast: pd.DataFrame, reconstruction: pd.DataFrame) ->
     if forecast.empty:
         lines.append("No trace forecast: none was made before the trace (no spec-off figures to forecast from).")
     else:
-        values["trace_forecast_median_error"] = float(forecast["error"].median())
+        values[keys.TRACE_FORECAST_ERROR] = float(forecast["error"].median())
         lines += [f"{r['config']}: forecast {r['predicted_speedup_tpot']:.2f}x before the trace was sent, measured "
                   f"{speedup_text(r['measured_speedup_tpot'], r['measured_lo'], r['measured_hi'])} "
                   f"({r['error']:.1%} off" + (f"; {r['clamped_share']:.0%} of its decoding beyond the batches "
                                               "measured" if r.get("clamped_share", 0) > 0 else "") + ")"
                   for r in forecast.to_dict("records")]
-        lines.append(f"median error of the forecast trace speedups: **{values['trace_forecast_median_error']:.1%}** "
+        lines.append(f"median error of the forecast trace speedups: **{values[keys.TRACE_FORECAST_ERROR]:.1%}** "
                      "(target ≤ 10%)")
     if reconstruction.empty:
         lines.append("diagnostic: no reconstruction, the trace's runs carry no batch samples")
     else:
-        values["trace_reconstruction_median_error"] = float(reconstruction["error"].median())
+        values[keys.TRACE_RECONSTRUCTION_ERROR] = float(reconstruction["error"].median())
         lines.append("diagnostic — the same TPOT(b) read over the batches the trace itself held (a reconstruction "
-                     f"after the fact, not a forecast): median error {values['trace_reconstruction_median_error']:.1%}")
+                     f"after the fact, not a forecast): median error {values[keys.TRACE_RECONSTRUCTION_ERROR]:.1%}")
     return Report(bullets(lines), values)
 

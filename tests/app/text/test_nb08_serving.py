@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.app.charts import load_curves
+from specnb.app.serving_keys import IDENTICAL_SHARE, config_key
 from specnb.app.text.nb08_serving import (
     crossover_line,
     launch_verdict,
@@ -75,7 +76,7 @@ def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
     assert "no --spec-type (spec-off)" in report.markdown
     assert report.values["policy_vllm"] == "no --speculative-config"
     verdict, launch = launch_verdict(decision)
-    end = serving_conclusion(levels, crossover(levels, "speedup_tpot"), pd.DataFrame(), verdict, "AMD EPYC").markdown
+    end = serving_conclusion(crossover(levels, "speedup_tpot"), pd.DataFrame(), verdict, "AMD EPYC").markdown
     assert end.startswith("- **verdict**: launch without speculation for 1–4 concurrent") and launch == ""
 
 
@@ -118,7 +119,7 @@ def test_the_identical_share_is_counted_over_every_level():
     levels.loc[(levels["config"] == "ngram k=3") & (levels["concurrency"] == 4), "identical_outputs"] = 1
     report = sweep_text(levels, crossover(levels, "speedup_tpot"))
     assert "9/12 outputs identical to spec-off over every level (75%)" in report.markdown
-    assert report.values["ngram k=3 identical share"] == 0.75
+    assert report.values[config_key("ngram k=3", IDENTICAL_SHARE)] == 0.75
 
 
 def scheduled(server, configs=()) -> ServingDecision:
@@ -130,14 +131,14 @@ def scheduled(server, configs=()) -> ServingDecision:
 
 
 def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
-    from specnb.app.policy_check import PolicyCheck
+    from specnb.app.policy_run import PolicyRun
     from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_sweep import Sweep
     from specnb.serve.vllm.vllm_server import VllmConfig
 
     launched = VllmConfig(model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096, 0)],
                           adaptive=True)
-    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=scheduled(launched), rate=1.5)
+    loop = PolicyRun(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=scheduled(launched), rate=1.5)
     check = pd.DataFrame({"concurrency": [1, 4], "speedup_tpot": [1.3, 0.9], "speedup_tpot_lo": [1.1, 0.8],
                           "speedup_tpot_hi": [1.5, 1.0], "best_static": ["ngram k=4", "spec-off"],
                           "best_static_speedup_tpot": [1.35, 1.0], "ratio": [1.3 / 1.35, 0.9], "meets": [True, False]})
@@ -155,12 +156,12 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     spec = json.loads(adaptive_text(check, trace, replace(loop, decision=scheduled(head))).values["adaptive"])
     assert spec["method"] == "eagle3" and spec["model"] == str(tmp_path)  # what was launched, the head included
-    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), PolicyCheck(sweep=loop.sweep, note="ngram did not pay"))
+    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), PolicyRun(sweep=loop.sweep, note="ngram did not pay"))
     assert none.markdown == "No `adaptive` launch: ngram did not pay." and none.values == {"adaptive": "none"}
 
 
 def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lost_to():
-    from specnb.app.policy_check import PolicyCheck
+    from specnb.app.policy_run import PolicyRun
     from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_sweep import Sweep
     from specnb.serve.vllm.vllm_server import VllmConfig
@@ -168,7 +169,7 @@ def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lo
     static = [VllmConfig(model="/hf/verifier"),
               VllmConfig(model="/hf/verifier", method="ngram", k=4)]
     decision = scheduled(replace(static[1], adaptive=True, schedule=[(1, 3, 4), (4, 4096, 0)]), static)
-    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1, decision=decision)
+    loop = PolicyRun(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1, decision=decision)
 
     def trace(off_ms, ngram_ms):  # every CI clear of 1: the lower mean TPOT is the faster
         won, best = 138.0 < min(off_ms, ngram_ms), "spec-off" if off_ms < ngram_ms else "ngram k=4"
@@ -279,7 +280,7 @@ def test_the_report_gives_one_answer_for_the_load_it_measured():
     configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=3)]
     line, value = launch_verdict(decide(everywhere, engine="vllm", configs=configs))
     assert line.startswith("**verdict**: launch **ngram k=3**") and json.loads(value)["num_speculative_tokens"] == 3
-    end = serving_conclusion(everywhere, crossover(everywhere, "speedup_tpot"), pd.DataFrame(), line, "m").markdown
+    end = serving_conclusion(crossover(everywhere, "speedup_tpot"), pd.DataFrame(), line, "m").markdown
     assert end.count("**verdict**") == 1 and "policy:" not in end  # one answer, first
 
 
@@ -317,7 +318,7 @@ def test_the_trace_forecast_is_reported_first_and_the_reconstruction_as_a_diagno
 
 
 def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alone():
-    from specnb.app.policy_check import PolicyCheck
+    from specnb.app.policy_run import PolicyRun
     from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_checks import trace_check
     from specnb.measure.serving_sweep import Sweep
@@ -332,7 +333,7 @@ def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alo
     assert decision.kind == "static" and not decision.checked  # one range: no schedule to launch or check
     judged = with_trace(decision, table)
     assert judged.trace_pick == "ngram k=4" and json.loads(judged.launch_line)["num_speculative_tokens"] == 4
-    loop = PolicyCheck(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=decision, rate=1.1,
+    loop = PolicyRun(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=decision, rate=1.1,
                        note="the launch is ngram k=3 at every load")
     report = adaptive_text(pd.DataFrame(), table, loop, judged)
     assert "the static configurations alone" in report.markdown and "adaptive ran" not in report.markdown

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from helpers import closed, gone
 
-from specnb.measure.serving_summary import summarise_sweep
-from specnb.measure.serving_sweep import run_sweep, sweep_servers, targets_of
+from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+from specnb.measure.serving_sweep import SweepSettings, run_sweep, sweep_servers, targets_of
 from specnb.serve.llama.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args
 from specnb.serve.servers import servers
 
@@ -42,7 +42,8 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
     with servers(configs, timeout_s=START_S) as running:
         pids = [s.pid for s in running.servers.values()]
         targets = targets_of(configs, running.servers)
-        sweep = run_sweep(targets, PROMPTS, closed(1, tokens=24), ignore_eos=False, warmup=False, probe_max_tokens=2)
+        sweep = run_sweep(targets, PROMPTS, closed(1, tokens=24),
+                          SweepSettings(ignore_eos=False, warmup=False, probe_max_tokens=2))
     assert all(gone(pid) for pid in pids)
     assert list(sweep.probe["tokens"]) == [1, 2] and (sweep.probe["forward_ms"] > 0).all()
     records = sweep.records
@@ -53,7 +54,7 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
     runs = sweep.runs.set_index("config")
     assert runs.loc["ngram k=4", "spec_decode_accepted_tokens"] > 0
     assert runs.loc["spec-off", "spec_decode_num_drafts"] == 0
-    row = summarise_sweep(records, sweep.runs, n_boot=50).set_index("config").loc["ngram k=4"]
+    row = summarise_sweep(records, sweep.runs, boot=Bootstrap(n_boot=50)).set_index("config").loc["ngram k=4"]
     assert 0 < row["alpha"] <= 1 and row["tau"] > 1 and row["identical_outputs"] == row["paired_requests"] > 0
     per_position = json.loads(row["per_position"])
     assert len(per_position) == 4 and per_position == sorted(per_position, reverse=True)  # reaching i needs i − 1
@@ -127,7 +128,7 @@ def test_ctrl_c_stops_the_server_and_keeps_the_records(verifier):
 
     with pytest.raises(KeyboardInterrupt):
         sweep_servers([ServerConfig(model=verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS,
-                      closed(1, tokens=4), warmup=False, on_run=interrupt)
+                      closed(1, tokens=4), SweepSettings(warmup=False), on_run=interrupt)
     # the first run, (3 turnovers + 2) · 1 requests, finished before Ctrl-C
     assert seen["pids"] and seen["records"] == 5 and all(gone(pid) for pid in seen["pids"])
 
@@ -168,8 +169,8 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(llama_server.Server, "launch", remember)
         sweep = sweep_servers([ServerConfig(model=verifier, slots=2, ctx_per_slot=256, threads=1)],
-                              pd.concat([PROMPTS] * 4, ignore_index=True), closed(1, 2, tokens=16), warmup=False,
-                              on_run=after_run)
+                              pd.concat([PROMPTS] * 4, ignore_index=True), closed(1, 2, tokens=16),
+                              SweepSettings(warmup=False), on_run=after_run)
     seen["watch"].join()
     assert "\n" not in sweep.stopped and sweep.stopped.startswith(
         "spec-off's server went down at 2 concurrent (llama-server killed by SIGKILL: "), sweep.stopped

@@ -32,6 +32,7 @@ NGRAM, EAGLE3 = "ngram k=4", "eagle3 k=3"
 def swept(tmp_path_factory):
     """(sweep, servers by name, each server's log as it stopped, configurations) of one sweep at
     concurrency 1 on the configurations notebook 08 builds for ``["ngram:4", "eagle3:3"]``."""
+    from specnb.measure.serving_sweep import SweepSettings
     from specnb.measure.serving_sweep import sweep_servers as sweep
     from specnb.serve import eagle3_heads
     from specnb.serve import servers as engine_servers
@@ -51,7 +52,7 @@ def swept(tmp_path_factory):
         patch.setattr(eagle3_heads, "EAGLE3_HEAD", engine_eagle3_head(tmp_path_factory.mktemp("eagle3") / "init-head"))
         configs = engine_vllm.configs("smollm2-135m", "f32", ["ngram:4", "eagle3:3"], 2)
         patch.setattr(engine_servers, "server_for", remember)
-        result = sweep(configs, PROMPTS, closed(1, tokens=48), ignore_eos=False, warmup=False)
+        result = sweep(configs, PROMPTS, closed(1, tokens=48), SweepSettings(ignore_eos=False, warmup=False))
     return result, seen, logs, configs
 
 
@@ -62,7 +63,7 @@ def test_every_server_of_the_sweep_is_gone(swept):
 
 
 def test_ngram_speculation_on_vllm_is_lossless_and_counts_acceptance(swept):
-    from specnb.measure.serving_summary import summarise_sweep
+    from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 
     result, _, _, _ = swept
     assert NGRAM not in result.stopped, result.stopped
@@ -76,7 +77,7 @@ def test_ngram_speculation_on_vllm_is_lossless_and_counts_acceptance(swept):
     assert runs.loc["spec-off", "spec_decode_num_drafts"] == 0
     per_position = json.loads(runs.loc[NGRAM, "accepted_per_pos"])
     assert len(per_position) == 4 and per_position == sorted(per_position, reverse=True) and per_position[0] > 0
-    row = summarise_sweep(records, result.runs, n_boot=50).set_index("config").loc[NGRAM]
+    row = summarise_sweep(records, result.runs, boot=Bootstrap(n_boot=50)).set_index("config").loc[NGRAM]
     assert 0 < row["alpha"] <= 1 and row["tau"] > 1 and row["identical_outputs"] == len(PROMPTS)
 
 
@@ -134,6 +135,7 @@ def test_ctrl_c_during_a_vllm_sweep_stops_every_server_and_keeps_the_finished_re
     """Two vLLMs (spec-off and n-gram, started at once); Ctrl-C after the first run: the sweep raises
     KeyboardInterrupt, what it had finished is what ``on_run`` last saw (as notebook 08 saves it), and no
     process of either server's group (API server, engine core, worker) is left."""
+    from specnb.measure.serving_sweep import SweepSettings
     from specnb.measure.serving_sweep import sweep_servers as sweep
     from specnb.serve import servers as engine_servers
     from specnb.serve.vllm import engine_vllm
@@ -154,7 +156,7 @@ def test_ctrl_c_during_a_vllm_sweep_stops_every_server_and_keeps_the_finished_re
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine_servers, "server_for", remember)
         with pytest.raises(KeyboardInterrupt):
-            sweep(configs, PROMPTS[:1], closed(1, tokens=4), warmup=False, on_run=interrupt)
+            sweep(configs, PROMPTS[:1], closed(1, tokens=4), SweepSettings(warmup=False), on_run=interrupt)
     # one run: 3 measured requests (3 turnovers · 1) after the 1 filler that ramps it up
     assert set(seen) == {"spec-off", "ngram k=2"} and kept["records"] == 4
     assert all(len(group) >= 3 for group in kept["groups"].values()), kept  # each had its engine core and worker

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from helpers import closed
 
-from specnb.app import policy_check
-from specnb.measure.serving_sweep import Sweep
+from specnb.app import policy_run
+from specnb.app.policy_run import PolicyHooks
+from specnb.measure.serving_sweep import Sweep, SweepSettings
 from specnb.serve.servers import Running
 from specnb.serve.vllm.vllm_server import VllmConfig
 
@@ -54,22 +55,22 @@ def loop(monkeypatch):
         finally:
             seen["stopped"].append([c.name for c in configs])
 
-    def run_sweep(targets, prompts, loads, **settings):
+    def run_sweep(targets, prompts, loads, settings, hooks):
         seen["forecasts"].append(None)  # a sweep sent here: a forecast seen after it lands after this marker
         seen["sweeps"].append({"targets": [t.name for t in targets], "levels": [load.level for load in loads],
                                "prompts": len(prompts), "load": loads[0].name,
                                "burstiness": getattr(loads[0], "burstiness", None),
-                               "probe": settings.get("probe_max_tokens")})
+                               "probe": settings.probe_max_tokens})
         return Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
 
-    monkeypatch.setattr(policy_check, "run_sweep", run_sweep)
+    monkeypatch.setattr(policy_run, "run_sweep", run_sweep)
     configs = [config(), config("ngram", 4)]
     prompts = pd.DataFrame({"prompt": ["a", "b", "c", "d"], "id": list("abcd"), "category": "x"})
 
     def run(speedups_lo):
-        monkeypatch.setattr(policy_check, "summarise_sweep", lambda *a, **k: measured(speedups_lo))
-        return policy_check.check_policy(configs, prompts, closed(1, 4, 16), start=start, probe_max_tokens=80,
-                                         on_forecast=seen["forecasts"].append), seen
+        monkeypatch.setattr(policy_run, "summarise_sweep", lambda *a, **k: measured(speedups_lo))
+        return policy_run.run_policy(configs, prompts, closed(1, 4, 16), SweepSettings(probe_max_tokens=80),
+                                     hooks=PolicyHooks(start=start, on_forecast=seen["forecasts"].append)), seen
     run.start = start
     return run
 
@@ -143,12 +144,12 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
     from specnb.serve.vllm.engine_vllm import launch_text
 
     bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95
-    monkeypatch.setattr(policy_check, "summarise_sweep",
-                        lambda records, runs, seed, launch_noise=None: measured(bounds[seed]))
+    monkeypatch.setattr(policy_run, "summarise_sweep",
+                        lambda records, runs, boot: measured(bounds[boot.seed]))
     printed = {}
     for seed in bounds:
-        result = policy_check.check_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
-                                           closed(1, 4, 16), start=loop.start, seed=seed)
+        result = policy_run.run_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
+                                       closed(1, 4, 16), SweepSettings(seed=seed), hooks=PolicyHooks(start=loop.start))
         report, (verdict, line) = policy_text(result.decision), launch_verdict(result.decision)
         launched = launch_text(result.adaptive)
         assert report.values["policy_vllm"] == launched == line == result.decision.launch_line

@@ -1,6 +1,6 @@
-"""The policy, checked on the engine that can run it as one server (``ServingEngine.schedules``: vLLM, the
-simulated engine): measure the static configurations, decide once what to launch, launch it where it
-is a schedule and measure it beside them.
+"""The policy's measured run, in four phases, on the engine that can run it as one server
+(``ServingEngine.schedules``: vLLM, the simulated engine): measure the static configurations, decide
+once what to launch, launch it where it is a schedule, measure it beside them and over a bursty trace.
 
 1. **Sweep** the static configurations (spec-off, ``ngram:K``, ...) at every level, summarised with
    the run's seed, and **decide** (``serving_decision.decide``: the per-level policy and the one
@@ -30,15 +30,15 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from specnb.measure.launch_noise import noise_for
 from specnb.measure.load_shapes import Open
 from specnb.measure.serving_checks import trace_rate
-from specnb.measure.serving_summary import summarise_sweep
-from specnb.measure.serving_sweep import Sweep, run_sweep, targets_of
+from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_sweep, targets_of
 from specnb.predict.serving_decision import ServingDecision, decide
 from specnb.predict.trace_forecast import forecast_trace, trace_rounds
 from specnb.serve.speculation import AA_TWIN_CONFIG
@@ -49,7 +49,7 @@ def empty() -> Sweep:
 
 
 @dataclass(kw_only=True)
-class PolicyCheck:
+class PolicyRun:
     """``sweep``: the static configurations; ``decision``: what to launch, made once from them
     (``serving_decision.decide``); ``check``: every configuration with the adaptive one beside them
     (empty where no schedule was launched); ``trace``: every configuration running over the bursty
@@ -87,56 +87,74 @@ def unchecked_note(decision: ServingDecision) -> str:
     return "the engine has no launch of its own for the schedule"
 
 
-def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Callable | None = None,
-                 burstiness: float = 0.25, trace_repeats: int = 2,
-                 on_run: Callable[[str], Callable | None] = lambda phase: None,
-                 on_forecast: Callable[[pd.DataFrame], None] | None = None, **settings) -> PolicyCheck:
+@dataclass(frozen=True, kw_only=True)
+class TraceSettings:
+    """The bursty trace's shape: gamma gaps of ``burstiness`` (1: Poisson; lower: burstier), the
+    prompts sent ``repeats`` times over."""
+
+    burstiness: float = 0.25
+    repeats: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyHooks:
+    """What the policy's run calls out to: ``start``, the context manager that starts servers and
+    yields ``Running`` (None: ``specnb.serve.servers.servers``, where a method the engine refuses is
+    left out with its line); ``on_run(phase)``: the saver for "sweep", "check" and "trace";
+    ``on_forecast(table)``: sees the trace's forecast before the trace is sent (to record it)."""
+
+    start: Callable | None = None
+    on_run: Callable[[str], Callable | None] = lambda phase: None
+    on_forecast: Callable[[pd.DataFrame], None] | None = None
+
+
+def run_policy(configs: list, prompts: pd.DataFrame, loads: list, settings: SweepSettings, *,
+               trace_settings: TraceSettings = TraceSettings(), hooks: PolicyHooks = PolicyHooks()) -> PolicyRun:
     """Steps 1–4 of the module docstring on ``configs`` (one engine's, one that schedules), at the
-    closed-loop ``loads``; ``start``: the context manager that starts servers and yields ``Running``
-    (``specnb.serve.servers.servers``: a method the engine refuses is left out with its line);
-    ``on_run(phase)``: the saver for "sweep", "check" and "trace"; ``on_forecast(table)``: sees the
-    trace's forecast before the trace is sent (to record it); ``settings``: ``run_sweep``'s, its
-    ``seed`` the summary's and the decision's too. A server that dies ends the check with what was
-    measured."""
+    closed-loop ``loads``; ``settings``: every sweep's, its ``seed`` the summary's and the decision's
+    too. A server that dies ends the check with what was measured."""
+    start, on_run, on_forecast = hooks.start, hooks.on_run, hooks.on_forecast
     if start is None:
         from specnb.serve.servers import servers as start
     from specnb.serve.engines import engine_of
 
-    seed = settings.get("seed", 0)
+    seed = settings.seed
     with start(configs, keep_going=True) as running:
         every = dict(running.servers)
         launched = [c for c in configs if c.name in every]
         skipped = "; ".join(f"{name} left out: {line}" for name, line in running.failed.items())
         down = lambda name: every[name].exit_note()  # noqa: E731
-        sweep = run_sweep(targets_of(launched, every), prompts, loads, down=down, on_run=on_run("sweep"), **settings)
+        sweep = run_sweep(targets_of(launched, every), prompts, loads, settings,
+                          SweepHooks(down=down, on_run=on_run("sweep")))
         ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
         engine = engine_of(configs[0]).name
         noise = noise_for(sweep.records, engine)  # the A/A twin's pair where it ran, else this machine's stored one
-        summary = summarise_sweep(sweep.records, sweep.runs, seed=seed, launch_noise=noise)
+        summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
         decision = decide(summary, sweep.records, seed, engine=engine, configs=launched)
         if ended_early:
-            return PolicyCheck(sweep=sweep, decision=decision, noise=noise, note="the sweep ended early")
+            return PolicyRun(sweep=sweep, decision=decision, noise=noise, note="the sweep ended early")
         # the check and the trace judge candidates: neither the twin (it measured noise) nor one screened out
         launched = [c for c in launched if c.name != AA_TWIN_CONFIG and c.name not in sweep.screened]
-        check, again = empty(), settings | {"probe_max_tokens": 0}  # the sweep's forward probe serves every pass
+        check, again = empty(), replace(settings, probe_max_tokens=0)  # the sweep's forward probe serves every pass
         with contextlib.ExitStack() as stack:
             if decision.checked:
                 every |= stack.enter_context(start([decision.server])).servers
                 launched.append(decision.server)
-                check = run_sweep(targets_of(launched, every), prompts, loads, down=down, on_run=on_run("check"),
-                                  **again)
+                check = run_sweep(targets_of(launched, every), prompts, loads, again,
+                                  SweepHooks(down=down, on_run=on_run("check")))
             trace, rate, forecast = empty(), math.nan, pd.DataFrame()
             if decision.kind and len(launched) > 1 and not check.stopped:  # the trace: built and sent here, once
                 switch = decision.switch if not math.isnan(decision.switch) else max(load.level for load in loads)
                 rate = trace_rate(summary, switch)
-                trace_load = Open(rate=rate, burstiness=burstiness, lengths=loads[0].lengths, seed=loads[0].seed)
-                trace_prompts = pd.concat([prompts] * trace_repeats, ignore_index=True)
-                forecast = forecast_trace(summary, trace_rounds(trace_load, trace_prompts, settings.get("rounds", 1),
+                trace_load = Open(rate=rate, burstiness=trace_settings.burstiness, lengths=loads[0].lengths,
+                                  seed=loads[0].seed)
+                trace_prompts = pd.concat([prompts] * trace_settings.repeats, ignore_index=True)
+                forecast = forecast_trace(summary, trace_rounds(trace_load, trace_prompts, settings.rounds,
                                                                 seed), decision.launched if decision.checked else None)
                 if on_forecast and len(forecast):
                     on_forecast(forecast)
-                trace = run_sweep(targets_of(launched, every), trace_prompts, [trace_load], down=down,
-                                  on_run=on_run("trace"), **again)
+                trace = run_sweep(targets_of(launched, every), trace_prompts, [trace_load], again,
+                                  SweepHooks(down=down, on_run=on_run("trace")))
         why = "" if decision.checked else unchecked_note(decision)
-        return PolicyCheck(sweep=sweep, decision=decision, check=check, trace=trace, rate=rate, forecast=forecast,
+        return PolicyRun(sweep=sweep, decision=decision, check=check, trace=trace, rate=rate, forecast=forecast,
                            noise=noise, note="; ".join(filter(None, [why, check.stopped or trace.stopped])))
