@@ -18,11 +18,10 @@ from dataclasses import replace
 from specnb.core.errors import ParameterError
 from specnb.serve.engines import ServingEngine, register
 from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer
-from specnb.serve.speculation import Speculation, parse_entry
+from specnb.serve.speculation import FREE_FAMILIES, Speculation, parse_entry
 from specnb.serve.vllm import engine_vllm
 
 FAMILIES = ("ngram", "suffix", "eagle3", "draft_model")  # what an entry may name; all cost as the model says
-FREE = ("ngram", "suffix")
 
 
 def cost_model() -> SimCost:
@@ -42,7 +41,7 @@ def configs(verifier: str, precision: str, entries: list[str], max_level: int, t
     out = [SimConfig(speculation=Speculation(), cost=cost)]
     for family, k in (parse_entry(spec, FAMILIES) for spec in entries):
         out.append(SimConfig(speculation=Speculation(entry=family, k=k, method=family, family=family,
-                                                     uses_model=family not in FREE), cost=cost))
+                                                     uses_model=family not in FREE_FAMILIES), cost=cost))
     return out
 
 

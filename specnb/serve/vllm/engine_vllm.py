@@ -11,10 +11,9 @@ from dataclasses import replace
 
 from specnb.serve.eagle3_heads import eagle3_folder, eagle3_missing, wants_head
 from specnb.serve.engines import ServingEngine, register
-from specnb.serve.speculation import Launch, model_drafts, parse_entry
+from specnb.serve.speculation import FREE_FAMILIES, Launch, model_drafts, parse_entry
 from specnb.serve.vllm.vllm_server import VllmConfig, VllmServer, missing_note, speculative_config
 
-FREE_METHODS = ("ngram", "suffix")  # methods that draft without a model: no draft folder, no forward to pay
 HEAD_METHODS = ("eagle3",)  # drafting heads named as a method, loaded from the verifier's head folder
 DEFAULT_HEAD = "eagle3:3"  # the head's k with the best TPOT speedup at one request (2026-12-02, benchmarks/README.md)
 MAX_MODEL_LEN = 1024  # tokens per request: prompt and output
@@ -28,12 +27,12 @@ def configs(verifier: str, precision: str, entries: list[str], max_level: int, t
     head's tokens, so its proposals can differ) or ``"eagle3:3"`` (the embedded EAGLE-3 head as it
     is). ``precision`` is llama.cpp's (vLLM runs the HF folders in float32). vLLM's CPU build may
     refuse a method at start: the sweep then leaves that configuration out with vLLM's own line."""
-    parsed = [parse_entry(spec, (*FREE_METHODS, *HEAD_METHODS, *model_drafts())) for spec in entries]
+    parsed = [parse_entry(spec, (*FREE_FAMILIES, *HEAD_METHODS, *model_drafts())) for spec in entries]
     common = {"model": str(hf_folder(verifier)), "max_num_seqs": int(max_level), "max_model_len": max_model_len,
               "threads": threads}
     out = [VllmConfig(**common)]
     for kind, k in parsed:
-        if kind in FREE_METHODS:
+        if kind in FREE_FAMILIES:
             out.append(VllmConfig(entry=kind, method=kind, k=k, **common))
         elif kind in HEAD_METHODS:
             draft = eagle3_folder(verifier, f"ngram:K, suffix:K or a distilled draft ({', '.join(model_drafts())}) "
