@@ -168,14 +168,14 @@ def test_noise_is_stored_per_engine_and_machine_and_pools_sweep_by_sweep(monkeyp
 
 
 def test_a_sweep_gets_spec_offs_twin_until_the_stored_noise_rests_on_enough_pairs(monkeypatch, tmp_path):
-    from specnb.serve.llama.llama_server import ServerConfig
+    from specnb.serve.llama.llama_server import LlamaServerConfig
     from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [SimConfig(speculation=SPEC_OFF, cost=COST), SimConfig(speculation=NGRAM2, cost=COST)]
     twinned = with_twin(configs)
     assert [c.name for c in twinned] == ["spec-off", "ngram k=2", AA_TWIN_CONFIG]
     assert twinned[-1].cost == COST and not twinned[-1].speculative
-    for config in (ServerConfig(model="verifier.gguf"), VllmConfig(model="verifier")):  # built, never launched
+    for config in (LlamaServerConfig(model="verifier.gguf"), VllmConfig(model="verifier")):  # built, never launched
         twin = twin_of(config)
         assert twin.name == AA_TWIN_CONFIG and not twin.speculative and replace(twin, aa_twin=False) == config
     save_noise(LaunchNoise(sigma=0.05, source="test", pairs=MIN_PAIRS - 1, cells=4, mean_square=0.001), "simulated")

@@ -10,7 +10,14 @@ from __future__ import annotations
 from specnb.serve import eagle3_heads
 from specnb.serve.eagle3_heads import eagle3_missing, eagle_heads, wants_head
 from specnb.serve.engines import ServingEngine, register
-from specnb.serve.llama.llama_server import SPEC_TYPES, Server, ServerConfig, default_threads, missing_note, spec_flags
+from specnb.serve.llama.llama_server import (
+    SPEC_TYPES,
+    LlamaServer,
+    LlamaServerConfig,
+    default_threads,
+    missing_note,
+    spec_flags,
+)
 from specnb.serve.speculation import Launch, model_drafts, parse_entry, range_text
 
 NGRAM_TYPES = tuple(t for t in SPEC_TYPES if t != "none" and not t.startswith("draft"))  # n-gram lookups
@@ -19,7 +26,7 @@ CTX_PER_SLOT = 512  # tokens per slot: prompt and output of one request
 
 
 def configs(verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0
-            ) -> list[ServerConfig]:
+            ) -> list[LlamaServerConfig]:
     """spec-off, then one server per entry: ``"ngram-simple:4"`` (an n-gram type and its draft
     length), ``"smollm2-draft-s:3"`` (an embedded draft, exported to GGUF, at k = 3) or ``"eagle3:3"``
     / ``"smollm2-eagle3:3"`` (the EAGLE-3 head, ``draft-eagle3``, exported to GGUF by llama.cpp's
@@ -34,16 +41,16 @@ def configs(verifier: str, precision: str, entries: list[str], max_level: int, t
     head_of = {kind: head_for(kind, verifier) for kind, _ in parsed if kind == "eagle3" or kind in heads}
     common = {"model": str(verifier_gguf(verifier, precision)), "slots": int(max_level), "ctx_per_slot": CTX_PER_SLOT,
               "threads": threads or default_threads()}
-    out = [ServerConfig(**common)]
+    out = [LlamaServerConfig(**common)]
     for kind, k in parsed:
         if kind in NGRAM_TYPES:
-            out.append(ServerConfig(entry=kind, spec_type=kind, n_max=k, **common))
+            out.append(LlamaServerConfig(entry=kind, spec_type=kind, n_max=k, **common))
         elif kind in head_of:
             draft = str(head_gguf(head_of[kind], verifier))
-            out.append(ServerConfig(entry=kind, spec_type="draft-eagle3", draft=draft, n_max=k, **common))
+            out.append(LlamaServerConfig(entry=kind, spec_type="draft-eagle3", draft=draft, n_max=k, **common))
         else:
             draft = str(embedded_gguf(kind, "q4_1" if precision == "q4_1" else "f32"))
-            out.append(ServerConfig(entry=kind, spec_type="draft-simple", draft=draft, n_max=k, **common))
+            out.append(LlamaServerConfig(entry=kind, spec_type="draft-simple", draft=draft, n_max=k, **common))
     return out
 
 
@@ -114,7 +121,7 @@ def launch_text(config) -> str:
 
 def policy_lines(launch: Launch, configs: list) -> list[str]:
     """One command-line tail per load range: llama-server fixes its speculation per launch."""
-    flags = {c.name: launch_text(c) for c in configs if isinstance(c, ServerConfig)}
+    flags = {c.name: launch_text(c) for c in configs if isinstance(c, LlamaServerConfig)}
     lines = []
     for i, (start, end, k) in enumerate(launch.ranges):
         what = "no --spec-type (spec-off)" if k == 0 else flags.get(launch.by_k.get(k, ""), f"--spec-draft-n-max {k}")
@@ -124,7 +131,8 @@ def policy_lines(launch: Launch, configs: list) -> list[str]:
 
 ENGINE = register(ServingEngine(
     name="llama.cpp", label="llama-server", metrics_prefix="llamacpp", launched=True, configs=configs,
-    server=lambda config, timeout_s=None: Server(config) if timeout_s is None else Server(config, timeout_s=timeout_s),
+    server=lambda config, timeout_s=None: (LlamaServer(config) if timeout_s is None
+                                           else LlamaServer(config, timeout_s=timeout_s)),
     missing=missing_note, machine=machine, probe=probe, launch_text=launch_text, policy_lines=policy_lines,
     default_entries=default_entries, default_note=default_note, batch_gauge="requests_processing",
     request_extra={"cache_prompt": False}, context=CTX_PER_SLOT, relaunch_each_round=True))

@@ -51,9 +51,9 @@ def test_eagle3_on_llama_server_is_refused_before_any_export(monkeypatch):
 
 
 def test_a_policy_is_one_command_line_tail_per_load_range():
-    from specnb.serve.llama.llama_server import ServerConfig
+    from specnb.serve.llama.llama_server import LlamaServerConfig
 
-    configs = [ServerConfig(model="v.gguf"), ServerConfig(model="v.gguf", spec_type="ngram-simple", n_max=4)]
+    configs = [LlamaServerConfig(model="v.gguf"), LlamaServerConfig(model="v.gguf", spec_type="ngram-simple", n_max=4)]
     launch = Launch(ranges=((1, 3, 4), (4, 7, 0), (8, 4096, 2)), by_k={4: "ngram-simple k=4", 0: "spec-off",
                                                                        2: "elsewhere k=2"})
     lines = engine_llama.policy_lines(launch, configs)
