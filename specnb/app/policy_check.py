@@ -100,7 +100,6 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
     measured."""
     if start is None:
         from specnb.serve.servers import servers as start
-    from specnb.serve.engines import engine_of
 
     seed = settings.get("seed", 0)
     with start(configs, keep_going=True) as running:
@@ -110,7 +109,7 @@ def check_policy(configs: list, prompts: pd.DataFrame, loads: list, *, start: Ca
         down = lambda name: every[name].exit_note()  # noqa: E731
         sweep = run_sweep(targets_of(launched, every), prompts, loads, down=down, on_run=on_run("sweep"), **settings)
         ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
-        engine = engine_of(configs[0]).name
+        engine = configs[0].engine.name
         noise = noise_for(sweep.records, engine)  # the A/A twin's pair where it ran, else this machine's stored one
         summary = summarise_sweep(sweep.records, sweep.runs, seed=seed, launch_noise=noise)
         decision = decide(summary, sweep.records, seed, engine=engine, configs=launched)

@@ -19,8 +19,8 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
+from specnb.serve.engines import RegisteredEngine
 from specnb.serve.server_process import ServerFailed, ServerProcess, free_port, owns_port  # noqa: F401 (re-exported)
 from specnb.serve.speculation import Speculation
 
@@ -38,7 +38,7 @@ class LlamaServerConfig:
     a draft's or head's name; default the ``spec_type``), the display name's root.
     ``extra``: more llama-server flags, verbatim."""
 
-    engine: ClassVar[str] = "llama.cpp"
+    engine = RegisteredEngine("llama.cpp")  # ``engine_llama.ENGINE`` (not a field)
     model: str
     spec_type: str = "none"
     draft: str | None = None

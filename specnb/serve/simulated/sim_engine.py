@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specnb.core.errors import ParameterError
+from specnb.serve.engines import RegisteredEngine
 from specnb.serve.simulated.simulated_cost import SimCost
 from specnb.serve.simulated.simulated_http import SimServer, serve  # noqa: F401 (SimServer: launched beside SimConfig)
 from specnb.serve.speculation import Speculation
@@ -331,7 +332,7 @@ def crossover(cost: SimCost, speculation: Speculation, max_batch: int) -> int | 
 class SimConfig:
     """One simulated launch: a configuration's speculation and the engine's cost model."""
 
-    engine = "simulated"  # the Engine table's name (a class attribute, not a field)
+    engine = RegisteredEngine("simulated")  # ``engine_simulated.ENGINE`` (not a field)
     speculation: Speculation
     cost: SimCost
     model: str = "simulated"

@@ -45,7 +45,7 @@ def counter(url: str, name: str) -> float:
 
 def test_the_eagle3_head_drafts_on_llama_server_losslessly(head, monkeypatch, capsys):
     monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", head)
-    configs = engine_llama.configs("smollm2-135m", "f32", ["eagle3:3"], 1, threads=1)
+    configs = engine_llama.ENGINE.configs("smollm2-135m", "f32", ["eagle3:3"], 1, threads=1)
     assert [c.spec_type for c in configs] == ["none", "draft-eagle3"]
     seen = {}
     for config in configs:
