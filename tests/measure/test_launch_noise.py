@@ -24,7 +24,14 @@ from specnb.measure.launch_noise import (
 )
 from specnb.measure.runs import bootstrap_speedup
 from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
-from specnb.serve.simulated.sim_engine import SimConfig, SimCost, expected_speedup, expected_tokens, run_closed
+from specnb.serve.simulated.sim_engine import (
+    SimConfig,
+    SimCost,
+    SimRequests,
+    expected_speedup,
+    expected_tokens,
+    run_closed,
+)
 from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, SPEC_OFF, Speculation
 
 PROMPTS, ROUNDS, N_BOOT = 8, 3, 200  # a closed-loop level: 8 prompts, each sent once per round
@@ -43,7 +50,8 @@ def launch(config: str, speculation: Speculation, launch_seed: int, concurrency:
     launched = replace(cost, launch_seed=launch_seed, seed=seed)
     rows = []
     for r in range(ROUNDS):
-        records = run_closed(launched, speculation, PROMPT_LENS, output_lens, concurrency, keys=list(range(PROMPTS)))
+        requests = SimRequests(prompt_lens=PROMPT_LENS, output_lens=output_lens, keys=list(range(PROMPTS)))
+        records = run_closed(launched, speculation, requests, concurrency)
         rows += [record | {"config": config, "concurrency": concurrency, "round": first_round + r, "prompt_index": i,
                            "prompt_id": f"p{i}", "launch": launch_id} for i, record in enumerate(records)]
     return pd.DataFrame(rows)
