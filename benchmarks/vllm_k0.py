@@ -29,14 +29,14 @@ from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
 from specnb.predict.serving_launch import zero_range_speedup
-from specnb.serve.vllm.engine_vllm import configs as vllm_configs
+from specnb.serve.vllm.engine_vllm import ENGINE as VLLM
 
 DEFAULT_K = {"ngram": 4, "suffix": 8, "eagle3": 3}
 
 
 def k0_configs(methods: list[str], max_num_seqs: int) -> list:
     """spec-off, then per method its static configuration and its all-zero-schedule twin ("METHOD k0 k=K")."""
-    static = vllm_configs("smollm2-135m", "f32", [f"{m}:{DEFAULT_K.get(m, 3)}" for m in methods], max_num_seqs)
+    static = VLLM.configs("smollm2-135m", "f32", [f"{m}:{DEFAULT_K.get(m, 3)}" for m in methods], max_num_seqs)
     zero = [replace(c, entry=f"{c.method} k0", schedule=[(1, max_num_seqs, 0)]) for c in static[1:]]
     return [*static, *zero]
 

@@ -34,14 +34,14 @@ from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
-from specnb.serve.vllm.engine_vllm import configs as vllm_configs
+from specnb.serve.vllm.engine_vllm import ENGINE as VLLM
 from specnb.serve.vllm.vllm_server import check_schedule
 
 
 def trace_configs(schedule: list[tuple[int, int, int]], max_num_seqs: int) -> list:
     """spec-off, static n-gram at the schedule's largest k, that k on vLLM's dynamic path, the schedule."""
     k = max(r[2] for r in schedule)
-    off, static = vllm_configs("smollm2-135m", "f32", [f"ngram:{k}"], max_num_seqs)
+    off, static = VLLM.configs("smollm2-135m", "f32", [f"ngram:{k}"], max_num_seqs)
     dynamic = replace(static, entry="ngram dynamic", schedule=[(1, max_num_seqs, k)])
     scheduled = replace(static, adaptive=True, schedule=list(schedule))
     return [off, static, dynamic, scheduled]

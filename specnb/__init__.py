@@ -20,7 +20,7 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                accept/reject (``accept``), the stage timer (``timing``)
     serve/     serving engines under load: what a configuration drafts (``speculation``: the
                ``Speculation`` record), what an engine is and the one table of them (``engines``:
-               ``ServingEngine``), one sub-folder per engine (``llama/``, ``vllm/``, ``simulated/``
+               the ``ServingEngine`` protocol), one sub-folder per engine (``llama/``, ``vllm/``, ``simulated/``
                with its cost model ``simulated_cost``, ``openai/``), their processes
                (``server_process``, ``servers``) and the reaping of strays (``reaper``)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs (``sizing``),

@@ -349,7 +349,7 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
     import pandas as pd
 
     from specnb.measure.serving_rounds import mean_batch
-    from specnb.serve.simulated.sim_engine import run_closed
+    from specnb.serve.simulated.sim_engine import SimRequests, run_closed
 
     records, batches = [], []
     for round_index in range(rounds):
@@ -357,8 +357,8 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
             n = max(12, per_worker * c)
             lengths = np.random.default_rng([round_index, c]).integers(tokens // 2, 3 * tokens // 2 + 1, n)
             for spec in speculations:
-                rows, trace = run_closed(replace(cost, seed=round_index), spec, [prompt_len] * n, list(lengths), c,
-                                         with_batch_trace=True)
+                requests = SimRequests(prompt_lens=[prompt_len] * n, output_lens=list(lengths))
+                rows, trace = run_closed(replace(cost, seed=round_index), spec, requests, c, with_batch_trace=True)
                 records += [{"engine": "simulated", **spec.columns(), "load": "closed", "concurrency": c,
                              "round": round_index, "prompt_index": i, "prompt_id": str(i), "partial": False, **r}
                             for i, r in enumerate(rows)]

@@ -116,7 +116,6 @@ def run_policy(configs: list, prompts: pd.DataFrame, loads: list, settings: Swee
     start, on_run, on_forecast = hooks.start, hooks.on_run, hooks.on_forecast
     if start is None:
         from specnb.serve.servers import servers as start
-    from specnb.serve.engines import engine_of
 
     seed = settings.seed
     with start(configs, keep_going=True) as running:
@@ -127,7 +126,7 @@ def run_policy(configs: list, prompts: pd.DataFrame, loads: list, settings: Swee
         sweep = run_sweep(targets_of(launched, every), prompts, loads, settings,
                           SweepHooks(down=down, on_run=on_run("sweep")))
         ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
-        engine = engine_of(configs[0]).name
+        engine = configs[0].engine.name
         noise = noise_for(sweep.records, engine)  # the A/A twin's pair where it ran, else this machine's stored one
         summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
         decision = decide(summary, sweep.records, seed, engine=engine, configs=launched)

@@ -13,9 +13,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import Closed, Lengths, Open
 from specnb.measure.serving_load import Target
 from specnb.serve.engines import engine_named, engines
-from specnb.serve.speculation import BASELINE_CONFIG, Speculation
-
-FREE_FAMILIES = ("ngram", "suffix")  # families that draft without a model: no forward to pay
+from specnb.serve.speculation import BASELINE_CONFIG, FREE_FAMILIES, Speculation
 
 # ---------------------------------------------------------------- checks before anything starts
 

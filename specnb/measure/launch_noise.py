@@ -248,7 +248,7 @@ def with_twin(configs: list, min_pairs: int = MIN_PAIRS) -> list:
     if not configs or configs[0].name != BASELINE_CONFIG:
         raise ParameterError(f"the first configuration must be {BASELINE_CONFIG!r} to have an A/A twin, got "
                              f"{configs[0].name if configs else 'none'!r}")
-    if any(c.name == AA_TWIN_CONFIG for c in configs) or not wants_twin(configs[0].engine, min_pairs):
+    if any(c.name == AA_TWIN_CONFIG for c in configs) or not wants_twin(configs[0].engine.name, min_pairs):
         return list(configs)
     return [*configs, twin_of(configs[0])]
 

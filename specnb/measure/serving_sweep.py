@@ -364,5 +364,5 @@ def sweep_servers(configs, prompts: pd.DataFrame, loads: list, settings: SweepSe
 def targets_of(configs: list, servers: dict, launch: int = 0) -> list[Target]:
     """The running servers of ``configs`` as targets (in their order; a server of no configuration given is not
     one), each with its configuration's engine and speculation, of launch ``launch``."""
-    return [Target(url=servers[c.name].url, engine=c.engine, model=getattr(servers[c.name], "model", ""),
+    return [Target(url=servers[c.name].url, engine=c.engine.name, model=getattr(servers[c.name], "model", ""),
                    speculation=c.speculation, launch=launch) for c in configs if c.name in servers]

@@ -20,7 +20,7 @@ from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.serving_launch import choose_launch
 from specnb.predict.serving_policy import as_launch, policy_ranges, policy_switch, serving_policy
-from specnb.serve.engines import engine_named, engine_of
+from specnb.serve.engines import engine_named
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
 
 SCHEDULE_FORMAT = "vllm"  # the engine whose --speculative-config is the form a per-batch-size schedule is pasted in
@@ -90,7 +90,7 @@ def config_drafts(configs) -> dict[str, str]:
 
 def static_text(configs, name: str) -> str:
     """A static configuration's launch line as its engine prints it ("" for spec-off or one not here)."""
-    return next((engine_of(c).launch_text(c) for c in configs if c.name == name), "")
+    return next((c.engine.launch_text(c) for c in configs if c.name == name), "")
 
 
 def scheduled_server(configs, policy: pd.DataFrame, family: str):
@@ -103,7 +103,7 @@ def scheduled_server(configs, policy: pd.DataFrame, family: str):
     if not k or not members:
         return None
     base = max(members, key=lambda c: c.draft_length)
-    return engine_of(base).scheduled(base, k, ranges)
+    return base.engine.scheduled(base, k, ranges)
 
 
 def decide(summary: pd.DataFrame, records: pd.DataFrame | None = None, seed: int = 0, *, engine: str = "vllm",
@@ -131,7 +131,7 @@ def decide(summary: pd.DataFrame, records: pd.DataFrame | None = None, seed: int
     switch = next((s for s in (policy_switch(choice.policy), policy_switch(policy)) if not math.isnan(s)), math.nan)
     return ServingDecision(seed=seed, engine=engine, policy=policy, launched=choice.policy, launch=choice.launch,
                            kind=kind, config=config, server=server,
-                           launch_json=engine_of(server).launch_text(server) if server is not None else vllm_form,
+                           launch_json=server.engine.launch_text(server) if server is not None else vllm_form,
                            lines=lines, why_not=choice.why_not, candidates=choice.candidates, switch=switch,
                            configs=configs)
 

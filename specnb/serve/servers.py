@@ -1,5 +1,5 @@
 """Servers for a list of configurations, whichever engine each is for: each configuration names its
-engine (``config.engine``), whose ``server`` makes its process (``specnb.serve``). ``servers``
+engine (``config.engine``, a ``ServingEngine``), whose ``server`` makes its process. ``servers``
 starts them once; ``Launches`` starts them again on demand (fresh launches, for launch noise)."""
 
 from __future__ import annotations
@@ -7,13 +7,12 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from specnb.serve.engines import engine_of
 from specnb.serve.server_process import ServerFailed, ServerProcess
 
 
 def server_for(config, timeout_s: float | None = None) -> ServerProcess:
     """The (not yet started) server of one configuration; ``timeout_s`` None: the engine's default."""
-    return engine_of(config).server(config, timeout_s)
+    return config.engine.server(config, timeout_s)
 
 
 @dataclass

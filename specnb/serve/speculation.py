@@ -17,6 +17,9 @@ BASELINE_CONFIG = "spec-off"  # the display name of a configuration that does no
 ADAPTIVE_CONFIG = "adaptive"  # the display name of a policy launched as one server (its schedule)
 AA_TWIN_CONFIG = "spec-off-aa"  # spec-off launched a second time: an A/A pair that measures launch noise
 NOT_CANDIDATES = (ADAPTIVE_CONFIG, AA_TWIN_CONFIG)  # measured beside the static ones, never a policy's choice
+# The families (``Speculation.family``) that draft without a model, an n-gram or suffix lookup: no
+# draft to load, no forward to pay (``uses_model`` False). vLLM's method names are these families.
+FREE_FAMILIES = ("ngram", "suffix")
 
 
 @dataclass(frozen=True, kw_only=True)

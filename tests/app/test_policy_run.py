@@ -141,7 +141,6 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
     import json
 
     from specnb.app.text.nb08_serving import launch_verdict, policy_text
-    from specnb.serve.vllm.engine_vllm import launch_text
 
     bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95
     monkeypatch.setattr(policy_run, "summarise_sweep",
@@ -151,7 +150,7 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
         result = policy_run.run_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
                                        closed(1, 4, 16), SweepSettings(seed=seed), hooks=PolicyHooks(start=loop.start))
         report, (verdict, line) = policy_text(result.decision), launch_verdict(result.decision)
-        launched = launch_text(result.adaptive)
+        launched = result.adaptive.engine.launch_text(result.adaptive)
         assert report.values["policy_vllm"] == launched == line == result.decision.launch_line
         assert f"`--speculative-config '{launched}'`" in verdict and result.decision.seed == seed
         printed[seed] = json.loads(launched)["num_speculative_tokens_per_batch_size"]

@@ -24,7 +24,14 @@ from specnb.measure.launch_noise import (
 )
 from specnb.measure.runs import bootstrap_speedup
 from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
-from specnb.serve.simulated.sim_engine import SimConfig, SimCost, expected_speedup, expected_tokens, run_closed
+from specnb.serve.simulated.sim_engine import (
+    SimConfig,
+    SimCost,
+    SimRequests,
+    expected_speedup,
+    expected_tokens,
+    run_closed,
+)
 from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, SPEC_OFF, Speculation
 
 PROMPTS, ROUNDS, N_BOOT = 8, 3, 200  # a closed-loop level: 8 prompts, each sent once per round
@@ -43,7 +50,8 @@ def launch(config: str, speculation: Speculation, launch_seed: int, concurrency:
     launched = replace(cost, launch_seed=launch_seed, seed=seed)
     rows = []
     for r in range(ROUNDS):
-        records = run_closed(launched, speculation, PROMPT_LENS, output_lens, concurrency, keys=list(range(PROMPTS)))
+        requests = SimRequests(prompt_lens=PROMPT_LENS, output_lens=output_lens, keys=list(range(PROMPTS)))
+        records = run_closed(launched, speculation, requests, concurrency)
         rows += [record | {"config": config, "concurrency": concurrency, "round": first_round + r, "prompt_index": i,
                            "prompt_id": f"p{i}", "launch": launch_id} for i, record in enumerate(records)]
     return pd.DataFrame(rows)
@@ -168,14 +176,14 @@ def test_noise_is_stored_per_engine_and_machine_and_pools_sweep_by_sweep(monkeyp
 
 
 def test_a_sweep_gets_spec_offs_twin_until_the_stored_noise_rests_on_enough_pairs(monkeypatch, tmp_path):
-    from specnb.serve.llama.llama_server import ServerConfig
+    from specnb.serve.llama.llama_server import LlamaServerConfig
     from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [SimConfig(speculation=SPEC_OFF, cost=COST), SimConfig(speculation=NGRAM2, cost=COST)]
     twinned = with_twin(configs)
     assert [c.name for c in twinned] == ["spec-off", "ngram k=2", AA_TWIN_CONFIG]
     assert twinned[-1].cost == COST and not twinned[-1].speculative
-    for config in (ServerConfig(model="verifier.gguf"), VllmConfig(model="verifier")):  # built, never launched
+    for config in (LlamaServerConfig(model="verifier.gguf"), VllmConfig(model="verifier")):  # built, never launched
         twin = twin_of(config)
         assert twin.name == AA_TWIN_CONFIG and not twin.speculative and replace(twin, aa_twin=False) == config
     save_noise(LaunchNoise(sigma=0.05, source="test", pairs=MIN_PAIRS - 1, cells=4, mean_square=0.001), "simulated")

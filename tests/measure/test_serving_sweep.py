@@ -434,13 +434,13 @@ def test_an_sglang_sweep_lands_in_the_same_alpha_and_tau(meta):
 
 
 def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
-    from specnb.serve.llama.llama_server import Server, ServerConfig, ServerFailed, missing_note
+    from specnb.serve.llama.llama_server import LlamaServer, LlamaServerConfig, ServerFailed, missing_note
 
     monkeypatch.setenv("SPECNB_LLAMA_SERVER", "/nonexistent/llama-server")
     note = missing_note()
     assert "make setup" in note and "-p endpoint" in note and "\n" not in note
     with pytest.raises(ServerFailed, match="make setup"):
-        Server(ServerConfig(model="m.gguf"))
+        LlamaServer(LlamaServerConfig(model="m.gguf"))
 
 
 class FakeVllmPrefill(BaseHTTPRequestHandler):

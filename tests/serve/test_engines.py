@@ -7,19 +7,24 @@ import pytest
 from helpers import closed
 
 from specnb.core.errors import ParameterError
-from specnb.serve.engines import ENGINES, ServingEngine, engine_named, register
+from specnb.serve.engines import ENGINES, EngineDefaults, engine_named, register
 from specnb.serve.speculation import Launch, Speculation, range_text
 
 
-def policy_lines(launch: Launch, configs: list) -> list[str]:
-    return [f"{range_text(lo, hi, i == len(launch.ranges) - 1)} concurrent: "
-            + ("no speculation" if k == 0 else f"--num-speculative-tokens {k}")
-            for i, (lo, hi, k) in enumerate(launch.ranges)]
+class TgiEngine(EngineDefaults):
+    name = "tgi"
+    label = "TGI"
+    metrics_prefix = "vllm"  # its counters use vLLM's names
+
+    def policy_lines(self, launch: Launch, configs: list) -> list[str]:
+        return [f"{range_text(lo, hi, i == len(launch.ranges) - 1)} concurrent: "
+                + ("no speculation" if k == 0 else f"--num-speculative-tokens {k}")
+                for i, (lo, hi, k) in enumerate(launch.ranges)]
 
 
 @pytest.fixture
 def tgi():
-    engine = register(ServingEngine(name="tgi", label="TGI", metrics_prefix="vllm", policy_lines=policy_lines))
+    engine = register(TgiEngine())
     yield engine
     ENGINES.pop("tgi")
 

@@ -15,7 +15,7 @@ from specnb.measure.load_shapes import SHAPES, level_text, shape_of
 from specnb.predict.serving_decision import ServingDecision, adaptive_ran, final_launch
 from specnb.predict.serving_policy import batch_ranges
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms
-from specnb.serve.engines import engine_named, engine_of
+from specnb.serve.engines import engine_named
 from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
 
 
@@ -266,7 +266,7 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: Serv
     if loop.adaptive is None:
         lines, values = [f"no `adaptive` launch: {loop.note}"], {"adaptive": "none"}
     else:
-        spec = engine_of(loop.adaptive).launch_text(loop.adaptive)  # as launched: a head's or draft's folder included
+        spec = loop.adaptive.engine.launch_text(loop.adaptive)  # as launched: a head's or draft's folder included
         lines = [f"launched as `--speculative-config '{spec}'`, measured again at every level beside spec-off and the "
                  "static configurations"]
         values = {"adaptive": spec}

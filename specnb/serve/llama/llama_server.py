@@ -19,8 +19,8 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
+from specnb.serve.engines import RegisteredEngine
 from specnb.serve.server_process import ServerFailed, ServerProcess, free_port, owns_port  # noqa: F401 (re-exported)
 from specnb.serve.speculation import Speculation
 
@@ -31,14 +31,14 @@ SPEC_TYPES = ("none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-mod"
 
 
 @dataclass(kw_only=True)
-class ServerConfig:
+class LlamaServerConfig:
     """One server launch: the verifier GGUF, the speculation (``spec_type`` "none" for spec-off,
     ``draft`` a GGUF for "draft-simple", an EAGLE-3 head's GGUF for "draft-eagle3"), draft length
     ``n_max`` (≥ ``n_min``), slots and threads; ``entry``: what the user asked for (an n-gram type,
     a draft's or head's name; default the ``spec_type``), the display name's root.
     ``extra``: more llama-server flags, verbatim."""
 
-    engine: ClassVar[str] = "llama.cpp"
+    engine = RegisteredEngine("llama.cpp")  # ``engine_llama.ENGINE`` (not a field)
     model: str
     spec_type: str = "none"
     draft: str | None = None
@@ -109,7 +109,7 @@ def missing_note() -> str | None:
     return None
 
 
-def spec_flags(config: ServerConfig) -> list[str]:
+def spec_flags(config: LlamaServerConfig) -> list[str]:
     """llama-server's speculation flags for ``config`` (draft length for both drafts and n-grams)."""
     if config.spec_type not in SPEC_TYPES:
         raise ServerFailed(f"unknown spec_type {config.spec_type!r}; known: {', '.join(SPEC_TYPES)}")
@@ -127,7 +127,7 @@ def spec_flags(config: ServerConfig) -> list[str]:
     return flags
 
 
-def server_args(config: ServerConfig, port: int, host: str = "127.0.0.1") -> list[str]:
+def server_args(config: LlamaServerConfig, port: int, host: str = "127.0.0.1") -> list[str]:
     """The command line after the binary: loopback, one port, ``slots`` slots of ``ctx_per_slot``
     tokens each, continuous batching, metrics on, the speculation flags."""
     threads = str(config.threads or default_threads())
@@ -136,15 +136,15 @@ def server_args(config: ServerConfig, port: int, host: str = "127.0.0.1") -> lis
             *spec_flags(config), *config.extra]
 
 
-class Server(ServerProcess):
+class LlamaServer(ServerProcess):
     """A running llama-server (see ``ServerProcess``: ``url``, ``pid``, ``log_tail()``, ``stop()``).
 
-    ``with Server(config) as server:`` starts it and waits for ``/health``. ``port``: 0 to let the
+    ``with LlamaServer(config) as server:`` starts it and waits for ``/health``. ``port``: 0 to let the
     project pick one (and pick again if it was lost to a race), else that port."""
 
     engine = "llama-server"
 
-    def __init__(self, config: ServerConfig, binary: Path | None = None, timeout_s: float = 120.0, port: int = 0):
+    def __init__(self, config: LlamaServerConfig, binary: Path | None = None, timeout_s: float = 120.0, port: int = 0):
         self.config = config
         self.binary = binary or server_binary()
         if self.binary is None:

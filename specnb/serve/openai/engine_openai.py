@@ -5,18 +5,26 @@ such engine is known to change k with the batch size."""
 
 from __future__ import annotations
 
-from specnb.serve.engines import ServingEngine, register
+from specnb.serve.engines import EngineDefaults, register
 from specnb.serve.speculation import Launch, range_text
 
 
-def policy_lines(launch: Launch, configs: list) -> list[str]:
-    """One line per load range naming the configuration to run there (spec-off where k = 0)."""
-    lines = []
-    for i, (start, end, k) in enumerate(launch.ranges):
-        what = "spec-off" if k == 0 else launch.by_k.get(k, f"k = {k}")
-        lines.append(f"{range_text(start, end, i == len(launch.ranges) - 1)} concurrent: {what}")
-    return lines
+class OpenAIEngine(EngineDefaults):
+    """SGLang, or another OpenAI-compatible engine, met at an endpoint only."""
+
+    name = "sglang"
+    label = "SGLang"
+    metrics_prefix = "sglang"
+    batch_gauge = "num_running_reqs"
+    relaunch_each_round = False
+
+    def policy_lines(self, launch: Launch, configs: list) -> list[str]:
+        """One line per load range naming the configuration to run there (spec-off where k = 0)."""
+        lines = []
+        for i, (start, end, k) in enumerate(launch.ranges):
+            what = "spec-off" if k == 0 else launch.by_k.get(k, f"k = {k}")
+            lines.append(f"{range_text(start, end, i == len(launch.ranges) - 1)} concurrent: {what}")
+        return lines
 
 
-ENGINE = register(ServingEngine(name="sglang", label="SGLang", metrics_prefix="sglang", policy_lines=policy_lines,
-                                batch_gauge="num_running_reqs", relaunch_each_round=False))
+ENGINE = register(OpenAIEngine())

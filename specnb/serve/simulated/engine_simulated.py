@@ -16,13 +16,12 @@ import os
 from dataclasses import replace
 
 from specnb.core.errors import ParameterError
-from specnb.serve.engines import ServingEngine, register
+from specnb.serve.engines import EngineDefaults, register
 from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer
-from specnb.serve.speculation import Speculation, parse_entry
-from specnb.serve.vllm import engine_vllm
+from specnb.serve.speculation import FREE_FAMILIES, Speculation, parse_entry
+from specnb.serve.vllm.engine_vllm import VllmEngine
 
 FAMILIES = ("ngram", "suffix", "eagle3", "draft_model")  # what an entry may name; all cost as the model says
-FREE = ("ngram", "suffix")
 
 
 def cost_model() -> SimCost:
@@ -35,45 +34,57 @@ def cost_model() -> SimCost:
                              f'{{"fixed_ms": 10, "per_token_ms": 0.5, "acceptance": [0.7]}}: {err}') from None
 
 
-def configs(verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0) -> list[SimConfig]:
-    """spec-off, then one simulated server per entry (``ngram:4``, ``eagle3:3``, ...), every one on the
-    same cost model with ``max_level`` sequences at most (vLLM's ``max_num_seqs``)."""
-    cost = replace(cost_model(), max_num_seqs=int(max_level))
-    out = [SimConfig(speculation=Speculation(), cost=cost)]
-    for family, k in (parse_entry(spec, FAMILIES) for spec in entries):
-        out.append(SimConfig(speculation=Speculation(entry=family, k=k, method=family, family=family,
-                                                     uses_model=family not in FREE), cost=cost))
-    return out
+class SimulatedEngine(EngineDefaults):
+    """The simulated engine: launched here, relaunched every round (a start takes a moment); it counts,
+    is probed and writes a policy's launch as vLLM does."""
+
+    name = "simulated"
+    label = "the simulated engine"
+    metrics_prefix = "vllm"
+    launched = True
+    batch_gauge = "num_requests_running"
+    relaunch_each_round = True
+    probe = VllmEngine.probe
+    launch_json = VllmEngine.launch_json
+
+    def configs(self, verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0
+                ) -> list[SimConfig]:
+        """spec-off, then one simulated server per entry (``ngram:4``, ``eagle3:3``, ...), every one on the
+        same cost model with ``max_level`` sequences at most (vLLM's ``max_num_seqs``)."""
+        cost = replace(cost_model(), max_num_seqs=int(max_level))
+        out = [SimConfig(speculation=Speculation(), cost=cost)]
+        for family, k in (parse_entry(spec, FAMILIES) for spec in entries):
+            out.append(SimConfig(speculation=Speculation(entry=family, k=k, method=family, family=family,
+                                                         uses_model=family not in FREE_FAMILIES), cost=cost))
+        return out
+
+    def server(self, config: SimConfig, timeout_s: float | None = None) -> SimServer:
+        return SimServer(config) if timeout_s is None else SimServer(config, timeout_s)
+
+    def machine(self, configs: list) -> str:
+        cost = configs[0].cost
+        return (f"simulated engine (no model): a step costs {cost.fixed_ms:g} ms + {cost.per_token_ms:g} ms per "
+                f"token in the batch, speculation {cost.draft_ms:g} ms + {cost.draft_per_token_ms:g} ms per drafted "
+                f"token, acceptance per position {list(cost.acceptance)}, run at {cost.speed:g}x real time"
+                + (f", prompts' acceptance spread {cost.prompt_acceptance_spread:g} in logit" if
+                   cost.prompt_acceptance_spread else "")
+                + (f", launches' speed spread {cost.launch_jitter:g} in log" if cost.launch_jitter else ""))
+
+    def launch_text(self, config: SimConfig) -> str:
+        """The speculation in vLLM's ``--speculative-config`` form, the engine the simulation counts like."""
+        spec = config.speculation
+        if not spec.speculative:
+            return ""
+        schedule = [list(r) for r in spec.schedule] if spec.schedule else None
+        return json.dumps({"method": spec.family, "num_speculative_tokens": spec.k}
+                          | ({"num_speculative_tokens_per_batch_size": schedule} if schedule else {}))
+
+    def default_entries(self, smoke: bool, verifier: str) -> list[str]:
+        return [f"ngram:{3 if smoke else 4}"]
+
+    def scheduled(self, config: SimConfig, k: int, schedule) -> SimConfig:
+        ranges = tuple(tuple(int(x) for x in r) for r in schedule) if schedule else None
+        return replace(config, speculation=replace(config.speculation, adaptive=True, k=k, schedule=ranges))
 
 
-def machine(configs: list) -> str:
-    cost = configs[0].cost
-    return (f"simulated engine (no model): a step costs {cost.fixed_ms:g} ms + {cost.per_token_ms:g} ms per token "
-            f"in the batch, speculation {cost.draft_ms:g} ms + {cost.draft_per_token_ms:g} ms per drafted token, "
-            f"acceptance per position {list(cost.acceptance)}, run at {cost.speed:g}x real time"
-            + (f", prompts' acceptance spread {cost.prompt_acceptance_spread:g} in logit" if
-               cost.prompt_acceptance_spread else "")
-            + (f", launches' speed spread {cost.launch_jitter:g} in log" if cost.launch_jitter else ""))
-
-
-def launch_text(config: SimConfig) -> str:
-    """The speculation in vLLM's ``--speculative-config`` form, the engine the simulation counts like."""
-    spec = config.speculation
-    if not spec.speculative:
-        return ""
-    schedule = [list(r) for r in spec.schedule] if spec.schedule else None
-    return json.dumps({"method": spec.family, "num_speculative_tokens": spec.k}
-                      | ({"num_speculative_tokens_per_batch_size": schedule} if schedule else {}))
-
-
-def scheduled(config: SimConfig, k: int, schedule) -> SimConfig:
-    ranges = tuple(tuple(int(x) for x in r) for r in schedule) if schedule else None
-    return replace(config, speculation=replace(config.speculation, adaptive=True, k=k, schedule=ranges))
-
-
-ENGINE = register(ServingEngine(
-    name="simulated", label="the simulated engine", metrics_prefix="vllm", launched=True, configs=configs,
-    server=lambda config, timeout_s=None: SimServer(config) if timeout_s is None else SimServer(config, timeout_s),
-    machine=machine, probe=engine_vllm.probe, launch_text=launch_text, launch_json=engine_vllm.launch_json,
-    default_entries=lambda smoke, verifier: [f"ngram:{3 if smoke else 4}"], scheduled=scheduled,
-    batch_gauge="num_requests_running", relaunch_each_round=True))
+ENGINE = register(SimulatedEngine())

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specnb.core.errors import ParameterError
+from specnb.serve.engines import RegisteredEngine
 from specnb.serve.simulated.simulated_cost import SimCost
 from specnb.serve.simulated.simulated_http import SimServer, serve  # noqa: F401 (SimServer: launched beside SimConfig)
 from specnb.serve.speculation import Speculation
@@ -248,26 +249,34 @@ class InOrder:
         pass
 
 
-def run_closed(cost: SimCost, speculation: Speculation, prompt_lens: list[int], output_lens: list[int],
-               concurrency: int, with_batch_trace: bool = False, feed=None,
-               keys: list[int] | None = None) -> list[dict] | tuple[list[dict], list]:
+@dataclass(frozen=True, kw_only=True)
+class SimRequests:
+    """The requests a closed loop may send, by index: prompt and output lengths, and each one's prompt
+    (``keys``, default its index: a key sent again accepts as it did the first time)."""
+
+    prompt_lens: list[int]
+    output_lens: list[int]
+    keys: list[int] | None = None
+
+
+def run_closed(cost: SimCost, speculation: Speculation, requests: SimRequests, concurrency: int,
+               with_batch_trace: bool = False, feed=None) -> list[dict] | tuple[list[dict], list]:
     """A closed loop in virtual time: ``concurrency`` workers, each sending the next request when its
     last one finished; one record per request sent, in list order (ignore_eos: each request generates
     its output length). ``feed`` says which request a free slot sends next (``next()``: an index into
-    the lists, None to stop; told ``finished(index)`` once every request of a step is done), as
+    ``requests``, None to stop; told ``finished(index)`` once every request of a step is done), as
     ``serving_load.ClosedFeed`` does for a sweep's runs; default: list order (``InOrder``).
     ``with_batch_trace``: also the running batch as a gauge gives it, [t_s, batch] at each step's
-    start, [t_s, 0] from where the engine idles. ``keys``: each request's prompt (default its index):
-    a key sent again accepts as it did the first time."""
+    start, [t_s, 0] from where the engine idles."""
     engine, timeline = SimEngine(cost, speculation), _Timeline()
-    feed = feed or InOrder(len(prompt_lens))
-    keys = range(len(prompt_lens)) if keys is None else keys
+    feed = feed or InOrder(len(requests.prompt_lens))
+    keys = range(len(requests.prompt_lens)) if requests.keys is None else requests.keys
 
     def send():
         index = feed.next()
         if index is not None:
-            request = SimRequest(id=index, prompt_len=prompt_lens[index], max_tokens=output_lens[index],
-                                 key=keys[index])
+            request = SimRequest(id=index, prompt_len=requests.prompt_lens[index],
+                                 max_tokens=requests.output_lens[index], key=keys[index])
             timeline.sent(engine.add(request), engine.now_ms)
 
     for _ in range(concurrency):
@@ -331,7 +340,7 @@ def crossover(cost: SimCost, speculation: Speculation, max_batch: int) -> int | 
 class SimConfig:
     """One simulated launch: a configuration's speculation and the engine's cost model."""
 
-    engine = "simulated"  # the Engine table's name (a class attribute, not a field)
+    engine = RegisteredEngine("simulated")  # ``engine_simulated.ENGINE`` (not a field)
     speculation: Speculation
     cost: SimCost
     model: str = "simulated"

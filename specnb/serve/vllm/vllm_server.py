@@ -29,10 +29,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
 from specnb.core.errors import ParameterError
 from specnb.native import vllm_build
+from specnb.serve.engines import RegisteredEngine
 from specnb.serve.server_process import ServerFailed, ServerProcess
 from specnb.serve.speculation import Speculation
 
@@ -60,7 +60,7 @@ class VllmConfig:
     what the user asked for (default the ``method``), the display name's root; ``adaptive``: a policy
     launched as one server (named ``adaptive``); ``aa_twin``: spec-off launched again (``spec-off-aa``)."""
 
-    engine: ClassVar[str] = "vllm"
+    engine = RegisteredEngine("vllm")  # ``engine_vllm.ENGINE`` (not a field)
     model: str
     method: str = "none"
     draft: str | None = None

@@ -124,10 +124,9 @@ def test_the_identical_share_is_counted_over_every_level():
 
 def scheduled(server, configs=()) -> ServingDecision:
     """A decision whose launch is the schedule ``server`` (as ``decide`` makes one on vLLM)."""
-    from specnb.serve.vllm.engine_vllm import launch_text
-
     return ServingDecision(seed=0, engine="vllm", policy=pd.DataFrame(), launched=pd.DataFrame(), kind="schedule",
-                           config="adaptive", server=server, launch_json=launch_text(server), configs=tuple(configs))
+                           config="adaptive", server=server, launch_json=server.engine.launch_text(server),
+                           configs=tuple(configs))
 
 
 def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):

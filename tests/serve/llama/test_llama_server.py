@@ -18,7 +18,7 @@ from helpers import closed, gone
 
 from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, run_sweep, sweep_servers, targets_of
-from specnb.serve.llama.llama_server import Server, ServerConfig, ServerFailed, missing_note, server_args
+from specnb.serve.llama.llama_server import LlamaServer, LlamaServerConfig, ServerFailed, missing_note, server_args
 from specnb.serve.servers import servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built")]
@@ -36,8 +36,8 @@ def verifier():
 
 
 def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
-    configs = [ServerConfig(model=verifier, slots=2, ctx_per_slot=512, threads=1),
-               ServerConfig(model=verifier, spec_type="ngram-simple", entry="ngram", n_max=4, slots=2,
+    configs = [LlamaServerConfig(model=verifier, slots=2, ctx_per_slot=512, threads=1),
+               LlamaServerConfig(model=verifier, spec_type="ngram-simple", entry="ngram", n_max=4, slots=2,
                             ctx_per_slot=512, threads=1)]
     with servers(configs, timeout_s=START_S) as running:
         pids = [s.pid for s in running.servers.values()]
@@ -63,20 +63,20 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
 def test_a_bad_gguf_is_one_line_with_the_last_log_line(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
-    server = Server(ServerConfig(model=str(bad), threads=1), timeout_s=START_S)
+    server = LlamaServer(LlamaServerConfig(model=str(bad), threads=1), timeout_s=START_S)
     with pytest.raises(ServerFailed, match="exited with code") as err:
         server.start()
     assert "\n" not in str(err.value) and gone(server.pid)
     assert "model loading error" in str(err.value) and "GGUF" in str(err.value)  # last line, and the cause
 
 
-def tiny(name: str, model: str) -> ServerConfig:
-    return ServerConfig(model=model, slots=1, ctx_per_slot=256, threads=1)
+def tiny(name: str, model: str) -> LlamaServerConfig:
+    return LlamaServerConfig(model=model, slots=1, ctx_per_slot=256, threads=1)
 
 
 def test_a_port_the_caller_names_that_is_taken_is_one_line_with_the_last_log_line(verifier):
-    with Server(tiny("first", verifier), timeout_s=START_S) as first:
-        second = Server(tiny("second", verifier), port=first.port, timeout_s=START_S)
+    with LlamaServer(tiny("first", verifier), timeout_s=START_S) as first:
+        second = LlamaServer(tiny("second", verifier), port=first.port, timeout_s=START_S)
         with pytest.raises(ServerFailed, match=f"couldn't bind HTTP server socket.*port: {first.port}") as err:
             second.start()
         assert "\n" not in str(err.value) and gone(second.pid) and first.healthy()
@@ -87,18 +87,18 @@ def test_a_port_taken_between_picking_and_binding_is_retried_on_another(verifier
     answers /health too. The new server must not take that one for its own, but retry elsewhere."""
     from specnb.serve import server_process
 
-    with Server(tiny("first", verifier), timeout_s=START_S) as first:
+    with LlamaServer(tiny("first", verifier), timeout_s=START_S) as first:
         picks = iter([first.port])
         real = server_process.free_port
         monkeypatch.setattr(server_process, "free_port", lambda: next(picks, None) or real())
-        with Server(tiny("second", verifier), timeout_s=START_S) as second:
+        with LlamaServer(tiny("second", verifier), timeout_s=START_S) as second:
             assert second.port != first.port and second.healthy()
             assert server_process.owns_port(second.pid, second.port)
             assert not server_process.owns_port(second.pid, first.port)
 
 
 def test_server_arguments_are_loopback_with_the_speculation_flags():
-    args = server_args(ServerConfig(model="v.gguf", spec_type="draft-simple", draft="d.gguf", n_max=3,
+    args = server_args(LlamaServerConfig(model="v.gguf", spec_type="draft-simple", draft="d.gguf", n_max=3,
                                     slots=4,
                                     ctx_per_slot=256, threads=1), port=8123)
     assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("-c") + 1] == "1024"
@@ -127,13 +127,13 @@ def test_ctrl_c_stops_the_server_and_keeps_the_records(verifier):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sweep_servers([ServerConfig(model=verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS,
+        sweep_servers([LlamaServerConfig(model=verifier, slots=1, ctx_per_slot=256, threads=1)], PROMPTS,
                       closed(1, tokens=4), SweepSettings(warmup=False), on_run=interrupt)
     # the first run, (3 turnovers + 2) · 1 requests, finished before Ctrl-C
     assert seen["pids"] and seen["records"] == 5 and all(gone(pid) for pid in seen["pids"])
 
 
-def kill_when_busy(server: Server) -> threading.Thread:
+def kill_when_busy(server: LlamaServer) -> threading.Thread:
     """SIGKILL the server as soon as its metrics show a request in progress (mid-request, every time)."""
     def watch():
         deadline = time.monotonic() + 600
@@ -160,15 +160,15 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
 
     from specnb.serve.llama import llama_server
 
-    real = llama_server.Server.launch
+    real = llama_server.LlamaServer.launch
 
     def remember(self):  # the sweep starts its own server: keep a handle to kill it
         seen["server"] = self
         return real(self)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(llama_server.Server, "launch", remember)
-        sweep = sweep_servers([ServerConfig(model=verifier, slots=2, ctx_per_slot=256, threads=1)],
+        patch.setattr(llama_server.LlamaServer, "launch", remember)
+        sweep = sweep_servers([LlamaServerConfig(model=verifier, slots=2, ctx_per_slot=256, threads=1)],
                               pd.concat([PROMPTS] * 4, ignore_index=True), closed(1, 2, tokens=16),
                               SweepSettings(warmup=False), on_run=after_run)
     seen["watch"].join()
@@ -186,8 +186,8 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
 
 
 def test_the_server_dies_with_a_killed_kernel(verifier):
-    script = ("import sys, time\nfrom specnb.serve.llama.llama_server import Server, ServerConfig\n"
-              f"s = Server(ServerConfig(model={verifier!r}, slots=1, ctx_per_slot=256, threads=1), "
+    script = ("import sys, time\nfrom specnb.serve.llama.llama_server import LlamaServer, LlamaServerConfig\n"
+              f"s = LlamaServer(LlamaServerConfig(model={verifier!r}, slots=1, ctx_per_slot=256, threads=1), "
               f"timeout_s={START_S})"
               ".start()\n"
               "print(s.pid, flush=True)\ntime.sleep(60)\n")

@@ -14,7 +14,7 @@ from helpers import engine_eagle3_head, gone
 from specnb.native.llama_build import converter_path
 from specnb.serve import eagle3_heads
 from specnb.serve.llama import engine_llama
-from specnb.serve.llama.llama_server import Server, missing_note
+from specnb.serve.llama.llama_server import LlamaServer, missing_note
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built"),
               pytest.mark.skipif(not converter_path().is_file(), reason="no llama.cpp source (make setup)")]
@@ -45,11 +45,11 @@ def counter(url: str, name: str) -> float:
 
 def test_the_eagle3_head_drafts_on_llama_server_losslessly(head, monkeypatch, capsys):
     monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", head)
-    configs = engine_llama.configs("smollm2-135m", "f32", ["eagle3:3"], 1, threads=1)
+    configs = engine_llama.ENGINE.configs("smollm2-135m", "f32", ["eagle3:3"], 1, threads=1)
     assert [c.spec_type for c in configs] == ["none", "draft-eagle3"]
     seen = {}
     for config in configs:
-        with Server(config, timeout_s=START_S) as server:
+        with LlamaServer(config, timeout_s=START_S) as server:
             pid = server.pid
             replies = [complete(server.url, prompt) for prompt in PROMPTS]
             seen[config.spec_type] = {

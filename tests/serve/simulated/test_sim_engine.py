@@ -18,6 +18,7 @@ from specnb.serve.simulated.sim_engine import (
     SimCost,
     SimEngine,
     SimRequest,
+    SimRequests,
     SimServer,
     crossover,
     draft_length,
@@ -161,18 +162,18 @@ def test_prompts_differ_in_acceptance_each_fixed_by_its_key_and_a_resent_prompt_
     assert SimCost(acceptance=(1.0, 0.0), prompt_acceptance_spread=2.0).prompt_acceptance(3) == (1.0, 0.0)
     # six prompts sent twice (rounds): each round accepts exactly as the first; prompts differ
     keys = [k for _ in range(2) for k in range(6)]
-    records = run_closed(cost, NGRAM3, [8] * 12, [48] * 12, 1, keys=keys)
+    records = run_closed(cost, NGRAM3, SimRequests(prompt_lens=[8] * 12, output_lens=[48] * 12, keys=keys), 1)
     gaps = [r["latency"] - r["ttft"] for r in records]
     assert gaps[:6] == pytest.approx(gaps[6:]) and len({round(g, 6) for g in gaps[:6]}) > 1
 
 
 def test_every_step_of_a_launch_carries_its_one_factor_and_launches_differ():
     cost = replace(COST, launch_jitter=0.05, prefill_per_token_ms=0.2)
-    base = run_closed(COST_WITH_PREFILL, NGRAM3, [8] * 12, [24] * 12, 3)
+    base = run_closed(COST_WITH_PREFILL, NGRAM3, SimRequests(prompt_lens=[8] * 12, output_lens=[24] * 12), 3)
     factors = []
     for seed in range(4):
         launched = replace(cost, launch_seed=seed)
-        records = run_closed(launched, NGRAM3, [8] * 12, [24] * 12, 3)
+        records = run_closed(launched, NGRAM3, SimRequests(prompt_lens=[8] * 12, output_lens=[24] * 12), 3)
         factor = launched.launch_factor()
         assert [r["latency"] for r in records] == pytest.approx([factor * r["latency"] for r in base])
         assert [r["ttft"] for r in records] == pytest.approx([factor * r["ttft"] for r in base])
@@ -205,9 +206,9 @@ def neighbours(records: list[dict]) -> float:
 
 def test_a_closed_loop_at_equal_lengths_runs_in_lockstep_and_drawn_lengths_break_it():
     c, n, length = 8, 64, 32
-    fixed = run_closed(COST, SPEC_OFF, [4] * n, [length] * n, c)
-    drawn = run_closed(COST, SPEC_OFF, [4] * n, np.random.default_rng(0).integers(length // 2, 3 * length // 2 + 1, n),
-                       c)
+    drawn_lens = np.random.default_rng(0).integers(length // 2, 3 * length // 2 + 1, n)
+    fixed = run_closed(COST, SPEC_OFF, SimRequests(prompt_lens=[4] * n, output_lens=[length] * n), c)
+    drawn = run_closed(COST, SPEC_OFF, SimRequests(prompt_lens=[4] * n, output_lens=drawn_lens), c)
     assert neighbours(fixed) == c - 1  # every wave starts together: what a serving study must avoid
     assert neighbours(drawn) < (c - 1) / 4
 
@@ -229,8 +230,8 @@ def test_expected_speedup_on_a_hand_worked_case_and_its_crossover():
 def test_a_closed_loop_at_high_concurrency_measures_the_expected_speedup():
     cost = SimCost(fixed_ms=20.0, per_token_ms=0.25, draft_ms=1.0, acceptance=(0.8, 0.6, 0.4))
     c, n, length = 32, 64, 256
-    off = run_closed(cost, SPEC_OFF, [4] * n, [length] * n, c)
-    spec = run_closed(cost, NGRAM3, [4] * n, [length] * n, c)
+    requests = SimRequests(prompt_lens=[4] * n, output_lens=[length] * n)
+    off, spec = run_closed(cost, SPEC_OFF, requests, c), run_closed(cost, NGRAM3, requests, c)
     measured = np.mean([r["tpot"] for r in off]) / np.mean([r["tpot"] for r in spec])
     assert np.mean([r["batch_mean"] for r in spec]) == pytest.approx(c, rel=0.05)
     assert measured == pytest.approx(expected_speedup(cost, NGRAM3, c), rel=0.03)  # 2.472 · 28 / 53 = 1.31
@@ -335,6 +336,7 @@ def test_the_batch_trace_holds_every_decoding_sequence_second_and_the_idle_spell
     assert 0 in batch[:-1]  # the idle spell before the last arrival reads as batch 0
     sequence_s = float(np.sum(batch[:-1] * np.diff(t)))  # Σ b·dt: each decoding sequence's time in the steps
     assert sequence_s == pytest.approx(sum(r["latency"] - r["ttft"] for r in records))
-    closed, closed_trace = run_closed(COST, NGRAM3, [4] * 12, [8] * 12, 3, with_batch_trace=True)
+    closed, closed_trace = run_closed(COST, NGRAM3, SimRequests(prompt_lens=[4] * 12, output_lens=[8] * 12), 3,
+                                      with_batch_trace=True)
     t, batch = np.array(closed_trace).T
     assert float(np.sum(batch[:-1] * np.diff(t))) == pytest.approx(sum(r["latency"] - r["ttft"] for r in closed))

@@ -24,14 +24,14 @@ def standard_head(folder):
 
 def test_an_unknown_speculation_type_is_refused_before_any_launch():
     with pytest.raises(ParameterError, match="unknown type 'ngram-simple'; this engine takes ngram, suffix, eagle3"):
-        engine_vllm.configs("smollm2-135m", "f32", ["ngram-simple:4"], 4)
+        engine_vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram-simple:4"], 4)
     with pytest.raises(ParameterError, match="TYPE:K or DRAFT:K with K >= 1"):
-        engine_vllm.configs("smollm2-135m", "f32", ["ngram:0"], 4)
+        engine_vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:0"], 4)
 
 
 def test_vllm_configurations_come_from_the_embedded_folders(monkeypatch, tmp_path):
     monkeypatch.setattr(engine_vllm, "hf_folder", lambda name: tmp_path / name)
-    configs = engine_vllm.configs("smollm2-135m", "f32", ["ngram:4", "suffix:6", "smollm2-draft-xs:3"], 8)
+    configs = engine_vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:4", "suffix:6", "smollm2-draft-xs:3"], 8)
     assert [c.name for c in configs] == ["spec-off", "ngram k=4", "suffix k=6", "smollm2-draft-xs k=3"]
     assert [c.method for c in configs] == ["none", "ngram", "suffix", "draft_model"]
     assert [c.speculation.family for c in configs] == ["none", "ngram", "suffix", "draft_model"]
@@ -43,7 +43,7 @@ def test_vllm_configurations_come_from_the_embedded_folders(monkeypatch, tmp_pat
 def test_eagle3_on_vllm_runs_the_heads_folder_as_it_is(monkeypatch, tmp_path):
     monkeypatch.setattr(engine_vllm, "hf_folder", lambda name: tmp_path / name)
     monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", str(standard_head(tmp_path / "head")))
-    configs = engine_vllm.configs("smollm2-135m", "f32", ["ngram:4", "eagle3:3"], 4)
+    configs = engine_vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:4", "eagle3:3"], 4)
     eagle = configs[2]
     assert (eagle.name, eagle.method, eagle.draft, eagle.k) == ("eagle3 k=3", "eagle3", str(tmp_path / "head"), 3)
     assert eagle.speculation.uses_model and not configs[1].speculation.uses_model  # priced as a drafting model
@@ -65,16 +65,16 @@ def test_eagle3_on_vllm_without_a_standard_head_is_one_line_saying_why(monkeypat
     monkeypatch.setattr(engine_vllm, "hf_folder", lambda name: tmp_path / name)
     monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", head)
     with pytest.raises(ParameterError, match=f"^speculation eagle3: .*{why}.*; use ngram:K, suffix:K") as err:
-        engine_vllm.configs(verifier, "f32", ["eagle3:3"], 4)
+        engine_vllm.ENGINE.configs(verifier, "f32", ["eagle3:3"], 4)
     assert "\n" not in str(err.value)
 
 
 def test_a_launch_is_one_speculative_config_with_its_schedule_or_none():
     scheduled = Launch(ranges=((1, 3, 4), (4, 4096, 0)), by_k={4: "ngram k=4", 0: "spec-off"}, family="ngram")
-    assert json.loads(engine_vllm.launch_json(scheduled)) == {
+    assert json.loads(engine_vllm.ENGINE.launch_json(scheduled)) == {
         "method": "ngram", "num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 3, 4],
                                                                                                   [4, 4096, 0]]}
     static = Launch(ranges=((1, 4096, 3),), by_k={3: "eagle3 k=3"}, family="eagle3", draft="/heads/e3")
-    assert json.loads(engine_vllm.launch_json(static)) == {"method": "eagle3", "num_speculative_tokens": 3,
+    assert json.loads(engine_vllm.ENGINE.launch_json(static)) == {"method": "eagle3", "num_speculative_tokens": 3,
                                                            "model": "/heads/e3"}
-    assert engine_vllm.launch_json(Launch(ranges=((1, 4096, 0),), by_k={0: "spec-off"})) == ""
+    assert engine_vllm.ENGINE.launch_json(Launch(ranges=((1, 4096, 0),), by_k={0: "spec-off"})) == ""

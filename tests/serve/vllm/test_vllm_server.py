@@ -50,7 +50,7 @@ def swept(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(eagle3_heads, "EAGLE3_HEAD", engine_eagle3_head(tmp_path_factory.mktemp("eagle3") / "init-head"))
-        configs = engine_vllm.configs("smollm2-135m", "f32", ["ngram:4", "eagle3:3"], 2)
+        configs = engine_vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:4", "eagle3:3"], 2)
         patch.setattr(engine_servers, "server_for", remember)
         result = sweep(configs, PROMPTS, closed(1, tokens=48), SweepSettings(ignore_eos=False, warmup=False))
     return result, seen, logs, configs
@@ -152,7 +152,7 @@ def test_ctrl_c_during_a_vllm_sweep_stops_every_server_and_keeps_the_finished_re
         kept["groups"] = {name: group_pids(server.pid) for name, server in seen.items()}
         raise KeyboardInterrupt
 
-    configs = engine_vllm.configs("smollm2-135m", "f32", ["ngram:2"], 1)
+    configs = engine_vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:2"], 1)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine_servers, "server_for", remember)
         with pytest.raises(KeyboardInterrupt):
