@@ -45,7 +45,7 @@ from specnb.measure.methods import (
     Method,
     MethodLabel,
 )
-from specnb.measure.runs import Rounds, bootstrap_speedup, paired_speedup
+from specnb.measure.runs import Rounds, RunPlan, bootstrap_speedup, paired_speedup
 from specnb.native.isolation import EngineCrashed
 from specnb.native.llama_cpp import Generated
 
@@ -314,7 +314,7 @@ def measure_batching(pair, prompts: pd.DataFrame, batch_sizes=(1, 4, 8), *, max_
     candidates = make_candidates({}, [])
     rows = []
     for b in batch_sizes:
-        records = run_interleaved(pair, prompts, candidates, batch_size=int(b), max_new_tokens=max_new_tokens,
+        records = run_interleaved(pair, prompts, candidates, RunPlan(batch_size=int(b), max_new_tokens=max_new_tokens),
                                   progress=progress).query(f"batch_size == {int(b)} and candidate == '{BASELINE}'")
         if records.empty:
             raise ParameterError(f"batch size {b} needs at least {b} prompts, got {len(prompts)}")
