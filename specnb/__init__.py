@@ -55,41 +55,39 @@ import importlib
 
 __version__ = "0.1.0"
 
-_API = {
+_HOMES = {  # each module, the names it gives the package root
     # models
-    "load_pair": "specnb.decode.pairs", "load_drafts": "specnb.decode.pairs", "load_model": "specnb.decode.pairs",
-    "Pair": "specnb.models.load", "PromptLookup": "specnb.models.lookup",
+    "specnb.decode.pairs": ("load_pair", "load_drafts", "load_model"),
+    "specnb.models.load": ("Pair",),
+    "specnb.models.lookup": ("PromptLookup",),
     # decoding
-    "generate": "specnb.decode.generate", "Decoding": "specnb.decode.settings",
-    "GenerationResult": "specnb.decode.generate",
-    "encode_prompts": "specnb.decode.inputs", "SamplingConfig": "specnb.core.sampling",
-    "StageTimer": "specnb.decode.timing", "Drafter": "specnb.decode.drafters",
+    "specnb.decode.generate": ("generate", "GenerationResult"),
+    "specnb.decode.settings": ("Decoding",),
+    "specnb.decode.inputs": ("encode_prompts",),
+    "specnb.core.sampling": ("SamplingConfig",),
+    "specnb.decode.timing": ("StageTimer",),
+    "specnb.decode.drafters": ("Drafter",),
     # model math
-    "analytic_flops": "specnb.core.flops", "cost_ratio": "specnb.core.flops",
-    "measure_flops": "specnb.models.flop_count",
-    "expected_speedup": "specnb.core.theory", "tokens_per_step": "specnb.core.theory",
-    "break_even_alpha": "specnb.core.theory", "break_even_c": "specnb.core.theory",
-    "optimal_gamma": "specnb.core.theory",
+    "specnb.core.flops": ("analytic_flops", "cost_ratio"),
+    "specnb.models.flop_count": ("measure_flops",),
+    "specnb.core.theory": ("expected_speedup", "tokens_per_step", "break_even_alpha", "break_even_c",
+                           "optimal_gamma"),
     # measurement
-    "select_prompts": "specnb.measure.prompts", "load_prompts": "specnb.measure.prompts",
-    "make_candidates": "specnb.measure.runs", "run_interleaved": "specnb.measure.runs",
-    "summarise": "specnb.measure.runs",
+    "specnb.measure.prompts": ("select_prompts", "load_prompts"),
+    "specnb.measure.runs": ("make_candidates", "run_interleaved", "RunPlan", "Rounds", "summarise"),
     # prediction
-    "calibrate": "specnb.predict.calibrate", "CalibrationSettings": "specnb.predict.calibrate",
-    "predict": "specnb.predict.predictor", "Workload": "specnb.predict.predictor",
-    "Bootstrap": "specnb.predict.predictor",
-    "auto_gamma": "specnb.predict.auto_gamma", "ProfileSource": "specnb.predict.auto_gamma",
-    "validate": "specnb.predict.validate", "ValidationPlan": "specnb.predict.validate",
-    "load_profile": "specnb.predict.costs",
-    "save_profile": "specnb.predict.costs",
+    "specnb.predict.calibrate": ("calibrate", "CalibrationSettings"),
+    "specnb.predict.predictor": ("predict", "Workload", "Bootstrap"),
+    "specnb.predict.auto_gamma": ("auto_gamma", "ProfileSource"),
+    "specnb.predict.validate": ("validate", "ValidationPlan"),
+    "specnb.predict.costs": ("load_profile", "save_profile"),
     # notebooks
-    "run_notebooks": "specnb.app.runner",
+    "specnb.app.runner": ("run_notebooks",),
     # errors
-    "SpecnbError": "specnb.core.errors", "ParameterError": "specnb.core.errors",
-    "ModelNotFoundError": "specnb.core.errors", "IncompatibleModelsError": "specnb.core.errors",
-    "DeviceError": "specnb.core.errors", "ConfigError": "specnb.core.errors",
-    "ConversionError": "specnb.core.errors",
+    "specnb.core.errors": ("SpecnbError", "ParameterError", "ModelNotFoundError", "IncompatibleModelsError",
+                           "DeviceError", "ConfigError", "ConversionError"),
 }
+_API = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_API)
 
 
