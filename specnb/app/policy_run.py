@@ -39,6 +39,7 @@ from specnb.measure.load_shapes import Open
 from specnb.measure.serving_checks import trace_rate
 from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_sweep, targets_of
+from specnb.predict.policy_record import Policy
 from specnb.predict.serving_decision import ServingDecision, decide
 from specnb.predict.trace_forecast import forecast_trace, trace_rounds
 from specnb.serve.speculation import AA_TWIN_CONFIG
@@ -71,10 +72,10 @@ class PolicyRun:
         return self.decision.server if self.decision is not None and self.decision.checked else None
 
     @property
-    def policy(self) -> pd.DataFrame:
-        """The launched schedule's per-level table (what a trace prediction reads adaptive's TPOT from);
-        empty where none was launched."""
-        return self.decision.launched if self.adaptive is not None else pd.DataFrame()
+    def policy(self) -> Policy | None:
+        """The launched schedule's per-level policy (what a trace prediction reads adaptive's TPOT from);
+        None where none was launched."""
+        return self.decision.launched if self.adaptive is not None else None
 
 
 def unchecked_note(decision: ServingDecision) -> str:

@@ -288,7 +288,7 @@ def run(params: Params) -> ServingStudy:
     prediction = rec.record(text.prediction_text(validation)) if len(validation) else None
     decision = loop.decision if loop is not None else serving_decision.decide(
         summary, sweep.records, params.seed, engine=params.engine, configs=ready.configs)
-    record_tables(rec, {"policy": decision.policy})
+    record_tables(rec, {"policy": decision.policy.frame()})
     policy_report = rec.record(text.policy_text(decision)) if ready.steps_batch else None
     checked = check(loop, summary, params.seed, noise)
     decision = serving_decision.with_trace(decision, checked.trace)  # what the trace supports, beside the launch

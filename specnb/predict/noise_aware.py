@@ -24,6 +24,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_rounds import batch_of, relative_mad, round_speedups
+from specnb.predict.policy_record import Policy, policy_of
 from specnb.predict.serving_predictor import require_steps
 from specnb.serve.speculation import BASELINE_CONFIG, NOT_CANDIDATES
 
@@ -92,15 +93,16 @@ def choose_level(figures: list[dict], identity: dict[str, tuple[int, bool]], bas
 
 
 def noise_aware_policy(records: pd.DataFrame, summary: pd.DataFrame | None = None,
-                       lengths: dict[str, int] | None = None, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+                       lengths: dict[str, int] | None = None, baseline: str = BASELINE_CONFIG) -> Policy:
     """Per level the configuration to run, from every round of the sweep (``records``, at least
     ``MIN_ROUNDS`` rounds): the median over rounds of each configuration's paired TPOT speedup, its
     spread, and ``choose_level``'s rule — vLLM's proposed ``tune_speculative_k`` (PR #49163): median
     of >= 3 runs, relative MAD above 0.1 rejected, a difference within the noise (>= 1%) a tie to the
     cheaper configuration.
 
-    Columns: ``concurrency``, ``batch`` (the chosen configuration's measured ``mean_batch`` there from
-    ``summary``, else spec-off's, else the level: ``serving_rounds.batch_of``), ``config``, ``k``,
+    Keyed on the engine's batch (``Policy.keyed_on``). Its table's columns: ``concurrency``, ``batch``
+    (the chosen configuration's measured ``mean_batch`` there from ``summary``, else spec-off's, else
+    the level: ``serving_rounds.batch_of``), ``config``, ``k``,
     ``median_speedup`` (and the same as ``speedup_tpot``, what ``choose_launch`` and the text read),
     ``spread``, ``rounds``, ``noisy`` (a measurement there was too noisy to act on, so the cheaper
     choice stands) and ``tie_with`` (the costlier configurations it tied with, or "")."""
@@ -121,7 +123,7 @@ def noise_aware_policy(records: pd.DataFrame, summary: pd.DataFrame | None = Non
         batch = batches.get((row["config"], level), batches.get((baseline, level), float(level)))
         rows.append({column: level, "batch": batch, **row, "speedup_tpot": row["median_speedup"]}
                     | ({"rounds": len(rounds)} if row["config"] == baseline else {}))
-    return pd.DataFrame(rows)
+    return policy_of(pd.DataFrame(rows), "batch")
 
 
 def paying(summary: pd.DataFrame | None, column: str, level) -> dict[str, bool] | None:

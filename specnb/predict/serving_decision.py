@@ -18,6 +18,7 @@ import pandas as pd
 
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import draft_lengths
+from specnb.predict.policy_record import Policy
 from specnb.predict.serving_launch import choose_launch
 from specnb.predict.serving_policy import as_launch, policy_ranges, policy_switch, serving_policy
 from specnb.serve.engines import engine_named
@@ -48,8 +49,8 @@ class ServingDecision:
 
     seed: int
     engine: str
-    policy: pd.DataFrame
-    launched: pd.DataFrame
+    policy: Policy
+    launched: Policy
     launch: Launch | None = None
     kind: str = ""
     config: str = BASELINE_CONFIG
@@ -93,7 +94,7 @@ def static_text(configs, name: str) -> str:
     return next((c.engine.launch_text(c) for c in configs if c.name == name), "")
 
 
-def scheduled_server(configs, policy: pd.DataFrame, family: str):
+def scheduled_server(configs, policy: Policy, family: str):
     """A schedule as one launch named ``adaptive``: ``family``'s static configuration with the largest
     k, at the schedule's largest k, with its ranges; None where no range drafts or no configuration of
     the family was launched."""
@@ -116,8 +117,8 @@ def decide(summary: pd.DataFrame, records: pd.DataFrame | None = None, seed: int
     (kind "") without a speculative configuration measured against spec-off on closed-loop levels."""
     served, configs = engine_named(engine), tuple(configs)
     if not draft_lengths(summary) or "speedup_tpot" not in summary or not shape_of(summary).steps_batch:
-        return ServingDecision(seed=seed, engine=engine, policy=summary.iloc[:0], launched=summary.iloc[:0],
-                               configs=configs)
+        empty = Policy(levels=(), keyed_on="concurrency", columns=tuple(summary.columns))
+        return ServingDecision(seed=seed, engine=engine, policy=empty, launched=empty, configs=configs)
     policy = serving_policy(summary, records=records)
     choice = choose_launch(summary, policy, config_drafts(configs), records=records)
     server = None
@@ -136,15 +137,15 @@ def decide(summary: pd.DataFrame, records: pd.DataFrame | None = None, seed: int
                            configs=configs)
 
 
-def fixed_kind(policy: pd.DataFrame) -> tuple[str, str]:
+def fixed_kind(policy: Policy) -> tuple[str, str]:
     """(kind, configuration) on an engine that fixes speculation per launch: it runs the per-level
     policy itself, one server per load range — "none" where no level drafts, "static" where one
     configuration runs at every level, else "per_load" (its lines per load range)."""
-    drafting = policy[policy["k"] > 0]
-    if drafting.empty:
+    drafting = [level for level in policy.levels if level.k > 0]
+    if not drafting:
         return "none", BASELINE_CONFIG
-    one = drafting["config"].iloc[0]
-    return ("static", one) if set(policy["config"]) == {one} else ("per_load", "")
+    one = drafting[0].config
+    return ("static", one) if {level.config for level in policy.levels} == {one} else ("per_load", "")
 
 
 def with_trace(decision: ServingDecision, trace: pd.DataFrame) -> ServingDecision:
@@ -225,7 +226,6 @@ def final_launch(decision: ServingDecision, trace: pd.DataFrame | None = None) -
         return FinalLaunch(basis="trace", config=decision.trace_pick, line=decision.launch_line)
     if not decision.kind:
         return FinalLaunch(basis="")
-    policy = decision.policy
+    loads = [level.concurrency for level in decision.policy.levels]
     return FinalLaunch(basis=decision.kind, config=decision.config, line=decision.launch_line,
-                       low=float(policy["concurrency"].min()), high=float(policy["concurrency"].max()),
-                       drafted=bool((policy["k"] > 0).any()))
+                       low=float(min(loads)), high=float(max(loads)), drafted=decision.policy.drafts())

@@ -19,13 +19,22 @@ as 1.00x, is ``serving_checks.best_static``'s, the one home the closed loop's ch
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import best_static, draft_lengths
-from specnb.predict.serving_policy import MAX_BATCH, POLICY_FLOOR, as_launch, policy_ranges, serving_policy, with_cuts
+from specnb.predict.policy_record import Policy
+from specnb.predict.serving_policy import (
+    MAX_BATCH,
+    POLICY_FLOOR,
+    as_launch,
+    policy_ranges,
+    serving_policy,
+    with_cuts,
+    without_cuts,
+)
 from specnb.predict.serving_predictor import predict_serving, step_cost, step_ms
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
 
@@ -77,7 +86,7 @@ def drafts_over_zero(drafting: tuple[float, float, float], zero: tuple[float, fl
 
 
 def launch_policy(summary: pd.DataFrame, family: dict[str, int], baseline: str = BASELINE_CONFIG,
-                  records: pd.DataFrame | None = None) -> pd.DataFrame:
+                  records: pd.DataFrame | None = None) -> Policy:
     """One vLLM launch's schedule over ``family`` (one method's configurations and their k, the
     launch built on the one with the largest k): ``serving_policy``'s choice per level, except where
     it says k = 0 and the family's best measured configuration there beats the launch's k = 0 range
@@ -87,35 +96,34 @@ def launch_policy(summary: pd.DataFrame, family: dict[str, int], baseline: str =
     base = max(family, key=family.get)
     mine = None if records is None or "config" not in records else records[records["config"].isin([baseline, *family])]
     policy = serving_policy(summary[summary["config"].isin([baseline, *family])], family, baseline, records=mine)
-    zero = zero_range_ci(summary, base, policy["concurrency"], baseline)
+    zero = zero_range_ci(summary, base, [level.concurrency for level in policy.levels], baseline)
     own = summary[summary["config"].isin(list(family))]
     rows = []
-    for row in policy.to_dict("records"):
-        here = own[own["concurrency"] == row["concurrency"]].sort_values("speedup_tpot")
+    for row in policy.levels:
+        here = own[own["concurrency"] == row.concurrency].sort_values("speedup_tpot")
         best = here.iloc[-1] if len(here) else None
-        if row["k"] == 0 and best is not None and \
-                drafts_over_zero(interval(best), interval(zero.loc[row["concurrency"]])):
-            row = row | {"config": best["config"], "k": family[best["config"]],
-                         "speedup_tpot": float(best["speedup_tpot"])}
+        if row.k == 0 and best is not None and \
+                drafts_over_zero(interval(best), interval(zero.loc[row.concurrency])):
+            row = replace(row, config=best["config"], k=family[best["config"]],
+                          speedup_tpot=float(best["speedup_tpot"]))
         rows.append(row)
-    return with_cuts(pd.DataFrame(rows).drop(columns="cut", errors="ignore"), summary, baseline,
-                     zero["speedup_tpot"])
+    return with_cuts(without_cuts(policy.with_levels(rows)), summary, baseline, zero["speedup_tpot"])
 
 
-def adaptive_expected(summary: pd.DataFrame, policy: pd.DataFrame, base: str,
+def adaptive_expected(summary: pd.DataFrame, policy: Policy, base: str,
                       baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """The TPOT speedup one launch of ``policy``'s schedule, built on configuration ``base``, should
     reach per level, with its 95% CI (``speedup_tpot``, ``_lo``, ``_hi``, indexed by level): the chosen
     configuration's measured one where it drafts, the k = 0 range's (``zero_range_ci``) where not."""
-    levels = policy.sort_values("concurrency")
-    zero = zero_range_ci(summary, base, list(levels["concurrency"]), baseline)
+    levels = sorted(policy.levels, key=lambda row: row.concurrency)
+    zero = zero_range_ci(summary, base, [row.concurrency for row in levels], baseline)
     measured = summary.set_index(["config", "concurrency"])
     rows = {}
-    for row in levels.to_dict("records"):
-        level = row["concurrency"]
-        drafting = row["k"] > 0 and (row["config"], level) in measured.index
-        point, lo, hi = interval(measured.loc[(row["config"], level)] if drafting else zero.loc[level])
-        rows[level] = {"speedup_tpot": float(row["speedup_tpot"]) if row["k"] > 0 else point,
+    for row in levels:
+        level = row.concurrency
+        drafting = row.k > 0 and (row.config, level) in measured.index
+        point, lo, hi = interval(measured.loc[(row.config, level)] if drafting else zero.loc[level])
+        rows[level] = {"speedup_tpot": float(row.speedup_tpot) if row.k > 0 else point,
                        "speedup_tpot_lo": lo, "speedup_tpot_hi": hi}
     return pd.DataFrame.from_dict(rows, orient="index")
 
@@ -128,7 +136,7 @@ class LaunchChoice:
     "schedule": a per-batch-size schedule of more than one range), ``why_not``: why it drafts nowhere,
     where it does not ("" otherwise), and ``candidates``: every launch priced (``rank_launches``)."""
 
-    policy: pd.DataFrame
+    policy: Policy
     launch: Launch
     kind: str = "none"
     config: str = BASELINE_CONFIG
@@ -162,7 +170,8 @@ def rank_launches(summary: pd.DataFrame, records: pd.DataFrame | None = None) ->
         if own is not None and len(policy_ranges(own)) > 1:
             schedules[family] = own
             expected = adaptive_expected(summary, own, max(members, key=members.get))["speedup_tpot"]
-            priced.append((f"{family} schedule", "schedule", family, int(own["k"].max()), expected.reindex(levels)))
+            k = max(level.k for level in own.levels)
+            priced.append((f"{family} schedule", "schedule", family, k, expected.reindex(levels)))
     rows = []
     for name, kind, family, k, speedups in priced:
         ratio = speedups / best.reindex(levels)
@@ -174,7 +183,7 @@ def rank_launches(summary: pd.DataFrame, records: pd.DataFrame | None = None) ->
     return table.loc[order.index].reset_index(drop=True), schedules
 
 
-def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str, str] | None = None,
+def choose_launch(summary: pd.DataFrame, policy: Policy, drafts: dict[str, str] | None = None,
                   records: pd.DataFrame | None = None) -> LaunchChoice:
     """The best of ``rank_launches``' candidates: the launch whose worst level comes closest to the
     best static configuration there. Where ``policy`` (the one over every configuration) drafts at no
@@ -182,13 +191,13 @@ def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str,
     configuration's head or draft-model folder, for the launch's ``model``; ``records``: the sweep's,
     so each family's schedule follows the noise-aware rule as ``policy`` did."""
     lengths = draft_lengths(summary)
-    off = policy.assign(config=BASELINE_CONFIG, k=0, speedup_tpot=1.0)
+    off = policy.with_levels(replace(level, config=BASELINE_CONFIG, k=0, speedup_tpot=1.0) for level in policy.levels)
     if not lengths:
         return LaunchChoice(policy=off, launch=as_launch(off, "ngram", ""))
     candidates, schedules = rank_launches(summary, records)
     top = candidates.iloc[0]
     drafting = candidates[candidates["kind"] != "none"].iloc[0]
-    if not (policy["k"] > 0).any() or top["kind"] == "none":
+    if not policy.drafts() or top["kind"] == "none":
         return LaunchChoice(policy=off, launch=as_launch(off, drafting["family"], ""), candidates=candidates,
                             why_not=no_launch_why(policy, drafting["family"]))
     family = top["family"]
@@ -198,8 +207,9 @@ def choose_launch(summary: pd.DataFrame, policy: pd.DataFrame, drafts: dict[str,
                             kind="schedule", config=ADAPTIVE_CONFIG, candidates=candidates)
     config, k = top["candidate"], lengths[top["candidate"]]
     measured = summary[summary["config"] == config].set_index("concurrency")["speedup_tpot"]
-    static = off.assign(config=config, k=k, speedup_tpot=off["concurrency"].map(measured)).drop(
-        columns="cut", errors="ignore")
+    static = without_cuts(off.with_levels(
+        replace(level, config=config, k=k, speedup_tpot=float(measured.get(level.concurrency, math.nan)))
+        for level in off.levels))
     return LaunchChoice(policy=static, launch=Launch(ranges=((1, MAX_BATCH, k),), by_k={k: config}, family=family,
                                                      draft=launch_model(static, family, summary, drafts or {})),
                         kind="static", config=config, candidates=candidates)
@@ -212,23 +222,23 @@ def families(summary: pd.DataFrame) -> dict[str, str]:
     return dict(zip(rows["config"], rows["family"])) if "family" in rows else {c: "ngram" for c in rows["config"]}
 
 
-def no_launch_why(policy: pd.DataFrame, family: str) -> str:
+def no_launch_why(policy: Policy, family: str) -> str:
     """Why a launch drafts nowhere, given the policy over every configuration."""
-    if not (policy["k"] > 0).any():
+    if not policy.drafts():
         return f"{family} did not pay at any level measured"
     return (f"{family} pays at some levels, but no launch of it comes closer to the best static configuration at "
             "its worst level than no speculation: a static one loses elsewhere, and a schedule's k = 0 ranges "
             "elsewhere cost more than that gains (vLLM still takes the speculative path at k = 0)")
 
 
-def launch_model(policy: pd.DataFrame, family: str, summary: pd.DataFrame, drafts: dict[str, str]) -> str:
+def launch_model(policy: Policy, family: str, summary: pd.DataFrame, drafts: dict[str, str]) -> str:
     """The ``model`` a pasted launch names for ``family``: the folder of the launched configuration its
     levels chose most (an EAGLE-3 head's, a draft model's); a placeholder where the sweep ran on an
     endpoint, whose folder only its operator knows; "" for a family that drafts without a model."""
     members = [c for c, f in families(summary).items() if f == family]
     folders = {c: drafts[c] for c in members if drafts.get(c)}
     if folders:
-        chosen = [c for c in policy["config"] if c in folders] or list(folders)
+        chosen = [level.config for level in policy.levels if level.config in folders] or list(folders)
         return folders[max(sorted(set(chosen)), key=chosen.count)]
     uses = summary[summary["config"].isin(members)]
     needs_model = bool(uses["uses_model"].any()) if "uses_model" in uses else False

@@ -24,13 +24,14 @@ measured batch (reported: above it nothing is extrapolated, the last choice hold
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
+from specnb.predict.policy_record import Policy, PolicyLevel, policy_of
 from specnb.predict.serving_predictor import require_steps
 from specnb.serve.speculation import BASELINE_CONFIG, NOT_CANDIDATES, Launch
 
@@ -40,7 +41,7 @@ MAX_BATCH = 4096  # the last range of a launch runs to this batch size
 
 
 def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None, baseline: str = BASELINE_CONFIG,
-                   records: pd.DataFrame | None = None) -> pd.DataFrame:
+                   records: pd.DataFrame | None = None) -> Policy:
     """Per measured level: the configuration to run, its draft length k (0 for spec-off; ``lengths``
     default: as the records carry them, ``draft_lengths``) and the speedup it stands on.
 
@@ -48,8 +49,8 @@ def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None,
     median over rounds, ties and noisy levels to the cheaper configuration, ranges on the engine's
     batch). Otherwise — no records, or fewer rounds, one noisy figure per level — the rule from the
     summary alone: the best TPOT speedup above 1 whose lower CI bound is at least ``POLICY_FLOOR``,
-    else spec-off. Either way each level after the first carries the load its range starts at
-    (``with_cuts``: where the two choices' speedups cross)."""
+    else spec-off, keyed on the concurrency. Either way each level after the first carries the load
+    its range starts at (``with_cuts``: where the two choices' speedups cross)."""
     if records is not None and {"success", "round"} <= set(records.columns) and \
             records.loc[records["success"], "round"].nunique() >= MIN_ROUNDS:
         return with_cuts(noise_aware_policy(records, summary, lengths, baseline), summary, baseline)
@@ -64,7 +65,7 @@ def serving_policy(summary: pd.DataFrame, lengths: dict[str, int] | None = None,
         best = paying.sort_values("speedup_tpot").iloc[-1]
         rows.append({"concurrency": level, "config": best["config"], "k": lengths.get(best["config"], 0),
                      "speedup_tpot": float(best["speedup_tpot"])})
-    return with_cuts(pd.DataFrame(rows), summary, baseline)
+    return with_cuts(policy_of(pd.DataFrame(rows), "concurrency"), summary, baseline)
 
 
 def speedups_of(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG,
@@ -87,24 +88,34 @@ def crossing(loads: tuple[float, float], gaps: tuple[float, float]) -> float:
     return float(math.exp(math.log(a) + frac * (math.log(b) - math.log(a))))
 
 
-def with_cuts(policy: pd.DataFrame, summary: pd.DataFrame, baseline: str = BASELINE_CONFIG,
-              zero: pd.Series | None = None) -> pd.DataFrame:
-    """``policy`` with ``cut``: per level after the first, the load (its ``batch``, else its
-    ``concurrency``) where its range starts — where the previous level's choice and its own cross,
-    each one's measured speedup at both levels interpolated in log load (``crossing``); NaN on the
-    first. ``zero``: the k = 0 range's speedup per level, for a launch's table (spec-off's is 1.00)."""
-    if policy.empty:
+def with_cuts(policy: Policy, summary: pd.DataFrame, baseline: str = BASELINE_CONFIG,
+              zero: pd.Series | None = None) -> Policy:
+    """``policy`` with ``cut``: per level after the first, the load (on ``policy.keyed_on``: the
+    measured batch or the concurrency) where its range starts — where the previous level's choice and
+    its own cross, each one's measured speedup at both levels interpolated in log load (``crossing``);
+    NaN on the first. ``zero``: the k = 0 range's speedup per level, for a launch's table (spec-off's
+    is 1.00)."""
+    if not policy.levels:
         return policy
-    key = "batch" if "batch" in policy else "concurrency"
-    levels = policy.sort_values(key)
+    key = policy.keyed_on
+    order = sorted(range(len(policy)), key=lambda i: policy.levels[i].load(key))
+    rows = [policy.levels[i] for i in order]
     speed = speedups_of(summary, baseline, zero)
     at = lambda config, level: speed.get((config, level), math.nan)  # noqa: E731
-    rows = levels.to_dict("records")
-    cuts = [math.nan] + [crossing((float(a[key]), float(b[key])),
-                                  (at(a["config"], a["concurrency"]) - at(b["config"], a["concurrency"]),
-                                   at(a["config"], b["concurrency"]) - at(b["config"], b["concurrency"])))
+    cuts = [math.nan] + [crossing((float(a.load(key)), float(b.load(key))),
+                                  (at(a.config, a.concurrency) - at(b.config, a.concurrency),
+                                   at(a.config, b.concurrency) - at(b.config, b.concurrency)))
                          for a, b in zip(rows[:-1], rows[1:])]
-    return levels.assign(cut=cuts).sort_index()
+    cut_of = dict(zip(order, cuts))
+    columns = policy.columns if "cut" in policy.columns else (*policy.columns, "cut")
+    return policy.with_levels((replace(level, cut=cut_of[i]) for i, level in enumerate(policy.levels)), columns)
+
+
+def without_cuts(policy: Policy) -> Policy:
+    """``policy`` without its ``cut`` column: its ranges start halfway in log load (``level_cuts``)
+    until ``with_cuts`` prices them again."""
+    return policy.with_levels((replace(level, cut=math.nan) for level in policy.levels),
+                              tuple(c for c in policy.columns if c != "cut"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,28 +143,27 @@ class BatchRanges:
                 f"from there to {self.max_batch}")
 
 
-def level_cuts(levels: pd.DataFrame, key: str) -> list[float]:
-    """Per level after the first (``levels`` sorted on ``key``), the load its range starts at: its
-    ``cut`` (``with_cuts``: where the speedups cross), else — a table made without the summary — the
-    geometric mean of the two loads (``crossing`` with nothing measured)."""
-    at = levels[key].to_numpy(float)
-    given = levels["cut"].to_numpy(float)[1:] if "cut" in levels else [math.nan] * (len(at) - 1)
+def level_cuts(levels: list[PolicyLevel], key: str) -> list[float]:
+    """Per level after the first (``levels`` sorted on the load ``key``), the load its range starts
+    at: its ``cut`` (``with_cuts``: where the speedups cross), else — a policy made without the summary
+    — the geometric mean of the two loads (``crossing`` with nothing measured)."""
+    at = [float(level.load(key)) for level in levels]
+    given = [float(level.cut) for level in levels[1:]]
     return [c if not math.isnan(c) else crossing((a, b), (math.nan, math.nan))
             for a, b, c in zip(at[:-1], at[1:], given)]
 
 
-def level_spans(policy: pd.DataFrame, max_batch: int = 4096) -> list[tuple[int, int, int, str]]:
+def level_spans(policy: Policy, max_batch: int = 4096) -> list[tuple[int, int, int, str]]:
     """(first, last, k, config) per level over batch sizes, unmerged: each level's from where its
     speedup crosses the previous level's choice (``level_cuts``) to the next cut − 1, the last to
-    ``max_batch``. Keyed on the measured ``batch`` (a noise-aware policy: the first from 1,
-    ``batch_ranges``), else on the ``concurrency`` (the summary-only rule: the first from its level)."""
-    key = "batch" if "batch" in policy else "concurrency"
-    levels = policy.sort_values(key)
+    ``max_batch``. Keyed on the measured batch (``policy.keyed_on``, a noise-aware policy: the first
+    from 1, ``batch_ranges``), else on the concurrency (the summary-only rule: the first from its level)."""
+    key = policy.keyed_on
+    levels = policy.by_load()
     cuts = [math.ceil(c - 1e-9) for c in level_cuts(levels, key)]
-    starts = [1 if key == "batch" else int(levels[key].iloc[0]), *cuts]
+    starts = [1 if key == "batch" else int(levels[0].load(key)), *cuts]
     ends = [c - 1 for c in cuts] + [max_batch]
-    configs = levels["config"] if "config" in levels else [""] * len(levels)
-    return [(lo, hi, int(k), config) for lo, hi, k, config in zip(starts, ends, levels["k"], configs) if lo <= hi]
+    return [(lo, hi, int(level.k), level.config) for lo, hi, level in zip(starts, ends, levels) if lo <= hi]
 
 
 def merged(spans: list[tuple[int, int, int, str]]) -> list[list[int]]:
@@ -167,14 +177,14 @@ def merged(spans: list[tuple[int, int, int, str]]) -> list[list[int]]:
     return ranges
 
 
-def batch_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> BatchRanges:
-    """A noise-aware policy's ranges over the engine's batch (its ``batch`` column): k changes where
+def batch_ranges(policy: Policy, max_batch: int = 4096) -> BatchRanges:
+    """A noise-aware policy's ranges over the engine's batch (its levels' ``batch``): k changes where
     adjacent choices' speedups cross between measured batches (``level_spans``), the first range
     starts at 1 and the last measured choice holds beyond the largest measured batch (reported, not
     extrapolated: ``max_measured``). Refused (ParameterError) without a batch-1 anchor, a level whose
     measured batch is at most ``BATCH_ONE`` (PR #49163 requires one: below the smallest measured
     batch nothing says what pays)."""
-    batches = sorted(float(b) for b in policy["batch"])
+    batches = sorted(float(level.batch) for level in policy.levels)
     if not batches or not 0 < batches[0] <= BATCH_ONE:
         smallest = f"{batches[0]:.3g}" if batches else "none"
         raise ParameterError(f"a policy needs a batch-1 anchor: a level whose measured batch is at most {BATCH_ONE} "
@@ -197,17 +207,18 @@ def runs_of(values: list[int]) -> list[list[int]]:
     return runs
 
 
-def policy_ranges(policy: pd.DataFrame, max_batch: int = 4096) -> list[list[int]]:
+def policy_ranges(policy: Policy, max_batch: int = 4096) -> list[list[int]]:
     """[[first, last, k], ...] over batch sizes (vLLM's ``num_speculative_tokens_per_batch_size``
-    shape). A policy with a measured ``batch`` column (``noise_aware_policy``): ``batch_ranges``'
-    ranges, from 1. One without (the summary-only rule): from its first level. Either way k changes
-    where adjacent choices' speedups cross (``level_spans``), the last level's holding to ``max_batch``."""
-    if "batch" in policy:
+    shape). A policy keyed on the measured batch (``noise_aware_policy``): ``batch_ranges``' ranges,
+    from 1. One keyed on the concurrency (the summary-only rule): from its first level. Either way k
+    changes where adjacent choices' speedups cross (``level_spans``), the last level's holding to
+    ``max_batch``."""
+    if policy.keyed_on == "batch":
         return batch_ranges(policy, max_batch).ranges
     return merged(level_spans(policy, max_batch))
 
 
-def scheduled_config(policy: pd.DataFrame, batch: float, max_batch: int = 4096) -> str:
+def scheduled_config(policy: Policy, batch: float, max_batch: int = 4096) -> str:
     """The configuration a launch of ``policy``'s ranges runs at a running batch of ``batch`` (the
     level whose span holds it; below the first span the first level's, above the last the last's)."""
     spans = level_spans(policy, max_batch)
@@ -216,22 +227,21 @@ def scheduled_config(policy: pd.DataFrame, batch: float, max_batch: int = 4096) 
                 spans[-1][3])
 
 
-def policy_switch(policy: pd.DataFrame) -> float:
+def policy_switch(policy: Policy) -> float:
     """The load where the policy stops speculating: where its range after its last level that drafts
     starts (``level_cuts``: where their speedups cross); where it drafts at every level, where its k
     first falls (a schedule of k alone, e.g. 4 at low load and 1 above); NaN where neither happens (it
-    never drafts, or drafts one k throughout). The load is the measured ``batch`` where the policy
-    carries one (a noise-aware policy), else the ``concurrency``."""
-    key = "batch" if "batch" in policy else "concurrency"
-    levels = policy.sort_values(key)
-    ks = levels["k"].to_numpy()
+    never drafts, or drafts one k throughout). The load is the one the policy is keyed on
+    (``policy.keyed_on``: the measured batch of a noise-aware policy, else the concurrency)."""
+    levels = policy.by_load()
+    ks = [level.k for level in levels]
     falls = [i for i in range(1, len(ks)) if ks[i] < ks[i - 1]]
-    i = next((i for i in falls if ks[i] == 0), falls[0] if falls and ks.all() else None)
-    return math.nan if i is None else float(level_cuts(levels, key)[i - 1])
+    i = next((i for i in falls if ks[i] == 0), falls[0] if falls and all(ks) else None)
+    return math.nan if i is None else float(level_cuts(levels, policy.keyed_on)[i - 1])
 
 
-def as_launch(policy: pd.DataFrame, family: str, draft: str) -> Launch:
-    """A policy table as the ``Launch`` record engines print: its ranges, the configuration each k
-    comes from (the first level that chose it)."""
-    by_k = {int(r["k"]): r["config"] for r in policy.sort_values("concurrency").to_dict("records")[::-1]}
+def as_launch(policy: Policy, family: str, draft: str) -> Launch:
+    """A policy as the ``Launch`` record engines print: its ranges, the configuration each k comes
+    from (the first level, by concurrency, that chose it)."""
+    by_k = {int(level.k): level.config for level in sorted(policy.levels, key=lambda level: level.concurrency)[::-1]}
     return Launch(ranges=tuple(tuple(r) for r in policy_ranges(policy)), by_k=by_k, family=family, draft=draft)

@@ -44,6 +44,7 @@ from specnb.measure.serving_checks import draft_lengths
 from specnb.measure.serving_load import arrival_gaps
 from specnb.measure.serving_rounds import batch_of
 from specnb.measure.serving_sweep import request_lengths
+from specnb.predict.policy_record import Policy
 from specnb.predict.serving_launch import families, zero_range_speedup
 from specnb.predict.serving_policy import scheduled_config
 from specnb.predict.trace_prediction import batch_curve, tpot_at, tpot_curve
@@ -122,10 +123,10 @@ def simulate(trace: TraceRound, tpot_of: Callable[[int], tuple[float, bool]],
     return queue
 
 
-def launch_base(summary: pd.DataFrame, policy: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> str | None:
+def launch_base(summary: pd.DataFrame, policy: Policy, baseline: str = BASELINE_CONFIG) -> str | None:
     """The static configuration an adaptive launch of ``policy`` is built on: the largest k of the
     family its drafting levels run (as ``policy_run.run_policy`` launches it); None: none drafts."""
-    drafting = [c for c, k in zip(policy["config"], policy["k"]) if k and c != baseline]
+    drafting = [level.config for level in policy.levels if level.k and level.config != baseline]
     if not drafting:
         return None
     family_of, lengths = families(summary), draft_lengths(summary, baseline)
@@ -149,7 +150,7 @@ def static_readers(summary: pd.DataFrame, config: str) -> tuple[Callable, Callab
     return (lambda b: tpot_at(tpot, b)), (lambda b: tpot_at(ttft, max(b, 1))[0])
 
 
-def adaptive_readers(summary: pd.DataFrame, policy: pd.DataFrame, baseline: str = BASELINE_CONFIG) \
+def adaptive_readers(summary: pd.DataFrame, policy: Policy, baseline: str = BASELINE_CONFIG) \
         -> tuple[Callable, Callable]:
     """(tpot_of, ttft_of) of ``policy`` launched as one server: at each batch, the configuration its
     schedule runs there; spec-off's TPOT ÷ the k = 0 price where that is spec-off."""
@@ -166,7 +167,7 @@ def adaptive_readers(summary: pd.DataFrame, policy: pd.DataFrame, baseline: str 
     return tpot_of, lambda b: readers[scheduled_config(policy, max(b, 1))][1](b)
 
 
-def forecast_trace(summary: pd.DataFrame, trace: list[TraceRound], policy: pd.DataFrame | None = None,
+def forecast_trace(summary: pd.DataFrame, trace: list[TraceRound], policy: Policy | None = None,
                    adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per configuration of the sweep's closed-loop ``summary`` (and ``adaptive`` where the ``policy``
     it launches is given): its forecast TPOT over the ``trace`` (``trace_rounds``; ``predicted_tpot_ms``),
@@ -177,7 +178,7 @@ def forecast_trace(summary: pd.DataFrame, trace: list[TraceRound], policy: pd.Da
         raise ParameterError(f"no {baseline!r} rows in the summary: nothing to forecast a speedup over")
     readers = {c: static_readers(summary, c) for c in summary["config"].unique()
                if c not in (adaptive, AA_TWIN_CONFIG)}  # the twin measures launch noise: it runs no trace
-    if policy is not None and len(policy) and (policy["k"] > 0).any():
+    if policy is not None and policy.drafts():
         readers[adaptive] = adaptive_readers(summary, policy, baseline)
     rows = []
     for config, (tpot_of, ttft_of) in readers.items():

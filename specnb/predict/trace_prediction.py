@@ -39,6 +39,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_rounds import batch_of, occupancy
 from specnb.measure.serving_summary import steady_tpot_ms
+from specnb.predict.policy_record import Policy
 from specnb.predict.serving_policy import scheduled_config
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG
 
@@ -99,7 +100,7 @@ def predicted_tpot(held: pd.Series, tpot_of) -> dict:
             "clamped_share": float(sequence_s[clamped].sum() / total)}
 
 
-def predict_trace(summary: pd.DataFrame, runs: pd.DataFrame, policy: pd.DataFrame | None = None,
+def predict_trace(summary: pd.DataFrame, runs: pd.DataFrame, policy: Policy | None = None,
                   adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per configuration of the trace's ``runs`` (each with its ``batch_trace``): its predicted TPOT over
     the trace from the sweep's ``summary`` (``predicted_tpot_ms``), the predicted speedup over

@@ -11,6 +11,7 @@ from helpers import closed
 from specnb.app import policy_run
 from specnb.app.policy_run import PolicyHooks
 from specnb.measure.serving_sweep import Sweep, SweepSettings
+from specnb.predict.policy_record import policy_of
 from specnb.serve.servers import Running
 from specnb.serve.vllm.vllm_server import VllmConfig
 
@@ -127,11 +128,11 @@ def test_a_launch_of_one_range_is_the_static_configuration_with_no_second_server
 def test_adaptive_takes_the_family_member_with_the_largest_k():
     from specnb.predict.serving_decision import scheduled_server
 
-    policy = pd.DataFrame({"concurrency": [1, 4], "k": [2, 0]})  # no speedups: the cut at the geometric mean
+    table = pd.DataFrame({"concurrency": [1, 4], "k": [2, 0]})  # no speedups: the cut at the geometric mean
     configs = [config(), config("ngram", 2), config("ngram", 4)]
-    adaptive = scheduled_server(configs, policy, "ngram")
+    adaptive = scheduled_server(configs, policy_of(table, "concurrency"), "ngram")
     assert (adaptive.name, adaptive.k, adaptive.schedule) == ("adaptive", 2, [(1, 1, 2), (2, 4096, 0)])
-    assert scheduled_server(configs, policy.assign(k=0), "ngram") is None
+    assert scheduled_server(configs, policy_of(table.assign(k=0), "concurrency"), "ngram") is None
 
 
 def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkeypatch, loop):

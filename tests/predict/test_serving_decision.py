@@ -5,12 +5,13 @@ import math
 
 import pandas as pd
 
+from specnb.predict.policy_record import policy_of
 from specnb.predict.serving_decision import ServingDecision, final_launch
 
 
 def decision(kind: str, ks=(3, 0), **fields) -> ServingDecision:
-    policy = pd.DataFrame({"concurrency": [1, 4], "config": ["ngram k=3" if k else "spec-off" for k in ks],
-                           "k": list(ks)})
+    policy = policy_of(pd.DataFrame({"concurrency": [1, 4], "config": ["ngram k=3" if k else "spec-off" for k in ks],
+                                     "k": list(ks)}), "concurrency")
     return ServingDecision(seed=0, engine="llama.cpp", policy=policy, launched=policy, kind=kind, **fields)
 
 

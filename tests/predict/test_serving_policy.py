@@ -11,6 +11,7 @@ from helpers import sim_sweep
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.noise_aware import noise_aware_policy
+from specnb.predict.policy_record import policy_of
 from specnb.predict.serving_launch import (
     adaptive_expected,
     choose_launch,
@@ -46,7 +47,8 @@ def test_one_vllm_launch_is_chosen_by_its_worst_level_with_every_k0_range_priced
     summary = one_method_each([1.17, 1.10, 0.90, 0.60])
     assert draft_lengths(summary) == {"eagle3 k=3": 3, "ngram k=4": 4}  # as the records carry them
     overall = serving_policy(summary)
-    assert list(overall["config"]) == ["eagle3 k=3", "eagle3 k=3", "ngram k=4", "spec-off"]  # eagle3 chosen most
+    assert overall.keyed_on == "concurrency"  # one figure per level: ranges on the client's load
+    assert list(overall.frame()["config"]) == ["eagle3 k=3", "eagle3 k=3", "ngram k=4", "spec-off"]  # chosen most
     # a k = 0 range pays the method's own step cost δ: eagle3's 3.25 ms at 1 (8.55 ms × 5/3 − t(4) = 11), scaled
     # like the step, so 1 / (1 + 0.3245) at every level; n-gram's 3.13 ms (8.93 × 5/3 − t(5) = 11.75)
     zero = zero_range_speedup(summary, "eagle3 k=3", [1, 4, 16])
@@ -55,18 +57,18 @@ def test_one_vllm_launch_is_chosen_by_its_worst_level_with_every_k0_range_priced
     assert ngram_zero == pytest.approx(1 / (1 + (10 / 1.12 * 5 / 3 - 11.75) / 10))
     # eagle3's launch drafts at 4 too (0.90 beats its k = 0 range's 0.755), not at 16 (0.60 does not)
     eagle3 = launch_policy(summary, {"eagle3 k=3": 3})
-    assert list(eagle3["k"]) == [3, 3, 3, 0]
+    assert list(eagle3.frame()["k"]) == [3, 3, 3, 0]
     expected = adaptive_expected(summary, eagle3, "eagle3 k=3")
     assert list(expected["speedup_tpot"]) == pytest.approx([1.17, 1.10, 0.90, zero[16]])
     # n-gram's launch drafts at 16 as well (0.95 against 0.76 at k = 0): worst level 0.95 of the best static,
     # eagle3's 0.755, vLLM without speculation's 1 / 1.17
     choice = choose_launch(summary, overall)
     assert (choice.kind, choice.config) == ("static", "ngram k=4")  # one range: the static configuration itself
-    assert choice.launch.family == "ngram" and list(choice.policy["k"]) == [4, 4, 4, 4]
+    assert choice.launch.family == "ngram" and list(choice.policy.frame()["k"]) == [4, 4, 4, 4]
     assert choice.launch.ranges == ((1, 4096, 4),) and choice.launch.draft == "" and choice.why_not == ""
     # where the head pays at every level its schedule has no k = 0, and it is the one launch
     choice = choose_launch(one_method_each([1.17, 1.10, 1.08, 1.10]), overall)
-    assert choice.launch.family == "eagle3" and list(choice.policy["k"]) == [3, 3, 3, 3]
+    assert choice.launch.family == "eagle3" and list(choice.policy.frame()["k"]) == [3, 3, 3, 3]
     assert choice.launch.draft == "<the eagle3 model's folder>"  # an endpoint's: only its operator knows it
     named = choose_launch(one_method_each([1.17, 1.10, 1.08, 1.10]), overall, {"eagle3 k=3": "/heads/e3"})
     assert named.launch.draft == "/heads/e3"
@@ -76,10 +78,10 @@ def test_one_vllm_launch_is_chosen_by_its_worst_level_with_every_k0_range_priced
     lone = lone[lone["config"] != "eagle3 k=3"]
     alone = serving_policy(lone)
     choice = choose_launch(lone, alone)
-    assert choice.launch.family == "ngram" and list(choice.policy["k"]) == [0, 0, 0, 0]
-    assert set(choice.policy["config"]) == {"spec-off"} and not choice.launch.drafts
+    assert choice.launch.family == "ngram" and list(choice.policy.frame()["k"]) == [0, 0, 0, 0]
+    assert set(choice.policy.frame()["config"]) == {"spec-off"} and not choice.launch.drafts
     assert "k = 0 ranges elsewhere cost more" in choice.why_not and choice.kind == "none"
-    assert "did not pay at any level" in no_launch_why(alone.assign(k=0), "ngram")
+    assert "did not pay at any level" in no_launch_why(policy_of(alone.frame().assign(k=0), "concurrency"), "ngram")
 
 
 def test_policy_ranges_and_pasteable_forms():
@@ -87,10 +89,10 @@ def test_policy_ranges_and_pasteable_forms():
         "config": ["ngram-simple k=4", "ngram-simple k=2"] * 3, "concurrency": [1, 1, 4, 4, 16, 16],
         "speedup_tpot": [1.5, 1.3, 1.1, 1.2, 0.9, 0.95], "speedup_tpot_lo": [1.3, 1.1, 0.95, 1.05, 0.8, 0.85]})
     policy = serving_policy(summary, {"ngram-simple k=4": 4, "ngram-simple k=2": 2})
-    assert list(policy["k"]) == [4, 2, 0] and list(policy["config"])[2] == "spec-off"
+    assert list(policy.frame()["k"]) == [4, 2, 0] and list(policy.frame()["config"])[2] == "spec-off"
     # k changes where the speedups cross, linear in log concurrency: 4 → 2 at 4^(0.2 / 0.3) = 2.5 (k = 4 leads by
     # 0.2 at 1, trails by 0.1 at 4), 2 → 0 at 4·4^(0.2 / 0.25) = 12.1 (k = 2 at 1.2, then 0.95 against spec-off's 1)
-    assert policy["cut"].tolist()[1:] == pytest.approx([4 ** (2 / 3), 4 * 4 ** 0.8])
+    assert policy.frame()["cut"].tolist()[1:] == pytest.approx([4 ** (2 / 3), 4 * 4 ** 0.8])
     assert policy_ranges(policy) == [[1, 2, 4], [3, 12, 2], [13, 4096, 0]]
     launch = as_launch(policy, "ngram", "")
     assert launch.ranges == ((1, 2, 4), (3, 12, 2), (13, 4096, 0))
@@ -101,29 +103,30 @@ def test_a_policy_that_never_speculates_is_no_speculative_config():
     summary = pd.DataFrame({"config": ["ngram k=4"] * 2, "concurrency": [1, 8], "speedup_tpot": [0.95, 0.88],
                             "speedup_tpot_lo": [0.89, 0.8]})
     policy = serving_policy(summary, {"ngram k=4": 4})
-    assert list(policy["k"]) == [0, 0]
+    assert list(policy.frame()["k"]) == [0, 0]
     assert not as_launch(policy, "ngram", "").drafts
     paying = serving_policy(summary.assign(speedup_tpot=[1.2, 0.88], speedup_tpot_lo=[1.1, 0.8]), {"ngram k=4": 4})
     assert as_launch(paying, "ngram", "draft").ranges == ((1, 3, 4), (4, 4096, 0))  # 1.2 → 0.88: crosses 1 at 3.7
 
 
 def test_the_policy_switches_off_between_its_last_drafting_level_and_the_next():
-    policy = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 2, 0, 0]})
-    assert policy_switch(policy) == pytest.approx(8.0)
-    assert math.isnan(policy_switch(policy.assign(k=0))) and math.isnan(policy_switch(policy.assign(k=3)))
+    table = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 2, 0, 0]})
+    assert policy_switch(policy_of(table, "concurrency")) == pytest.approx(8.0)
+    assert math.isnan(policy_switch(policy_of(table.assign(k=0), "concurrency")))
+    assert math.isnan(policy_switch(policy_of(table.assign(k=3), "concurrency")))
 
 
 def test_a_policy_that_drafts_everywhere_switches_where_its_k_first_falls():
-    policy = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 4, 1, 2]})
-    assert policy_switch(policy) == pytest.approx(8.0)
-    assert policy_switch(policy.assign(k=[2, 4, 4, 1])) == pytest.approx(32.0)
+    table = pd.DataFrame({"concurrency": [1, 4, 16, 64], "k": [4, 4, 1, 2]})
+    assert policy_switch(policy_of(table, "concurrency")) == pytest.approx(8.0)
+    assert policy_switch(policy_of(table.assign(k=[2, 4, 4, 1]), "concurrency")) == pytest.approx(32.0)
 
 
 def test_the_policy_runs_the_best_point_estimate_unless_its_interval_admits_a_loss_over_5_percent():
     summary = pd.DataFrame({"config": ["ngram k=4"] * 3, "concurrency": [1, 8, 16],
                             "speedup_tpot": [1.08, 1.08, 0.99], "speedup_tpot_lo": [0.97, 0.93, 0.97]})
     policy = serving_policy(summary, {"ngram k=4": 4})
-    assert list(policy["k"]) == [4, 0, 0]  # 1.08 [0.97–]: runs; 1.08 [0.93–]: could lose 7%; 0.99: never pays
+    assert list(policy.frame()["k"]) == [4, 0, 0]  # 1.08 [0.97–]: runs; 1.08 [0.93–]: may lose 7%; 0.99: never pays
 
 
 # ------------------------------------------------------------ the noise-aware policy, where the truth is known
@@ -148,7 +151,9 @@ def truth_k(batch: float) -> int:
 
 def test_the_noise_aware_policy_switches_where_the_truth_does_within_one_level(swept):
     records, summary = swept
-    policy = noise_aware_policy(records, summary)
+    record = noise_aware_policy(records, summary)
+    assert record.keyed_on == "batch"  # over rounds: ranges on the engine's batch
+    policy = record.frame()
     assert list(policy.columns[:8]) == ["concurrency", "batch", "config", "k", "median_speedup", "spread", "rounds",
                                         "noisy"] and "tie_with" in policy
     batches = policy["batch"].to_numpy()
@@ -159,13 +164,14 @@ def test_the_noise_aware_policy_switches_where_the_truth_does_within_one_level(s
     assert not policy["noisy"].any() and (policy["spread"] <= 0.1).all()
     # it stops speculating between the last level below k = 2's crossover and the first above it, give or take one
     stop = crossover(COST, NGRAM[2], 64)
-    switch = policy_switch(policy)
+    switch = policy_switch(record)
     around = np.searchsorted(batches, stop)
     assert batches[max(0, around - 2)] <= switch <= batches[min(len(batches) - 1, around + 1)]
-    assert serving_policy(summary, records=records).drop(columns="cut").equals(policy)  # given 3 rounds, this one
+    given = serving_policy(summary, records=records)  # given 3 rounds, this one
+    assert given.keyed_on == "batch" and given.frame().drop(columns="cut").equals(policy)
     assert (policy["rounds"] == 3).all()
     checked = pd.concat([records, records[records["config"] == "ngram k=4"].assign(config="adaptive")])
-    assert noise_aware_policy(checked, summary).equals(policy)  # a launch measured beside them is no candidate
+    assert noise_aware_policy(checked, summary).frame().equals(policy)  # a launch measured beside them: no candidate
 
 
 def test_a_policy_from_fewer_than_three_rounds_is_refused_and_serving_policy_falls_back(swept):
@@ -174,7 +180,8 @@ def test_a_policy_from_fewer_than_three_rounds_is_refused_and_serving_policy_fal
     with pytest.raises(ParameterError, match="at least 3 rounds.*hold 2"):
         noise_aware_policy(two, summary)
     fallback = serving_policy(summary.assign(speedup_tpot=1.2, speedup_tpot_lo=1.1), records=two)
-    assert "spread" not in fallback and set(fallback["k"]) == {4}  # today's rule: the best point estimate
+    assert "spread" not in fallback.frame() and set(fallback.frame()["k"]) == {4}
+    assert fallback.keyed_on == "concurrency"  # today's rule: the best point estimate
 
 
 def test_a_tie_goes_to_the_cheaper_configuration():
@@ -184,8 +191,8 @@ def test_a_tie_goes_to_the_cheaper_configuration():
     model = Speculation(entry="draft", k=1, method="draft_model", family="draft_model", uses_model=True)
     records, summary = sim_sweep(cost, [SPEC_OFF, NGRAM[2], model, NGRAM[1]], [1, 4], tokens=24)
     policy = noise_aware_policy(records, summary)
-    assert list(policy["config"]) == ["ngram k=1", "ngram k=1"] and list(policy["k"]) == [1, 1]
-    assert list(policy["tie_with"]) == ["draft k=1, ngram k=2"] * 2  # the free one at k = 1 first, then k = 2
+    assert list(policy.frame()["config"]) == ["ngram k=1", "ngram k=1"] and list(policy.frame()["k"]) == [1, 1]
+    assert list(policy.frame()["tie_with"]) == ["draft k=1, ngram k=2"] * 2  # the free one at k = 1, then k = 2
 
 
 def test_a_noisy_level_keeps_the_cheaper_choice_and_is_flagged(swept):
@@ -194,7 +201,7 @@ def test_a_noisy_level_keeps_the_cheaper_choice_and_is_flagged(swept):
     hit = (records["config"] == "ngram k=4") & (records["concurrency"] == 1)
     factor = records["round"].map(jitter).where(hit, 1.0)
     noisy = records.assign(latency=records["ttft"] + (records["latency"] - records["ttft"]) * factor)
-    policy = noise_aware_policy(noisy, summary).set_index("concurrency")
+    policy = noise_aware_policy(noisy, summary).frame().set_index("concurrency")
     assert policy.loc[1, "config"] == "ngram k=2" and policy.loc[1, "noisy"]  # k = 4 measured best, but too noisy
     assert not policy.drop(index=1)["noisy"].any()
 
@@ -203,8 +210,8 @@ def test_ranges_are_keyed_on_the_engines_batch_not_the_clients_concurrency(swept
     records, summary = swept
     halved = summary.assign(mean_batch=summary["concurrency"] / 2)  # the engine ran half the requests in flight
     policy = noise_aware_policy(records, halved)
-    assert list(policy["batch"]) == [c / 2 for c in LEVELS]
-    assert list(policy["k"]) == [4, 4, 2, 2, 2, 0, 0]
+    assert list(policy.frame()["batch"]) == [c / 2 for c in LEVELS]
+    assert list(policy.frame()["k"]) == [4, 4, 2, 2, 2, 0, 0]
     # k changes at the geometric mean of adjacent measured batches: 4 → 2 between 1 and 2, 2 → 0 between 8 and 16
     assert policy_ranges(policy) == [[1, 1, 4], [2, math.ceil(math.sqrt(8 * 16)) - 1, 2], [12, 4096, 0]]
     ranges = batch_ranges(policy)
@@ -227,8 +234,8 @@ def test_rounds_that_agree_do_not_make_a_gain_whose_ci_holds_1_pay(swept):
     """Three rounds can agree closely on a gain the requests' own spread does not support: a
     configuration replaces spec-off only where its pooled 95% CI over spec-off lies above 1."""
     records, summary = swept
-    clear = noise_aware_policy(records, summary.assign(speedup_tpot_lo=1.05)).set_index("concurrency")
-    held = noise_aware_policy(records, summary.assign(speedup_tpot_lo=0.95)).set_index("concurrency")
+    clear = noise_aware_policy(records, summary.assign(speedup_tpot_lo=1.05)).frame().set_index("concurrency")
+    held = noise_aware_policy(records, summary.assign(speedup_tpot_lo=0.95)).frame().set_index("concurrency")
     assert (clear["k"] > 0).any() and (held["k"] == 0).all()
     assert (held.loc[clear.index[clear["k"] > 0], "tie_with"] != "").all()  # named, not silently dropped
 
@@ -254,14 +261,14 @@ def flat_step(ngram: list[float], ngram_lo: list[float]) -> pd.DataFrame:
 def test_a_static_configuration_ahead_at_every_level_is_the_launch_not_a_schedule_with_a_k0_range():
     summary = flat_step([1.12, 1.08, 1.05, 1.03], [1.04, 1.00, 0.97, 0.90])
     policy = serving_policy(summary)
-    assert list(policy["k"]) == [4, 4, 4, 0]  # at 16 its CI admits a 10% loss: the policy keeps spec-off
+    assert list(policy.frame()["k"]) == [4, 4, 4, 0]  # at 16 its CI admits a 10% loss: the policy keeps spec-off
     schedule = launch_policy(summary, {"ngram k=4": 4})
-    assert list(schedule["k"]) == [4, 4, 4, 0]  # and 1.03 [0.90–] does not beat the k = 0 range's 0.98 by the rule
+    assert list(schedule.frame()["k"]) == [4, 4, 4, 0]  # and 1.03 [0.90–] does not beat the k = 0 range's 0.98
     choice = choose_launch(summary, policy)
     # the schedule runs 0.98 at 16 where n-gram itself measured 1.03, the best static there: 0.95 of it; n-gram
     # at every level is 1.00 of the best static everywhere, and one range is no schedule
     assert (choice.kind, choice.config) == ("static", "ngram k=4")
-    assert choice.launch.ranges == ((1, 4096, 4),) and list(choice.policy["k"]) == [4, 4, 4, 4]
+    assert choice.launch.ranges == ((1, 4096, 4),) and list(choice.policy.frame()["k"]) == [4, 4, 4, 4]
     assert list(choice.candidates["candidate"]) == ["ngram k=4", "ngram schedule", "spec-off"]
     assert choice.candidates["worst"].tolist()[:2] == pytest.approx([1.0, 0.98 / 1.03], abs=0.005)
 
@@ -287,10 +294,10 @@ def test_a_switch_sits_where_the_interpolated_speedups_cross_not_at_the_geometri
 
     summary = pd.DataFrame({"config": ["spec-off", "ngram k=4"] * 2, "concurrency": [1, 1, 4, 4],
                             "speedup_tpot": [1.0, 1.5, 1.0, 0.9]})
-    policy = pd.DataFrame({"concurrency": [1, 4], "batch": [1.0, 3.5], "config": ["ngram k=4", "spec-off"],
-                           "k": [4, 0]})
+    policy = policy_of(pd.DataFrame({"concurrency": [1, 4], "batch": [1.0, 3.5], "config": ["ngram k=4", "spec-off"],
+                                     "k": [4, 0]}), "batch")
     assert policy_ranges(policy) == [[1, 1, 4], [2, 4096, 0]]  # no speedups to read: the geometric mean, 1.87
     cut = with_cuts(policy, summary)
     # 1.5 at a batch of 1 to 0.9 at 3.5, linear in log batch, meets spec-off's 1.00 at 3.5^(5/6) = 2.84
-    assert cut["cut"].iloc[1] == pytest.approx(3.5 ** (5 / 6))
+    assert cut.frame()["cut"].iloc[1] == pytest.approx(3.5 ** (5 / 6))
     assert policy_ranges(cut) == [[1, 2, 4], [3, 4096, 0]] and policy_switch(cut) == pytest.approx(3.5 ** (5 / 6))

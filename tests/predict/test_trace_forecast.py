@@ -125,7 +125,7 @@ def test_the_forecast_trace_speedups_match_the_simulated_engines_trace(measured,
 
 def test_adaptive_reads_its_schedules_configuration_and_prices_a_k0_range(measured):
     summary, policy = measured
-    assert policy["k"].iloc[0] > 0 and policy["k"].iloc[-1] == 0  # drafts at low load, not at the top
+    assert policy.levels[0].k > 0 and policy.levels[-1].k == 0  # drafts at low load, not at the top
     assert launch_base(summary, policy) == "ngram k=4"  # the family's largest k, as adaptive_config launches
     tpot_of, _ = adaptive_readers(summary, policy)
     off = summary[summary["config"] == "spec-off"].set_index("concurrency")
@@ -133,7 +133,7 @@ def test_adaptive_reads_its_schedules_configuration_and_prices_a_k0_range(measur
     batch = float(off.loc[16, "mean_batch"])  # a measured batch: no interpolation
     assert tpot_of(batch) == (pytest.approx(off.loc[16, "mean_tpot_ms"] / zero), False)
     k4 = summary[summary["config"] == "ngram k=4"].set_index("concurrency")
-    assert policy.iloc[0]["config"] == "ngram k=4" and tpot_of(1)[0] == pytest.approx(
+    assert policy.levels[0].config == "ngram k=4" and tpot_of(1)[0] == pytest.approx(
         float(np.interp(0.0, np.log(k4["mean_batch"]), k4["mean_tpot_ms"])))
 
 

@@ -149,8 +149,8 @@ def policy_text(decision: ServingDecision) -> Report:
         launch_part = (f"vLLM (`--speculative-config`, {decision.launch.by_k[decision.launch.ranges[0][2]]} at every "
                        f"load: a schedule of one range is that static configuration):\n\n```\n{launch}\n```")
     label = engine_named(decision.engine).label
-    body = (bullets([policy_level(r) for r in policy.to_dict("records")])
-            + (f"\n\nOver the engine's batch: {batch_ranges(policy).text()}." if "batch" in policy else "")
+    body = (bullets([policy_level(r) for r in policy.frame().to_dict("records")])
+            + (f"\n\nOver the engine's batch: {batch_ranges(policy).text()}." if policy.keyed_on == "batch" else "")
             + f"\n\n{launch_part}" + candidates_text(decision.candidates)
             + (f"\n\n{label} (speculation is fixed per launch: pick by the load you expect):\n\n"
                + bullets(list(decision.lines)) if decision.lines else ""))

@@ -19,6 +19,7 @@ from specnb.app.text.nb08_serving import (
     trace_forecast_text,
 )
 from specnb.measure.serving_summary import crossover
+from specnb.predict.policy_record import Policy
 from specnb.predict.serving_decision import ServingDecision, decide, with_trace
 
 
@@ -124,7 +125,8 @@ def test_the_identical_share_is_counted_over_every_level():
 
 def scheduled(server, configs=()) -> ServingDecision:
     """A decision whose launch is the schedule ``server`` (as ``decide`` makes one on vLLM)."""
-    return ServingDecision(seed=0, engine="vllm", policy=pd.DataFrame(), launched=pd.DataFrame(), kind="schedule",
+    empty = Policy(levels=(), keyed_on="concurrency", columns=())
+    return ServingDecision(seed=0, engine="vllm", policy=empty, launched=empty, kind="schedule",
                            config="adaptive", server=server, launch_json=server.engine.launch_text(server),
                            configs=tuple(configs))
 
