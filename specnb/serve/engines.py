@@ -143,13 +143,13 @@ def register(engine: ServingEngine) -> ServingEngine:
 
 
 def engines() -> dict[str, ServingEngine]:
-    """The table, the built-in engines registered first (imported on first use: each engine's module
-    imports ``register`` from this one)."""
+    """The table, the built-in engines first in ``BUILT_IN``'s order whichever module was imported
+    first (imported on first use: each engine's module imports ``register`` from this one), then any
+    other registered engine; so the engines a message lists are listed the same way every time."""
     import importlib
 
-    for module in BUILT_IN:
-        importlib.import_module(f"specnb.serve.{module}")
-    return ENGINES
+    built_in = [importlib.import_module(f"specnb.serve.{module}").ENGINE.name for module in BUILT_IN]
+    return {name: ENGINES[name] for name in [*built_in, *ENGINES] if name in ENGINES}
 
 
 class RegisteredEngine:
