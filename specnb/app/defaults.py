@@ -121,8 +121,6 @@ def parse_speculation(items) -> list:
     return found
 
 
-
-
 def alternative_speculation(verifier: str, speculation, pick=None, smoke: bool = False) -> list:
     """Notebook 07's speculative rows: the predictor's ``pick`` first (when there is one), then
     ``speculation`` (parsed), or by default for the embedded verifier prompt lookup at γ = 4 and

@@ -98,7 +98,6 @@ def add_compiled(methods: list[Method], pair) -> str:
     return f"compiled in {time.perf_counter() - t0:.0f} s (not counted in its tok/s)"
 
 
-
 def build_methods(pair, drafts: dict, speculation: list[DraftChoice], *, precisions=("int8", "bf16"),
                   kernels=("onednn",), llama: LlamaRows | None = None) -> tuple[list[Method], list[str]]:
     """The methods of notebook 07, baseline first, and one-line notes on what had to be left out.

@@ -4,13 +4,13 @@ this pick next to the alternatives, so the prediction meets a measurement."""
 
 from __future__ import annotations
 
+from specnb.measure.methods import DraftChoice
+from specnb.predict.predictor import Workload, predict
+
 
 def predictor_pick(profile, max_new_tokens: int, gammas=range(1, 9)):
     """The (draft, γ) the predictor rates best at batch 1 over every draft a profile calibrated, with
     its ``Prediction`` (whose verdict may still be "don't speculate"); None without a profile."""
-    from specnb.measure.methods import DraftChoice
-    from specnb.predict.predictor import Workload, predict
-
     if profile is None:
         return None, None
     drafts = [name for name in profile.drafts if name in profile.traces]

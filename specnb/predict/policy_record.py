@@ -80,7 +80,7 @@ class Policy:
     def frame(self) -> pd.DataFrame:
         """The policy's table: one row per level, its ``columns`` in order."""
         rows = [{c: getattr(level, c) for c in self.columns} for level in self.levels]
-        return pd.DataFrame(rows, columns=list(self.columns)) if not rows else pd.DataFrame(rows)
+        return pd.DataFrame(rows, columns=list(self.columns))
 
 
 def policy_of(table: pd.DataFrame, keyed_on: str) -> Policy:

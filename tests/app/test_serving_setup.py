@@ -82,7 +82,6 @@ def test_endpoint_configurations_are_records_of_what_the_user_said():
             setup.endpoint_targets(bad, "vllm")
 
 
-
 def test_each_engine_has_its_own_default_ngram():
     assert setup.serving_speculation("llama.cpp", None) == ["ngram-simple:4"]
     assert setup.serving_speculation("vllm", None, smoke=True) == ["ngram:3"]

@@ -22,12 +22,6 @@ QUICK = predictor.Bootstrap(n_boot=20, sims_per_boot=4)  # a coarse band, fast
 # ---------------------------------------------------------------------------- cost model
 
 
-
-
-
-
-
-
 def test_cost_model_prices_each_kernel_stretch_on_its_own():
     """A mixed path (oneDNN at 1 and 4..64 rows, MKL's GEMM at 2..3): verifying 2 tokens costs 1.9x one,
     4 tokens 1.0x. One line through every M >= 2 prices both alike (here: as the majority, 4+); each stretch on its own
@@ -229,10 +223,6 @@ def test_reference_mps_profile_predicts_leviathans_step_arithmetic():
 # ---------------------------------------------------------------------------- JSON and bad input
 
 
-
-
-
-
 def test_bad_arguments():
     profile = synthetic_profile()
     with pytest.raises(ParameterError, match="gamma"):
@@ -241,22 +231,6 @@ def test_bad_arguments():
         predictor.predict(profile, "other", [1])
     with pytest.raises(ParameterError, match="batch_size"):
         predictor.predict(profile, DRAFT, [1], predictor.Workload(batch_size=0))
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def test_a_gain_inside_the_band_is_not_recommended():
@@ -277,9 +251,5 @@ def test_a_gain_inside_the_band_is_not_recommended():
         and not predictor.clears_break_even(1.01, 0.97)
         and not predictor.clears_break_even(0.9, 0.8)
     )
-
-
-
-
 
 

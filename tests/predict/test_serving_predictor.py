@@ -90,8 +90,6 @@ def test_a_poisson_sweep_is_refused_by_the_predictor_and_the_policy():
             call()
 
 
-
-
 def steady_sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
     """(records, runs) at 1 and 4 concurrent: per level and configuration a steady 11-token request (10
     decode tokens at 10 ms each on spec-off at 1), a steady 41-token one (40 at 20 ms), a ramp-up

@@ -22,13 +22,9 @@ def display_table(summary: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-
-
 def rate(row) -> str:
     speedup = speedup_text(row.speedup, None if pd.isna(row.speedup_lo) else row.speedup_lo, row.speedup_hi)
     return f"**{row.method}** {speedup} ({row.tok_s:.1f} tok/s)"
-
-
 
 
 def alternatives_conclusion(summary: pd.DataFrame, notes: list[str], machine: str) -> Report:

@@ -21,7 +21,6 @@ _SKIP_KEYS = ("model.embed_tokens.weight", "lm_head.weight")
 _NO_VOCAB = {"vocab_size": 1, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class DraftSpec:
     """Shape of one draft; ``init_layers`` copies those verifier layers (width must match)."""

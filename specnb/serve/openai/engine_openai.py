@@ -16,7 +16,6 @@ class OpenAIEngine(EngineDefaults):
     label = "SGLang"
     metrics_prefix = "sglang"
     batch_gauge = "num_running_reqs"
-    relaunch_each_round = False
 
     def policy_lines(self, launch: Launch, configs: list) -> list[str]:
         """One line per load range naming the configuration to run there (spec-off where k = 0)."""
