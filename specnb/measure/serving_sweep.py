@@ -171,21 +171,20 @@ class SweepState:
 
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, settings: SweepSettings = SweepSettings(),
               hooks: SweepHooks = SweepHooks()) -> Sweep:
-    """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals
-    at a rate, ...) on every target, same prompts and output lengths, targets alternating piece by
-    piece (the shape's ``pieces``) in an order rotated per piece, level and round (``SweepSettings``:
-    how; ``SweepHooks``: what it calls out to); with ``warmup``,
-    each target warmed before each level at its concurrency (``warm_up``). ``down(name)``: ""
-    while a target's server is up, else how it went down (default: "" while it answers
-    ``/v1/models``), asked when a run had failed requests or its counters could not be read; a server
-    that is down ends the sweep: finished levels are kept, the level it died in is marked ``partial``
-    and ``stopped`` says so in one line. ``on_run`` sees the sweep so far after every run (to save it
-    as it grows). ``probe_max_tokens``: first probe the first probe-able target's forward cost up to
-    that many tokens in the batch (``probe_forward``). ``relaunch(n)``: fresh servers as targets,
-    launch ``n``, before every round but the first: each (level, round) on a launch of its own, so
-    rounds sample launch noise (``measure.launch_noise``); a failed relaunch ends the sweep. With
-    ``screen``, a speculative configuration that loses at the lowest level (``screen_out``) is left out
-    of the levels after it; ``screened`` says which and why."""
+    """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals at a rate, ...)
+    on every target, same prompts and output lengths, targets alternating piece by piece (the shape's
+    ``pieces``) in an order rotated per piece, level and round (``SweepSettings``: how; ``SweepHooks``: what it
+    calls out to); with ``warmup``, each target warmed before each level at its concurrency (``warm_up``).
+    ``down(name)``: "" while a target's server is up, else how it went down (default: "" while it answers
+    ``/v1/models``), asked when a run had failed requests or its counters could not be read; a server that is
+    down ends the sweep: finished levels are kept, the level it died in is marked ``partial`` and ``stopped``
+    says so in one line. ``on_run`` sees the sweep so far after every run (to save it as it grows).
+    ``probe_max_tokens``: first probe the first probe-able target's forward cost up to that many tokens in the
+    batch (``probe_forward``). ``relaunch(n)``: fresh servers as targets, launch ``n``, before every round but
+    the first: each (level, round) on a launch of its own, so rounds sample launch noise
+    (``measure.launch_noise``); a failed relaunch ends the sweep. With ``screen``, a speculative configuration
+    that loses at the lowest level (``screen_out``) is left out of the levels after it; ``screened`` says which
+    and why."""
     prompts = prompts.reset_index(drop=True)
     by_name = {t.name: t for t in targets}
     down = hooks.down or (lambda name: "" if reachable(by_name[name]) else "it stopped answering /v1/models")
