@@ -213,7 +213,7 @@ BENCHMARKS = sorted((PACKAGE.parent / "benchmarks").glob("*.py"))
 def test_every_specnb_name_a_benchmark_imports_exists(script):
     """The scripts import inside their functions (a benchmark pays for torch only when it runs), so a
     module moved in the package would surface only when someone next runs that benchmark — as it did
-    for ``kernels.py --forward`` and ``predictor.py --held-out``."""
+    for ``kernel_paths.py --forward`` and ``predictor.py --held-out``."""
     import importlib
 
     missing = []
