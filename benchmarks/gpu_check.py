@@ -1,7 +1,7 @@
 """GPU check: the stage timers on CUDA events, the dispatch tax, γ and batch sweeps, and losslessness, in one run.
 
     python benchmarks/gpu_check.py --out DIR                       # on a GPU (about 4-5 min on an H100: estimated)
-    python benchmarks/gpu_check.py --device cpu --out DIR          # the CPU reference (settings sized for 2 cores)
+    python benchmarks/gpu_check.py --device cpu --out DIR          # the CPU reference (sized for 2 cores)
     python benchmarks/gpu_check.py --device cpu --tiny --out DIR   # every step in seconds (the test suite runs it)
 
 Prepared for a machine with a GPU and nothing else: the repository and that machine's own ``python3``
@@ -90,6 +90,7 @@ class Plan:
     depth: dict | None = None
     verifier: str
     exit_layers: int
+    loop_layers: int | None = None  # the loop's verifier cut to this many layers (None: the plan's depth)
     dtypes: tuple[str, ...] = ("bfloat16", "float32")
     tiny: bool = False
     grid_tokens: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -112,12 +113,12 @@ class Plan:
 QWEN = ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct")
 PLANS = {
     "gpu": Plan(models=QWEN, verifier=QWEN[1], exit_layers=4),
-    # the embedded pair's shapes (SmolLM2-135M and its distilled draft-s) and Qwen2.5-0.5B cut to 6 layers
-    "cpu": Plan(models=("smollm2-135m", "smollm2-draft-s", QWEN[0]), depth={QWEN[0]: 6}, verifier="smollm2-135m",
-                exit_layers=6, dtypes=("float32", "bfloat16"), grid_tokens=(1, 2, 4, 8, 16), grid_batches=(1, 2, 4),
-                grid_repeats=3, prompt_len=16, new_tokens=24, gammas=(1, 2, 3, 4), gamma_prompts=4,
-                batch_sizes=(1, 2, 4), batch_rounds=2, lossless_gammas=(1, 3), lossless_prompts=2,
-                lossless_batch=2, budget_s=1800.0),
+    # the grid on the embedded pair's shapes (SmolLM2-135M and its distilled draft-s, full depth); the loop on
+    # SmolLM2-135M's shape cut to 10 layers and its 2-layer exit: sized for a 2-core CPU
+    "cpu": Plan(models=("smollm2-135m", "smollm2-draft-s"), verifier="smollm2-135m",
+                exit_layers=2, dtypes=("float32", "bfloat16"), grid_batches=(1, 2, 4), grid_repeats=3,
+                prompt_len=16, new_tokens=16, gammas=(1, 2, 3), gamma_prompts=3, batch_sizes=(1, 2), batch_rounds=2,
+                lossless_gammas=(1, 3), lossless_prompts=2, lossless_batch=2, loop_layers=10, budget_s=900.0),
     "tiny": Plan(models=QWEN, depth={QWEN[0]: 2, QWEN[1]: 4, QWEN[2]: 6}, verifier=QWEN[1], exit_layers=1,
                  dtypes=("float32", "bfloat16"), tiny=True, grid_tokens=(1, 2, 4), grid_batches=(1, 2),
                  grid_context=16, grid_repeats=2, prompt_len=8, new_tokens=8, gammas=(1, 3), gamma_prompts=2,
@@ -178,7 +179,7 @@ def quiet_tail(verifier, exit_layers: int) -> None:
 def loop_pair(plan: Plan, device):
     """(verifier, its early exit) in float32: the exit shares the verifier's modules, so a dtype change of
     the verifier changes both."""
-    verifier = build_model(model_config(plan.verifier, plan), device)
+    verifier = build_model(model_config(plan.verifier, plan, plan.loop_layers), device)
     quiet_tail(verifier, plan.exit_layers)
     return verifier, exit_draft(verifier, plan.exit_layers)
 
