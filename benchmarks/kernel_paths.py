@@ -8,7 +8,7 @@ With ``--forward``: the whole verifier's decode forward of 1, 2 and 4 tokens on 
 linear layers on MKL's path, on oneDNN from 2 rows (what ``kernels="auto"`` gave verifier-only
 before it timed one row: one row stayed on MKL) and on oneDNN from one row. One packed model, its
 routing switched between samples, every (path, tokens) interleaved and rotated; writes the
-``kernel-paths-forward`` section.
+``kernels-forward`` section.
 
 For the verifier's real weights (an MLP up projection 576→1536, the down projection 1536→576 and the
 tied 576→49152 LM head) and n = 1, 2, 4, 8 rows: PyTorch's default fp32 linear (MKL: a
@@ -16,7 +16,7 @@ matrix-vector kernel for one row, GEMM for more), oneDNN on a weight reordered o
 ``specnb.models.kernels.use_kernels(model, "onednn")`` uses for 1..64 rows), bf16 weights, and
 dynamic int8 (``torch.ao`` quantized linear, what ``specnb.models.precision`` uses). Every
 (path, n) is timed interleaved with the others, repeat by repeat; the table gives the median ms per
-call and t(2) ÷ t(1), and the effective bandwidth of one row. Writes the ``kernel-paths`` section of
+call and t(2) ÷ t(1), and the effective bandwidth of one row. Writes the ``kernels`` section of
 benchmarks/README.md.
 """
 
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
             (HERE / "results").mkdir(exist_ok=True)
             (HERE / "results" / f"{tagged('kernel_paths_forward', args.tag)}.json").write_text(
                 json.dumps({"environment": env, "ms": raw}, indent=1, default=str))
-            write_readme_section(markdown, name=tagged("kernel-paths-forward", args.tag, "-"))
+            write_readme_section(markdown, name=tagged("kernels-forward", args.tag, "-"))
         return 0
     args.repeats = args.repeats or 9
 
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
         (HERE / "results").mkdir(exist_ok=True)
         (HERE / "results" / "kernel_paths.json").write_text(json.dumps({"environment": env, "ms": raw}, indent=1,
                                                                    default=str))
-        write_readme_section(markdown, name="kernel-paths")
+        write_readme_section(markdown, name="kernels")
     return 0
 
 
