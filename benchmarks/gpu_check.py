@@ -8,10 +8,11 @@ Prepared for a machine with a GPU and nothing else: the repository and that mach
 (``PYTHONPATH=. python3 benchmarks/gpu_check.py --out DIR``). Beyond specnb and the standard library it
 imports torch, transformers, numpy and pandas only, and only specnb modules that do the same (a test checks
 it): no weights, no tokenizer, no download. specnb needs transformers 5.x; where a machine has an older
-one, carry its wheel from a machine with pip access (about 12 MB, with huggingface_hub's 0.6 MB):
+one, carry the wheels this repository's tests ran with, from a machine with pip access (about 16 MB; name
+any other requirement `pip show transformers` lists as missing there too):
 
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d wheels \\
-        transformers==5.25.0 huggingface_hub==1.3.0
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d wheels \
+        transformers==5.25.0 huggingface_hub==2.5.0 tokenizers==0.23.3
     # there:
     python3 -m pip install --no-index --no-deps --target /tmp/site wheels/*.whl
     PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_check.py --out DIR
@@ -38,7 +39,8 @@ exit agreeing with the verifier on part of the tokens (α is measured, not set).
      ``BF16_MARGIN_ULPS`` bfloat16 steps of its top logit (a near-tie that a different kernel's rounding
      flips); every differing run is listed with its margin.
 
-Time: every step stops starting new runs once ``--budget-s`` (default 420 s) has passed and says so. The
+Time: the steps run losslessness first, the sweeps, the dispatch grid last, and stop starting new runs once
+``--budget-s`` (420 s on a GPU) has passed, listing what they cut (a cut run exits 1). The
 estimate for the GPU settings is printed first (``estimate_s``): the plan's forwards, counted, at
 ``GPU_FORWARD_MS`` each, an eager PyTorch forward of a 28-36-layer model at small batches being bound by
 its kernel launches (about 12 per layer at a few µs each, plus Python), not by the H100's FLOPs.
