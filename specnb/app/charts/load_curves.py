@@ -10,6 +10,7 @@ import math
 import altair as alt
 import pandas as pd
 
+from specnb.app.charts.style import log_axis
 from specnb.core.intervals import speedup_text
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import scheduled_k
@@ -17,9 +18,10 @@ from specnb.serve.speculation import BASELINE_CONFIG
 
 
 def level_axis(frame: pd.DataFrame) -> alt.X:
-    """The load on a log2 axis, titled with its unit (the frame's load shape's)."""
+    """The load on a log2 axis ticking the measured levels, titled with its unit (the frame's load shape's)."""
     shape = shape_of(frame)
-    return alt.X(f"{shape.column}:Q", scale=alt.Scale(type="log", base=2), title=shape.unit)
+    return alt.X(f"{shape.column}:Q", scale=alt.Scale(type="log", base=2), title=shape.unit,
+                 axis=log_axis(frame[shape.column]))
 
 
 def display_table(summary: pd.DataFrame) -> pd.DataFrame:
