@@ -116,7 +116,8 @@ def mark_key(unit: Unit) -> tuple[list[str], str]:
 
     A path (line, area) is one per series; rows of one series must differ in the field it runs along
     (x, or ``order`` where it sets the path's order). A bar stacks on its measure, so rows must differ
-    in every encoded field but that one. Any other mark sits where its position fields put it."""
+    in every encoded field but that one. Any other mark sits where its position fields put it (two
+    series that meet at one value are told apart by their colour, not hidden)."""
     enc = unit.encoding
     series = [f for ch in SERIES_CHANNELS if (f := channel_field(enc, ch))] + unit.facets
     if unit.mark in PATH_MARKS:
@@ -124,11 +125,11 @@ def mark_key(unit: Unit) -> tuple[list[str], str]:
         if enc.get("x", {}).get("type") == "quantitative" and enc.get("y", {}).get("type") in ("nominal", "ordinal"):
             along = channel_field(enc, "order") or channel_field(enc, "y")
         return series + ([along] if along else []), "point of a line"
-    positions = [f for ch in ("x", "y", "x2", "y2", "theta", "radius", "text") if (f := channel_field(enc, ch))]
+    positions = [f for ch in ("x", "y", "x2", "y2", "xOffset", "yOffset", "theta", "radius")
+                 if (f := channel_field(enc, ch))]
     if unit.mark == "bar":
         measure = stacked_measure(enc)
-        positions = [f for f in positions if f != measure]
-        return series + positions, "bar"
+        return series + [f for f in positions if f != measure], "bar"
     return series + positions, unit.mark
 
 

@@ -30,7 +30,8 @@ def speedup_chart(summary, x: str = "gamma", predictions=None, title: str | None
         one_mark_each(predicted, ["draft", x, "kind"], "speedup_chart: one predicted point per draft, kind and " + x)
     color = draft_color(data, *([predicted] if predicted is not None else []))
     kinds = ["measured (95% CI)", *([] if predicted is None else dict.fromkeys(predicted["kind"]))]
-    x_enc = alt.X(f"{x}:Q", title=titles.get(x, x), axis=alt.Axis(values=sorted(data[x].unique().tolist())))
+    x_enc = alt.X(f"{x}:Q", title=titles.get(x, x),
+                  axis=alt.Axis(values=sorted(data[x].unique().tolist()), format="~g"))
     y = alt.Y("speedup_lo:Q", title="speedup over verifier-only (x)", scale=alt.Scale(zero=False))
 
     def panel(frame, guess, width):
@@ -107,7 +108,8 @@ def metric_chart(summary, y: str, x: str = "gamma", title: str | None = None) ->
         alt.Chart(summary)
         .mark_line(point=True)
         .encode(
-            x=alt.X(f"{x}:Q", title=labels.get(x, x), axis=alt.Axis(values=sorted(summary[x].unique().tolist()))),
+            x=alt.X(f"{x}:Q", title=labels.get(x, x),
+                    axis=alt.Axis(values=sorted(summary[x].unique().tolist()), format="~g")),
             y=alt.Y(f"{y}:Q", title=labels.get(y, y)),
             color=draft_color(summary),
             tooltip=["candidate", x, alt.Tooltip(f"{y}:Q", format=".3f")],
@@ -183,25 +185,23 @@ def c_alpha_chart(points, gammas=(1, 2, 4, 8), title: str | None = None,
 
 
 def acceptance_strip_chart(rows, group: str = "categories", title: str | None = None) -> alt.Chart:
-    """Per-prompt acceptance rates as dots per draft, coloured by ``group`` (prompt category or run)."""
-    return (
-        alt.Chart(rows)
-        .mark_tick(thickness=2, size=14)
-        .encode(
-            x=alt.X("alpha:Q", title="acceptance rate α (per prompt)", scale=alt.Scale(domain=[0, 1])),
-            y=alt.Y("draft:N", title="draft"),
-            color=alt.Color(f"{group}:N", title=group.replace("_", " ")),
-            tooltip=[
-                "draft",
-                "gamma",
-                group,
-                "prompt_ids",
-                alt.Tooltip("alpha:Q", format=".3f"),
-                alt.Tooltip("speedup:Q", format=".3f"),
-            ],
-        )
-        .properties(title=title or "Acceptance varies prompt to prompt", width=460, height=220)
-    )
+    """Per-prompt acceptance rates, one tick per draft, ``group`` (prompt category or run, its own
+    lane within the draft's row and its colour) and rate: prompts with the same rate share a tick
+    (on purpose), which says how many it holds where more than one."""
+    ties = rows.groupby(["draft", "gamma", group, "alpha"], sort=False, dropna=False).agg(
+        prompts=("prompt_ids", "size"), prompt_ids=("prompt_ids", lambda ids: ", ".join(map(str, ids))),
+        speedup=("speedup", "mean")).reset_index()
+    ties["label"] = ties["prompts"].map(lambda n: f"×{n}" if n > 1 else "")
+    x = alt.X("alpha:Q", title="acceptance rate α (per prompt)", scale=alt.Scale(domain=[0, 1]))
+    y, lane = alt.Y("draft:N", title="draft"), alt.YOffset(f"{group}:N")
+    ticks = alt.Chart(ties).mark_tick(thickness=2, size=10).encode(
+        x=x, y=y, yOffset=lane, color=alt.Color(f"{group}:N", title=group.replace("_", " ")),
+        tooltip=["draft", "gamma", group, "prompts", "prompt_ids", alt.Tooltip("alpha:Q", format=".3f"),
+                 alt.Tooltip("speedup:Q", format=".3f", title="speedup (mean)")])
+    counts = alt.Chart(ties[ties["prompts"] > 1]).mark_text(dx=10, fontSize=9, align="left").encode(
+        x=x, y=y, yOffset=lane, text="label:N")
+    return (ticks + counts).properties(title=title or "Acceptance varies prompt to prompt", width=460,
+                                       height=max(160, 40 * ties["draft"].nunique()))
 
 
 FEW_OUTCOMES = 12  # a resampling with at most this many distinct outcomes is drawn as those outcomes
@@ -320,7 +320,8 @@ def alpha_chart(summary, title: str | None = None) -> alt.Chart:
     tidy["kind"] = tidy["kind"].map(labels)
     return dashed_lines(
         tidy, list(labels.values()), "α as",
-        x=alt.X("gamma:Q", title="draft tokens per step γ", axis=alt.Axis(values=sorted(tidy["gamma"].unique()))),
+        x=alt.X("gamma:Q", title="draft tokens per step γ",
+                axis=alt.Axis(values=sorted(tidy["gamma"].unique()), format="~g")),
         y=alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, 1])),
         color=draft_color(tidy), tooltip=["candidate", "kind", alt.Tooltip("rate:Q", format=".3f")],
     ).properties(title=title or "Acceptance rate vs γ", width=300, height=220)
@@ -330,11 +331,11 @@ def accept_length_chart(records, gamma: int, title: str | None = None) -> alt.La
     """Share of verifier steps that accepted n = 0..γ draft tokens at one γ: one line per draft and
     measure, the measured share solid and what i.i.d. acceptance at the draft's per-token α would give
     dashed (``measure.acceptance.accept_lengths`` per draft, never pooled). The subtitle gives each
-    draft's τ."""
+    draft's τ and per-token α."""
     drafts = list(dict.fromkeys(records.loc[records["gamma"] == gamma, "draft"].astype(str)))
-    frame = pd.concat([accept_lengths(records, gamma, draft).assign(draft=draft) for draft in drafts],
-                      ignore_index=True)
-    taus = {d: 1 + float((f["accepted"] * f["measured"]).sum()) for d, f in frame.groupby("draft", sort=False)}
+    per_draft = {draft: accept_lengths(records, gamma, draft) for draft in drafts}
+    frame = pd.concat([f.assign(draft=d) for d, f in per_draft.items()], ignore_index=True)
+    taus = {d: (1 + float((f["accepted"] * f["measured"]).sum()), f.attrs["alpha_token"]) for d, f in per_draft.items()}
     kinds = ["measured", "i.i.d. at the draft's α"]
     tidy = frame.melt(id_vars=["draft", "accepted"], value_vars=["measured", "iid"], var_name="kind",
                       value_name="share").replace({"kind": {"iid": kinds[1]}})
@@ -343,7 +344,7 @@ def accept_length_chart(records, gamma: int, title: str | None = None) -> alt.La
         y=alt.Y("share:Q", title="share of steps", scale=alt.Scale(domain=[0, 1])),
         color=draft_color(tidy), tooltip=["draft", "kind", "accepted", alt.Tooltip("share:Q", format=".3f")])
     heading = alt.TitleParams(text=title or f"γ = {gamma}: share of steps that accepted n draft tokens",
-                              subtitle=[f"τ = {t:.2f}  {d}" for d, t in taus.items()])
+                              subtitle=[f"τ = {t:.2f}, α = {a:.2f}  {d}" for d, (t, a) in taus.items()])
     return chart.properties(title=heading, width=max(160, 40 * (gamma + 1)), height=200)
 
 

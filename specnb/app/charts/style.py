@@ -3,10 +3,10 @@ clip, and log axes that tick only the levels that were measured.
 
 A draft keeps its colour from notebook to notebook because the colour is a function of its name,
 not of its place in one chart's legend: the embedded drafts each own one of Tableau's ten colours
-(Vega's default palette, so a reader who knows one chart knows the others), the verifier is dark
-grey, and any other name (a Hub id, a folder) takes a colour of a second palette by a stable hash
-of its name, the next free one where two such names collide (in name order, so the same names get
-the same colours in every chart that shows them together).
+(Vega's default palette, so a reader who knows one chart knows the others), the verifier (and
+verifier-only decoding) is dark grey, and any other name (a Hub id, a folder) takes a colour of a
+second palette by a stable hash of its name, the next free one where two such names collide (in
+name order, so the same names get the same colours in every chart that shows them together).
 
 Importing this module registers and enables the ``specnb`` Altair theme: Vega truncates a legend
 label at 160 px and a legend title at 180 px with an ellipsis, so ``smollm2-draft-s (measured)`` and
@@ -22,6 +22,7 @@ import altair as alt
 import pandas as pd
 
 from specnb.core.errors import ParameterError
+from specnb.measure.runs import BASELINE
 from specnb.models.registry import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP
 
 # Tableau 10, Vega's "category" scheme, in its own order: one colour per embedded draft
@@ -42,7 +43,7 @@ def draft_colours(names: Iterable[str]) -> dict[str, str]:
     ``OTHER_COLOURS`` by a stable hash, the next free one where two collide (in name order)."""
     names = list(dict.fromkeys(str(n) for n in names))
     found = {n: EMBEDDED_COLOURS[n] for n in names if n in EMBEDDED_COLOURS}
-    found.update({n: VERIFIER_COLOUR for n in names if n == EMBEDDED_VERIFIER})
+    found.update({n: VERIFIER_COLOUR for n in names if n in (EMBEDDED_VERIFIER, BASELINE)})
     taken = set()
     for name in sorted(n for n in names if n not in found):
         start = zlib.crc32(name.encode()) % len(OTHER_COLOURS)
@@ -74,9 +75,9 @@ def dash(domain: list[str], title: str | None = None) -> alt.StrokeDash:
     """Measured vs predicted as a dash the legend shows: the first of ``domain`` solid, the others
     dashed (field ``kind``). The legend draws the dash only for a line without ``point=True`` (Vega
     draws a circle for that): points go in a layer of their own (``dashed_lines``)."""
-    dashes = [[1, 0], [6, 3], [2, 2], [6, 2, 2, 2]][: len(domain)]
-    return alt.StrokeDash("kind:N", title=title, scale=alt.Scale(domain=domain, range=dashes),
-                          legend=alt.Legend(symbolStrokeColor="black", symbolStrokeWidth=2))
+    dashes = [[1, 0], [2, 2], [6, 3], [6, 2, 2, 2]][: len(domain)]
+    legend = alt.Legend(symbolStrokeColor="black", symbolStrokeWidth=2) if len(domain) > 1 else None
+    return alt.StrokeDash("kind:N", title=title, scale=alt.Scale(domain=domain, range=dashes), legend=legend)
 
 
 def dashed_lines(frame: pd.DataFrame, kinds: list[str], dash_title: str | None = None, **encoding) -> alt.LayerChart:

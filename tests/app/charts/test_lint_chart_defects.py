@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import chart_frames as frames
 import numpy as np
 import pandas as pd
 import pytest
+from fixtures import chart_frames as frames
 
 from specnb.app import widgets
 from specnb.app.charts import expected, lint, measured, predicted, style

@@ -6,9 +6,9 @@ the smoke runs in tests/notebooks lint the charts the notebooks really draw."""
 import inspect
 import json
 
-import chart_frames as frames
 import pandas as pd
 import pytest
+from fixtures import chart_frames as frames
 
 from specnb.app import widgets
 from specnb.app.charts import engine_options, expected, lint, load_curves, measured, predicted
