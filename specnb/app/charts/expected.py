@@ -151,8 +151,8 @@ def smaller_vs_faster_chart(curve, ratios) -> alt.LayerChart:
     point = {"flops_smaller": [reference.size_ratio()], "times_faster": [reference.REFERENCE_MPS["draft_speed_ratio"]]}
     ref = alt.Chart(pd.DataFrame(point)).mark_point(shape="cross", size=150, color="red").encode(x=x, y=y)
     return (ideal + fitted + measured + ref).properties(
-        title="Fewer FLOPs vs faster per token: blue = this machine's fit, ◆ = measured drafts, "
-        "✚ = reference (MPS), gray = FLOPs ratio",
+        title="Fewer FLOPs vs faster per token: blue = this machine's fit, black diamonds = measured drafts, "
+        "red cross = reference (MPS), grey = FLOPs ratio",
         width=460,
         height=280,
     )

@@ -128,8 +128,9 @@ def validation_chart(table, title: str | None = None) -> alt.Chart:
                                           scale=scale),
                                   color=alt.Color("method:N", title="prediction"))
     points = base.mark_point(size=60).encode(
-        y=alt.Y("predicted:Q", title="predicted speedup (x)", scale=scale), shape=alt.Shape("draft:N", title="draft"),
-        fill=alt.condition("datum.prediction_in_ci", alt.Color("method:N"), alt.value("white")),
+        y=alt.Y("predicted:Q", title="predicted speedup (x)", scale=scale),
+        shape=alt.Shape("draft:N", title="draft", legend=alt.Legend(symbolStrokeColor="black")),
+        fill=alt.condition("datum.prediction_in_ci", alt.Color("method:N", legend=None), alt.value("white")),
         tooltip=["method", "draft", "gamma", "batch_size", alt.Tooltip("measured_speedup:Q", format=".3f"),
                  alt.Tooltip("measured_lo:Q", format=".3f", title="measured CI lo"),
                  alt.Tooltip("measured_hi:Q", format=".3f", title="measured CI hi"),
