@@ -47,13 +47,16 @@ def slider_panel(make_chart, controls: dict[str, Any]):
 
 
 def static_grid(make_chart, grid: dict[str, list], columns: int = 2) -> alt.TopLevelMixin:
-    """``make_chart`` at every combination of ``grid`` values (each titled by its values), ``columns`` per row."""
+    """``make_chart`` at every combination of ``grid`` values, ``columns`` per row. A chart keeps the
+    title it computed (it names its values and states its answer); one without a title is titled by
+    its values."""
     keys = list(grid)
     charts = []
     for values in itertools.product(*(grid[k] for k in keys)):
         point = dict(zip(keys, values))
         label = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}" for k, v in point.items())
-        charts.append(make_chart(**point).properties(title=label))
+        chart = make_chart(**point)
+        charts.append(chart if chart.to_dict().get("title") else chart.properties(title=label))
     rows = [alt.hconcat(*charts[i:i + columns]) for i in range(0, len(charts), columns)]
     return alt.vconcat(*rows) if len(rows) > 1 else rows[0]
 

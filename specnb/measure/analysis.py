@@ -14,7 +14,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.core.theory import break_even_c, expected_speedup, tokens_per_step_from_profile
 from specnb.decode.timing import BOOKKEEPING, stage_columns
-from specnb.measure.acceptance import profile_from_records, token_alpha_by_draft
+from specnb.measure.acceptance import profile_from_records, supported_rates, token_alpha_by_draft
 from specnb.measure.runs import BASELINE, KERNEL_COLUMNS, paired_speedup, per_prompt, summarise
 
 
@@ -302,12 +302,14 @@ def profile_speedups(records: pd.DataFrame, table: pd.DataFrame, max_gamma: int 
     """Leviathan speedup per γ from each draft's measured per-position acceptance (at its largest
     γ) and its c by FLOPs and by wall clock: τ(a_1..a_γ) ÷ (γc + 1). Shows where the best γ would
     lie; like Leviathan it prices verifying γ + 1 tokens as one forward, so it is an upper bound.
-    Past the measured γ the last position's rate is repeated (``extrapolated``)."""
+    A position reached fewer than ``acceptance.MIN_EVENTS`` times, and one past the measured γ (``extrapolated``),
+    takes the pooled per-token α of the well-reached positions (``acceptance.supported_rates``)."""
     rows = []
     for r in table.itertuples():
-        rates = profile_from_records(records, r.draft).conditional()
-        for gamma in range(1, (max_gamma or len(rates)) + 1):
-            a = np.concatenate([rates, np.full(max(gamma - len(rates), 0), rates[-1])])[:gamma]
+        profile = profile_from_records(records, r.draft)
+        for gamma in range(1, (max_gamma or profile.gamma) + 1):
+            a = supported_rates(profile, gamma)
+            extrapolated = gamma > profile.gamma
             tau = float(tokens_per_step_from_profile(a))
             for kind, c in (("FLOPs", r.c_flops), ("wall clock", r.c_wall)):
                 rows.append(
@@ -318,7 +320,7 @@ def profile_speedups(records: pd.DataFrame, table: pd.DataFrame, max_gamma: int 
                         "c": c,
                         "tau": tau,
                         "speedup": tau / (gamma * c + 1.0),
-                        "extrapolated": gamma > len(rates),
+                        "extrapolated": extrapolated,
                     }
                 )
     return pd.DataFrame(rows)

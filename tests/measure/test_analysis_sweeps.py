@@ -80,7 +80,7 @@ def test_token_alpha_counts_only_reached_positions_and_feeds_predictions():
     assert pred["alpha"].tolist() == pytest.approx([4 / 6])
     assert pred["speedup"].tolist() == pytest.approx([(1 - (4 / 6) ** 4) / (1 - 4 / 6)])
     chart = measured.alpha_chart(summary).to_dict()
-    rates = {d["measure"]: d["rate"] for d in next(iter(chart["datasets"].values()))}
+    rates = {d["kind"]: d["rate"] for d in next(iter(chart["datasets"].values()))}
     assert rates == pytest.approx({"accepted ÷ drafted": 4 / 9, "accepted ÷ reached (per-token α)": 4 / 6})
 
 
@@ -170,8 +170,9 @@ def test_on_real_engine_records_the_counts_add_up():
 def test_accept_length_chart_shares_and_iid_reference(sweep):
     spec = measured.accept_length_chart(sweep, 2).to_dict()
     data = next(iter(spec["datasets"].values()))
-    assert [d["measured"] for d in data] == pytest.approx([0, 0.5, 0.5])  # lengths 2, 2, 1, 1 per prompt
-    assert sum(d["iid"] for d in data) == pytest.approx(1.0)
-    assert "α = 0.75" in spec["title"] and "τ = 2.50" in spec["title"]
+    shares = {kind: [d["share"] for d in data if d["kind"] == kind] for kind in ("measured", "i.i.d. at the draft's α")}
+    assert shares["measured"] == pytest.approx([0, 0.5, 0.5])  # lengths 2, 2, 1, 1 per prompt
+    assert sum(shares["i.i.d. at the draft's α"]) == pytest.approx(1.0)
+    assert "α = 0.75" in spec["title"]["subtitle"][0] and "τ = 2.50" in spec["title"]["subtitle"][0]
 
 
