@@ -75,7 +75,7 @@ _HOMES = {  # each module, the names it gives the package root
                            "optimal_gamma"),
     # measurement
     "specnb.measure.prompts": ("select_prompts", "load_prompts"),
-    "specnb.measure.runs": ("make_candidates", "run_interleaved", "RunPlan", "Rounds", "summarise"),
+    "specnb.measure.runs": ("make_candidates", "run_interleaved", "summarise"),
     # prediction
     "specnb.predict.calibrate": ("calibrate", "CalibrationSettings"),
     "specnb.predict.predictor": ("predict", "Workload", "Bootstrap"),

@@ -105,7 +105,7 @@ def decision_drafts(verifier: str, draft: str | None = None, drafts=None, smoke:
 def parse_speculation(items) -> list:
     """``["prompt-lookup:4", "smollm2-eagle:3x2"]`` (draft:γ or draft:tree) as ``DraftChoice``s; a bad
     item is a one-line error."""
-    from specnb.measure.methods import DraftChoice
+    from specnb.measure.alternatives import DraftChoice
 
     found = []
     for item in [items] if isinstance(items, str) else items:
@@ -125,7 +125,7 @@ def alternative_speculation(verifier: str, speculation, pick=None, smoke: bool =
     """Notebook 07's speculative rows: the predictor's ``pick`` first (when there is one), then
     ``speculation`` (parsed), or by default for the embedded verifier prompt lookup at γ = 4 and
     the EAGLE head with a small tree when one is committed; duplicates dropped."""
-    from specnb.measure.methods import DraftChoice
+    from specnb.measure.alternatives import DraftChoice
 
     if speculation is not None:
         chosen = parse_speculation(speculation)

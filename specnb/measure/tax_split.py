@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specnb.measure.alternatives import BASELINE_METHOD, Method
 from specnb.measure.forward import GridShapes, fit_line, measure_forward_grids
-from specnb.measure.methods import BASELINE_METHOD, Method
 from specnb.native.isolation import EngineCrashed
 
 

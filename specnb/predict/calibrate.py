@@ -28,7 +28,7 @@ from specnb.decode.pairs import load_drafts
 from specnb.decode.timing import BOOKKEEPING, stage_columns
 from specnb.measure.forward import GridShapes, measure_forward_grids
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens, split_prompts
-from specnb.measure.runs import BASELINE, RunPlan, make_candidates, run_interleaved
+from specnb.measure.runs import BASELINE, make_candidates, run_interleaved
 from specnb.predict.costs import CostModel, DraftCosts, HardwareProfile, fit_cost_model
 from specnb.predict.drafts import DraftTraits, draft_traits
 from specnb.predict.traces import emitted_per_step, measure_traces, pack, profile_from_traces, replay
@@ -122,7 +122,7 @@ def time_steps(pair, models: dict, costs: dict[str, DraftCosts], prompts: pd.Dat
     step of each draft (per generated token for verifier-only, with ``baseline``). A forward-free
     draft's proposing time (per step, or per drafted token) is set on its ``costs`` entry."""
     candidates = make_candidates(models, [settings.gamma], baseline=baseline)
-    records = run_interleaved(pair, prompts, candidates, RunPlan(max_new_tokens=settings.max_new_tokens),
+    records = run_interleaved(pair, prompts, candidates, max_new_tokens=settings.max_new_tokens,
                               progress=settings.progress)
     overhead = {BASELINE: baseline_overhead(records)} if baseline else {}
     for name in models:

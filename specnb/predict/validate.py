@@ -31,7 +31,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.measure import sizing
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens
-from specnb.measure.runs import BASELINE, Rounds, RunPlan, make_candidates, run_interleaved, summarise
+from specnb.measure.runs import BASELINE, make_candidates, run_interleaved, summarise
 from specnb.predict.costs import HardwareProfile
 from specnb.predict.predictor import Workload, clears_break_even, predict
 
@@ -77,8 +77,8 @@ def validate(profile: HardwareProfile, loaded, prompts,
     frames = {b: whole_batches(as_prompt_frame(prompts), b) for b in batch_sizes}
     candidates = make_candidates(models, plan.gammas)
     records = pd.concat([
-        run_interleaved(pair, frames[b], candidates, RunPlan(max_new_tokens=n_new, batch_size=b),
-                        rounds=Rounds(repeats=repeats * b), progress=progress)
+        run_interleaved(pair, frames[b], candidates, max_new_tokens=n_new, batch_size=b, repeats=repeats * b,
+                        progress=progress)
         for b in batch_sizes], ignore_index=True)
     table = grid_table(profile, pair, models, records, frames, n_new)
     extended = False
@@ -90,8 +90,8 @@ def validate(profile: HardwareProfile, loaded, prompts,
         if not extra:
             continue
         chosen = [c for c in candidates if c.name == BASELINE or c.name in names]
-        got = run_interleaved(pair, frames[b], chosen, RunPlan(max_new_tokens=n_new, batch_size=b),
-                              rounds=Rounds(repeats=extra, warmup=False), progress=progress)
+        got = run_interleaved(pair, frames[b], chosen, max_new_tokens=n_new, batch_size=b, repeats=extra,
+                              progress=progress, warmup=False)
         records = pd.concat([records, got.assign(repeat=got["repeat"] + at_b["repeat"].max() + 1)],
                             ignore_index=True)
         extended = True

@@ -74,9 +74,8 @@ def test_the_budget_buys_repeats_for_the_wide_points_only(monkeypatch):
     calls = []
     rng = np.random.default_rng(0)
 
-    def run_interleaved(pair, frame, candidates, plan, rounds, **_):
-        repeats, batch_size = rounds.repeats, plan.batch_size
-        calls.append(([c.name for c in candidates], repeats, rounds.warmup))
+    def run_interleaved(pair, frame, candidates, *, repeats, batch_size, warmup=True, **_):
+        calls.append(([c.name for c in candidates], repeats, warmup))
         rows = [sweep_record(c.name, c.gamma, pid, tokens=16, forwards=8, verify_ms=1e3 * np.exp(rng.normal(0, 0.2)),
                              steps=8, accepted=4, drafted=8 * c.gamma, batch_size=batch_size, repeat=r)
                 for r in range(repeats) for pid in frame["id"] for c in candidates]
