@@ -29,10 +29,15 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.decode.timing import STAGES, stage_columns
+from specnb.decode.drafters import make_drafter
+from specnb.decode.generate import generate
+from specnb.decode.inputs import encode_prompts
+from specnb.decode.settings import Decoding
+from specnb.decode.timing import STAGES, StageTimer, stage_columns
 from specnb.decode.trees import DynamicTree, TreeShape
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import as_prompt_frame, batches_of
+from specnb.models.kernels import kernel_label
 
 BASELINE = "verifier-only"  # the candidate every speedup is measured against
 STAGE_COLUMNS = stage_columns()
@@ -61,8 +66,6 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
     (``"<draft> tree=3x2x1"``; a ``DynamicTree`` for drafts that grow one: ``"<draft> tree=dynamic4w4n16"``).
     A γ of ``"auto"`` is the predictor's per batch size: ``auto`` builds it from (draft name,
     confidence) (``specnb.predict.auto_gamma.chooser``)."""
-    from specnb.decode.drafters import make_drafter
-
     wants_auto = any(isinstance(g, str) and g == "auto" for g in gammas)
     gammas = [g for g in gammas if not (isinstance(g, str) and g == "auto")]
     if not all(isinstance(g, numbers.Real) and int(g) == g and g >= 1 for g in gammas):
@@ -111,8 +114,6 @@ def run_interleaved(pair, prompts, candidates: list[Candidate], *, repeats: int 
     """
     from tqdm.auto import tqdm
 
-    from specnb.decode.inputs import encode_prompts
-
     if repeats < 1 or max_new_tokens < 1:
         raise ParameterError(f"repeats and max_new_tokens must be >= 1, got {repeats} and {max_new_tokens}")
     if not candidates:
@@ -150,8 +151,6 @@ def kernel_paths(pair, cand: Candidate) -> dict[str, str]:
     """The CPU kernel path each side of a run ran (``specnb.models.kernels.kernel_label``), read off the
     models as they run, so every table can say whether the baseline had the kernels the speculative
     side had: the verifier's for every candidate, verifier-only included; the draft's ("" without)."""
-    from specnb.models.kernels import kernel_label
-
     return {"verifier_kernels": kernel_label(pair.verifier), "draft_kernels": kernel_label(cand.draft)}
 
 
@@ -160,10 +159,6 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
 
     The garbage collector is paused for the duration, as ``timeit`` does: a collection triggered by
     the allocations of whatever ran before would otherwise land on one candidate's clock."""
-    from specnb.decode.generate import generate
-    from specnb.decode.settings import Decoding
-    from specnb.decode.timing import StageTimer
-
     timer = StageTimer(pair.device)
     collecting = gc.isenabled()
     gc.disable()

@@ -15,7 +15,7 @@ def cost_model_chart(grid, fits, title: str | None = None) -> alt.Chart:
     rest; ``fits``: rows of ``cost_model_table``)."""
     import pandas as pd
 
-    from specnb.predict.costs import CostModel
+    from specnb.predict.costs import CostModel  # deferred: loads torch and pandas
 
     points = grid[grid["kind"] == "decode"].assign(tokens=lambda g: g["n_tokens"] * g["batch_size"])
     lines = []
