@@ -80,7 +80,7 @@ _HOMES = {  # each module, the names it gives the package root
     "specnb.predict.calibrate": ("calibrate", "CalibrationSettings"),
     "specnb.predict.predictor": ("predict", "Workload", "Bootstrap"),
     "specnb.predict.auto_gamma": ("auto_gamma", "ProfileSource"),
-    "specnb.predict.validate": ("validate", "ValidationPlan"),
+    "specnb.predict.validate": ("validate",),
     "specnb.predict.costs": ("load_profile", "save_profile"),
     # notebooks
     "specnb.app.runner": ("run_notebooks",),
