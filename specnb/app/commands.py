@@ -176,17 +176,10 @@ def run_build_heads(args: argparse.Namespace) -> list[dict]:
 
 
 def _args_flops(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "model",
-        help="Hugging Face id, shipped/embedded name (e.g. smollm2-135m) or folder with "
-        "config.json",
-    )
-    p.add_argument(
-        "--context",
-        type=int,
-        default=0,
-        help="positions the new token attends to (default 0: seed convention)",
-    )
+    p.add_argument("model",
+                   help="Hugging Face id, shipped/embedded name (e.g. smollm2-135m) or folder with config.json")
+    p.add_argument("--context", type=int, default=0,
+                   help="positions the new token attends to (default 0: seed convention)")
 
 
 def run_flops(args: argparse.Namespace) -> dict:
@@ -194,14 +187,9 @@ def run_flops(args: argparse.Namespace) -> dict:
 
 
 def _args_ratio(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "draft",
-        help="draft: id, name or folder (an EAGLE or Medusa head too), exit:K or prompt-lookup",
-    )
+    p.add_argument("draft", help="draft: id, name or folder (an EAGLE or Medusa head too), exit:K or prompt-lookup")
     p.add_argument("verifier", help="verifier model: id, name or folder")
-    p.add_argument(
-        "--context", type=int, default=0, help="positions attended, for both models (default 0)"
-    )
+    p.add_argument("--context", type=int, default=0, help="positions attended, for both models (default 0)")
 
 
 def run_ratio(args: argparse.Namespace) -> dict:
@@ -223,16 +211,9 @@ def run_ratio(args: argparse.Namespace) -> dict:
 
 def _args_theory(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, required=True, help="acceptance rate alpha in [0, 1)")
-    p.add_argument(
-        "--gamma", type=float, required=True, help="draft tokens per step (whole number >= 1)"
-    )
+    p.add_argument("--gamma", type=float, required=True, help="draft tokens per step (whole number >= 1)")
     p.add_argument("--c", type=float, required=True, help="cost ratio draft/verifier (>= 0)")
-    p.add_argument(
-        "--max-gamma",
-        type=int,
-        default=32,
-        help="largest gamma searched for optimal_gamma (default 32)",
-    )
+    p.add_argument("--max-gamma", type=int, default=32, help="largest gamma searched for optimal_gamma (default 32)")
 
 
 def run_theory(args: argparse.Namespace) -> dict:
