@@ -46,7 +46,7 @@ from specnb.models.embedded import hf_folder
 from specnb.models.gguf import GGUF_FILE
 from specnb.models.heads import check_fits, head_kind, read_config
 from specnb.models.registry import EMBEDDED_VERIFIER, draft_folder
-from specnb.native.llama_build import converter_path
+from specnb.native import llama_build
 
 FORMATS = ("eagle3", "gguf")  # vLLM's folder, llama-server's GGUF
 LLAMA_LAYERS = 3  # verifier layers llama-server's draft-eagle3 reads (common/speculative.cpp refuses others)
@@ -127,7 +127,7 @@ def verifier_folder(verifier: str) -> Path:
 
 def converter() -> Path:
     """llama.cpp's converter, once it and what it imports are known to be here."""
-    script = converter_path()
+    script = llama_build.converter_path()
     if not script.is_file():
         raise ConversionError(f"llama.cpp's converter is not here ({script}); `make setup` fetches the pinned "
                               "llama.cpp source (python -m specnb.native.llama_build)")
