@@ -2,9 +2,10 @@
 
 Each command is a pair: ``_args_<name>(parser)`` declares flags, ``run_<name>(args)`` returns
 plain data (dict or list of dicts) that ``cli.emit`` prints as JSON or a table. The table at the
-end lists them in the order ``specnb --help`` shows them. What loads torch, transformers, pandas or
-jupyter (the decoding loop, the predictor, the notebook runner) is imported inside the run
-functions, so ``specnb --help`` loads no package outside the standard library (a test checks it).
+end lists them in the order ``specnb --help`` shows them. What a command runs is imported inside its
+run function: torch, transformers, pandas and jupyter (the decoding loop, the predictor, the notebook
+runner) load only for the command that needs them, and ``specnb --help`` loads this module, the CLI
+and the typed errors alone (a test counts them).
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from specnb.app.parameters import parse_value
-from specnb.app.report import index_path
 from specnb.core.errors import ParameterError
-from specnb.core.flops import analytic_flops
 
 # --- argument types and flags several commands share ----------------------------------------
 
@@ -80,7 +78,11 @@ def _args_run(p: argparse.ArgumentParser) -> None:
 
 
 def run_run(args: argparse.Namespace) -> list[dict]:
-    from specnb.app.runner import run_notebooks  # deferred: papermill and jupyter's client
+    # deferred: the runner loads papermill and jupyter's client; the parameters and the report, light as they
+    # are, stay out of specnb --help
+    from specnb.app.parameters import parse_value
+    from specnb.app.report import index_path
+    from specnb.app.runner import run_notebooks
 
     params = {key: parse_value(value) for key, value in args.parameter}
     runs = run_notebooks(
@@ -183,6 +185,8 @@ def _args_flops(p: argparse.ArgumentParser) -> None:
 
 
 def run_flops(args: argparse.Namespace) -> dict:
+    from specnb.core.flops import analytic_flops  # deferred: its configs and hub stay out of specnb --help
+
     return analytic_flops(args.model, args.context).to_dict()
 
 
