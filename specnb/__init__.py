@@ -75,12 +75,12 @@ _HOMES = {  # each module, the names it gives the package root
                            "optimal_gamma"),
     # measurement
     "specnb.measure.prompts": ("select_prompts", "load_prompts"),
-    "specnb.measure.runs": ("make_candidates", "run_interleaved", "RunPlan", "Rounds", "summarise"),
+    "specnb.measure.runs": ("make_candidates", "run_interleaved", "summarise"),
     # prediction
     "specnb.predict.calibrate": ("calibrate", "CalibrationSettings"),
     "specnb.predict.predictor": ("predict", "Workload", "Bootstrap"),
     "specnb.predict.auto_gamma": ("auto_gamma", "ProfileSource"),
-    "specnb.predict.validate": ("validate", "ValidationPlan"),
+    "specnb.predict.validate": ("validate",),
     "specnb.predict.costs": ("load_profile", "save_profile"),
     # notebooks
     "specnb.app.runner": ("run_notebooks",),

@@ -28,6 +28,8 @@ from typing import Any
 
 import altair as alt
 
+from specnb.models.cache import cache_dir
+
 
 def setup_notebook(interactive: bool) -> None:
     """Call once in a notebook's setup cell: inline SVG for a papermill run, offline JavaScript charts
@@ -132,8 +134,6 @@ def _vl_convert_version() -> str:
 
 
 def _bundle_cache_dir() -> Path:
-    from specnb.models.cache import cache_dir
-
     return cache_dir()
 
 

@@ -36,6 +36,7 @@ from specnb.app.report import write_index
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError, SpecnbError
 from specnb.core.paths import REPO_ROOT, git_commit
+from specnb.serve.engines import engine_named
 
 
 class NotebookFailed(SpecnbError, RuntimeError):
@@ -147,8 +148,6 @@ class Variant:
 
 def engine_missing(engine: str) -> str | None:
     """None where ``engine`` can start here, else one line saying why not (the engine's own ``missing``)."""
-    from specnb.serve.engines import engine_named
-
     return engine_named(engine).missing()
 
 

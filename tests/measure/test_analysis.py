@@ -101,8 +101,7 @@ def test_draft_table_on_tiny_models():
         {"id": ["a", "b"], "category": ["x", "y"], "prompt": [" ".join(WORDS[i : i + 8]) for i in (0, 5)]}
     )
     drafts = {"noisy": perturbed_copy(verifier, 0.3, 1), "lookup": PromptLookup()}
-    recs = runs.run_interleaved(pair, prompts, runs.make_candidates(drafts, [1, 3]), runs.RunPlan(max_new_tokens=10),
-                                progress=False)
+    recs = runs.run_interleaved(pair, prompts, runs.make_candidates(drafts, [1, 3]), max_new_tokens=10, progress=False)
     flops = pd.DataFrame(
         {"model": ["noisy", "lookup"], "params": [1, 0], "flops_per_token": [10, 0], "c_flops": [1.0, 0.0]}
     )

@@ -137,8 +137,7 @@ def test_on_real_engine_records_the_counts_add_up():
     candidates = runs.make_candidates({"noisy": perturbed_copy(verifier, 0.3, 1)}, gammas=[1, 3])
     records = pd.concat(
         [
-            runs.run_interleaved(pair, prompts, candidates, runs.RunPlan(max_new_tokens=10, batch_size=b),
-                                 progress=False)
+            runs.run_interleaved(pair, prompts, candidates, max_new_tokens=10, batch_size=b, progress=False)
             for b in (1, 2)
         ],
         ignore_index=True,

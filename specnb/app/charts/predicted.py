@@ -18,7 +18,7 @@ def cost_model_chart(grid, fits, title: str | None = None) -> alt.Chart:
     ``cost_model_table``). A model keeps its colour of the run."""
     import pandas as pd
 
-    from specnb.predict.costs import CostModel
+    from specnb.predict.costs import CostModel  # deferred: loads torch and pandas
 
     points = grid[grid["kind"] == "decode"].assign(tokens=lambda g: g["n_tokens"] * g["batch_size"])
     one_mark_each(points, ["model", "n_tokens", "batch_size"], "cost_model_chart: one point per model and shape")

@@ -7,6 +7,7 @@ import pandas as pd
 
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets
+from specnb.core import reference
 from specnb.core.reference import REFERENCE_MPS
 
 
@@ -15,8 +16,7 @@ def dispatch_conclusion(grid: pd.DataFrame, fit, ratios: pd.DataFrame, verifier_
     """Notebook 02's conclusion: the fitted fixed cost t0 and its share of the verifier's forward
     next to the reference run's, what 6x fewer FLOPs buys here, each draft's two c, and what
     verifying the most tokens measured costs."""
-    from specnb.core import reference
-    from specnb.measure.forward import smaller_vs_faster
+    from specnb.measure.forward import smaller_vs_faster  # deferred: loads torch and numpy
 
     t_verifier = float(fit.predict_ms(verifier_flops))
     share = fit.t0_ms / t_verifier

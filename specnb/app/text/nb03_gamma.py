@@ -62,7 +62,7 @@ def gamma_reason(r) -> str:
 def verdict_lines(verdicts: pd.DataFrame, trends: dict[str, str]) -> Report:
     """Each γ's verdict with its reason, then each draft's step arithmetic from its smallest to its
     largest γ (``analysis.gamma_verdicts``, ``step_trend``)."""
-    from specnb.measure.analysis import VERDICTS
+    from specnb.measure.analysis import VERDICTS  # deferred: loads torch
 
     lines = [gamma_reason(r) for r in verdicts.itertuples()]
     lines += [f"**{name}**: {trend}" for name, trend in trends.items()]
@@ -77,7 +77,7 @@ def gamma_sweep_conclusion(
     """Notebook 03's conclusion: verifier-only speed, the best candidate with its CI, where each
     draft wins and loses and why, and how far Leviathan's formula (FLOPs c, wall-clock c) is off.
     ``setting`` says what ran (device, verifier, prompts, tokens)."""
-    from specnb.measure.analysis import VERDICTS
+    from specnb.measure.analysis import VERDICTS  # deferred: loads torch
 
     spec = summary[summary["gamma"] > 0]
     base_tok_s = float(summary.loc[summary["gamma"] == 0, "tok_s"].iloc[0])

@@ -45,7 +45,7 @@ def explain_draft(row) -> str:
 def draft_size_conclusion(table: pd.DataFrame, spread: pd.DataFrame, short_run_prompts: int, setting: str) -> Report:
     """Notebook 04's conclusion: the fastest draft with its CI and why it won (``explain_draft``), every
     other draft's verdict and what its FLOPs c would have said, and the spread short runs would show."""
-    from specnb.measure.analysis import VERDICTS
+    from specnb.measure.analysis import VERDICTS  # deferred: loads torch
 
     winner = table.loc[table["speedup"].idxmax()]
     faster = table[table["verdict"] == VERDICTS[0]]

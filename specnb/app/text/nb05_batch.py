@@ -13,7 +13,7 @@ def knee_text(grid: pd.DataFrame) -> Report:
     """Where one verifier forward starts to cost two one-token forwards (``forward.batch_knee``)."""
     import math
 
-    from specnb.measure.forward import batch_knee
+    from specnb.measure.forward import batch_knee  # deferred: loads torch and numpy
 
     knee = batch_knee(grid)
     one = grid.loc[(grid.n_tokens == 1) & (grid.batch_size == 1), "median_ms"].iloc[0]

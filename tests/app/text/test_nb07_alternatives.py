@@ -3,7 +3,7 @@
 from helpers import alternatives_summary
 
 from specnb.app.text import nb06_decision, nb07_alternatives
-from specnb.measure.methods import BASELINE_METHOD
+from specnb.measure.alternatives import BASELINE_METHOD
 
 
 def test_the_verdict_names_the_winner_and_by_how_much():
