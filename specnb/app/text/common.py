@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from specnb.core.intervals import interval_text
+from specnb.core.intervals import VERDICTS, interval_text, verdict
 
 
 def bullets(lines, closing: str = "") -> str:
@@ -24,12 +24,14 @@ def fidelity_text(row) -> str:
 
 
 def prediction_verdict(p) -> str:
-    """A ``Prediction``'s recommendation in one line: speculate with which γ, or why not."""
+    """A ``Prediction``'s recommendation in one line: speculate with which γ, or why not, in the words
+    its band gives (``specnb.core.intervals.verdict``: a band that holds 1x is inconclusive, whatever
+    the point says)."""
+    band = interval_text(p.speedup_lo, p.speedup_hi)
     if p.recommended_gamma is not None:
-        return (f"speculate with γ = {p.recommended_gamma} ({p.predicted_speedup:.2f}x, band "
-                f"{interval_text(p.speedup_lo, p.speedup_hi)})")
-    if p.predicted_speedup <= 1.0:
+        return f"speculate with γ = {p.recommended_gamma} ({p.predicted_speedup:.2f}x, band {band})"
+    if verdict(p.predicted_speedup, p.speedup_lo, p.speedup_hi) == VERDICTS[2]:
         return (f"don't speculate: no γ beats verifier-only (best γ = {p.best_gamma} gives "
-                f"{p.predicted_speedup:.2f}x)")
-    return (f"don't speculate: γ = {p.best_gamma} wins on average ({p.predicted_speedup:.2f}x), but its band "
-            f"{interval_text(p.speedup_lo, p.speedup_hi)}x includes 1.0")
+                f"{p.predicted_speedup:.2f}x, band {band}x: loses)")
+    return (f"don't speculate: the best γ = {p.best_gamma} predicts {p.predicted_speedup:.2f}x, but its band "
+            f"{band}x holds 1x: inconclusive")

@@ -200,4 +200,5 @@ def instead_line(measured: dict | None) -> str:
         row = pick[key]
         if row is not None and not any(row.method in p for p in parts):
             parts.append(f"{row.method} {row.speedup:.2f}x ({fidelity_text(row)})")
-    return f"measured on this machine ({measured['created_utc'][:10]}): " + "; ".join(parts)
+    return (f"notebook 07's last table from this machine (saved {measured['created_utc'][:10]}, read from the "
+            "specnb cache): " + "; ".join(parts))

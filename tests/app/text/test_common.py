@@ -12,5 +12,7 @@ def prediction(recommended, speedup, lo, hi, best=3):
 
 def test_prediction_verdict_says_speculate_or_why_not():
     assert prediction_verdict(prediction(3, 1.4, 1.2, 1.6)) == "speculate with γ = 3 (1.40x, band 1.20–1.60)"
-    assert prediction_verdict(prediction(None, 0.9, 0.8, 1.0)).startswith("don't speculate: no γ beats verifier-only")
-    assert "band 0.95–1.10x includes 1.0" in prediction_verdict(prediction(None, 1.02, 0.95, 1.10))
+    assert prediction_verdict(prediction(None, 0.9, 0.8, 0.95)).startswith("don't speculate: no γ beats verifier-only")
+    assert "band 0.95–1.10x holds 1x: inconclusive" in prediction_verdict(prediction(None, 1.02, 0.95, 1.10))
+    # a point below 1x whose band reaches above it is inconclusive, not "no γ beats verifier-only"
+    assert prediction_verdict(prediction(None, 0.98, 0.90, 1.05)).endswith("holds 1x: inconclusive")
