@@ -1,8 +1,11 @@
-"""Text more than one notebook shows: Markdown bullets, a prediction's one-line verdict (notebooks
-06 and 07, ``specnb predict``) and how faithful an engine's output stayed to the fp32 verifier's
-(notebooks 06 and 07)."""
+"""Text more than one notebook shows: Markdown bullets, a table as a reader takes it in (``table``), a
+prediction's one-line verdict (notebooks 06 and 07, ``specnb predict``) and how faithful an engine's
+output stayed to the fp32 verifier's (notebooks 06 and 07)."""
 
 from __future__ import annotations
+
+import html
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -11,6 +14,38 @@ from specnb.core.intervals import VERDICTS, interval_text, verdict
 
 def bullets(lines, closing: str = "") -> str:
     return "\n".join(f"- {line}" for line in lines) + (f"\n\n{closing}" if closing else "")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as a notebook cell shows it: ``setting``, the columns that hold one value on every row
+    said once above it ("every row: batch_size 1; verifier_kernels default"), and ``frame``, the rest."""
+
+    frame: pd.DataFrame
+    setting: dict
+
+    def setting_line(self) -> str:
+        return "every row: " + "; ".join(f"{name} {value}" for name, value in self.setting.items())
+
+    def _repr_html_(self) -> str:
+        line = f"<p><em>{html.escape(self.setting_line())}</em></p>" if self.setting else ""
+        return line + self.frame._repr_html_()
+
+    def __repr__(self) -> str:
+        return (self.setting_line() + "\n" if self.setting else "") + repr(self.frame)
+
+
+def table(frame: pd.DataFrame, digits: int = 3) -> Table:
+    """``frame`` rounded to ``digits``, with every column that holds one value on all of its rows (two
+    or more) moved into the setting line above it: a column that never varies is a setting, not a
+    result, and read twelve times over it hides the columns that do vary."""
+    frame = frame.round(digits)
+    if len(frame) < 2:
+        return Table(frame, {})
+    constant = [c for c in frame.columns if frame[c].astype(str).nunique() == 1]
+    if len(constant) == len(frame.columns):  # nothing varies: the table is its setting
+        return Table(frame, {})
+    return Table(frame.drop(columns=constant), {str(c): frame[c].iloc[0] for c in constant})
 
 
 def fidelity_text(row) -> str:
