@@ -48,6 +48,13 @@ def table(frame: pd.DataFrame, digits: int = 3) -> Table:
     return Table(frame.drop(columns=constant), {str(c): frame[c].iloc[0] for c in constant})
 
 
+def prompts_text(chosen: pd.DataFrame) -> str:
+    """"2 prompts (summarisation, extraction)": how many prompts ran and of which categories, so two
+    notebooks that measured on different prompts say so in their setting lines."""
+    categories = ", ".join(dict.fromkeys(chosen["category"]))
+    return f"{len(chosen)} prompt{'s' if len(chosen) != 1 else ''} ({categories})"
+
+
 def fidelity_text(row) -> str:
     """"8/8 identical", or "1/8 identical, 48% of tokens before the first divergence (median token 6)"."""
     if row.identical_prompts == row.prompts:

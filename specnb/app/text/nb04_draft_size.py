@@ -57,8 +57,8 @@ def draft_size_conclusion(table: pd.DataFrame, spread: pd.DataFrame, short_run_p
         f"{speedup_text(winner['speedup'], winner['speedup_lo'], winner['speedup_hi'])} (95% CI) over verifier-only, "
         f"α = {winner['alpha']:.2f} "
         f"(per token {winner['alpha_token']:.2f}), c = {winner['c_wall']:.3f} by wall clock and "
-        f"{winner['c_flops']:.3f} by FLOPs ({winner['verdict']}); {explain_draft(winner)}. Drafts faster beyond "
-        f"noise: {', '.join(faster['draft']) or 'none'}."
+        f"{winner['c_flops']:.3f} by FLOPs ({winner['verdict']}); {explain_draft(winner)}."
+        + (f" Drafts faster beyond noise: {', '.join(faster['draft'])}." if wins else "")
     ]
     for _, r in table[table["draft"] != winner["draft"]].iterrows():
         flops_says = "can win" if r["c_flops"] < r["alpha_token"] else "cannot win"

@@ -29,3 +29,12 @@ def test_a_column_with_one_value_on_every_row_moves_into_the_setting_line():
     assert shown._repr_html_().startswith("<p><em>every row: verifier_kernels default</em></p>")
     one = table(pd.DataFrame({"candidate": ["a"], "verifier_kernels": ["default"]}))
     assert list(one.frame.columns) == ["candidate", "verifier_kernels"] and "every row" not in one._repr_html_()
+
+
+def test_prompts_text_names_the_categories_once_each():
+    import pandas as pd
+
+    from specnb.app.text.common import prompts_text
+
+    chosen = pd.DataFrame({"category": ["code", "math", "code"]})
+    assert prompts_text(chosen) == "3 prompts (code, math)" and prompts_text(chosen[:1]) == "1 prompt (code)"

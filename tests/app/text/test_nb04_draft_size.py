@@ -40,3 +40,17 @@ def test_a_high_point_whose_ci_holds_one_does_not_contradict_the_formula():
            "speedup_lo": 0.9, "speedup_hi": 1.7}
     assert "disagree" not in explain_draft(row)
     assert "disagree" in explain_draft({**row, "speedup_lo": 1.1})
+
+
+def test_with_no_winner_the_conclusion_does_not_list_the_winners_again():
+    import pandas as pd
+
+    from specnb.app.text.nb04_draft_size import draft_size_conclusion
+
+    table = pd.DataFrame({"draft": ["a"], "best_gamma": [1], "speedup": [1.1], "speedup_lo": [0.9],
+                          "speedup_hi": [1.3], "verdict": ["inconclusive"], "alpha": 0.5, "alpha_token": 0.5,
+                          "c_wall": 0.1, "c_flops": 0.1, "break_even_c": 0.3, "alpha_prompt_min": 0.4,
+                          "alpha_prompt_max": 0.6})
+    spread = pd.DataFrame({"alpha_p05": 0.4, "alpha_p95": 0.6, "speedup_p05": 0.9, "speedup_p95": 1.5,
+                           "share_faster": 0.8}, index=pd.Index(["a"], name="draft"))
+    assert "Drafts faster beyond noise" not in draft_size_conclusion(table, spread, 2, "On cpu").markdown
