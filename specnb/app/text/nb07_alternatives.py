@@ -88,7 +88,8 @@ def tax_text(fits: pd.DataFrame, summary: pd.DataFrame, bandwidth) -> Report:
     for r in fits.itertuples():
         speed = tok_s.get(r.engine)
         share = f"; verifier-only {speed:.1f} tok/s = {speed / r.floor_tok_s:.0%} of its floor" if speed else ""
-        lines.append(f"{r.engine}: t = {r.t0_ms:.1f} ms + {r.ms_per_token:.1f} ms·n (R² {r.r2:.2f}), t(2)/t(1) = "
+        slope = f"{'+' if r.ms_per_token >= 0 else '−'} {abs(r.ms_per_token):.1f} ms·n"  # never "+ -20.6"
+        lines.append(f"{r.engine}: t = {r.t0_ms:.1f} ms {slope} (R² {r.r2:.2f}), t(2)/t(1) = "
                      f"{r.t2_over_t1:.2f}; {r.step_mb:.0f} MB per step → floor {r.floor_tok_s:.0f} tok/s{share}.")
         values[f"tax_{r.engine}"] = {"t0_ms": round(r.t0_ms, 2), "ms_per_token": round(r.ms_per_token, 2),
                                      "t2_over_t1": round(r.t2_over_t1, 3), "floor_tok_s": round(r.floor_tok_s, 1),

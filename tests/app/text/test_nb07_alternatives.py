@@ -42,3 +42,15 @@ def test_speculation_that_does_not_beat_verifier_only_is_not_recommended():
     summary.loc[2, ["speedup", "speedup_lo", "speedup_hi"]] = [0.8, 0.7, 0.9]
     text = nb07_alternatives.alternatives_conclusion(summary, [], "this CPU").markdown
     assert "speculate:**" not in text and "keep verifier-only:**" in text and "1.10x [0.90–1.30], inconclusive" in text
+
+
+def test_the_tax_split_writes_a_negative_slope_with_a_minus():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    fits = pd.DataFrame({"engine": ["PyTorch eager · fp32"], "t0_ms": [202.9], "ms_per_token": [-20.6], "r2": [1.0],
+                         "t2_over_t1": [0.89], "step_mb": [538.0], "floor_tok_s": [11.0]})
+    summary = pd.DataFrame({"speculation": [""], "engine": ["PyTorch eager"], "precision": ["fp32"], "tok_s": [4.8]})
+    text = nb07_alternatives.tax_text(fits, summary, SimpleNamespace(threads=1, matvec_gbs=6.1, copy_gbs=4.6)).markdown
+    assert "t = 202.9 ms − 20.6 ms·n" in text and "+ -" not in text
