@@ -129,21 +129,23 @@ def check_values(paths: list[Path], parameters: dict[str, Any]) -> None:
 
 
 def check_models(given: dict[str, Any], stems: list[str]) -> None:
-    """For the notebooks that load models (``stems``, 01–07): the verifier and any draft named by a
-    path must be where the notebook will look (``models.load.locate``: an embedded name, a folder
-    with config.json, the cache); a verifier of the user's own with no draft named fails as the
-    notebooks would (``defaults.default_draft``; notebook 07: ``alternative_speculation``)."""
-    names = [given.get("draft"), *(given.get("drafts") or [])]
-    paths = [name for name in names if isinstance(name, str) and name.startswith(("/", ".", "~"))]
-    if not stems or ("verifier" not in given and "speculation" not in given and not paths):
+    """For the notebooks that load models (``stems``, 01–07): the verifier and every draft the user
+    named must be where the notebook will look (``models.load.locate``: a folder with config.json,
+    the cache, the hub; an embedded name or ``exit:K`` is known without looking); a verifier of the
+    user's own with no draft named fails as the notebooks would (``defaults.default_draft``;
+    notebook 07: ``alternative_speculation``)."""
+    drafts = given.get("drafts") or []
+    names = [given.get("verifier"), given.get("draft"), *([drafts] if isinstance(drafts, str) else drafts)]
+    if not stems or not any(names) and "speculation" not in given:
         return
     from specnb.app import defaults  # these import torch: only when a model is named
     from specnb.models.load import locate
+    from specnb.models.registry import embedded_names
 
+    for name in names:
+        if isinstance(name, str) and name not in embedded_names() and not name.startswith("exit:"):
+            locate(name)
     verifier = given.get("verifier", defaults.EMBEDDED_VERIFIER)
-    locate(verifier)
-    for name in paths:
-        locate(name)
     if any(stem != "07_alternatives" for stem in stems) and "draft" not in given and "drafts" not in given \
             and verifier != defaults.EMBEDDED_VERIFIER:
         defaults.default_draft(verifier)

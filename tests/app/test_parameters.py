@@ -20,6 +20,7 @@ GAMMA, ALTERNATIVES, SERVING = (NOTEBOOKS / name for name in ("03_gamma_sweep.ip
     ([GAMMA], {"verifier": "/nowhere/model"}, "'/nowhere/model' is not a folder"),  # not "no default draft"
     ([GAMMA], {"draft": "./nowhere-draft"}, "'./nowhere-draft' is not a folder"),
     ([GAMMA], {"verifier": "smollm2-13m"}, "unknown embedded model 'smollm2-13m'"),
+    ([GAMMA], {"drafts": ["prompt-lookup", "smollm2-draft-q"]}, "unknown embedded model 'smollm2-draft-q'"),
     ([ALTERNATIVES], {"llama": ["q3"]}, "unknown GGUF precision 'q3'"),
     ([SERVING], {"engine": "nope"}, "engine must be one of"),
     ([SERVING], {"verifier": "/nowhere/v.gguf"}, "verifier GGUF '/nowhere/v.gguf' does not exist"),
@@ -35,6 +36,7 @@ def test_good_values_pass(tmp_path):
     prompts = tmp_path / "mine.txt"
     prompts.write_text("Say hello.\n")
     check_values([GAMMA, SERVING], {"prompts": str(prompts), "engine": "simulated", "draft": "prompt-lookup"})
+    check_values([GAMMA], {"drafts": ["smollm2-draft-s", "exit:4", "smollm2-eagle"], "verifier": "smollm2-135m"})
     check_values([SERVING], {"verifier": "/any/where.gguf", "endpoint": "http://127.0.0.1:8000"})  # not started here
 
 
