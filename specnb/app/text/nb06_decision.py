@@ -10,7 +10,7 @@ import pandas as pd
 
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets, fidelity_text, prediction_verdict
-from specnb.core.intervals import interval_text
+from specnb.core.intervals import VERDICTS, interval_text, verdict
 from specnb.core.reference import REFERENCE_MPS
 from specnb.predict.engine_choice import choices
 
@@ -165,15 +165,20 @@ def recommendation_line(summary: dict) -> str:
 
 
 def missed_choice_line(miss) -> str:
-    """One recommendation short of the best measured option, with both CIs and whether they separate."""
+    """One recommendation short of the best measured option, with both CIs and whether they separate;
+    an option whose CI holds 1x is the "fastest" measured, not the "best" (``core.intervals.verdict``)."""
     from specnb.measure.runs import BASELINE
 
-    kind = "Wrong" if miss["wrong"] else "Short of the best, within noise"
+    said = verdict(miss["best_measured_speedup"], miss["best_lo"], miss["best_hi"])
+    best = "best" if said == VERDICTS[0] or miss["best_measured"] == BASELINE else "fastest"
+    kind = "Wrong" if miss["wrong"] else f"Short of the {best}, within noise"
+    beats = "" if best == "best" else f", {said}: its CI holds 1x"
     return (f"{kind}: {miss['draft']} at batch {miss['batch_size']}: recommended {miss['recommended'] or BASELINE} "
             f"(predicted {miss['recommended_predicted_speedup']:.2f}x, measured "
             f"{miss['recommended_measured_speedup']:.2f}x {ci_text(miss['recommended_lo'], miss['recommended_hi'])}); "
-            f"best measured {miss['best_measured']} ({miss['best_measured_speedup']:.2f}x "
-            f"{ci_text(miss['best_lo'], miss['best_hi'])}, predicted {miss['best_measured_predicted_speedup']:.2f}x).")
+            f"{best} measured {miss['best_measured']} ({miss['best_measured_speedup']:.2f}x "
+            f"{ci_text(miss['best_lo'], miss['best_hi'])}{beats}, predicted "
+            f"{miss['best_measured_predicted_speedup']:.2f}x).")
 
 
 def ci_text(lo: float, hi: float) -> str:
