@@ -118,7 +118,7 @@ def check_values(paths: list[Path], parameters: dict[str, Any]) -> None:
         select_prompts(given["prompts"])
     for stem, names in declared.items():
         if stem.startswith("08_"):
-            check_serving({**{k: ast.literal_eval(v["default"]) for k, v in names.items()}, **given})
+            check_serving({**{k: ast.literal_eval(v["default"]) for k, v in names.items()}, **given}, given)
     check_models(given, [stem for stem in declared if not stem.startswith("08_")])
     for precision in given.get("llama") or []:  # notebook 07's GGUFs
         check_precision(precision)
@@ -153,13 +153,16 @@ def check_models(given: dict[str, Any], stems: list[str]) -> None:
         defaults.alternative_speculation(verifier, given.get("speculation"))
 
 
-def check_serving(params: dict[str, Any]) -> None:
-    """Notebook 08's engine must be a known one, and where it starts llama-server here, the GGUF it
-    would serve must be there (``engine_llama.verifier_gguf``: a ``.gguf`` file, or a name it can
-    export) at a known precision. An embedded name (``smollm2-…``) is left to the notebook, whose
-    export of it takes a while."""
+def check_serving(params: dict[str, Any], given: dict[str, Any]) -> None:
+    """Notebook 08's engine must be a known one, its GGUF precision a known one, and where the user
+    asked llama-server to serve a GGUF here (``-p engine llama.cpp``, or a ``.gguf`` verifier), that
+    file must be there (``engine_llama.verifier_gguf``: a ``.gguf`` file, or a name it can export).
+    Without ``-p engine`` the run may pick vLLM for notebook 08 (``runner.variant``), which reads a
+    verifier of another form; an embedded name (``smollm2-…``) is left to the notebook, whose export of
+    it takes a while."""
     engine_named(params["engine"])
-    if params["engine"] == "llama.cpp" and not params.get("endpoint"):
-        check_precision(params["precision"])
-        if not str(params["verifier"]).startswith("smollm2-"):
-            verifier_gguf(params["verifier"], params["precision"])
+    check_precision(params["precision"])
+    verifier = str(params["verifier"])
+    asked = "engine" in given or verifier.lower().endswith(".gguf")
+    if params["engine"] == "llama.cpp" and not params.get("endpoint") and asked and not verifier.startswith("smollm2-"):
+        verifier_gguf(verifier, params["precision"])

@@ -25,6 +25,7 @@ GAMMA, ALTERNATIVES, SERVING = (NOTEBOOKS / name for name in ("03_gamma_sweep.ip
     ([SERVING], {"engine": "nope"}, "engine must be one of"),
     ([SERVING], {"verifier": "/nowhere/v.gguf"}, "verifier GGUF '/nowhere/v.gguf' does not exist"),
     ([SERVING], {"precision": "q3"}, "unknown GGUF precision 'q3'"),
+    ([SERVING], {"engine": "llama.cpp", "verifier": "some/model"}, "no GGUF export for 'some/model'"),
 ])
 def test_a_bad_value_is_refused_in_one_line(paths, parameters, message):
     with pytest.raises(SpecnbError) as refused:
@@ -38,6 +39,7 @@ def test_good_values_pass(tmp_path):
     check_values([GAMMA, SERVING], {"prompts": str(prompts), "engine": "simulated", "draft": "prompt-lookup"})
     check_values([GAMMA], {"drafts": ["smollm2-draft-s", "exit:4", "smollm2-eagle"], "verifier": "smollm2-135m"})
     check_values([SERVING], {"verifier": "/any/where.gguf", "endpoint": "http://127.0.0.1:8000"})  # not started here
+    check_values([SERVING], {"verifier": "HuggingFaceTB/SmolLM2-135M-Instruct"})  # the run may serve it on vLLM
 
 
 def test_the_command_line_refuses_before_any_kernel_or_run_folder(tmp_path, capsys, monkeypatch):
