@@ -14,7 +14,9 @@ result as a standalone checkpoint any tool can load, rebuilt when the committed 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import shutil
 from pathlib import Path
@@ -59,9 +61,12 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     steps = tqdm(total=4, desc=f"building {EMBEDDED_VERIFIER} (one time)", unit="step")
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    steps.update()
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # transformers' GGUF reader draws a bar of its own per tensor batch, whatever its progress-bar switch says:
+    # kept off the cell (a bar is written to the sys.stderr of the moment; ours was made before).
+    with contextlib.redirect_stderr(io.StringIO()):
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        steps.update()
+        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     steps.update()
     config = quantized.config.to_dict()
     config.pop("quantization_config", None)

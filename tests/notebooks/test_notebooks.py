@@ -296,3 +296,19 @@ def test_a_server_that_fails_to_start_is_one_line_with_its_log_and_exit_2(tmp_pa
     assert len(ours) == 1, done.stderr[-3000:]
     assert "ServerFailed: spec-off: llama-server exited with code 1 at start" in ours[0]
     assert "exiting due to model loading error (first error: " in ours[0] and "failed to allocate" in ours[0]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_folded_method_section_keeps_its_text_inside_the_fold_in_the_shared_html(path, tmp_path):
+    """A <details> block is one HTML block (no blank line inside): the offline export re-parses each HTML
+    block on its own, and a fold split by blank lines comes out empty, its text below it."""
+    from specnb.app.execution import export_html
+
+    folded = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown" and "<details>" in c.source]
+    for cell in folded:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [cell]
+        nbformat.write(nb, tmp_path / "fold.ipynb")
+        html = export_html(tmp_path / "fold.ipynb").read_text()
+        inside = html[html.index("</summary>") + len("</summary>"):html.index("</details>")]
+        assert len(re.sub(r"<[^>]+>|\s", "", inside)) > 100, f"{path.stem}: the fold holds no text"

@@ -11,7 +11,7 @@ import pandas as pd
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets, fidelity_text, prediction_verdict
 from specnb.core import reference
-from specnb.core.intervals import interval_text
+from specnb.core.intervals import VERDICTS, interval_text, verdict
 from specnb.core.reference import REFERENCE_MPS
 from specnb.measure.runs import BASELINE
 from specnb.predict.engine_choice import choices
@@ -162,13 +162,18 @@ def recommendation_line(summary: dict) -> str:
 
 
 def missed_choice_line(miss) -> str:
-    """One recommendation short of the best measured option, with both CIs and whether they separate."""
-    kind = "Wrong" if miss["wrong"] else "Short of the best, within noise"
+    """One recommendation short of the best measured option, with both CIs and whether they separate;
+    an option whose CI holds 1x is the "fastest" measured, not the "best" (``core.intervals.verdict``)."""
+    said = verdict(miss["best_measured_speedup"], miss["best_lo"], miss["best_hi"])
+    best = "best" if said == VERDICTS[0] or miss["best_measured"] == BASELINE else "fastest"
+    kind = "Wrong" if miss["wrong"] else f"Short of the {best}, within noise"
+    beats = "" if best == "best" else f", {said}: its CI holds 1x"
     return (f"{kind}: {miss['draft']} at batch {miss['batch_size']}: recommended {miss['recommended'] or BASELINE} "
             f"(predicted {miss['recommended_predicted_speedup']:.2f}x, measured "
             f"{miss['recommended_measured_speedup']:.2f}x {ci_text(miss['recommended_lo'], miss['recommended_hi'])}); "
-            f"best measured {miss['best_measured']} ({miss['best_measured_speedup']:.2f}x "
-            f"{ci_text(miss['best_lo'], miss['best_hi'])}, predicted {miss['best_measured_predicted_speedup']:.2f}x).")
+            f"{best} measured {miss['best_measured']} ({miss['best_measured_speedup']:.2f}x "
+            f"{ci_text(miss['best_lo'], miss['best_hi'])}{beats}, predicted "
+            f"{miss['best_measured_predicted_speedup']:.2f}x).")
 
 
 def ci_text(lo: float, hi: float) -> str:
@@ -195,4 +200,5 @@ def instead_line(measured: dict | None) -> str:
         row = pick[key]
         if row is not None and not any(row.method in p for p in parts):
             parts.append(f"{row.method} {row.speedup:.2f}x ({fidelity_text(row)})")
-    return f"measured on this machine ({measured['created_utc'][:10]}): " + "; ".join(parts)
+    return (f"notebook 07's last table from this machine (saved {measured['created_utc'][:10]}, read from the "
+            "specnb cache): " + "; ".join(parts))
