@@ -260,15 +260,18 @@ class SimRequests:
 
 
 def run_closed(cost: SimCost, speculation: Speculation, requests: SimRequests, concurrency: int,
-               with_batch_trace: bool = False, feed=None) -> list[dict] | tuple[list[dict], list]:
+               with_batch_trace: bool = False, feed=None, engine: SimEngine | None = None
+               ) -> list[dict] | tuple[list[dict], list]:
     """A closed loop in virtual time: ``concurrency`` workers, each sending the next request when its
     last one finished; one record per request sent, in list order (ignore_eos: each request generates
     its output length). ``feed`` says which request a free slot sends next (``next()``: an index into
     ``requests``, None to stop; told ``finished(index)`` once every request of a step is done), as
     ``serving_load.ClosedFeed`` does for a sweep's runs; default: list order (``InOrder``).
     ``with_batch_trace``: also the running batch as a gauge gives it, [t_s, batch] at each step's
-    start, [t_s, 0] from where the engine idles."""
-    engine, timeline = SimEngine(cost, speculation), _Timeline()
+    start, [t_s, 0] from where the engine idles. ``engine``: a launch already running (its clock,
+    counters and launch factor carry on from its earlier runs; ``cost`` and ``speculation`` are then
+    its own), else a fresh one."""
+    engine, timeline = engine or SimEngine(cost, speculation), _Timeline()
     feed = feed or InOrder(len(requests.prompt_lens))
     keys = range(len(requests.prompt_lens)) if requests.keys is None else requests.keys
 
