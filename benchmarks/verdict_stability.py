@@ -338,14 +338,17 @@ def fill_store(truth: Truth, pairs: int, seed: int) -> None:
         launch_noise.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, ENGINE)
 
 
+FILLED: dict = {}  # (the A/A pair's settings, pairs, store) → the store's file, filled once per process
+
+
 class Stores:
     """Stores of launch noise, each in a temporary folder: ``use(pairs, i)`` points
     ``SPECNB_LAUNCH_NOISE`` at a fresh folder holding store ``i`` of ``pairs`` earlier pairs (``reuse``:
-    at most that many distinct stores per state, each filled once; 0: every ``i`` its own)."""
+    at most that many distinct stores per state, each filled once; 0: every ``i`` its own). A store
+    depends only on what an A/A pair runs, so truths that differ only in their speedups share it."""
 
     def __init__(self, truth: Truth, reuse: int = 0):
         self.truth, self.reuse, self.root = truth, reuse, tempfile.TemporaryDirectory(prefix="verdict-stability-")
-        self.filled: dict[tuple[int, int], str] = {}
         self.count = 0
 
     def use(self, pairs: int, i: int) -> None:
@@ -355,13 +358,15 @@ class Stores:
         os.environ["SPECNB_LAUNCH_NOISE"] = str(folder)
         if not pairs:
             return
-        key = (pairs, i % self.reuse if self.reuse else i)
+        store = i % self.reuse if self.reuse else i
+        t = self.truth
+        key = (t.levels, t.launch_sigma, t.acceptance_spread, t.rounds, t.prompts, t.max_new_tokens, t.turnovers,
+               t.length_range_ratio, t.acceptance, pairs, store)
         path = launch_noise.noise_path(ENGINE)
-        if key in self.filled:
-            path.write_text(self.filled[key])
-            return
-        fill_store(self.truth, pairs, seed=10_000 * pairs + key[1])
-        self.filled[key] = path.read_text()
+        if key not in FILLED:
+            fill_store(self.truth, pairs, seed=10_000 * pairs + store)
+            FILLED[key] = path.read_text()
+        path.write_text(FILLED[key])
 
 
 # ------------------------------------------------------------------ shares
@@ -423,10 +428,10 @@ def one_aa(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], dict, floa
     return task, held, time.perf_counter() - started
 
 
-def run_tasks(tasks: list, work, init_args: tuple, jobs: int, quiet: bool):
+def run_tasks(tasks: list, work, init_args: tuple, jobs: int):
     """(results, interrupted): ``work`` on every task, in ``jobs`` processes (1: this one), with a
     progress bar; Ctrl-C (or SIGTERM) keeps every result finished and drops the rest."""
-    results, bar = [], tqdm(total=len(tasks), disable=quiet, desc="sweeps", file=sys.stderr)
+    results, bar = [], tqdm(total=len(tasks), desc="sweeps", file=sys.stderr, mininterval=5.0)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a timeout stops it as Ctrl-C does
     try:
         if jobs == 1:
@@ -452,12 +457,12 @@ def run_tasks(tasks: list, work, init_args: tuple, jobs: int, quiet: bool):
     return results, False
 
 
-def stability(truths: list[Truth], sweeps: int, states: list[int], reuse: int, seed: int, jobs: int,
-              quiet: bool) -> dict:
+def stability(truths: list[Truth], sweeps: int, states: list[int], reuse: int, seed: int, jobs: int) -> dict:
     """Every truth at every store state, ``sweeps`` studies each (seeds ``seed`` onward)."""
     costs = [calibrate(t) for t in truths]
-    tasks = [(t, pairs, seed + i) for t in range(len(truths)) for pairs in states for i in range(sweeps)]
-    results, interrupted = run_tasks(tasks, one_study, (truths, costs, reuse), jobs, quiet)
+    # seed-major: a run stopped early holds every truth and state alike
+    tasks = [(t, pairs, seed + i) for i in range(sweeps) for t in range(len(truths)) for pairs in states]
+    results, interrupted = run_tasks(tasks, one_study, (truths, costs, reuse), jobs)
     report = {"truths": {}, "interrupted": interrupted, "jobs": jobs,
               "stores": f"{reuse} per state, reused" if reuse else "one per sweep"}
     for t, truth in enumerate(truths):
@@ -474,12 +479,11 @@ def stability(truths: list[Truth], sweeps: int, states: list[int], reuse: int, s
     return report
 
 
-def aa_calibration(truth: Truth, sweeps: int, pair_states: list[int], reuse: int, seed: int, jobs: int,
-                   quiet: bool) -> dict:
+def aa_calibration(truth: Truth, sweeps: int, pair_states: list[int], reuse: int, seed: int, jobs: int) -> dict:
     """The share of new A/A pairs whose twin's CI holds 1 at every level (``one_aa``), per number of
     earlier pairs in the store."""
-    tasks = [(0, pairs, seed + i) for pairs in pair_states for i in range(sweeps)]
-    results, interrupted = run_tasks(tasks, one_aa, ([truth], [{}], reuse), jobs, quiet)
+    tasks = [(0, pairs, seed + i) for i in range(sweeps) for pairs in pair_states]
+    results, interrupted = run_tasks(tasks, one_aa, ([truth], [{}], reuse), jobs)
     report = {"truth": truth.name, "levels": list(truth.levels), "states": {}, "interrupted": interrupted,
               "jobs": jobs, "stores": f"{reuse} per state, reused" if reuse else "one per sweep"}
     for pairs in pair_states:
@@ -495,10 +499,11 @@ def aa_calibration(truth: Truth, sweeps: int, pair_states: list[int], reuse: int
 # ------------------------------------------------------------------ output
 
 
-def header(args, started: float) -> dict:
-    return {"cpu": cpu_name(), "cores": os.cpu_count(), "commit": git_commit(),
-            "date": time.strftime("%Y-%m-%d", time.gmtime()), "command": " ".join(["python", *sys.argv]),
-            "minutes": round((time.perf_counter() - started) / 60, 2), "tie": TIE,
+def header() -> dict:
+    """What a run names before it starts: the machine, the code (the commit it started on) and the command."""
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "commit": git_commit()[:7],
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "command": " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]), "tie": TIE,
             "bootstrap": "the pipeline's defaults (summary 1000 resamples, A/A noise 200)"}
 
 
@@ -555,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="processes (each sweep is independent)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
-    started = time.perf_counter()
+    started, named = time.perf_counter(), header()
     try:
         if args.sweeps < 1 or args.stores < 0 or args.jobs < 1:
             raise TruthError(f"--sweeps and --jobs must be >= 1 and --stores >= 0, got {args.sweeps}, {args.jobs} "
@@ -564,14 +569,14 @@ def main(argv: list[str] | None = None) -> int:
         truths = [read_truth(p) for p in (args.truth or default)]
         if args.aa:
             report = aa_calibration(truths[0], args.sweeps, counts(args.pairs, "--pairs"), args.stores, args.seed,
-                                    args.jobs, args.json)
+                                    args.jobs)
         else:
             report = stability(truths, args.sweeps, counts(args.states, "--states"), args.stores, args.seed,
-                               args.jobs, args.json)
+                               args.jobs)
     except TruthError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    report = header(args, started) | report
+    report = named | {"minutes": round((time.perf_counter() - started) / 60, 2)} | report
     if args.json:
         print(json.dumps(report, indent=1))
     else:

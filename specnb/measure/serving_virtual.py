@@ -6,7 +6,7 @@ time (``simulated_http`` sleeps every step). A ``Target`` whose ``virtual`` is a
 is sent by the sweep's own code (``serving_sweep.run_sweep``: levels, rounds, pieces, fillers,
 rotation, screening), and answers its three calls — a run (``serving_steady.send_sampled``), the
 counters (``serving_endpoint.scrape``) and a warm-up (``serving_sweep.warm_up``) — from a
-``sim_engine.SimEngine`` driven by ``sim_engine.run_closed`` with the run's own ``ClosedFeed``: the
+``sim_engine.SimEngine`` driven by ``sim_engine.drive_closed`` with the run's own ``ClosedFeed``: the
 same ``RequestRecord`` rows (seconds of virtual time), the counters parsed from the same Prometheus
 text the HTTP server serves (``simulated_http.metrics_text`` → ``parse_counters``), the running batch
 sampled every ``BATCH_EVERY_S`` as the real sampler reads its gauge. A prompt's length and key are the
@@ -26,7 +26,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.serving_endpoint import Counters, parse_counters
 from specnb.measure.serving_load import ClosedFeed, RequestRecord, Requests
 from specnb.measure.serving_steady import BATCH_EVERY_S, Run
-from specnb.serve.simulated.sim_engine import InOrder, SimCost, SimEngine, SimRequests, run_closed, token_text
+from specnb.serve.simulated.sim_engine import SimCost, SimEngine, SimRequests, drive_closed, token_text
 from specnb.serve.simulated.simulated_http import metrics_text, prompt_of
 from specnb.serve.speculation import Speculation
 
@@ -58,8 +58,8 @@ class VirtualEngine:
         feed = ClosedFeed(len(requests.texts), len(fillers.texts), load.concurrency)
         sim = self.requests(texts, tokens)
         start_s = self.engine.now_ms / 1e3
-        rows, trace = run_closed(self.cost, self.engine.speculation, sim, load.concurrency, with_batch_trace=True,
-                                 feed=feed, engine=self.engine)
+        timeline = drive_closed(self.engine, sim, load.concurrency, feed)
+        rows, trace = timeline.records(), timeline.batch_trace
         done = [self.record(row, sim.keys[i], start_s) for i, row in enumerate(rows)]
         duration = self.engine.now_ms / 1e3 - start_s
         return Run(done=done, duration=duration, samples=sampled(trace, start_s, duration))
@@ -67,7 +67,7 @@ class VirtualEngine:
     def warm(self, texts: list[str], concurrency: int, max_tokens: list[int]) -> None:
         """A warm-up run: sent and not recorded (the engine's clock and counters move on, as a server's do)."""
         sim = self.requests(texts, max_tokens)
-        run_closed(self.cost, self.engine.speculation, sim, concurrency, feed=InOrder(len(texts)), engine=self.engine)
+        drive_closed(self.engine, sim, concurrency)
 
     def record(self, row: dict, key: int, start_s: float) -> RequestRecord:
         """A driver's record as the streaming client keeps it (its text the tokens the server streams)."""
