@@ -64,8 +64,8 @@ def main() -> None:
     pair, drafts = load_drafts("smollm2-135m", [EAGLE], device="cpu")
     candidates = runs.make_candidates(drafts, GAMMAS, confidences=THRESHOLDS)
     candidates += runs.make_candidates(drafts, [], baseline=False, trees=TREES)
-    records = runs.run_interleaved(pair, prompts, candidates, runs.RunPlan(max_new_tokens=args.max_new_tokens),
-                                   rounds=runs.Rounds(repeats=args.repeats), progress=False)
+    records = runs.run_interleaved(pair, prompts, candidates, repeats=args.repeats,
+                                   max_new_tokens=args.max_new_tokens, progress=False)
     print(f"torch threads {torch.get_num_threads()}, prompts {', '.join(prompts['id'].astype(str))}\n")
     print(measured(records).to_markdown())
     if args.profile:

@@ -67,9 +67,8 @@ def measure(args) -> dict:
     names = notebook_drafts(args.verifier, drafts=args.drafts)
     pair, loaded = load_drafts(args.verifier, names, device=args.device)
     prompts = select_prompts("all", args.prompts)
-    records = runs.run_interleaved(pair, prompts, runs.make_candidates(loaded, args.gammas),
-                                   runs.RunPlan(max_new_tokens=args.max_new_tokens),
-                                   rounds=runs.Rounds(repeats=args.repeats))
+    records = runs.run_interleaved(pair, prompts, runs.make_candidates(loaded, args.gammas), repeats=args.repeats,
+                                   max_new_tokens=args.max_new_tokens)
     flops = flops_table(args.verifier, list(loaded))
     summary = runs.summarise(records)
     return {

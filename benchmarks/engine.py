@@ -35,7 +35,6 @@ from specnb.decode.settings import Decoding
 from specnb.measure.forward import ForwardShape, measure_forward_ms
 from specnb.measure.hf_baseline import compare_with_hf, tok_s_by_method
 from specnb.measure.prompts import load_prompts
-from specnb.measure.runs import Rounds
 
 HERE = Path(__file__).parent
 
@@ -69,7 +68,7 @@ def compare_hf(pair, draft, ids, args) -> dict:
     """Targets 1 and 2: all four methods interleaved; outputs must agree token for token."""
     eos = pair.tokenizer.eos_token_id
     decoding = Decoding(gamma=args.gamma, max_new_tokens=args.max_new_tokens, eos_token_id=eos)
-    records = compare_with_hf(pair.verifier, draft, ids, decoding, rounds=Rounds(repeats=args.repeats))
+    records = compare_with_hf(pair.verifier, draft, ids, decoding, repeats=args.repeats)
     tok_s = tok_s_by_method(records)
     by_prompt = {}
     for r in records:

@@ -57,8 +57,8 @@ def measure(kernels: str, prompts, max_new_tokens: int, batch_size: int,
     torch.manual_seed(0)
     pair, drafts = load_drafts("smollm2-135m", [EAGLE, MEDUSA, LOOKUP, *compare], kernels=kernels)
     found = candidates(drafts, batch_size, compare)
-    records = runs.run_interleaved(pair, prompts, found,
-                                   runs.RunPlan(max_new_tokens=max_new_tokens, batch_size=batch_size), progress=True)
+    records = runs.run_interleaved(pair, prompts, found, max_new_tokens=max_new_tokens,
+                                   batch_size=batch_size, progress=True)
     return records.assign(kernels=kernels), pair.kernels
 
 

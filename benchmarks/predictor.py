@@ -164,8 +164,8 @@ def held_out(args) -> tuple[pd.DataFrame, dict]:
     candidates = [runs.Candidate(name=runs.BASELINE, draft=None, draft_name=None, gamma=0)] + [
         runs.Candidate(name=f"{name} γ={g}", draft=models[name], draft_name=name, gamma=g)
         for name, (gammas, _) in chosen.items() for g in gammas]
-    records = runs.run_interleaved(pair, validation, candidates, runs.RunPlan(max_new_tokens=args.max_new_tokens),
-                                   rounds=runs.Rounds(repeats=args.repeats))
+    records = runs.run_interleaved(pair, validation, candidates, repeats=args.repeats,
+                                   max_new_tokens=args.max_new_tokens)
     table = grid_table(profile, pair, models, records, {1: validation}, args.max_new_tokens)
     steps = analysis.measured_steps(records).set_index(["draft", "gamma"])
     summary = runs.summarise(records).set_index(["draft", "gamma"])

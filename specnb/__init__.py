@@ -30,7 +30,8 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``serving_endpoint``), a run's steady window and the engine's own batch (``serving_steady``),
                summaries and CIs (``serving_summary``), the policy measured (``serving_checks``), per-round figures
                and a trace's occupancy (``serving_rounds``), launch-to-launch noise and its A/A calibration
-               (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``)
+               (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``), a sweep's target in
+               virtual time, the simulated engine answering it with no HTTP (``serving_virtual``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor and its pick (``pick``), ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_predictor``) and the policy and
@@ -75,12 +76,12 @@ _HOMES = {  # each module, the names it gives the package root
                            "optimal_gamma"),
     # measurement
     "specnb.measure.prompts": ("select_prompts", "load_prompts"),
-    "specnb.measure.runs": ("make_candidates", "run_interleaved", "RunPlan", "Rounds", "summarise"),
+    "specnb.measure.runs": ("make_candidates", "run_interleaved", "summarise"),
     # prediction
     "specnb.predict.calibrate": ("calibrate", "CalibrationSettings"),
     "specnb.predict.predictor": ("predict", "Workload", "Bootstrap"),
     "specnb.predict.auto_gamma": ("auto_gamma", "ProfileSource"),
-    "specnb.predict.validate": ("validate", "ValidationPlan"),
+    "specnb.predict.validate": ("validate",),
     "specnb.predict.costs": ("load_profile", "save_profile"),
     # notebooks
     "specnb.app.runner": ("run_notebooks",),

@@ -97,13 +97,9 @@ def test_no_import_cycle():
             visit(name, [name])
 
 
-def test_the_map_names_every_folder_and_modules_stay_small():
+def test_the_map_names_every_folder():
     folders = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
     assert folders == sorted(LAYERS) and all(f"{f}/" in specnb.__doc__ for f in folders)
-    top = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
-    assert len(top) <= 8, top
-    lines = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
-    assert {name: n for name, n in lines.items() if n > 400} == {}
 
 
 def test_the_public_api_resolves():
@@ -166,21 +162,6 @@ def test_records_of_more_than_three_fields_are_built_by_keyword():
             if len(fields) > 3 and not kw_only:
                 positional.append(f"{name}.{node.name}")
     assert positional == []
-
-
-def test_functions_take_at_most_six_parameters():
-    """Beyond six, a call is a row of values that travel together: they become a settings record (``Decoding``,
-    ``Workload``, ``SweepSettings``, ``RunPlan``, ...). A module's ``forward`` keeps torch's convention of one
-    tensor per argument."""
-    long = []
-    for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "forward":
-                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
-                params = [a.arg for a in args if a.arg not in ("self", "cls")]
-                if len(params) > 6:
-                    long.append(f"{name}.{node.name} ({len(params)})")
-    assert long == []
 
 
 def keyword_records() -> set[str]:

@@ -3,11 +3,11 @@
 Every command takes ``--json`` and then prints one JSON document on stdout; without it, a small
 readable table. Errors a user can fix (``SpecnbError``) become one line on stderr and exit code 2,
 never a traceback; Ctrl-C ends with one line and exit code 130, even in a process that started
-with SIGINT ignored (``take_ctrl_c``). Commands register themselves with ``@command`` so each
-stays a short pair of functions: one that declares its arguments, one that runs it and returns
-plain data (all of them in ``specnb.app.commands``). A command that has one more thing to say after
-its result (``specnb run``: where its report is) sets ``args.closing``, printed last: on stdout after the
-table, on stderr with ``--json`` so that stdout stays one document.
+with SIGINT ignored (``take_ctrl_c``). Each command is a short pair of functions, one that declares
+its arguments and one that runs it and returns plain data, listed in ``specnb.app.commands.COMMANDS``.
+A command that has one more thing to say after its result (``specnb run``: where its report is) sets
+``args.closing``, printed last: on stdout after the table, on stderr with ``--json`` so that stdout
+stays one document.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.core.theory import optimal_gamma
 from specnb.decode.kinds.by_name import flops_table, kind_of_name
+from specnb.measure.alternatives import DraftChoice
 from specnb.models.registry import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP, embedded_draft_names
 from specnb.serve.speculation import model_drafts
 
@@ -105,8 +106,6 @@ def decision_drafts(verifier: str, draft: str | None = None, drafts=None, smoke:
 def parse_speculation(items) -> list:
     """``["prompt-lookup:4", "smollm2-eagle:3x2"]`` (draft:γ or draft:tree) as ``DraftChoice``s; a bad
     item is a one-line error."""
-    from specnb.measure.methods import DraftChoice
-
     found = []
     for item in [items] if isinstance(items, str) else items:
         name, _, shape = str(item).rpartition(":")
@@ -125,8 +124,6 @@ def alternative_speculation(verifier: str, speculation, pick=None, smoke: bool =
     """Notebook 07's speculative rows: the predictor's ``pick`` first (when there is one), then
     ``speculation`` (parsed), or by default for the embedded verifier prompt lookup at γ = 4 and
     the EAGLE head with a small tree when one is committed; duplicates dropped."""
-    from specnb.measure.methods import DraftChoice
-
     if speculation is not None:
         chosen = parse_speculation(speculation)
     elif verifier == EMBEDDED_VERIFIER:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -164,9 +165,22 @@ def execute(path: Path, ipynb: Path, params: dict, run_dir: Path, progress: bool
     if err is None:
         return None, False
     if isinstance(err, papermill.PapermillExecutionError):
-        first_line = (err.source or "").strip().splitlines()[:1]
-        return f"cell {err.exec_count} ({first_line[0] if first_line else 'empty'!r}): {err.ename}: {err.evalue}", False
+        return cell_error(err), False
     raise err
+
+
+def cell_error(err) -> str:
+    """A failing cell as one line: its number, the line of the cell that raised (the call, not the
+    cell's first line, which is usually an import) and the error. The line comes from the cell's
+    frame in IPython's traceback ("Cell In[4], line 12"); the first line where there is none (a
+    syntax error)."""
+    lines = (err.source or "").splitlines()
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(err.traceback or []))
+    at = re.search(r"Cell In\[\d+\], line (\d+)", plain)
+    number = int(at.group(1)) if at else 0
+    failing = lines[number - 1].strip() if 0 < number <= len(lines) else next((s.strip() for s in lines if s.strip()),
+                                                                              "empty")
+    return f"cell {err.exec_count} ({failing!r}): {err.ename}: {err.evalue}"
 
 
 def export_html(ipynb: Path) -> Path:

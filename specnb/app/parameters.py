@@ -5,6 +5,12 @@ name the notebook does not declare and injects any value of any type: ``-p gama 
 run the defaults, ``-p gammas notalist`` would fail minutes later inside a cell. Here an unknown name
 or a value whose type does not match the declared default is a one-line ``ParameterError`` before
 any notebook starts. A default of None declares no type (the notebook accepts several forms).
+
+``check_values`` then reads the values a user passed the way the notebooks will (a model folder, a
+prompt file, an engine, a GGUF, a device), with the same functions the notebooks call, so a missing
+folder or an unknown engine is one line naming it before a kernel starts and before a run folder
+exists, not a failure in cell 4 that leaves a partial run behind (and not a message about what
+followed from it, such as "no default draft" for a verifier folder that is not there).
 """
 
 from __future__ import annotations
@@ -14,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from specnb.core.errors import ParameterError
+from specnb.measure.prompts import select_prompts
+from specnb.models.gguf import check_precision
+from specnb.serve.engines import engine_named
+from specnb.serve.llama.engine_llama import verifier_gguf
 
 
 def parse_value(text: str) -> Any:
@@ -96,3 +106,63 @@ def parameters_for(path: Path, user: dict[str, Any], smoke: bool, output_dir: Pa
     params = {k: v for k, v in runner_set.items() if k in declared}
     params.update({k: v for k, v in user.items() if k in declared})
     return params
+
+
+def check_values(paths: list[Path], parameters: dict[str, Any]) -> None:
+    """Raise the one-line error a notebook would raise minutes in, for each value the user passed
+    (``parameters``, already ``check_parameters``'d) that the notebooks among ``paths`` read: the
+    prompts, models (``check_models``), the serving engine and its GGUF (``check_serving``), the device."""
+    declared = {path.stem: declared_parameters(path) for path in paths}
+    given = {name: value for name, value in parameters.items() if value is not None}
+    if isinstance(given.get("prompts"), str):
+        select_prompts(given["prompts"])
+    for stem, names in declared.items():
+        if stem.startswith("08_"):
+            check_serving({**{k: ast.literal_eval(v["default"]) for k, v in names.items()}, **given}, given)
+    check_models(given, [stem for stem in declared if not stem.startswith("08_")])
+    for precision in given.get("llama") or []:  # notebook 07's GGUFs
+        check_precision(precision)
+    if given.get("device", "auto") != "auto":
+        from specnb.core.devices import resolve_device  # imports torch: only when a device is named
+
+        resolve_device(given["device"])
+
+
+def check_models(given: dict[str, Any], stems: list[str]) -> None:
+    """For the notebooks that load models (``stems``, 01–07): the verifier and every draft the user
+    named must be where the notebook will look (``models.load.locate``: a folder with config.json,
+    the cache, the hub; an embedded name or ``exit:K`` is known without looking); a verifier of the
+    user's own with no draft named fails as the notebooks would (``defaults.default_draft``;
+    notebook 07: ``alternative_speculation``)."""
+    drafts = given.get("drafts") or []
+    names = [given.get("verifier"), given.get("draft"), *([drafts] if isinstance(drafts, str) else drafts)]
+    if not stems or not any(names) and "speculation" not in given:
+        return
+    from specnb.app import defaults  # these import torch: only when a model is named
+    from specnb.models.load import locate
+    from specnb.models.registry import embedded_names
+
+    for name in names:
+        if isinstance(name, str) and name not in embedded_names() and not name.startswith("exit:"):
+            locate(name)
+    verifier = given.get("verifier", defaults.EMBEDDED_VERIFIER)
+    if any(stem != "07_alternatives" for stem in stems) and "draft" not in given and "drafts" not in given \
+            and verifier != defaults.EMBEDDED_VERIFIER:
+        defaults.default_draft(verifier)
+    if "07_alternatives" in stems:
+        defaults.alternative_speculation(verifier, given.get("speculation"))
+
+
+def check_serving(params: dict[str, Any], given: dict[str, Any]) -> None:
+    """Notebook 08's engine must be a known one, its GGUF precision a known one, and where the user
+    asked llama-server to serve a GGUF here (``-p engine llama.cpp``, or a ``.gguf`` verifier), that
+    file must be there (``engine_llama.verifier_gguf``: a ``.gguf`` file, or a name it can export).
+    Without ``-p engine`` the run may pick vLLM for notebook 08 (``runner.variant``), which reads a
+    verifier of another form; an embedded name (``smollm2-…``) is left to the notebook, whose export of
+    it takes a while."""
+    engine_named(params["engine"])
+    check_precision(params["precision"])
+    verifier = str(params["verifier"])
+    asked = "engine" in given or verifier.lower().endswith(".gguf")
+    if params["engine"] == "llama.cpp" and not params.get("endpoint") and asked and not verifier.startswith("smollm2-"):
+        verifier_gguf(verifier, params["precision"])

@@ -28,6 +28,8 @@ from typing import Any
 
 import altair as alt
 
+from specnb.models.cache import cache_dir
+
 
 def setup_notebook(interactive: bool) -> None:
     """Call once in a notebook's setup cell: inline SVG for a papermill run, offline JavaScript charts
@@ -49,10 +51,26 @@ def use_static_renderer() -> None:
     import tqdm.std
     from transformers.utils import logging as hf_logging
 
-    alt.renderers.enable("svg")
+    alt.renderers.enable(STATIC_RENDERER)
     alt.data_transformers.disable_max_rows()
     tqdm.auto.tqdm = tqdm.std.tqdm  # read at call time by bench, models and transformers
     hf_logging.disable_progress_bar()
+
+
+STATIC_RENDERER = "specnb_svg"
+CHART_SPECS = "SPECNB_CHART_SPECS"  # a file each static chart's Vega-Lite spec is appended to, where set
+
+
+def static_renderer(spec: dict, **metadata: Any) -> dict[str, str]:
+    """altair's ``svg`` renderer; where the environment names a file in ``SPECNB_CHART_SPECS``, each
+    chart's Vega-Lite spec is also appended to it, one JSON a line, so a test can read back every chart
+    a smoke run drew (``specnb.app.charts.lint``) rather than only its pixels."""
+    from altair.vegalite.v6.display import svg_renderer
+
+    if os.environ.get(CHART_SPECS):
+        with open(os.environ[CHART_SPECS], "a", encoding="utf-8") as out:
+            out.write(json.dumps(spec) + "\n")
+    return svg_renderer(spec, **metadata)
 
 
 OFFLINE_RENDERER = "specnb_offline"
@@ -116,8 +134,6 @@ def _vl_convert_version() -> str:
 
 
 def _bundle_cache_dir() -> Path:
-    from specnb.models.cache import cache_dir
-
     return cache_dir()
 
 
@@ -202,6 +218,7 @@ def offline_renderer(spec: dict, **metadata: Any) -> dict[str, str]:
 
 # registered on import, so ``alt.renderers.enable("specnb_offline")`` works once this module is imported
 alt.renderers.register(OFFLINE_RENDERER, offline_renderer)
+alt.renderers.register(STATIC_RENDERER, static_renderer)
 
 
 def _in_kernel() -> bool:

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from specnb.app.execution import Stopping, execute, export_html, stop_kernels
-from specnb.app.parameters import check_parameters, parameters_for
+from specnb.app.parameters import check_parameters, check_values, parameters_for
 from specnb.app.report import write_index
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError, SpecnbError
 from specnb.core.paths import REPO_ROOT, git_commit
+from specnb.serve.engines import engine_named
 
 
 class NotebookFailed(SpecnbError, RuntimeError):
@@ -93,6 +94,8 @@ def select_notebooks(names: list[str] | None, folder: Path | None = None) -> lis
         matches = [p for p in available if _matches(p.stem, key)]
         if len(matches) != 1:
             known = ", ".join(p.stem for p in available)
+            if not matches:
+                raise ParameterError(f"no notebook {name!r}; known: {known} (by number, stem or title)")
             raise ParameterError(f"notebook {name!r} matches {len(matches)} notebooks; known: {known}")
         chosen.append(matches[0])
     return chosen
@@ -147,8 +150,6 @@ class Variant:
 
 def engine_missing(engine: str) -> str | None:
     """None where ``engine`` can start here, else one line saying why not (the engine's own ``missing``)."""
-    from specnb.serve.engines import engine_named
-
     return engine_named(engine).missing()
 
 
@@ -200,6 +201,7 @@ def run_notebooks(
     parameters = parameters or {}
     paths = select_notebooks(names)
     parameters = check_parameters(paths, parameters)  # fail fast on typos and types, before minutes of execution
+    check_values(paths, parameters)  # and on a missing folder or file, an unknown engine: before any run folder
     jobs = check_jobs(jobs, smoke)
     run_dir = new_run_dir(out)
     runs = []

@@ -47,13 +47,16 @@ def slider_panel(make_chart, controls: dict[str, Any]):
 
 
 def static_grid(make_chart, grid: dict[str, list], columns: int = 2) -> alt.TopLevelMixin:
-    """``make_chart`` at every combination of ``grid`` values (each titled by its values), ``columns`` per row."""
+    """``make_chart`` at every combination of ``grid`` values, ``columns`` per row. A chart keeps the
+    title it computed (it names its values and states its answer); one without a title is titled by
+    its values."""
     keys = list(grid)
     charts = []
     for values in itertools.product(*(grid[k] for k in keys)):
         point = dict(zip(keys, values))
         label = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}" for k, v in point.items())
-        charts.append(make_chart(**point).properties(title=label))
+        chart = make_chart(**point)
+        charts.append(chart if chart.to_dict().get("title") else chart.properties(title=label))
     rows = [alt.hconcat(*charts[i:i + columns]) for i in range(0, len(charts), columns)]
     return alt.vconcat(*rows) if len(rows) > 1 else rows[0]
 
@@ -78,7 +81,7 @@ def theory_chart(alpha: float, gamma: int, c: float) -> alt.TopLevelMixin:
     import numpy as np
     import pandas as pd
 
-    from specnb.core.theory import expected_speedup
+    from specnb.core.theory import expected_speedup  # deferred: loads pandas
 
     alphas = np.linspace(0.0, 0.95, 39)
     gammas = sorted({max(1, gamma - 2), gamma, gamma + 2})
@@ -112,6 +115,7 @@ def measured_explorer(make_chart, summary, key: str, interactive: bool, label: s
 def what_if_chart(profile, draft: str, alpha: float, batch_size: int, draft_speed: float) -> alt.TopLevelMixin:
     """The predicted speedup per γ if acceptance were a flat α, at a batch size, with a draft
     ``draft_speed`` times faster (``specnb.predict.what_if.what_if``), titled with the verdict."""
+    # deferred: loads torch and pandas
     from specnb.predict.predictor import Workload
     from specnb.predict.what_if import what_if
 

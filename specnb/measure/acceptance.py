@@ -110,6 +110,31 @@ def counter_rates(drafts: float, draft_tokens: float, accepted: float, accepted_
                         source="counters" if draft_tokens else "")
 
 
+MIN_EVENTS = 5  # a rate from fewer events is shown with its count and interval, and decides nothing alone
+
+
+def rate_interval(accepted, reached, z: float = 1.96) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson's 95% interval of accepted ÷ reached (per position): honest at 3 of 3, where the plain
+    rate says 1.0 and the interval says 0.44–1; NaN where nothing was reached."""
+    k, n = np.asarray(accepted, float), np.asarray(reached, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = k / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
+
+
+def supported_rates(profile: AcceptanceProfile, gamma: int) -> np.ndarray:
+    """a_1..a_gamma to price a γ with: a position's own rate where it was reached at least
+    ``MIN_EVENTS`` times, else (and past the profile's γ) the pooled per-token α of the positions that
+    were, so one 3-of-3 position cannot pick a γ (all positions pooled where none was)."""
+    reached, accepted = np.asarray(profile.reached, float), np.asarray(profile.accepted, float)
+    enough = reached >= MIN_EVENTS
+    pooled = accepted[enough].sum() / reached[enough].sum() if enough.any() else profile.alpha_iid()
+    own = profile.conditional()
+    return np.array([own[i] if i < len(own) and enough[i] else pooled for i in range(gamma)])
+
+
 def rates(accepted: np.ndarray, reached: np.ndarray) -> np.ndarray:
     """accepted ÷ reached per position; positions never reached repeat the previous rate (0 at first)."""
     out = np.zeros(len(reached))
@@ -204,11 +229,16 @@ def profile_frames(profiles: dict[str, AcceptanceProfile]) -> tuple[pd.DataFrame
     return pooled, per_prompt
 
 
-def accept_lengths(records: pd.DataFrame, gamma: int) -> pd.DataFrame:
-    """Share of verifier steps at one γ that accepted n = 0..γ draft tokens (``measured``), and what
-    i.i.d. acceptance at the records' per-token α would give (``iid``: stop at the first rejection).
-    Mass at 0 is why τ saturates as γ grows."""
+def accept_lengths(records: pd.DataFrame, gamma: int, draft: str | None = None) -> pd.DataFrame:
+    """Share of verifier steps at one γ (of one ``draft``: records of several drafts at that γ are
+    refused, their steps are not one distribution) that accepted n = 0..γ draft tokens
+    (``measured``), and what i.i.d. acceptance at the records' per-token α would give (``iid``: stop
+    at the first rejection). Mass at 0 is why τ saturates as γ grows."""
     rows = records[records["gamma"] == gamma]
+    rows = rows if draft is None else rows[rows["draft"] == draft]
+    if "draft" in rows and rows["draft"].nunique() > 1:
+        raise ParameterError(f"accept_lengths at γ = {gamma}: records of {rows['draft'].nunique()} drafts "
+                             f"({', '.join(map(str, rows['draft'].unique()))}) would pool into one; name the draft")
     lengths = np.array([n for row in rows["accept_lengths"] for n in row], dtype=int)
     counts = np.bincount(lengths, minlength=gamma + 1)[:gamma + 1] if len(lengths) else np.zeros(gamma + 1)
     alpha = min(token_alpha(rows), 1.0) if len(rows) else float("nan")

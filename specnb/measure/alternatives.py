@@ -25,51 +25,100 @@ end their verdict with it.
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
-from dataclasses import replace
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 import numpy as np
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError
+from specnb.decode.generate import generate
 from specnb.decode.settings import Decoding
 from specnb.measure.fidelity import fidelity
-from specnb.measure.methods import (
-    BASELINE_METHOD,
-    LLAMA_PRECISIONS,
-    DraftChoice,
-    LlamaRows,
-    Method,
-    MethodLabel,
-)
-from specnb.measure.runs import Rounds, RunPlan, bootstrap_speedup, paired_speedup
+from specnb.measure.runs import BASELINE, bootstrap_speedup, make_candidates, paired_speedup, run_interleaved
+from specnb.models.cache import cache_dir
+from specnb.models.embedded import embedded_draft_path
+from specnb.models.gguf import embedded_gguf
+from specnb.models.kernels import use_kernels
+from specnb.models.precision import with_precision
+from specnb.models.registry import EMBEDDED_VERIFIER
+from specnb.models.trimmed_head import read_head_tokens
+from specnb.native import llama_cpp
 from specnb.native.isolation import EngineCrashed
-from specnb.native.llama_cpp import Generated
+from specnb.native.llama_cpp import Generated, IsolatedLlamaCpp, LlamaDraftSpec
+
+BASELINE_METHOD = "verifier-only · PyTorch eager · fp32"
+LLAMA_PRECISIONS = {"q4_1": "Q4_1", "f32": "F32", "f16": "F16"}
 
 
-def torch_method(label: MethodLabel, model, decoding, *, draft=None, draft_name: str = "") -> Method:
-    """A method that runs specnb's own ``generate`` (batch 1) on ``model``, speculative with ``draft``;
-    ``decoding``: its ``Decoding`` (γ or tree, EOS, vocabulary), the token budget set per run."""
-    import torch
+@dataclass(kw_only=True)
+class Method:
+    """One way to answer a prompt. ``run(prompt_ids, max_new_tokens)`` returns a ``Generated``
+    (greedy, prefill included in its wall time). ``lossless``: the output is the fp32 verifier's
+    by construction (speculation, or the same math on other kernels); the measured fidelity must
+    then say identical, which the table checks rather than assumes."""
 
-    from specnb.decode.generate import generate
+    name: str
+    engine: str  # "PyTorch eager", "PyTorch oneDNN", "llama.cpp"
+    precision: str  # "fp32", "bf16", "int8", "F32", "Q4_1"
+    speculation: str  # "" (none), or what drafts: "prompt-lookup γ=4"
+    lossless: bool
+    run: Callable[[list[int], int], Generated]
+    model: object = None  # the verifier it runs (a torch model or an ``IsolatedLlamaCpp``), for the tax split
+    failure: str | None = None  # one line, set when its engine crashed: the method is then left out
 
+
+@dataclass
+class DraftChoice:
+    """One speculative row of notebook 07's table: a draft name and γ, or a static tree. Not a serving
+    configuration (``specnb.serve.speculation.Speculation``): this one names a draft for ``generate``."""
+
+    draft: str
+    gamma: int = 4
+    tree: tuple[int, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.draft} " + ("tree=" + "x".join(map(str, self.tree)) if self.tree else f"γ={self.gamma}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaRows:
+    """The llama.cpp rows: one per precision (``LLAMA_PRECISIONS``' keys; none: no rows), Q4_1 also with
+    ``draft`` (a distilled draft exported to GGUF) when one is named; ``threads`` None: torch's."""
+
+    precisions: tuple[str, ...] = ("q4_1", "f32")
+    draft: str | None = None
+    threads: int | None = None
+    n_ctx: int = 1024
+
+
+def torch_method(model, decoding: Decoding, *, name: str, engine: str, precision: str, lossless: bool = True,
+                 draft=None, draft_name: str = "") -> Method:
+    """A method named ``name`` in the table that runs specnb's own ``generate`` (batch 1) on ``model``,
+    speculative with ``draft``; ``decoding``: its ``Decoding`` (γ or tree, EOS, vocabulary), the token
+    budget set per run."""
     def run(prompt: list[int], max_new_tokens: int) -> Generated:
         result = generate(model, torch.tensor([prompt]), draft=draft,
                           decoding=replace(decoding, max_new_tokens=max_new_tokens))
         return Generated(result.tokens[0], result.wall_ms, result.verifier_forwards)
 
     shape = "tree=" + "x".join(map(str, decoding.tree)) if decoding.tree else f"γ={decoding.gamma}"
-    return Method(name=label.name, engine=label.engine, precision=label.precision,
-                  speculation=f"{draft_name} {shape}" if draft is not None else "", lossless=label.lossless,
+    return Method(name=name, engine=engine, precision=precision,
+                  speculation=f"{draft_name} {shape}" if draft is not None else "", lossless=lossless,
                   run=run, model=model)
 
 
-def llama_cpp_method(name: str, model, precision: str, speculation: str = "", lossless: bool = False,
-                     eos=()) -> Method:
+def llama_cpp_method(model, eos=(), *, name: str, precision: str, speculation: str = "",
+                     lossless: bool = False) -> Method:
     """A method that runs a ``specnb.native.llama_cpp.IsolatedLlamaCpp`` (with its draft, if it has one)."""
     return Method(name=name, engine="llama.cpp", precision=precision, speculation=speculation, lossless=lossless,
                   run=lambda prompt, max_new_tokens: model.generate(prompt, max_new_tokens, eos), model=model)
@@ -79,15 +128,10 @@ def add_compiled(methods: list[Method], pair) -> str:
     """Append the fp32 verifier with its forward under ``torch.compile`` (dynamic shapes: one graph for
     every cache length), compiled now on a short generation; returns the note that reports the
     compile time (kept out of the tok/s) or why it could not compile."""
-    import copy
-    import time
-
-    import torch
-
     model = copy.deepcopy(pair.verifier)
     model.forward = torch.compile(model.forward, dynamic=True)
-    label = MethodLabel(name="verifier-only · PyTorch compiled · fp32", engine="PyTorch compiled", precision="fp32")
-    method = torch_method(label, model, Decoding(gamma=4, eos_token_id=pair.tokenizer.eos_token_id))
+    method = torch_method(model, Decoding(gamma=4, eos_token_id=pair.tokenizer.eos_token_id),
+                          name="verifier-only · PyTorch compiled · fp32", engine="PyTorch compiled", precision="fp32")
     t0 = time.perf_counter()
     try:
         method.run([1, 2, 3, 4], 4)
@@ -108,14 +152,6 @@ def build_methods(pair, drafts: dict, speculation: list[DraftChoice], *, precisi
     - llama.cpp at each of ``llama``'s precisions, alone, with its own prompt lookup, and at Q4_1
       with its draft (a distilled draft exported to GGUF) when one is named (``LlamaRows``; None: its defaults).
     """
-    import copy
-
-    import torch
-
-    from specnb.models.kernels import use_kernels
-    from specnb.models.precision import with_precision
-    from specnb.native import llama_cpp
-
     if getattr(pair.verifier, "kernels", "default") != "default":  # it would not be the eager baseline it is named
         raise ParameterError(f"the alternatives are measured against PyTorch's default kernels, but the verifier runs "
                              f"on {pair.verifier.kernels!r}; load the pair with kernels='default'")
@@ -124,13 +160,13 @@ def build_methods(pair, drafts: dict, speculation: list[DraftChoice], *, precisi
     notes: list[str] = []
 
     def alone(name, engine, precision, model, lossless=True) -> Method:
-        label = MethodLabel(name=name, engine=engine, precision=precision, lossless=lossless)
-        return torch_method(label, model, Decoding(gamma=4, eos_token_id=eos))
+        return torch_method(model, Decoding(gamma=4, eos_token_id=eos), name=name, engine=engine,
+                            precision=precision, lossless=lossless)
 
     def spec(name, engine, precision, model, s: DraftChoice, lossless=True) -> Method:
-        label = MethodLabel(name=f"{s.label} · {name}", engine=engine, precision=precision, lossless=lossless)
         decoding = Decoding(gamma=s.gamma, tree=s.tree, eos_token_id=eos, vocab_size=pair.vocab_size)
-        return torch_method(label, model, decoding, draft=drafts[s.draft], draft_name=s.draft)
+        return torch_method(model, decoding, name=f"{s.label} · {name}", engine=engine, precision=precision,
+                            lossless=lossless, draft=drafts[s.draft], draft_name=s.draft)
 
     methods = [alone(BASELINE_METHOD, "PyTorch eager", "fp32", pair.verifier)]
     methods += [spec("PyTorch eager · fp32", "PyTorch eager", "fp32", pair.verifier, s) for s in speculation]
@@ -159,11 +195,6 @@ def build_methods(pair, drafts: dict, speculation: list[DraftChoice], *, precisi
 def llama_methods(pair, llama: LlamaRows, lookup_gammas, notes: list) -> list[Method]:
     """llama.cpp rows on the embedded models' GGUF files (see ``build_methods``), each model in its
     own child process: one that cannot even load here (a crash at load) becomes a note."""
-    from specnb.models.gguf import embedded_gguf
-    from specnb.models.registry import EMBEDDED_VERIFIER
-    from specnb.models.trimmed_head import read_head_tokens
-    from specnb.native.llama_cpp import IsolatedLlamaCpp, LlamaDraftSpec
-
     if pair.verifier_name != EMBEDDED_VERIFIER:
         notes.append(f"llama.cpp rows need a GGUF of {pair.verifier_name}; specnb exports only the embedded "
                      "models (convert yours with llama.cpp's convert_hf_to_gguf.py)")
@@ -171,32 +202,31 @@ def llama_methods(pair, llama: LlamaRows, lookup_gammas, notes: list) -> list[Me
     eos = [pair.tokenizer.eos_token_id]
     methods = []
 
-    def add(name: str, path, label: str, speculation: str, lossless: bool, draft: LlamaDraftSpec | None = None):
+    def add(path, draft: LlamaDraftSpec | None = None, *, name: str, **row):
         try:
             model = IsolatedLlamaCpp(path, llama.threads, llama.n_ctx, draft)
         except (EngineCrashed, RuntimeError) as err:
             notes.append(f"{name}: left out, {err}")
             return
-        methods.append(llama_cpp_method(name, model, label, speculation, lossless, eos))
+        methods.append(llama_cpp_method(model, eos, name=name, **row))
 
     llama_draft = llama.draft
     for key in llama.precisions:
         label = LLAMA_PRECISIONS[key]
         path = embedded_gguf(EMBEDDED_VERIFIER, key)
         lossless = key == "f32"  # same fp32 weights and math; Q4_1 also quantizes activations to 8 bits
-        add(f"verifier-only · llama.cpp · {label}", path, label, "", lossless)
+        add(path, name=f"verifier-only · llama.cpp · {label}", precision=label, lossless=lossless)
         for g in lookup_gammas:
-            add(f"prompt-lookup γ={g} · llama.cpp · {label}", path, label, f"prompt-lookup γ={g}", lossless,
-                LlamaDraftSpec(gamma=g))
+            add(path, LlamaDraftSpec(gamma=g), name=f"prompt-lookup γ={g} · llama.cpp · {label}", precision=label,
+                speculation=f"prompt-lookup γ={g}", lossless=lossless)
         if llama_draft and key == "q4_1":
             draft_path = embedded_gguf(llama_draft, "q4_1")
-            from specnb.models.embedded import embedded_draft_path
-
             head = read_head_tokens(embedded_draft_path(llama_draft))
             g = lookup_gammas[0]
-            add(f"{llama_draft} γ={g} · llama.cpp · {label}", path, label, f"{llama_draft} γ={g}", lossless,
-                LlamaDraftSpec(gamma=g, path=str(draft_path),
-                               head_tokens=tuple(int(t) for t in head) if head is not None else None))
+            spec = LlamaDraftSpec(gamma=g, path=str(draft_path),
+                                  head_tokens=tuple(int(t) for t in head) if head is not None else None)
+            add(path, spec, name=f"{llama_draft} γ={g} · llama.cpp · {label}", precision=label,
+                speculation=f"{llama_draft} γ={g}", lossless=lossless)
     return methods
 
 
@@ -213,21 +243,16 @@ def close_methods(methods: list[Method]) -> None:
             close()
 
 
-def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[list[int]], rounds: Rounds | None = None,
-                *, max_new_tokens: int = 48, progress: bool = True) -> pd.DataFrame:
-    """One record per (repeat, prompt, method): new tokens, wall ms, verifier forwards and the tokens
-    (``rounds`` None: ``Rounds()``, one pass after a warm-up).
+def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[list[int]], *, repeats: int = 1,
+                max_new_tokens: int = 48, warmup: bool = True, progress: bool = True) -> pd.DataFrame:
+    """One record per (repeat, prompt, method): new tokens, wall ms, verifier forwards and the tokens.
 
     The methods run interleaved per prompt, their order rotated from prompt to prompt, so a slow
-    spell of the machine lands on all of them alike. ``rounds.warmup`` first runs each on a few tokens so
+    spell of the machine lands on all of them alike. ``warmup`` first runs each on a few tokens so
     one-time costs (allocator growth, kernel selection, llama.cpp's first graph) land on no one.
     The garbage collector is paused during each run, as ``timeit`` does. A method whose engine
     crashes (``EngineCrashed``) is dropped with its records and its ``failure`` set; the others go on.
     """
-    from tqdm.auto import tqdm
-
-    rounds = rounds if rounds is not None else Rounds()
-    repeats = rounds.repeats
     if not methods or methods[0].name != BASELINE_METHOD:
         raise ParameterError(f"the first method must be the baseline {BASELINE_METHOD!r}")
     if len({m.name for m in methods}) != len(methods):
@@ -239,7 +264,7 @@ def run_methods(methods: list[Method], prompts: pd.DataFrame, prompt_ids: list[l
             method.failure = str(err)
             return None
 
-    if rounds.warmup:
+    if warmup:
         for method in methods:
             attempt(method, prompt_ids[0], 4)
     records = []
@@ -308,12 +333,10 @@ def measure_batching(pair, prompts: pd.DataFrame, batch_sizes=(1, 4, 8), *, max_
     wall time), the latency every prompt of a batch waits for (the batch's wall time), and that
     latency per generated token of a prompt. Rows that finish early keep being computed: the waste
     is part of the price."""
-    from specnb.measure.runs import BASELINE, make_candidates, run_interleaved
-
     candidates = make_candidates({}, [])
     rows = []
     for b in batch_sizes:
-        records = run_interleaved(pair, prompts, candidates, RunPlan(batch_size=int(b), max_new_tokens=max_new_tokens),
+        records = run_interleaved(pair, prompts, candidates, batch_size=int(b), max_new_tokens=max_new_tokens,
                                   progress=progress).query(f"batch_size == {int(b)} and candidate == '{BASELINE}'")
         if records.empty:
             raise ParameterError(f"batch size {b} needs at least {b} prompts, got {len(prompts)}")
@@ -331,8 +354,6 @@ def measure_batching(pair, prompts: pd.DataFrame, batch_sizes=(1, 4, 8), *, max_
 # ---------------------------------------------------------------- kept for predict and notebook 06
 
 def measured_path(verifier: str):
-    from specnb.models.cache import cache_dir
-
     return cache_dir() / "alternatives" / f"{verifier.replace('/', '--')}.json"
 
 

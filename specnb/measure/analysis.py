@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
+from specnb.core.intervals import rank, verdict
 from specnb.core.theory import break_even_c, expected_speedup, tokens_per_step_from_profile
 from specnb.decode.timing import BOOKKEEPING, stage_columns
-from specnb.measure.acceptance import profile_from_records, token_alpha_by_draft
+from specnb.measure.acceptance import profile_from_records, supported_rates, token_alpha_by_draft
 from specnb.measure.runs import BASELINE, KERNEL_COLUMNS, paired_speedup, per_prompt, summarise
 
 
@@ -37,11 +38,28 @@ def wall_clock_costs(records: pd.DataFrame, baseline: str = BASELINE) -> pd.Data
     return pd.DataFrame(rows)
 
 
+def with_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (a speedup with its 95% CI per row) with the ``verdict`` their CI gives
+    (``specnb.core.intervals.verdict``: wins, inconclusive, loses)."""
+    return rows.assign(verdict=[verdict(s, lo, hi) for s, lo, hi in
+                                rows[["speedup", "speedup_lo", "speedup_hi"]].itertuples(index=False)])
+
+
+def ranked(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` best first: those that win before the inconclusive before those that lose, each by
+    speedup. "Best" is the first row: chosen among the winners, never a higher point estimate whose
+    CI holds 1x over one that wins."""
+    rows = with_verdicts(rows)
+    order = rows.assign(_rank=rows["verdict"].map(rank)).sort_values(["_rank", "speedup"], ascending=[True, False],
+                                                                      kind="stable")
+    return order.drop(columns="_rank")
+
+
 def best_per_draft(summary: pd.DataFrame) -> pd.DataFrame:
-    """Each draft's row at its best measured γ (highest speedup), per batch size."""
-    drafts = summary[summary["gamma"] > 0]
-    best = drafts.loc[drafts.groupby(["draft", "batch_size"], sort=False)["speedup"].idxmax()]
-    return best.reset_index(drop=True)
+    """Each draft's row at its best measured γ per batch size (``ranked``: among the γs that win,
+    the fastest), with its ``verdict``."""
+    drafts = ranked(summary[summary["gamma"] > 0])
+    return drafts.drop_duplicates(["draft", "batch_size"]).sort_index().reset_index(drop=True)
 
 
 def simulate_runs(rows: pd.DataFrame, run_size: int, n_runs: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -156,8 +174,7 @@ def gamma_verdicts(summary: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     merged = summary[summary["gamma"] > 0].merge(
         steps.drop(columns=["draft", "gamma"]), on=["candidate", "batch_size"], how="left"
     )
-    merged["verdict"] = [speedup_verdict(r.speedup, r.speedup_lo, r.speedup_hi) for r in merged.itertuples()]
-    return merged
+    return with_verdicts(merged)
 
 
 def ragged_summary(records: pd.DataFrame) -> pd.DataFrame:
@@ -195,9 +212,6 @@ def ragged_summary(records: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-VERDICTS = ("wins", "inconclusive", "loses")  # the words of ``gamma_verdicts``
-
-
 def draft_wall_c(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
     """Per draft, pooled over its γs: draft ms per drafted token, and c by wall clock = that ÷ the
     baseline's verify ms per one-token step (as ``wall_clock_costs``, which is per candidate)."""
@@ -218,14 +232,6 @@ def prompt_alpha_spread(rows: pd.DataFrame) -> pd.DataFrame:
     per["alpha"] = per["accepted"] / per["drafted"].where(per["drafted"] > 0)
     spread = per.groupby("candidate", sort=False)["alpha"].agg(["mean", "std", "min", "max", "count"])
     return spread.rename(columns=lambda c: f"alpha_prompt_{c}" if c != "count" else "n_prompts").reset_index()
-
-
-def speedup_verdict(speedup: float, lo: float, hi: float) -> str:
-    """ "wins" / "loses" (pays the speculation tax) when the 95% CI of the speedup excludes 1x (the
-    point estimate when there is no CI, e.g. one prompt), else "inconclusive"."""
-    if np.isfinite(lo) and np.isfinite(hi):
-        return VERDICTS[0] if lo > 1 else VERDICTS[2] if hi < 1 else VERDICTS[1]
-    return VERDICTS[0] if speedup > 1 else VERDICTS[2] if speedup < 1 else VERDICTS[1]
 
 
 def draft_table(records: pd.DataFrame, flops: pd.DataFrame, summary: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -251,10 +257,7 @@ def draft_table(records: pd.DataFrame, flops: pd.DataFrame, summary: pd.DataFram
     alpha = table["alpha_token"].clip(upper=0.999).fillna(0.0).to_numpy()
     gamma = table["best_gamma"].to_numpy()
     table["break_even_c"] = break_even_c(alpha, gamma)
-    table["verdict"] = [
-        speedup_verdict(s, lo, hi)
-        for s, lo, hi in table[["speedup", "speedup_lo", "speedup_hi"]].itertuples(index=False)
-    ]
+    table = with_verdicts(table)
     columns = [
         "draft",
         "params",
@@ -302,12 +305,14 @@ def profile_speedups(records: pd.DataFrame, table: pd.DataFrame, max_gamma: int 
     """Leviathan speedup per γ from each draft's measured per-position acceptance (at its largest
     γ) and its c by FLOPs and by wall clock: τ(a_1..a_γ) ÷ (γc + 1). Shows where the best γ would
     lie; like Leviathan it prices verifying γ + 1 tokens as one forward, so it is an upper bound.
-    Past the measured γ the last position's rate is repeated (``extrapolated``)."""
+    A position reached fewer than ``acceptance.MIN_EVENTS`` times, and one past the measured γ (``extrapolated``),
+    takes the pooled per-token α of the well-reached positions (``acceptance.supported_rates``)."""
     rows = []
     for r in table.itertuples():
-        rates = profile_from_records(records, r.draft).conditional()
-        for gamma in range(1, (max_gamma or len(rates)) + 1):
-            a = np.concatenate([rates, np.full(max(gamma - len(rates), 0), rates[-1])])[:gamma]
+        profile = profile_from_records(records, r.draft)
+        for gamma in range(1, (max_gamma or profile.gamma) + 1):
+            a = supported_rates(profile, gamma)
+            extrapolated = gamma > profile.gamma
             tau = float(tokens_per_step_from_profile(a))
             for kind, c in (("FLOPs", r.c_flops), ("wall clock", r.c_wall)):
                 rows.append(
@@ -318,7 +323,7 @@ def profile_speedups(records: pd.DataFrame, table: pd.DataFrame, max_gamma: int 
                         "c": c,
                         "tau": tau,
                         "speedup": tau / (gamma * c + 1.0),
-                        "extrapolated": gamma > len(rates),
+                        "extrapolated": extrapolated,
                     }
                 )
     return pd.DataFrame(rows)

@@ -24,7 +24,6 @@ import torch
 from specnb.decode.generate import generate
 from specnb.decode.settings import Decoding
 from specnb.decode.timing import synchronize
-from specnb.measure.runs import Rounds
 
 METHODS = ("hf_greedy", "hf_assisted", "specnb_verifier", "specnb_speculative")
 
@@ -80,26 +79,26 @@ def run_method(method: str, verifier, draft, input_ids, decoding: Decoding):
     return result.tokens[0], result.wall_ms
 
 
-def compare_with_hf(verifier, draft, prompts: list, decoding: Decoding | None = None, *, rounds: Rounds | None = None,
-                    methods=METHODS) -> list[dict]:
+def compare_with_hf(verifier, draft, prompts: list, decoding: Decoding | None = None, *, repeats: int = 1,
+                    warmup: bool = True, methods=METHODS) -> list[dict]:
     """Run every method on every prompt (each a 1D or [1, S] tensor of ids), interleaved; ``decoding``
-    (None: γ 4, 64 tokens) is what every method is asked, ``rounds`` (None: one pass) how often.
+    (None: γ 4, 64 tokens) is what every method is asked, ``repeats`` how often, after one short untimed
+    run of each method (``warmup``).
 
     The method order rotates per prompt so no method always runs first. Returns one record per
     (repeat, prompt, method): tokens (generated ids), new_tokens, wall_ms, tok_s. Speedups are
     ratios of summed tokens over summed time, computed by the caller from these records.
     """
     decoding = decoding if decoding is not None else Decoding(gamma=4)
-    rounds = rounds if rounds is not None else Rounds()
     device = next(verifier.parameters()).device
     prompts = [p.view(1, -1).to(device) for p in prompts]
     methods = [m for m in methods if draft is not None or m in ("hf_greedy", "specnb_verifier")]
-    if rounds.warmup:
+    if warmup:
         for method in methods:
             warm = replace(decoding, max_new_tokens=min(decoding.max_new_tokens, 4))
             run_method(method, verifier, draft, prompts[0], warm)
     records = []
-    for repeat in range(rounds.repeats):
+    for repeat in range(repeats):
         for index, input_ids in enumerate(prompts):
             shift = (repeat * len(prompts) + index) % len(methods)
             for method in methods[shift:] + methods[:shift]:

@@ -190,7 +190,7 @@ def prompt_tokens(tokenizer, prompts: pd.DataFrame, batch_size: int = 1) -> floa
     """Mean prefill width: the longest (chat-templated) prompt of each batch, averaged over batches."""
     import numpy as np
 
-    from specnb.decode.inputs import encode_prompts
+    from specnb.decode.inputs import encode_prompts  # deferred: loads torch
 
     widths = [encode_prompts(tokenizer, list(b["prompt"]))[0].shape[1] for b in batches_of(prompts, batch_size)]
     return float(np.mean(widths))

@@ -22,17 +22,22 @@ from __future__ import annotations
 
 import gc
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.decode.timing import STAGES, stage_columns
+from specnb.decode.drafters import make_drafter
+from specnb.decode.generate import generate
+from specnb.decode.inputs import encode_prompts
+from specnb.decode.settings import Decoding
+from specnb.decode.timing import STAGES, StageTimer, stage_columns
 from specnb.decode.trees import DynamicTree, TreeShape
 from specnb.measure.acceptance import token_alpha
 from specnb.measure.prompts import as_prompt_frame, batches_of
+from specnb.models.kernels import kernel_label
 
 BASELINE = "verifier-only"  # the candidate every speedup is measured against
 STAGE_COLUMNS = stage_columns()
@@ -61,8 +66,6 @@ def make_candidates(drafts: dict[str, Any], gammas, baseline: bool = True, trees
     (``"<draft> tree=3x2x1"``; a ``DynamicTree`` for drafts that grow one: ``"<draft> tree=dynamic4w4n16"``).
     A γ of ``"auto"`` is the predictor's per batch size: ``auto`` builds it from (draft name,
     confidence) (``specnb.predict.auto_gamma.chooser``)."""
-    from specnb.decode.drafters import make_drafter
-
     wants_auto = any(isinstance(g, str) and g == "auto" for g in gammas)
     gammas = [g for g in gammas if not (isinstance(g, str) and g == "auto")]
     if not all(isinstance(g, numbers.Real) and int(g) == g and g >= 1 for g in gammas):
@@ -95,53 +98,30 @@ def tree_shape(tree) -> TreeShape | DynamicTree:
     return tree if isinstance(tree, DynamicTree) else TreeShape(tree)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Rounds:
-    """How interleaved runs repeat: ``repeats`` passes over the prompts, after one short untimed run of
-    each contender (``warmup``) so one-time costs land on none of them."""
-
-    repeats: int = 1
-    warmup: bool = True
-
-
 def rotated(candidates: list[Candidate], shift: int) -> list[Candidate]:
     """Candidate order for one repeat: rotated so no candidate always runs first (warm caches, drift)."""
     shift %= max(len(candidates), 1)
     return candidates[shift:] + candidates[:shift]
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunPlan:
-    """What every contender of an interleaved run generates: ``max_new_tokens`` per prompt, prompts
-    in batches of ``batch_size``, greedy or under ``sampling`` (a ``SamplingConfig``), the prompts in
-    the tokenizer's chat template unless ``chat`` is False."""
-
-    max_new_tokens: int = 64
-    batch_size: int = 1
-    sampling: object = None
-    chat: bool = True
-
-
-def run_interleaved(pair, prompts, candidates: list[Candidate], plan: RunPlan = RunPlan(), rounds: Rounds = Rounds(),
-                    *, progress: bool = True) -> pd.DataFrame:
+def run_interleaved(pair, prompts, candidates: list[Candidate], *, repeats: int = 1, max_new_tokens: int = 64,
+                    batch_size: int = 1, progress: bool = True, warmup: bool = True, sampling=None,
+                    chat: bool = True) -> pd.DataFrame:
     """Raw records, one per (repeat, batch of prompts, candidate), candidates interleaved per batch.
 
-    ``rounds.warmup`` first runs each candidate once on a short generation so one-time costs (allocator
+    ``warmup`` first runs each candidate once on a short generation so one-time costs (allocator
     growth, kernel selection) are not charged to whichever candidate happens to go first.
     """
     from tqdm.auto import tqdm
 
-    from specnb.decode.inputs import encode_prompts
-
-    repeats, max_new_tokens, sampling = rounds.repeats, plan.max_new_tokens, plan.sampling
     if repeats < 1 or max_new_tokens < 1:
         raise ParameterError(f"repeats and max_new_tokens must be >= 1, got {repeats} and {max_new_tokens}")
     if not candidates:
         raise ParameterError("no candidates to run; use make_candidates(drafts, gammas)")
     frame = as_prompt_frame(prompts)
-    encoded = [(batch, *encode_prompts(pair.tokenizer, list(batch["prompt"]), chat=plan.chat))
-                for batch in batches_of(frame, plan.batch_size)]
-    if rounds.warmup:
+    encoded = [(batch, *encode_prompts(pair.tokenizer, list(batch["prompt"]), chat=chat))
+                for batch in batches_of(frame, batch_size)]
+    if warmup:
         for cand in candidates:
             generate_one(pair, encoded[0][1], encoded[0][2], cand, min(4, max_new_tokens), sampling)
     records = []
@@ -160,20 +140,17 @@ def run_interleaved(pair, prompts, candidates: list[Candidate], plan: RunPlan = 
     return pd.DataFrame.from_records(records)
 
 
-def run_batch_sizes(pair, prompts, candidates: list[Candidate], batch_sizes, plan: RunPlan = RunPlan(),
-                    rounds: Rounds = Rounds()) -> pd.DataFrame:
-    """``run_interleaved`` at each batch size in turn (``plan``'s own ``batch_size`` is replaced),
-    keeping full batches only (a last, smaller batch would be another batch size)."""
-    runs = [run_interleaved(pair, prompts, candidates, replace(plan, batch_size=b), rounds) for b in batch_sizes]
-    return pd.concat([got.query(f"batch_size == {b}") for got, b in zip(runs, batch_sizes)], ignore_index=True)
+def run_batch_sizes(pair, prompts, candidates: list[Candidate], batch_sizes, **settings) -> pd.DataFrame:
+    """``run_interleaved`` at each batch size in turn, keeping full batches only (a last, smaller
+    batch would be another batch size)."""
+    return pd.concat([run_interleaved(pair, prompts, candidates, batch_size=b, **settings).query(f"batch_size == {b}")
+                      for b in batch_sizes], ignore_index=True)
 
 
 def kernel_paths(pair, cand: Candidate) -> dict[str, str]:
     """The CPU kernel path each side of a run ran (``specnb.models.kernels.kernel_label``), read off the
     models as they run, so every table can say whether the baseline had the kernels the speculative
     side had: the verifier's for every candidate, verifier-only included; the draft's ("" without)."""
-    from specnb.models.kernels import kernel_label
-
     return {"verifier_kernels": kernel_label(pair.verifier), "draft_kernels": kernel_label(cand.draft)}
 
 
@@ -182,10 +159,6 @@ def generate_one(pair, input_ids, mask, cand: Candidate, max_new_tokens: int, sa
 
     The garbage collector is paused for the duration, as ``timeit`` does: a collection triggered by
     the allocations of whatever ran before would otherwise land on one candidate's clock."""
-    from specnb.decode.generate import generate
-    from specnb.decode.settings import Decoding
-    from specnb.decode.timing import StageTimer
-
     timer = StageTimer(pair.device)
     collecting = gc.isenabled()
     gc.disable()

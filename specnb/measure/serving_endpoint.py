@@ -87,8 +87,12 @@ def parse_counters(text: str) -> Counters:
 
 
 def scrape(target: Target, timeout_s: float = 10.0) -> Counters:
-    """The target's spec-decode counters now (zeros when it exposes no ``/metrics``)."""
+    """The target's spec-decode counters now (zeros when it exposes no ``/metrics``; a virtual
+    target's from its engine, ``Target.virtual``)."""
     import httpx
+
+    if target.virtual is not None:
+        return target.virtual.counters()
 
     try:
         response = httpx.get(f"{target.url}/metrics", timeout=timeout_s)

@@ -118,8 +118,11 @@ def send_sampled(target: Target, load, requests: Requests, ignore_eos: bool, rou
                  fillers: Requests | None = None) -> Run:
     """Send one run as ``load`` (with a closed loop's ``fillers``: texts, lengths) while sampling the
     engine's running batch; ``done`` holds the requests' records, then the fillers sent. The run's
-    start is its end less its duration: the instant its requests' ``start_time`` counts from."""
+    start is its end less its duration: the instant its requests' ``start_time`` counts from. A
+    virtual target's engine sends it in virtual time, its batch read off every step (``Target.virtual``)."""
     fillers = fillers or Requests()
+    if target.virtual is not None:
+        return target.virtual.send(load, requests, ignore_eos, round_index, fillers)
     with BatchSampler(target) as sampler:
         sent = load.send(target, requests.texts, requests.max_tokens, ignore_eos, round_index,
                          (fillers.texts, fillers.max_tokens))

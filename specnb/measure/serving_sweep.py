@@ -85,10 +85,14 @@ def level_order(names: list[str], level_index: int, round_index: int) -> list[st
 
 def warm_up(targets: list[Target], prompts: list[str], concurrency: int, max_tokens: int = 4) -> None:
     """``concurrency`` short requests to each target, that many at once, not recorded: its first
-    measured run then pays no one-time cost of the level (a first batch of that size, its buffers)."""
+    measured run then pays no one-time cost of the level (a first batch of that size, its buffers);
+    a virtual target's engine runs them in virtual time (``Target.virtual``)."""
     texts = [prompts[i % len(prompts)] for i in range(concurrency)]
     for target in targets:
-        run_async(send_closed(target, texts, concurrency, [max_tokens] * concurrency))
+        if target.virtual is not None:
+            target.virtual.warm(texts, concurrency, [max_tokens] * concurrency)
+        else:
+            run_async(send_closed(target, texts, concurrency, [max_tokens] * concurrency))
 
 
 def length_keys(ids: list[str], cycles: list[int]) -> list[str]:

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specnb.measure.alternatives import BASELINE_METHOD, Method
+from specnb.measure.bandwidth import step_bytes
 from specnb.measure.forward import GridShapes, fit_line, measure_forward_grids
-from specnb.measure.methods import BASELINE_METHOD, Method
+from specnb.models.gguf import gguf_bytes
 from specnb.native.isolation import EngineCrashed
+from specnb.native.llama_cpp import IsolatedLlamaCpp
 
 
 @dataclass
@@ -61,10 +64,6 @@ def tax_split(engines: list[Engine], bandwidth, n_tokens=(1, 2, 4, 8), context_l
 
 def tax_engines(methods: list[Method]) -> list[Engine]:
     """The verifiers of the verifier-only methods other than the baseline, as tax-split engines."""
-    from specnb.measure.bandwidth import step_bytes
-    from specnb.models.gguf import gguf_bytes
-    from specnb.native.llama_cpp import IsolatedLlamaCpp
-
     engines = []
     for m in methods:
         if m.speculation or m.name == BASELINE_METHOD or m.model is None or m.failure:

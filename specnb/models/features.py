@@ -16,6 +16,8 @@ import contextlib
 
 import torch
 
+from specnb.core.errors import IncompatibleModelsError
+
 
 def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
     """EAGLE-3's low, middle and high decoder layers for a verifier of ``num_layers`` layers."""
@@ -34,8 +36,6 @@ def capture_hidden(model, layers: tuple[int, ...] | None):
     body = getattr(model, "model", model)
     norm, blocks = getattr(body, "norm", None), getattr(body, "layers", None)
     if norm is None or blocks is None:
-        from specnb.core.errors import IncompatibleModelsError
-
         raise IncompatibleModelsError(f"feature drafts need a Llama/Qwen-style verifier (.model.norm, .model.layers); "
                                       f"got {type(model).__name__}")
     parts: dict[int, torch.Tensor] = {}

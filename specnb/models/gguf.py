@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.models.cache import build_lock, cache_dir, cache_is_valid, publish_atomically
 
@@ -71,7 +72,7 @@ def export_gguf(hf_dir: Path, out: Path, precision: str = "f32", reference: Path
     import gguf
     from safetensors.numpy import load_file
 
-    from specnb.models.embedded import find_embedded_gguf
+    from specnb.models.embedded import find_embedded_gguf  # deferred: loads torch
 
     if precision not in ("f32", "f16"):
         raise ParameterError(f"export_gguf writes f32 or f16, got {precision!r} (quantize_gguf makes q4_1)")
@@ -167,14 +168,14 @@ def embedded_gguf(name: str, precision: str = "q4_1") -> Path:
     """A GGUF of an embedded model (the verifier or a distilled draft) at ``precision``: the shipped
     file for the verifier at Q4_1, otherwise exported once from the fp32 checkpoint and cached
     (F32 of the verifier: 538 MB, about half a minute)."""
+    # deferred: loads torch
     from specnb.models.embedded import embedded_draft_path, embedded_verifier_path, find_embedded_gguf
     from specnb.models.registry import EMBEDDED_VERIFIER, embedded_draft_names
 
     check_precision(precision)
     if name == EMBEDDED_VERIFIER and precision == "q4_1":
         return find_embedded_gguf()
-    from specnb.core import paths
-    from specnb.models.heads import head_kind
+    from specnb.models.heads import head_kind  # deferred: loads torch
 
     distilled = name in embedded_draft_names() and not head_kind(paths.DRAFTS_DIR / name)
     if name != EMBEDDED_VERIFIER and not distilled:

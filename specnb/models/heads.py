@@ -27,7 +27,10 @@ from pathlib import Path
 import torch
 
 from specnb.core.errors import IncompatibleModelsError, ModelNotFoundError, ParameterError
+from specnb.core.flops import analytic_flops
+from specnb.models.eagle import EagleConfig, EagleDraft
 from specnb.models.eagle3 import Eagle3Draft, is_eagle3
+from specnb.models.early_exit import exit_config
 
 PUBLISHED_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _PUBLISHED_LAYER = {  # published name -> ours (specnb.models.eagle.EagleDraft)
@@ -126,8 +129,6 @@ def check_fits(folder, verifier_config, name: str) -> None:
 
 def read_published(folder: Path, dtype):
     """An ``EagleDraft`` from the published EAGLE-1/-2 layout (see the module docstring)."""
-    from specnb.models.eagle import EagleConfig, EagleDraft
-
     config = read_config(folder)
     if config.get("qkv_bias") or config.get("attention_bias"):
         raise IncompatibleModelsError(f"head {folder.name!r} has q/k/v biases (a Qwen2 EAGLE head); only Llama-style "
@@ -207,9 +208,6 @@ def eagle_flops(config: dict, verifier_config):
     output back unfused."""
     from dataclasses import replace
 
-    from specnb.core.flops import analytic_flops
-    from specnb.models.early_exit import exit_config
-
     d = verifier_config.hidden_size
     layer = exit_config(verifier_config, 1)
     layer.head_tokens = head_width(config, verifier_config)
@@ -235,8 +233,6 @@ def medusa_flops(config: dict, verifier_config):
     """FLOPs per drafted token of Medusa heads: their residual blocks (d × d each) and their head
     (``config`` as for ``eagle_flops``, with Medusa's ``blocks``)."""
     from dataclasses import replace
-
-    from specnb.core.flops import analytic_flops
 
     d, head = verifier_config.hidden_size, head_width(config, verifier_config)
     blocks = int(config.get("blocks", 1))

@@ -49,7 +49,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
+from specnb.models.cache import cache_dir
 
 KERNELS = ("auto", "default", "onednn")  # what a caller may ask for
 PATHS = ("default", "onednn", "mixed")  # what a model can run on ("mixed": only auto chooses it)
@@ -354,14 +356,10 @@ def _remember(model, choice: KernelChoice) -> KernelChoice:
 # ---------------------------------------------------------------- the per-machine cache
 
 def _cache_path() -> Path:
-    from specnb.models.cache import cache_dir
-
     return cache_dir() / CACHE_FILE
 
 
 def _cache_key(layers, widths: tuple[int, ...]) -> str:
-    from specnb.core.devices import cpu_name
-
     shapes = sorted(Counter(tuple(m.weight.shape) for m in layers).items())
     digest = hashlib.sha256(repr(shapes).encode()).hexdigest()[:16]
     return (f"v{_CACHE_VERSION}|{digest}|{layers[0].weight.dtype}|{widths}|torch {torch.__version__}|{cpu_name()}|"

@@ -22,6 +22,7 @@ from specnb.models.registry import (
     embedded_draft_names,
     embedded_names,
 )
+from specnb.models.trimmed_head import read_head_tokens, trim_head
 
 # ---------------------------------------------------------------- finding a model
 
@@ -104,8 +105,6 @@ def load_weights(source: ModelSource, device, dtype):
     """The causal LM of ``source`` on ``device`` in ``dtype``, in eval mode (a committed draft with a
     ``head_tokens.json`` gets its trimmed head, ``specnb.models.trimmed_head``)."""
     from transformers import AutoModelForCausalLM
-
-    from specnb.models.trimmed_head import read_head_tokens, trim_head
 
     try:
         model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dtype, local_files_only=source.local_only)

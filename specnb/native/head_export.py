@@ -31,6 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specnb.core.configs import resolve_config
 from specnb.core.errors import (
     ConversionError,
     IncompatibleModelsError,
@@ -40,10 +41,12 @@ from specnb.core.errors import (
     last_line,
 )
 from specnb.models.cache import build_lock, cache_dir, cache_is_valid, file_sha256, publish_atomically
-from specnb.models.eagle3 import CONFIG_FILE, WEIGHTS_FILE, is_eagle3
+from specnb.models.eagle3 import CONFIG_FILE, WEIGHTS_FILE, Eagle3Draft, is_eagle3
+from specnb.models.embedded import hf_folder
 from specnb.models.gguf import GGUF_FILE
 from specnb.models.heads import check_fits, head_kind, read_config
 from specnb.models.registry import EMBEDDED_VERIFIER, draft_folder
+from specnb.native import llama_build
 
 FORMATS = ("eagle3", "gguf")  # vLLM's folder, llama-server's GGUF
 LLAMA_LAYERS = 3  # verifier layers llama-server's draft-eagle3 reads (common/speculative.cpp refuses others)
@@ -98,9 +101,6 @@ def what_it_is(folder: Path) -> str:
 def check_head(name: str, verifier: str = EMBEDDED_VERIFIER, fmt: str = "eagle3") -> Path:
     """The head's folder once it is known to load in the standard layout, to fit ``verifier`` and,
     for a GGUF, to read the three layers llama-server reads."""
-    from specnb.core.configs import resolve_config
-    from specnb.models.eagle3 import Eagle3Draft
-
     folder = head_folder(name)
     check_fits(folder, resolve_config(verifier), name)
     try:
@@ -119,8 +119,6 @@ def check_head(name: str, verifier: str = EMBEDDED_VERIFIER, fmt: str = "eagle3"
 
 def verifier_folder(verifier: str) -> Path:
     """The verifier's HF folder: a local checkpoint as it is, an embedded model's cache (built on first use)."""
-    from specnb.models.embedded import hf_folder
-
     path = hf_folder(verifier)
     if path is None:
         raise ModelNotFoundError(f"verifier {verifier!r} has no HF folder of its own; pass a checkpoint folder")
@@ -129,9 +127,7 @@ def verifier_folder(verifier: str) -> Path:
 
 def converter() -> Path:
     """llama.cpp's converter, once it and what it imports are known to be here."""
-    from specnb.native.llama_build import converter_path
-
-    script = converter_path()
+    script = llama_build.converter_path()
     if not script.is_file():
         raise ConversionError(f"llama.cpp's converter is not here ({script}); `make setup` fetches the pinned "
                               "llama.cpp source (python -m specnb.native.llama_build)")

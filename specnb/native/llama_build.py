@@ -44,6 +44,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from specnb.models.cache import build_lock, cache_dir
+from specnb.native.isolation import describe_exit
+
 VERSION = "0.3.36"  # llama-cpp-python, whose sdist vendors the llama.cpp source we build
 TARGETS = ("llama", "llama-server")
 
@@ -75,8 +78,6 @@ def home() -> Path:
     """Where this CPU's build lives: in specnb's cache (``$SPECNB_CACHE``, default ``~/.cache/specnb``),
     keyed by the pinned version and the cmake options, so a fresh clone or a new virtual
     environment on the same machine reuses it instead of compiling for minutes again."""
-    from specnb.models.cache import cache_dir
-
     options = cmake_options(cpu_flags())
     key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:10]
     return cache_dir() / "llama.cpp" / f"{VERSION}-{key}"
@@ -163,8 +164,6 @@ def fetch_source(dest: Path, log: Path | None = None) -> Path:
 def build(jobs: int | None = None) -> Path:
     """Configure and build the shared libraries and ``llama-server``; returns the folder with both.
     A build whose options match is kept (cmake rebuilds nothing), so setup runs it once per machine."""
-    from specnb.models.cache import build_lock
-
     with build_lock(home()):
         return _build(jobs)
 
@@ -219,10 +218,8 @@ print("ok")
 def self_test(gguf: Path | None = None, timeout_s: float = 300) -> dict:
     """Evaluate a few tokens of the embedded Q4_1 GGUF in a child process; the verdict is kept in
     ``status_path()`` for ``missing_note``. A child killed by a signal is a failed test, not a crash."""
-    from specnb.native.isolation import describe_exit
-
     if gguf is None:
-        from specnb.models.embedded import find_embedded_gguf
+        from specnb.models.embedded import find_embedded_gguf  # deferred: loads torch
 
         gguf = find_embedded_gguf()
     proc = subprocess.run([sys.executable, "-c", SELF_TEST, str(gguf)], capture_output=True, text=True,

@@ -27,6 +27,7 @@ import numpy as np
 
 from specnb.core.sequences import first_mismatch
 from specnb.native.isolation import Child
+from specnb.native.llama_build import read_status
 
 INSTALL_HINT = ("llama.cpp rows need llama-cpp-python: `make setup` builds it for this CPU (cmake and a C++ "
                 "compiler, about 7 min on 2 cores), or `pip install llama-cpp-python==0.3.36`")
@@ -35,8 +36,6 @@ INSTALL_HINT = ("llama.cpp rows need llama-cpp-python: `make setup` builds it fo
 def missing_note() -> str | None:
     """None when llama.cpp can run here; else one line: how to install it, or how setup's self-test
     of this machine's build failed (then it is left out rather than crashing later)."""
-    from specnb.native.llama_build import read_status
-
     status = read_status()
     if status is not None and not status.get("ok"):
         return (f"llama.cpp left out: {status.get('error')} "

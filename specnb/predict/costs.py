@@ -28,6 +28,8 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import AcceptanceProfile
+from specnb.measure.forward import fit_line
+from specnb.models.kernels import KernelChoice
 from specnb.predict.traces import AcceptanceTrace
 
 PROFILE_FORMAT = "specnb-hardware-profile/4"  # 4: kernel choices record the rows each model sends to oneDNN
@@ -117,8 +119,6 @@ def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 def fit_cost_model(grid: pd.DataFrame, breaks=(2,)) -> CostModel:
     """Least squares of ``median_ms`` on tokens × batch (columns n_tokens, batch_size, median_ms);
     ``breaks``: where the model's kernel changes with the row count (``CostModel``)."""
-    from specnb.measure.forward import fit_line
-
     x = (grid["n_tokens"] * grid["batch_size"]).to_numpy(dtype=float)
     if len(np.unique(x)) < 2:
         raise ParameterError("a cost model needs forwards of at least two sizes (n_tokens × batch_size); "
@@ -171,8 +171,6 @@ class HardwareProfile:
 
 def priced_paths(profile: HardwareProfile) -> dict[str, str]:
     """Model name -> the kernel path its costs were measured on (``specnb.models.kernels.spans_label``)."""
-    from specnb.models.kernels import KernelChoice
-
     return {name: KernelChoice.from_dict(c).label() for name, c in profile.machine.get("kernels", {}).items()}
 
 
@@ -181,8 +179,6 @@ def path_mismatches(profile: HardwareProfile, kernels: dict[str, dict]) -> list[
     X, runs Y" per model both know of whose path differs. Why it matters: on an AMD EPYC verifying 2
     tokens on oneDNN costs 0.77x one token on MKL; a profile priced on one path predicts for
     another a speedup the run does not get."""
-    from specnb.models.kernels import KernelChoice
-
     priced = priced_paths(profile)
     runs = {name: KernelChoice.from_dict(c).label() for name, c in kernels.items()}
     return [f"{name}: priced {priced[name]}, runs {runs[name]}" for name in runs

@@ -8,11 +8,12 @@ from __future__ import annotations
 import pandas as pd
 
 from specnb.measure.alternatives import BASELINE_METHOD
+from specnb.measure.analysis import ranked
 
 
 def best(rows: pd.DataFrame):
-    """The fastest row, or None when there is none."""
-    return None if rows.empty else rows.sort_values("speedup", ascending=False).iloc[0]
+    """The fastest row of those that win (``ranked``), or None when there is none."""
+    return None if rows.empty else ranked(rows).iloc[0]
 
 
 def choices(summary: pd.DataFrame) -> dict:

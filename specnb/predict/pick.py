@@ -4,7 +4,7 @@ this pick next to the alternatives, so the prediction meets a measurement."""
 
 from __future__ import annotations
 
-from specnb.measure.methods import DraftChoice
+from specnb.measure.alternatives import DraftChoice
 from specnb.predict.predictor import Workload, predict
 
 

@@ -35,7 +35,11 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.core.sequences import eos_ids, run_lengths
+from specnb.decode.generate import generate
+from specnb.decode.inputs import encode_prompts
+from specnb.decode.settings import Decoding
 from specnb.measure.acceptance import AcceptanceProfile, pooled_profile
+from specnb.models.features import capture_hidden
 from specnb.predict.drafts import draft_traits
 
 LOOKUP_CAP = 16  # longest prompt-lookup proposal a trace records (γ beyond this is extrapolated)
@@ -78,10 +82,6 @@ def measure_traces(pair, drafts: dict, prompts: pd.DataFrame, max_new_tokens: in
     each draft's ``trace`` over its output."""
     from tqdm.auto import tqdm
 
-    from specnb.decode.generate import generate
-    from specnb.decode.inputs import encode_prompts
-    from specnb.decode.settings import Decoding
-
     eos = eos_ids(pair.tokenizer.eos_token_id)
     traits = {name: draft_traits(draft, pair.vocab_size) for name, draft in drafts.items()}
     layer_sets = {t.feature_layers for t in traits.values() if t.needs_features}  # one forward per kind of feature
@@ -112,8 +112,6 @@ def verifier_features(verifier, tokens: list[int], layers: tuple[int, ...] = ())
     [T, k*d]), teacher forced (what a feature draft reads; equal to the cached loop's but for float
     rounding)."""
     import torch
-
-    from specnb.models.features import capture_hidden
 
     ids = torch.tensor([tokens], device=next(verifier.parameters()).device)
     with torch.inference_mode(), capture_hidden(verifier, layers) as captured:

@@ -22,7 +22,6 @@ the points still wider than that, the highest predicted first, as they decide th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.measure import sizing
 from specnb.measure.prompts import as_prompt_frame, prompt_tokens
-from specnb.measure.runs import BASELINE, Rounds, RunPlan, make_candidates, run_interleaved, summarise
+from specnb.measure.runs import BASELINE, make_candidates, run_interleaved, summarise
 from specnb.predict.costs import HardwareProfile
 from specnb.predict.predictor import Workload, clears_break_even, predict
 
@@ -40,23 +39,11 @@ RECOMMENDATION_TARGET = 0.05  # a recommendation's measured speedup within 5% of
 CI_TARGET = ERROR_TARGET / 2  # a point's CI half-width at which a 10% error shows outside it
 
 
-@dataclass(frozen=True, kw_only=True)
-class ValidationPlan:
-    """The held-out grid: every γ of ``gammas`` at every batch size of ``batch_sizes``, generating
-    ``max_new_tokens`` (None: the profile's), ``repeats`` interleaved repeats per batch size's
-    prompt, and the seconds ``budget_s`` the whole validation may take (see ``validate``)."""
-
-    gammas: tuple[int, ...] = (1, 2, 3, 4, 6)
-    batch_sizes: tuple[int, ...] = (1,)
-    max_new_tokens: int | None = None
-    repeats: int = 1
-    budget_s: float | None = None
-    progress: bool = True
-
-
-def validate(profile: HardwareProfile, loaded, prompts,
-             plan: ValidationPlan = ValidationPlan()) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Measure every (draft, γ, batch size) of ``plan`` on ``prompts`` and set predictions beside it.
+def validate(profile: HardwareProfile, loaded, prompts, *, gammas=(1, 2, 3, 4, 6), batch_sizes=(1,),
+             max_new_tokens: int | None = None, repeats: int = 1, budget_s: float | None = None,
+             progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Measure every γ of ``gammas`` at every batch size of ``batch_sizes`` for each draft of ``loaded``
+    on ``prompts``, generating ``max_new_tokens`` (None: the profile's), and set predictions beside it.
 
     Batch size b runs ``repeats × b`` interleaved repeats, so every grid point rests on the same
     number of timed generations (P prompts make P / b batches). Why: with 4 prompts, batch 2 would
@@ -72,13 +59,12 @@ def validate(profile: HardwareProfile, loaded, prompts,
     """
     started = time.perf_counter()
     pair, models = loaded
-    batch_sizes, repeats, budget_s, progress = plan.batch_sizes, plan.repeats, plan.budget_s, plan.progress
-    n_new = int(plan.max_new_tokens or profile.max_new_tokens)
+    n_new = int(max_new_tokens or profile.max_new_tokens)
     frames = {b: whole_batches(as_prompt_frame(prompts), b) for b in batch_sizes}
-    candidates = make_candidates(models, plan.gammas)
+    candidates = make_candidates(models, gammas)
     records = pd.concat([
-        run_interleaved(pair, frames[b], candidates, RunPlan(max_new_tokens=n_new, batch_size=b),
-                        rounds=Rounds(repeats=repeats * b), progress=progress)
+        run_interleaved(pair, frames[b], candidates, max_new_tokens=n_new, batch_size=b, repeats=repeats * b,
+                        progress=progress)
         for b in batch_sizes], ignore_index=True)
     table = grid_table(profile, pair, models, records, frames, n_new)
     extended = False
@@ -90,8 +76,8 @@ def validate(profile: HardwareProfile, loaded, prompts,
         if not extra:
             continue
         chosen = [c for c in candidates if c.name == BASELINE or c.name in names]
-        got = run_interleaved(pair, frames[b], chosen, RunPlan(max_new_tokens=n_new, batch_size=b),
-                              rounds=Rounds(repeats=extra, warmup=False), progress=progress)
+        got = run_interleaved(pair, frames[b], chosen, max_new_tokens=n_new, batch_size=b, repeats=extra,
+                              progress=progress, warmup=False)
         records = pd.concat([records, got.assign(repeat=got["repeat"] + at_b["repeat"].max() + 1)],
                             ignore_index=True)
         extended = True

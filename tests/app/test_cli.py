@@ -1,9 +1,14 @@
 """CLI contract of `specnb flops`, `specnb ratio` and `specnb theory`: keys, figures, one-line errors."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import specnb
 from specnb.app.cli import main
 
 
@@ -124,3 +129,38 @@ def test_missing_config_field_exit_2(capsys, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": "many"}))
     assert main(["flops", str(tmp_path)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def modules_loaded(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after ``code``: this repository's specnb, counted not timed."""
+    root = str(Path(specnb.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print('\\n'.join(sys.modules))"],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    return set(out.split())
+
+
+def outside_the_standard_library(modules: set[str]) -> list[str]:
+    """Top-level packages neither the standard library nor specnb (import hooks, ``_``-prefixed, aside)."""
+    return sorted({m.split(".")[0] for m in modules} - set(sys.stdlib_module_names) - {"specnb", "__main__"}
+                  - {m for m in modules if m.startswith("_")})
+
+
+def test_import_specnb_loads_the_map_alone():
+    """The root's names load on first use (``specnb.__getattr__``): importing the package loads none of
+    its folders and no third-party package."""
+    loaded = modules_loaded("import specnb")
+    assert sorted(m for m in loaded if m.startswith("specnb.")) == []
+    assert outside_the_standard_library(loaded) == []
+
+
+def test_help_loads_the_command_table_alone():
+    """``specnb --help`` (and building the parser for any command) imports the CLI, its command table and
+    the typed errors, as it did before the commands became one module; whatever a command runs (torch,
+    transformers, pandas, jupyter, and the light modules behind them too) waits for that command."""
+    loaded = modules_loaded("import contextlib, io\nfrom specnb.app.cli import main\n"
+                            "with contextlib.redirect_stdout(io.StringIO()):\n"
+                            "    try:\n        main(['--help'])\n    except SystemExit:\n        pass")
+    assert sorted(m for m in loaded if m.startswith("specnb")) == [
+        "specnb", "specnb.app", "specnb.app.cli", "specnb.app.commands", "specnb.core", "specnb.core.errors"]
+    assert outside_the_standard_library(loaded) == []

@@ -13,7 +13,6 @@ from specnb.decode.generate import generate
 from specnb.decode.settings import Decoding
 from specnb.decode.timing import STAGES
 from specnb.measure.hf_baseline import compare_with_hf, fixed_gamma, tok_s_by_method
-from specnb.measure.runs import Rounds
 from specnb.models.load import Pair
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -237,7 +236,7 @@ def test_fixed_gamma_sets_and_restores_assistant_config():
 def test_compare_with_hf_records_agree_token_for_token():
     verifier, draft = peaked_pair("qwen2")
     prompts = [torch.randint(3, 200, (n,), generator=torch.Generator().manual_seed(n)) for n in (5, 9)]
-    records = compare_with_hf(verifier, draft, prompts, Decoding(gamma=3, max_new_tokens=10), rounds=Rounds(repeats=1))
+    records = compare_with_hf(verifier, draft, prompts, Decoding(gamma=3, max_new_tokens=10), repeats=1)
     assert len(records) == 2 * 4
     by_prompt = {}
     for r in records:

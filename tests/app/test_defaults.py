@@ -22,11 +22,16 @@ def test_default_draft_prefers_best_predicted_and_falls_back(tmp_path, monkeypat
     with pytest.raises(ParameterError, match="no default draft"):
         defaults.default_draft("Qwen/Qwen2.5-3B-Instruct")
     assert defaults.default_draft("smollm2-135m") == "smollm2-exit-4"  # nothing committed
-    for name, layers, agreement in (("d-cheap", 1, 0.6), ("d-deep", 8, 0.65)):
+    # named so the winner sorts last: ``max`` keeps the first of equal scores, so a predictor that scores
+    # every draft alike picks "a-deep" and fails here
+    for name, layers, agreement in (("z-cheap", 1, 0.6), ("a-deep", 8, 0.65)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps(smollm2_shaped(layers)))
         (tmp_path / name / "meta.json").write_text(json.dumps({"heldout_top1_agreement": {"after": agreement}}))
-    assert defaults.default_draft("smollm2-135m") == "d-cheap"  # slightly lower α, far cheaper
+    assert defaults.default_draft("smollm2-135m") == "z-cheap"  # slightly lower α, far cheaper
+    (tmp_path / "a-deep" / "meta.json").write_text(json.dumps({"heldout_top1_agreement": {"after": 0.95}}))
+    (tmp_path / "z-cheap" / "meta.json").write_text(json.dumps({"heldout_top1_agreement": {"after": 0.05}}))
+    assert defaults.default_draft("smollm2-135m") == "a-deep"  # a useless cheap draft loses to an agreeing one
 
 
 def test_notebook_drafts_named_listed_embedded_and_foreign_verifier(tmp_path, monkeypatch):

@@ -64,7 +64,7 @@ def test_relative_out_folder_holds_the_tables(tmp_path, monkeypatch):
 
 def test_failing_cell_reports_notebook_cell_and_error_and_keeps_partial(tmp_path):
     with pytest.raises(NotebookFailed, match=r"02_fails: cell \d+ \(.raise ValueError.*ValueError: deliberate failure"):
-        run_notebooks(["fails"], out=tmp_path, progress=False)
+        run_notebooks(["fails"], out=tmp_path, progress=False)  # the line that raised, not the cell's first (an import)
     partial = nbformat.read(tmp_path / "02_fails.ipynb", as_version=4)
     assert partial.cells[-1].source == "y = 2" and not partial.cells[-1].outputs
     assert (tmp_path / "02_fails.html").exists()

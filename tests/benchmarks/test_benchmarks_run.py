@@ -32,6 +32,7 @@ RUN_HERE = {
                                 "--drafts", "smollm2-draft-xs", *TOKENS],
     "llama_build.py": ["--build", str(llama_build.lib_dir().parent), "--precision", "f32", "--prompts", "1",
                        "--tokens", "3", "--repeats", "1", "--threads", "1"],
+    "verdict_stability.py": ["--sweeps", "1", "--states", "0", "--truth", "benchmarks/truths/near_tie.json"],
 }
 ELSEWHERE = {
     "gpu_check.py": "tests/benchmarks/test_gpu_check.py",

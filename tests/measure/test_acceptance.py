@@ -86,7 +86,7 @@ def test_profile_from_traces_equals_the_recorded_profile(pair, drafts, prompts, 
     cannot see. (Recorded ``reached`` is approximate where the last steps draft fewer, see
     ``counts_from_positions``; the replay counts it exactly, so only position 1 is compared.)"""
     records = runs.run_interleaved(pair, prompts, runs.make_candidates(drafts, [4], baseline=False),
-                                   runs.RunPlan(max_new_tokens=N_NEW), rounds=runs.Rounds(warmup=False), progress=False)
+                                    max_new_tokens=N_NEW, progress=False, warmup=False)
     for name in drafts:
         recorded = {p["prompt_id"]: p for p in acceptance.profile_from_records(records, name).per_prompt}
         replayed = tr.profile_from_traces(traces[name], 4, N_NEW)

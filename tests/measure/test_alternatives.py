@@ -14,9 +14,9 @@ from helpers import peaked_pair, tiny_model
 from specnb.core.errors import ParameterError
 from specnb.decode.settings import Decoding
 from specnb.measure import alternatives, tax_split
+from specnb.measure.alternatives import BASELINE_METHOD, LlamaRows
 from specnb.measure.bandwidth import Bandwidth, step_bytes
 from specnb.measure.fidelity import compare, fidelity
-from specnb.measure.methods import BASELINE_METHOD, LlamaRows, MethodLabel
 from specnb.models.lookup import PromptLookup
 from specnb.models.precision import with_precision
 from specnb.native import llama_cpp
@@ -165,13 +165,12 @@ def tiny_methods():
     lossy = copy.deepcopy(verifier)
     with torch.no_grad():
         lossy.lm_head.weight.mul_(-1)  # a "method" whose greedy tokens surely differ
-    def label(name, precision="fp32", lossless=True):
-        return MethodLabel(name=name, engine="PyTorch eager", precision=precision, lossless=lossless)
-
-    return [alternatives.torch_method(label(BASELINE_METHOD), verifier, Decoding(gamma=4)),
-            alternatives.torch_method(label("lookup"), verifier, Decoding(gamma=4), draft=PromptLookup(),
+    eager = {"engine": "PyTorch eager", "precision": "fp32"}
+    return [alternatives.torch_method(verifier, Decoding(gamma=4), name=BASELINE_METHOD, **eager),
+            alternatives.torch_method(verifier, Decoding(gamma=4), name="lookup", **eager, draft=PromptLookup(),
                                       draft_name="prompt-lookup"),
-            alternatives.torch_method(label("other", "x", lossless=False), lossy, Decoding(gamma=4))]
+            alternatives.torch_method(lossy, Decoding(gamma=4), name="other", engine="PyTorch eager", precision="x",
+                                      lossless=False)]
 
 
 def test_methods_run_interleaved_and_summaries_pair_them_with_the_baseline():

@@ -46,11 +46,11 @@ def test_draft_wall_c_pools_gammas(records):
     assert c.loc["tiny", "c_wall"] == pytest.approx(0.01)
 
 
-def test_speedup_verdict():
-    assert analysis.speedup_verdict(1.3, 1.1, 1.5) == "wins"
-    assert analysis.speedup_verdict(0.8, 0.7, 0.9) == "loses"
-    assert analysis.speedup_verdict(1.1, 0.9, 1.3) == "inconclusive"
-    assert analysis.speedup_verdict(0.9, float("nan"), float("nan")) == "loses"
+def test_best_is_chosen_among_the_gammas_that_win():
+    summary = pd.DataFrame({"draft": "a", "gamma": [1, 4], "batch_size": 1, "candidate": ["a γ=1", "a γ=4"],
+                            "speedup": [1.2, 1.4], "speedup_lo": [1.1, 0.8], "speedup_hi": [1.3, 2.0]})
+    best = analysis.best_per_draft(summary)
+    assert best["candidate"].tolist() == ["a γ=1"] and best["verdict"].tolist() == ["wins"]
 
 
 def test_draft_table_known_answers(records, flops):
@@ -101,8 +101,7 @@ def test_draft_table_on_tiny_models():
         {"id": ["a", "b"], "category": ["x", "y"], "prompt": [" ".join(WORDS[i : i + 8]) for i in (0, 5)]}
     )
     drafts = {"noisy": perturbed_copy(verifier, 0.3, 1), "lookup": PromptLookup()}
-    recs = runs.run_interleaved(pair, prompts, runs.make_candidates(drafts, [1, 3]), runs.RunPlan(max_new_tokens=10),
-                                progress=False)
+    recs = runs.run_interleaved(pair, prompts, runs.make_candidates(drafts, [1, 3]), max_new_tokens=10, progress=False)
     flops = pd.DataFrame(
         {"model": ["noisy", "lookup"], "params": [1, 0], "flops_per_token": [10, 0], "c_flops": [1.0, 0.0]}
     )
@@ -136,6 +135,8 @@ def test_best_per_draft_and_simulated_runs():
             "gamma": [0, 1, 2, 1],
             "batch_size": 1,
             "speedup": [1.0, 1.1, 1.3, 0.8],
+            "speedup_lo": float("nan"),
+            "speedup_hi": float("nan"),
             "candidate": ["v", "a γ=1", "a γ=2", "b γ=1"],
         }
     )

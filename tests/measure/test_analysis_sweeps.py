@@ -80,7 +80,7 @@ def test_token_alpha_counts_only_reached_positions_and_feeds_predictions():
     assert pred["alpha"].tolist() == pytest.approx([4 / 6])
     assert pred["speedup"].tolist() == pytest.approx([(1 - (4 / 6) ** 4) / (1 - 4 / 6)])
     chart = measured.alpha_chart(summary).to_dict()
-    rates = {d["measure"]: d["rate"] for d in next(iter(chart["datasets"].values()))}
+    rates = {d["kind"]: d["rate"] for d in next(iter(chart["datasets"].values()))}
     assert rates == pytest.approx({"accepted ÷ drafted": 4 / 9, "accepted ÷ reached (per-token α)": 4 / 6})
 
 
@@ -137,8 +137,7 @@ def test_on_real_engine_records_the_counts_add_up():
     candidates = runs.make_candidates({"noisy": perturbed_copy(verifier, 0.3, 1)}, gammas=[1, 3])
     records = pd.concat(
         [
-            runs.run_interleaved(pair, prompts, candidates, runs.RunPlan(max_new_tokens=10, batch_size=b),
-                                 progress=False)
+            runs.run_interleaved(pair, prompts, candidates, max_new_tokens=10, batch_size=b, progress=False)
             for b in (1, 2)
         ],
         ignore_index=True,
@@ -170,8 +169,9 @@ def test_on_real_engine_records_the_counts_add_up():
 def test_accept_length_chart_shares_and_iid_reference(sweep):
     spec = measured.accept_length_chart(sweep, 2).to_dict()
     data = next(iter(spec["datasets"].values()))
-    assert [d["measured"] for d in data] == pytest.approx([0, 0.5, 0.5])  # lengths 2, 2, 1, 1 per prompt
-    assert sum(d["iid"] for d in data) == pytest.approx(1.0)
-    assert "α = 0.75" in spec["title"] and "τ = 2.50" in spec["title"]
+    shares = {kind: [d["share"] for d in data if d["kind"] == kind] for kind in ("measured", "i.i.d. at the draft's α")}
+    assert shares["measured"] == pytest.approx([0, 0.5, 0.5])  # lengths 2, 2, 1, 1 per prompt
+    assert sum(shares["i.i.d. at the draft's α"]) == pytest.approx(1.0)
+    assert "α = 0.75" in spec["title"]["subtitle"][0] and "τ = 2.50" in spec["title"]["subtitle"][0]
 
 

@@ -24,8 +24,8 @@ def prompts():
 def records(pair, prompts):
     drafts = {"noisy": perturbed_copy(pair.verifier, 0.3, 1), "lookup": PromptLookup()}
     candidates = runs.make_candidates(drafts, gammas=[2, 3])
-    return runs.run_interleaved(pair, prompts, candidates, runs.RunPlan(max_new_tokens=12, batch_size=2),
-                                rounds=runs.Rounds(repeats=2), progress=False)
+    return runs.run_interleaved(pair, prompts, candidates, repeats=2, max_new_tokens=12, batch_size=2,
+                                 progress=False)
 
 
 REQUIRED = ["repeat", "prompt_ids", "categories", "candidate", "draft", "gamma", "batch_size", "new_tokens", "wall_ms",
@@ -103,7 +103,7 @@ def test_bad_arguments(pair, prompts):
     with pytest.raises(ParameterError, match="no candidates"):
         runs.run_interleaved(pair, prompts, [], progress=False)
     with pytest.raises(ParameterError, match="batch_size"):
-        runs.run_interleaved(pair, prompts, runs.make_candidates({}, []), runs.RunPlan(batch_size=0), progress=False)
+        runs.run_interleaved(pair, prompts, runs.make_candidates({}, []), batch_size=0, progress=False)
     with pytest.raises(ParameterError, match="lacks columns"):
         as_prompt_frame(pd.DataFrame({"text": ["a"]}))
     assert as_prompt_frame(["w1 w2", "w3"])["id"].tolist() == ["p00", "p01"]
@@ -139,8 +139,8 @@ def test_every_record_and_summary_row_says_which_kernels_each_side_ran(prompts):
     packed = copy.copy(word_pair())
     packed.verifier = use_kernels(copy.deepcopy(packed.verifier), "onednn", spans=((1, 1), (4, 64)))
     drafts = {"noisy": perturbed_copy(word_pair().verifier, 0.3, 1), "lookup": PromptLookup()}
-    got = runs.run_interleaved(packed, prompts.iloc[:2], runs.make_candidates(drafts, gammas=[2]),
-                               runs.RunPlan(max_new_tokens=4), rounds=runs.Rounds(warmup=False), progress=False)
+    got = runs.run_interleaved(packed, prompts.iloc[:2], runs.make_candidates(drafts, gammas=[2]), max_new_tokens=4,
+                               progress=False, warmup=False)
     assert set(got["verifier_kernels"]) == {"mixed (oneDNN 1 and 4–64 rows)"}
     assert dict(zip(got["candidate"], got["draft_kernels"])) == {"verifier-only": "", "noisy γ=2": "default",
                                                                   "lookup γ=2": ""}

@@ -23,6 +23,8 @@ import papermill
 import pytest
 from helpers import assert_offline
 
+from specnb.app.charts import lint
+from specnb.app.render import CHART_SPECS
 from specnb.app.runner import list_notebooks
 from specnb.core.paths import REPO_ROOT
 from specnb.native import llama_cpp
@@ -69,7 +71,9 @@ def test_markdown_has_no_latex(path):
 def test_smoke_run_writes_parseable_outputs(path, tmp_path):
     # One thread per run: the test workers run two notebooks at once on as many cores, and two
     # two-thread kernels on two cores took 4-8x as long as one alone.
-    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1"}
+    specs = tmp_path / "chart_specs.jsonl"  # every chart the run draws, as its Vega-Lite spec
+    env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {"OMP_NUM_THREADS": "1",
+                                                                              CHART_SPECS: str(specs)}
     done = subprocess.run([sys.executable, "-m", "specnb", "run", path.stem[:2], "--smoke", "--json", "--out",
                            str(tmp_path)], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -91,10 +95,20 @@ def test_smoke_run_writes_parseable_outputs(path, tmp_path):
     assert tables, f"{stem} recorded no table"
     for name in tables:
         assert not pd.read_csv(tmp_path / name).empty, name
+    assert_charts_read_true(specs, drew="<svg" in html)
     if stem in COPIED_BY:  # the benchmark that copies this notebook's figures reads the run, as a user starts it
         copied = subprocess.run([sys.executable, f"benchmarks/{COPIED_BY[stem]}", str(tmp_path), "--no-write"],
                                 capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
         assert copied.returncode == 0 and "|" in copied.stdout, copied.stderr[-3000:]
+
+
+def assert_charts_read_true(specs: Path, drew: bool) -> None:
+    """Every chart of a smoke run, read back from its spec: no two series of one panel share a colour,
+    no data row lies hidden under another's mark, no legend label is cut (``specnb.app.charts.lint``)."""
+    charts = [json.loads(line) for line in specs.read_text(encoding="utf-8").splitlines()] if specs.exists() else []
+    assert charts or not drew, "the run drew charts but wrote no spec"
+    found = {i: lint.problems(spec) for i, spec in enumerate(charts)}
+    assert {i: p for i, p in found.items() if p} == {}
 
 
 def test_decision_notebook_defaults_give_enough_held_out_prompts():
@@ -190,11 +204,13 @@ def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     # loaded the machine running the test is
     cost = {"fixed_ms": 40.0, "per_token_ms": 1.0, "acceptance": [0.95, 0.9, 0.85], "speed": 1.0}
     env = {k: v for k, v in os.environ.items() if k != "SPECNB_NOTEBOOKS"} | {
-        "OMP_NUM_THREADS": "1", "SPECNB_SIM_COST": json.dumps(cost), "SPECNB_TEST_RUN": tag}
+        "OMP_NUM_THREADS": "1", "SPECNB_SIM_COST": json.dumps(cost), "SPECNB_TEST_RUN": tag,
+        CHART_SPECS: str(tmp_path / "chart_specs.jsonl")}
     done = subprocess.run([sys.executable, "-m", "specnb", "run", "08", "--smoke", "-p", "engine", "simulated",
                            "--json", "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=REPO_ROOT,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert_charts_read_true(tmp_path / "chart_specs.jsonl", drew=False)
     summary = pd.read_csv(tmp_path / "08_serving.summary.csv").set_index(["config", "concurrency"])
     # spec-off's A/A twin runs beside them: no launch noise is stored for this machine yet (the test's own folder)
     assert set(summary.index.get_level_values("config")) == {"spec-off", "ngram k=3", "spec-off-aa"}
@@ -286,3 +302,19 @@ def test_a_server_that_fails_to_start_is_one_line_with_its_log_and_exit_2(tmp_pa
     assert len(ours) == 1, done.stderr[-3000:]
     assert "ServerFailed: spec-off: llama-server exited with code 1 at start" in ours[0]
     assert "exiting due to model loading error (first error: " in ours[0] and "failed to allocate" in ours[0]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_folded_method_section_keeps_its_text_inside_the_fold_in_the_shared_html(path, tmp_path):
+    """A <details> block is one HTML block (no blank line inside): the offline export re-parses each HTML
+    block on its own, and a fold split by blank lines comes out empty, its text below it."""
+    from specnb.app.execution import export_html
+
+    folded = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown" and "<details>" in c.source]
+    for cell in folded:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [cell]
+        nbformat.write(nb, tmp_path / "fold.ipynb")
+        html = export_html(tmp_path / "fold.ipynb").read_text()
+        inside = html[html.index("</summary>") + len("</summary>"):html.index("</details>")]
+        assert len(re.sub(r"<[^>]+>|\s", "", inside)) > 100, f"{path.stem}: the fold holds no text"

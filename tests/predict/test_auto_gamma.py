@@ -73,8 +73,7 @@ def test_run_records_say_auto_chose_which_gamma(profile):
     assert [c.name for c in candidates] == ["verifier-only", "noisy γ=2", "noisy γ=auto", "noisy γ=2 conf=0.5",
                                             "noisy γ=auto conf=0.5"]
     prompts = [" ".join(WORDS[:8]), " ".join(WORDS[5:11])]
-    records = runs.run_interleaved(pair, prompts, candidates, runs.RunPlan(max_new_tokens=8, batch_size=2),
-                                   progress=False)
+    records = runs.run_interleaved(pair, prompts, candidates, max_new_tokens=8, batch_size=2, progress=False)
     auto = records[records["candidate"] == "noisy γ=auto"].iloc[0]
     assert auto["gamma"] == candidates[2].gamma.choose(2)[0] and auto["gamma_reason"].startswith("auto: γ=")
     summary = runs.summarise(records).set_index("candidate")

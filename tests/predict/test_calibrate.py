@@ -52,7 +52,7 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     from specnb.models.lookup import PromptLookup
     from specnb.models.medusa import MedusaConfig, MedusaHeads
     from specnb.predict.calibrate import CalibrationSettings, calibrate, replay_check
-    from specnb.predict.validate import ValidationPlan, validate, validation_summary
+    from specnb.predict.validate import validate, validation_summary
 
     pair = Pair(verifier=word_model(0), tokenizer=tiny_tokenizer(), device=torch.device("cpu"), dtype=torch.float32,
                 verifier_name="tiny")
@@ -80,8 +80,8 @@ def test_calibrate_and_validate_end_to_end_on_tiny_models(tmp_path):
     assert len(check) == 4 * 2 and check["identical"].all()  # 4 drafts x the 2 overhead prompts
     loaded = costs.load_profile(costs.save_profile(profile, tmp_path / "p.json"))
     assert loaded.traces == profile.traces
-    plan = ValidationPlan(gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12, progress=False)
-    _, table = validate(profile, (pair, drafts), texts[3:] * 2, plan)
+    _, table = validate(profile, (pair, drafts), texts[3:] * 2, gammas=(1, 3), batch_sizes=(1, 2), max_new_tokens=12,
+                        progress=False)
     assert len(table) == 4 * 2 * 2 and table["predicted_speedup"].gt(0).all()
     booted = table.dropna(subset=["bootstrap_lo"])  # batch 2 has one prompt batch: nothing to resample
     assert len(booted) == 8 and table["measured_lo"].notna().all()  # the pooled interval covers it

@@ -1,6 +1,5 @@
 """validate: claims read through the measured CIs, and where a budget's extra repeats go, on hand-made tables."""
 
-from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -74,9 +73,8 @@ def test_the_budget_buys_repeats_for_the_wide_points_only(monkeypatch):
     calls = []
     rng = np.random.default_rng(0)
 
-    def run_interleaved(pair, frame, candidates, plan, rounds, **_):
-        repeats, batch_size = rounds.repeats, plan.batch_size
-        calls.append(([c.name for c in candidates], repeats, rounds.warmup))
+    def run_interleaved(pair, frame, candidates, *, repeats, batch_size, warmup=True, **_):
+        calls.append(([c.name for c in candidates], repeats, warmup))
         rows = [sweep_record(c.name, c.gamma, pid, tokens=16, forwards=8, verify_ms=1e3 * np.exp(rng.normal(0, 0.2)),
                              steps=8, accepted=4, drafted=8 * c.gamma, batch_size=batch_size, repeat=r)
                 for r in range(repeats) for pid in frame["id"] for c in candidates]
@@ -94,14 +92,14 @@ def test_the_budget_buys_repeats_for_the_wide_points_only(monkeypatch):
     monkeypatch.setattr(module, "grid_table", grid_table)
     monkeypatch.setattr(module, "make_candidates", lambda models, gammas: make_candidates({"d": object()}, gammas))
     prompts = pd.DataFrame({"id": list("abcd"), "category": "x", "prompt": list("abcd")})
-    plan = module.ValidationPlan(gammas=(1, 3), batch_sizes=(1,), max_new_tokens=16, budget_s=1e4)
-    records, table = module.validate(None, (None, {"d": None}), prompts, plan)
+    plan = {"gammas": (1, 3), "batch_sizes": (1,), "max_new_tokens": 16}
+    records, table = module.validate(None, (None, {"d": None}), prompts, **plan, budget_s=1e4)
     assert calls[0] == (["verifier-only", "d γ=1", "d γ=3"], 1, True)
     assert calls[1][0][0] == "verifier-only" and calls[1][0][1] == "d γ=1" and calls[1][2] is False
     extra = calls[1][1]
     assert extra >= 1 and set(records["repeat"]) == set(range(1 + extra))
     assert table.set_index("gamma").loc[1, "units"] == 4 * (1 + extra)
-    _, no_budget = module.validate(None, (None, {"d": None}), prompts, replace(plan, budget_s=None))
+    _, no_budget = module.validate(None, (None, {"d": None}), prompts, **plan, budget_s=None)
     assert len(calls) == 3 and (no_budget["units"] == 4).all()  # no budget: the first pass alone
 
 

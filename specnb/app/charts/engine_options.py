@@ -54,12 +54,14 @@ def tax_chart(grid: pd.DataFrame, fits: pd.DataFrame) -> alt.Chart:
     lines = fits.merge(grid[["model", "n_tokens"]].rename(columns={"model": "engine"}), on="engine")
     lines = lines.assign(fit_ms=lines["t0_ms"] + lines["ms_per_token"] * lines["n_tokens"])
     color = alt.Color("engine:N", title="engine · precision")
-    x = alt.X("n_tokens:Q", title="tokens per forward (all logits: the verification shape)")
+    x = alt.X("n_tokens:Q", title="tokens per forward (all logits: the verification shape)",
+              axis=alt.Axis(values=sorted(grid["n_tokens"].unique().tolist()), format="~g"),
+              scale=alt.Scale(padding=16))  # the floor's tick at n = 1 clear of the axis
     points = alt.Chart(grid.rename(columns={"model": "engine"})).mark_line(point=True).encode(
         x=x, y=alt.Y("median_ms:Q", title="ms per forward"), color=color,
         tooltip=["engine", "n_tokens", alt.Tooltip("median_ms:Q", format=".1f")])
     fit = alt.Chart(lines).mark_line(strokeDash=[4, 3]).encode(x=x, y="fit_ms:Q", color=color)
-    floor = alt.Chart(fits.assign(n_tokens=1)).mark_tick(thickness=2, size=18).encode(
+    floor = alt.Chart(fits.assign(n_tokens=1)).mark_tick(orient="horizontal", thickness=2, size=18).encode(
         x="n_tokens:Q", y="floor_ms:Q", color=color, tooltip=["engine", alt.Tooltip("floor_ms:Q", format=".1f")])
     return (points + fit + floor).properties(
         title="The tax, split: same model, same tokens, per engine (ticks: bandwidth floor of one step)",
@@ -71,7 +73,9 @@ def batching_chart(table: pd.DataFrame) -> alt.Chart:
     tidy = table.melt(id_vars=["batch_size"], value_vars=["throughput_x", "latency_x"], var_name="measure",
                       value_name="x_batch_1").replace({"throughput_x": "throughput", "latency_x": "latency per prompt"})
     return alt.Chart(tidy).mark_line(point=True).encode(
-        x=alt.X("batch_size:Q", title="batch size"), y=alt.Y("x_batch_1:Q", title="relative to batch 1 (x)"),
+        x=alt.X("batch_size:Q", title="batch size",
+                axis=alt.Axis(values=sorted(tidy["batch_size"].unique().tolist()), format="~g")),
+        y=alt.Y("x_batch_1:Q", title="relative to batch 1 (x)"),
         color=alt.Color("measure:N", title=None),
         tooltip=["batch_size", "measure", alt.Tooltip("x_batch_1", format=".2f")],
     ).properties(title="Batching: more tokens per weight read, each prompt waits for the batch", width=420, height=240)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import altair as alt
 
+from specnb.app.charts.style import MAX_SERIES, draft_color, log_axis, one_mark_each
 from specnb.core import reference
 
 # ---------------------------------------------------------------- theory (notebook 01)
@@ -33,13 +34,25 @@ def speedup_heatmap(surface, x: str = "alpha", y: str = "gamma", title: str | No
 
 
 def break_even_chart(frame) -> alt.Chart:
-    """Break-even α (speedup = 1) against γ, one line per cost ratio c; above a line speculation wins."""
-    return alt.Chart(frame).mark_line(point=True).encode(
-        x=alt.X("gamma:Q", title="draft tokens per step γ"),
-        y=alt.Y("break_even_alpha:Q", title="break-even acceptance rate α", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("label:N", title="cost ratio c"),
-        tooltip=["label", "gamma", alt.Tooltip("break_even_alpha:Q", format=".3f")],
-    ).properties(title="Acceptance needed to break even, per γ and cost ratio c", width=420, height=260)
+    """Break-even α (speedup = 1) against γ, one line per cost ratio c (one point per c and γ); above
+    a line speculation wins. More than eight cost ratios are split into panels of eight."""
+    one_mark_each(frame, ["label", "gamma"], "break_even_chart: one point per cost ratio and γ")
+    labels = list(dict.fromkeys(frame["label"]))
+
+    def panel(chunk, title):
+        return alt.Chart(frame[frame["label"].isin(chunk)]).mark_line(point=True).encode(
+            x=alt.X("gamma:Q", title="draft tokens per step γ"),
+            y=alt.Y("break_even_alpha:Q", title="break-even acceptance rate α", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("label:N", title="cost ratio c", sort=chunk),
+            tooltip=["label", "gamma", alt.Tooltip("break_even_alpha:Q", format=".3f")],
+        ).properties(title=title, width=420, height=260)
+
+    title = "Acceptance needed to break even, per γ and cost ratio c"
+    if len(labels) <= MAX_SERIES:
+        return panel(labels, title)
+    chunks = [labels[i:i + MAX_SERIES] for i in range(0, len(labels), MAX_SERIES)]
+    return alt.vconcat(*[panel(c, f"cost ratios {i * MAX_SERIES + 1}–{i * MAX_SERIES + len(c)}")
+                         for i, c in enumerate(chunks)]).resolve_scale(color="independent").properties(title=title)
 
 
 def speedup_vs_alpha_chart(frame, alpha: float | None = None, title: str | None = None) -> alt.Chart:
@@ -67,12 +80,15 @@ def unit_rule(axis: str = "y") -> alt.Chart:
 # ---------------------------------------------------------------- dispatch overhead (notebook 02)
 
 def forward_time_chart(grid, y: str = "median_ms", title: str | None = None) -> alt.Chart:
-    """Per-forward wall time against tokens per forward, one line per model, log-2 x axis."""
+    """Per-forward wall time against tokens per forward: one line per model (its colour of the run),
+    one point per model and token count; log-2 x axis ticking the measured counts."""
+    one_mark_each(grid, ["model", "n_tokens"], "forward_time_chart: one point per model and token count")
     label = "ms per forward" if y == "median_ms" else "ms per token"
     return alt.Chart(grid).mark_line(point=True).encode(
-        x=alt.X("n_tokens:Q", title="tokens per forward", scale=alt.Scale(type="log", base=2)),
+        x=alt.X("n_tokens:Q", title="tokens per forward", scale=alt.Scale(type="log", base=2),
+                axis=log_axis(grid["n_tokens"])),
         y=alt.Y(f"{y}:Q", title=label, scale=alt.Scale(type="log")),
-        color=alt.Color("model:N", title="model"),
+        color=draft_color(grid, field="model", title="model"),
         tooltip=["model", "n_tokens", "batch_size", alt.Tooltip(f"{y}:Q", format=".2f")],
     ).properties(title=title or "Forward time vs tokens per forward (median, KV cache of 128 tokens)",
                  width=420, height=280)
@@ -88,7 +104,7 @@ def dispatch_fit_chart(points, fit) -> alt.Chart:
     dots = alt.Chart(points).mark_point(filled=True).encode(
         x=alt.X("gflops:Q", title="GFLOPs per forward"),
         y=alt.Y("median_ms:Q", title="ms per forward"),
-        color=alt.Color("model:N", title="model"),
+        color=draft_color(points, field="model", title="model"),
         tooltip=["model", "n_tokens", alt.Tooltip("gflops:Q", format=".3f"), alt.Tooltip("median_ms:Q", format=".2f")],
     )
     fitted = alt.Chart(line).mark_line(color="black", strokeDash=[4, 2]).encode(x="gflops:Q", y="fit_ms:Q")
@@ -135,8 +151,8 @@ def smaller_vs_faster_chart(curve, ratios) -> alt.LayerChart:
     point = {"flops_smaller": [reference.size_ratio()], "times_faster": [reference.REFERENCE_MPS["draft_speed_ratio"]]}
     ref = alt.Chart(pd.DataFrame(point)).mark_point(shape="cross", size=150, color="red").encode(x=x, y=y)
     return (ideal + fitted + measured + ref).properties(
-        title="Fewer FLOPs vs faster per token: blue = this machine's fit, ◆ = measured drafts, "
-        "✚ = reference (MPS), gray = FLOPs ratio",
+        title="Fewer FLOPs vs faster per token: blue = this machine's fit, black diamonds = measured drafts, "
+        "red cross = reference (MPS), grey = FLOPs ratio",
         width=460,
         height=280,
     )

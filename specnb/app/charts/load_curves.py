@@ -10,6 +10,7 @@ import math
 import altair as alt
 import pandas as pd
 
+from specnb.app.charts.style import dash, dashed_lines, log_axis
 from specnb.core.intervals import speedup_text
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import scheduled_k
@@ -17,9 +18,10 @@ from specnb.serve.speculation import BASELINE_CONFIG
 
 
 def level_axis(frame: pd.DataFrame) -> alt.X:
-    """The load on a log2 axis, titled with its unit (the frame's load shape's)."""
+    """The load on a log2 axis ticking the measured levels, titled with its unit (the frame's load shape's)."""
     shape = shape_of(frame)
-    return alt.X(f"{shape.column}:Q", scale=alt.Scale(type="log", base=2), title=shape.unit)
+    return alt.X(f"{shape.column}:Q", scale=alt.Scale(type="log", base=2), title=shape.unit,
+                 axis=log_axis(frame[shape.column]))
 
 
 def display_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -70,16 +72,16 @@ def latency_throughput_chart(summary: pd.DataFrame) -> alt.Chart:
     column, unit = shape_of(summary).column, shape_of(summary).unit
     frame = summary.melt(id_vars=["config", column, "output_throughput"],
                          value_vars=["median_tpot_ms", "p90_tpot_ms"], var_name="percentile", value_name="tpot_ms")
-    frame["percentile"] = frame["percentile"].map({"median_tpot_ms": "p50", "p90_tpot_ms": "p90"})
-    return alt.Chart(frame).mark_line(point=True).encode(
+    frame["kind"] = frame["percentile"].map({"median_tpot_ms": "p50", "p90_tpot_ms": "p90"})
+    base = alt.Chart(frame).encode(
         x=alt.X("tpot_ms:Q", title="TPOT per request (ms)"),
         y=alt.Y("output_throughput:Q", title="output throughput (tok/s)"),
-        color=alt.Color("config:N", title=None), strokeDash=alt.StrokeDash("percentile:N", title=None),
-        order=f"{column}:Q",
-        tooltip=["config", column, "percentile", alt.Tooltip("tpot_ms:Q", format=".1f"),
-                 alt.Tooltip("output_throughput:Q", format=".1f")],
-    ).properties(title=f"Latency against throughput (each point a level: {unit})", width=420,
-                 height=260)
+        color=alt.Color("config:N", title=None), order=f"{column}:Q")
+    points = base.mark_point(filled=True).encode(detail="kind:N", tooltip=[
+        "config", column, alt.Tooltip("kind:N", title="percentile"), alt.Tooltip("tpot_ms:Q", format=".1f"),
+        alt.Tooltip("output_throughput:Q", format=".1f")])
+    return (base.mark_line().encode(strokeDash=dash(["p50", "p90"])) + points).properties(
+        title=f"Latency against throughput (each point a level: {unit})", width=420, height=260)
 
 
 def pooled_positions(summary: pd.DataFrame) -> pd.DataFrame:
@@ -109,10 +111,9 @@ def prediction_chart(validation: pd.DataFrame) -> alt.Chart:
     frame = validation.melt(id_vars=["config", column], value_vars=["speedup_tpot", "predicted_speedup_tpot"],
                             var_name="kind", value_name="speedup")
     frame["kind"] = frame["kind"].map({"speedup_tpot": "measured", "predicted_speedup_tpot": "predicted"})
-    return alt.Chart(frame).mark_line(point=True).encode(
-        x=level_axis(validation),
+    return dashed_lines(
+        frame, ["measured", "predicted"], x=level_axis(validation),
         y=alt.Y("speedup:Q", title="TPOT speedup over spec-off (x)"), color=alt.Color("config:N", title=None),
-        strokeDash=alt.StrokeDash("kind:N", title=None),
         tooltip=["config", column, "kind", alt.Tooltip("speedup:Q", format=".2f")],
     ).properties(title="Serving predictor: predicted against measured", width=420, height=240)
 

@@ -7,64 +7,101 @@ from __future__ import annotations
 import altair as alt
 
 from specnb.app.charts.expected import SPEEDUP_SCALE, unit_rule
+from specnb.app.charts.style import dashed_lines, draft_color, one_mark_each
+from specnb.measure.acceptance import MIN_EVENTS, rate_interval
 
 
 def cost_model_chart(grid, fits, title: str | None = None) -> alt.Chart:
-    """Measured decode forwards (points) against tokens × batch, and each model's priced curve
-    (``specnb.predict.costs.CostModel.curve``: the one-token forward, then a robust line over the
-    rest; ``fits``: rows of ``cost_model_table``)."""
+    """Measured decode forwards (one point per model, tokens and batch size) against tokens × batch,
+    and each model's priced curve at every token count (``specnb.predict.costs.CostModel.curve``,
+    the model the predictor uses, its kernel ``breaks`` included; ``fits``: rows of
+    ``cost_model_table``). A model keeps its colour of the run."""
     import pandas as pd
 
-    from specnb.predict.costs import CostModel
+    from specnb.predict.costs import CostModel  # deferred: loads torch and pandas
 
     points = grid[grid["kind"] == "decode"].assign(tokens=lambda g: g["n_tokens"] * g["batch_size"])
+    one_mark_each(points, ["model", "n_tokens", "batch_size"], "cost_model_chart: one point per model and shape")
     lines = []
     for fit in fits.itertuples():
         span = points[points["model"] == fit.model]["tokens"]
         if span.empty:
             continue
+        breaks = getattr(fit, "breaks", [2])
         priced = CostModel(t0_ms=fit.t0_ms, ms_per_token=fit.ms_per_token, r2=fit.r2, n_points=fit.n_points,
-                           measured=fit.measured).curve()
-        for tokens in sorted({1, 2, int(span.max())}):
+                           measured=fit.measured, breaks=list(breaks) if breaks is not None else [2]).curve()
+        for tokens in range(1, int(span.max()) + 1):
             lines.append({"model": fit.model, "tokens": tokens, "priced_ms": float(priced(tokens))})
+    lines = pd.DataFrame(lines, columns=["model", "tokens", "priced_ms"])
+    color = draft_color(points, lines, field="model", title="model")
     base = alt.Chart(points).mark_point(filled=True, size=50).encode(
         x=alt.X("tokens:Q", title="tokens in the forward (n × batch)"),
         y=alt.Y("median_ms:Q", title="forward time (ms, median)"),
-        color=alt.Color("model:N", title="model"), shape=alt.Shape("batch_size:N", title="batch size"),
+        color=color, shape=alt.Shape("batch_size:N", title="batch size"),
         tooltip=["model", "n_tokens", "batch_size", alt.Tooltip("median_ms:Q", format=".2f")])
-    priced = alt.Chart(pd.DataFrame(lines)).mark_line(strokeDash=[4, 3]).encode(
-        x="tokens:Q", y="priced_ms:Q", color="model:N")
+    priced = alt.Chart(lines).mark_line(strokeDash=[4, 3]).encode(
+        x="tokens:Q", y="priced_ms:Q", color=color,
+        tooltip=["model", "tokens", alt.Tooltip("priced_ms:Q", format=".2f")])
     return (base + priced).properties(title=title or "Cost model: priced forward time (dashed) vs measured",
                                       width=420, height=280)
 
 
 def acceptance_profile_chart(pooled, per_prompt=None, title: str | None = None) -> alt.Chart:
-    """Conditional acceptance a_i by draft position (line: pooled; ticks: each calibration prompt)."""
-    line = alt.Chart(pooled).mark_line(point=True).encode(
-        x=alt.X("position:O", title="draft position i"),
-        y=alt.Y("conditional_rate:Q", title="P(accept i | 1..i−1 accepted)", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("draft:N", title="draft"),
-        tooltip=["draft", "position", "reached", "accepted", alt.Tooltip("conditional_rate:Q", format=".3f")])
-    chart = line
-    if per_prompt is not None and len(per_prompt):
-        chart = line + alt.Chart(per_prompt).mark_tick(opacity=0.5, size=10).encode(
-            x="position:O", y="conditional_rate:Q", color="draft:N", tooltip=["draft", "prompt_id", "position",
-                                                                             "reached", "accepted"])
-    return chart.properties(title=title or "Acceptance by position is not one α", width=420, height=260)
+    """Conditional acceptance a_i by draft position, one panel per draft: a point per position that
+    was reached (a position nobody reached is no point), its Wilson 95% interval as a bar, and the
+    count (accepted/reached) written beside every rate from fewer than ``MIN_EVENTS`` events; ticks:
+    each calibration prompt's rate (``per_prompt``; prompts with the same rate share a tick)."""
+    one_mark_each(pooled, ["draft", "position"], "acceptance_profile_chart: one point per draft and position")
+    shown = pooled[pooled["reached"] > 0]
+    lo, hi = rate_interval(shown["accepted"], shown["reached"])
+    shown = shown.assign(rate_lo=lo, rate_hi=hi, count=[f"{a}/{r}" for a, r in zip(shown["accepted"],
+                                                                                   shown["reached"])],
+                         conditional_rate=shown["accepted"] / shown["reached"])
+    prompts = None if per_prompt is None or not len(per_prompt) else per_prompt[per_prompt["reached"] > 0]
+    color = draft_color(pooled)
+    positions = sorted(pooled["position"].unique().tolist())
+    x = alt.X("position:O", title="draft position i", scale=alt.Scale(domain=positions))
+    y = alt.Y("conditional_rate:Q", title="P(accept i | 1..i−1 accepted)", scale=alt.Scale(domain=[0, 1]))
+
+    def panel(draft):
+        mine = shown[shown["draft"] == draft]
+        tooltip = ["draft", "position", "reached", "accepted", alt.Tooltip("conditional_rate:Q", format=".3f"),
+                   alt.Tooltip("rate_lo:Q", format=".2f"), alt.Tooltip("rate_hi:Q", format=".2f")]
+        layers = [alt.Chart(mine).mark_rule(opacity=0.5).encode(x=x, y=alt.Y("rate_lo:Q", scale=alt.Scale(
+                      domain=[0, 1])), y2="rate_hi:Q", color=color),
+                  alt.Chart(mine).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip),
+                  alt.Chart(mine[mine["reached"] < MIN_EVENTS]).mark_text(dx=14, fontSize=9, align="left").encode(
+                      x=x, y=y, text="count:N")]
+        if prompts is not None:
+            ticks = prompts[prompts["draft"] == draft].drop_duplicates(["position", "conditional_rate"])
+            layers.append(alt.Chart(ticks).mark_tick(opacity=0.5, size=10).encode(
+                x=x, y=y, color=color, tooltip=["draft", "prompt_id", "position", "reached", "accepted"]))
+        return alt.layer(*layers).properties(title=draft, width=max(120, 28 * len(positions)), height=180)
+
+    drafts = list(dict.fromkeys(pooled["draft"].astype(str)))
+    chart = alt.concat(*[panel(d) for d in drafts], columns=min(len(drafts), 4))
+    return chart.properties(title=title or "Acceptance by position is not one α (bars: 95% interval; "
+                            f"n/m: a rate from fewer than {MIN_EVENTS} positions reached)")
 
 
 def prediction_chart(table, title: str | None = None) -> alt.Chart:
-    """Predicted speedup vs γ per draft with its band, the FLOPs-c Leviathan line dashed, 1.0x marked."""
-    base = alt.Chart(table).encode(x=alt.X("gamma:O", title="draft tokens per step γ"),
-                                   color=alt.Color("draft:N", title="draft"))
-    band = base.mark_area(opacity=0.2).encode(y=alt.Y("speedup_lo:Q", title="speedup over verifier-only (x)"),
-                                              y2="speedup_hi:Q")
-    line = base.mark_line(point=True).encode(y="predicted_speedup:Q", tooltip=[
-        "draft", "gamma", alt.Tooltip("predicted_speedup:Q", format=".3f"), alt.Tooltip("speedup_lo:Q", format=".3f"),
+    """Predicted speedup vs γ, one line per draft (its colour of the run) with its band, and the
+    Leviathan speedup with FLOPs c dashed (the legend shows which dash is which); 1.0x marked."""
+    import pandas as pd
+
+    one_mark_each(table, ["draft", "gamma"], "prediction_chart: one point per draft and γ")
+    kinds = ["specnb predictor", "Leviathan, FLOPs c"]
+    lines = pd.concat([table.assign(kind=kinds[0], speedup=table["predicted_speedup"]),
+                       table.assign(kind=kinds[1], speedup=table["flops_leviathan_speedup"])], ignore_index=True)
+    color = draft_color(table)
+    x = alt.X("gamma:O", title="draft tokens per step γ")
+    band = alt.Chart(table).mark_area(opacity=0.15).encode(
+        x=x, y=alt.Y("speedup_lo:Q", title="speedup over verifier-only (x)"), y2="speedup_hi:Q", color=color)
+    line = dashed_lines(lines, kinds, x=x, y="speedup:Q", color=color, tooltip=[
+        "draft", "gamma", "kind", alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("speedup_lo:Q", format=".3f"),
         alt.Tooltip("speedup_hi:Q", format=".3f"), alt.Tooltip("break_even_alpha:Q", format=".3f")])
-    flops = base.mark_line(strokeDash=[2, 3], opacity=0.7).encode(y="flops_leviathan_speedup:Q")
-    return (band + line + flops + unit_rule()).properties(
-        title=title or "Predicted speedup (band: 10–90% over prompts; dotted: Leviathan with FLOPs c)",
+    return (band + line + unit_rule()).properties(
+        title=title or "Predicted speedup (band: 10–90% over prompts; dashed: Leviathan with FLOPs c)",
         width=460, height=280)
 
 
@@ -91,8 +128,9 @@ def validation_chart(table, title: str | None = None) -> alt.Chart:
                                           scale=scale),
                                   color=alt.Color("method:N", title="prediction"))
     points = base.mark_point(size=60).encode(
-        y=alt.Y("predicted:Q", title="predicted speedup (x)", scale=scale), shape=alt.Shape("draft:N", title="draft"),
-        fill=alt.condition("datum.prediction_in_ci", alt.Color("method:N"), alt.value("white")),
+        y=alt.Y("predicted:Q", title="predicted speedup (x)", scale=scale),
+        shape=alt.Shape("draft:N", title="draft", legend=alt.Legend(symbolStrokeColor="black")),
+        fill=alt.condition("datum.prediction_in_ci", alt.Color("method:N", legend=None), alt.value("white")),
         tooltip=["method", "draft", "gamma", "batch_size", alt.Tooltip("measured_speedup:Q", format=".3f"),
                  alt.Tooltip("measured_lo:Q", format=".3f", title="measured CI lo"),
                  alt.Tooltip("measured_hi:Q", format=".3f", title="measured CI hi"),
@@ -146,9 +184,11 @@ def reference_chart(frame, title: str | None = None) -> alt.Chart:
             ],
         )
     )
-    reported = alt.Chart(frame).mark_rule(color="black").encode(y="reported_tok_s:Q")
-    flops = alt.Chart(frame).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="flops_theory_tok_s:Q")
-    alone = alt.Chart(frame).mark_rule(color="red", strokeDash=[1, 3]).encode(y="verifier_only_tok_s:Q")
+    # each rule's value is the same on every row of a γ: one rule per panel (its max, on purpose),
+    # not one per row drawn over each other
+    reported = alt.Chart(frame).mark_rule(color="black").encode(y="max(reported_tok_s):Q")
+    flops = alt.Chart(frame).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="max(flops_theory_tok_s):Q")
+    alone = alt.Chart(frame).mark_rule(color="red", strokeDash=[1, 3]).encode(y="max(verifier_only_tok_s):Q")
     return (
         (lines + reported + flops + alone)
         .properties(width=300, height=240)

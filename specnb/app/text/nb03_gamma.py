@@ -10,7 +10,8 @@ import pandas as pd
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets
 from specnb.core.errors import ParameterError
-from specnb.core.intervals import interval_text, speedup_text
+from specnb.core.intervals import VERDICTS, interval_text, speedup_text
+from specnb.measure.analysis import ranked
 
 
 def step_trend(steps: pd.DataFrame, token_alpha: pd.DataFrame, draft: str) -> str:
@@ -62,8 +63,6 @@ def gamma_reason(r) -> str:
 def verdict_lines(verdicts: pd.DataFrame, trends: dict[str, str]) -> Report:
     """Each γ's verdict with its reason, then each draft's step arithmetic from its smallest to its
     largest γ (``analysis.gamma_verdicts``, ``step_trend``)."""
-    from specnb.measure.analysis import VERDICTS
-
     lines = [gamma_reason(r) for r in verdicts.itertuples()]
     lines += [f"**{name}**: {trend}" for name, trend in trends.items()]
     values = {f"candidates_{word}": verdicts.loc[verdicts["verdict"] == word, "candidate"].tolist()
@@ -71,25 +70,30 @@ def verdict_lines(verdicts: pd.DataFrame, trends: dict[str, str]) -> Report:
     return Report(bullets(lines), {"drafts": list(trends), **values})
 
 
+def best_line(best) -> str:
+    """The best candidate (the first row of ``analysis.ranked``) in one sentence: "Best" only when it
+    wins; otherwise that none wins beyond noise, and which came closest."""
+    numbers = (f"{best['candidate']}, {best['tok_s']:.1f} tok/s, "
+               f"{speedup_text(best['speedup'], best['speedup_lo'], best['speedup_hi'], sep=', ')} at "
+               f"α = {best['alpha']:.2f} (per token {best['alpha_token']:.2f}), τ = {best['tau']:.2f}")
+    if best["verdict"] == VERDICTS[0]:
+        return f"Best: {numbers} (wins)."
+    none = "every candidate loses" if best["verdict"] == VERDICTS[2] else "no candidate wins beyond noise"
+    return f"No winner: {none}; the closest is {numbers} ({best['verdict']})."
+
+
 def gamma_sweep_conclusion(
     summary: pd.DataFrame, verdicts: pd.DataFrame, trends: dict[str, str], predictions: pd.DataFrame, setting: str
 ) -> Report:
-    """Notebook 03's conclusion: verifier-only speed, the best candidate with its CI, where each
-    draft wins and loses and why, and how far Leviathan's formula (FLOPs c, wall-clock c) is off.
-    ``setting`` says what ran (device, verifier, prompts, tokens)."""
-    from specnb.measure.analysis import VERDICTS
-
+    """Notebook 03's conclusion: verifier-only speed, the best candidate with its CI (``best_line``),
+    where each draft wins and loses and why, and how far Leviathan's formula (FLOPs c, wall-clock c)
+    is off. ``setting`` says what ran (device, verifier, prompts, tokens)."""
     spec = summary[summary["gamma"] > 0]
     base_tok_s = float(summary.loc[summary["gamma"] == 0, "tok_s"].iloc[0])
-    best = spec.loc[spec["speedup"].idxmax()]  # over every draft and γ
+    best = ranked(spec).iloc[0]  # over every draft and γ: the fastest of those that win
     errors = predictions.merge(spec[["candidate", "speedup"]], on="candidate", suffixes=("", "_measured"))
     errors = (errors["speedup"] - errors["speedup_measured"]).abs().groupby(errors["kind"]).mean()
-    lines = [
-        f"{setting}: verifier-only ran at {base_tok_s:.1f} tok/s.",
-        f"Best: {best['candidate']}, {best['tok_s']:.1f} tok/s, "
-        f"{speedup_text(best['speedup'], best['speedup_lo'], best['speedup_hi'], sep=', ')} at "
-        f"α = {best['alpha']:.2f} (per token {best['alpha_token']:.2f}), τ = {best['tau']:.2f}.",
-    ]
+    lines = [f"{setting}: verifier-only ran at {base_tok_s:.1f} tok/s.", best_line(best)]
     for name, trend in trends.items():
         mine = verdicts[verdicts["draft"] == name]
         said = {
@@ -109,6 +113,7 @@ def gamma_sweep_conclusion(
         "baseline_tok_s": round(base_tok_s, 3),
         "best_candidate": best["candidate"],
         "best_gamma": int(best["gamma"]),
+        "best_verdict": best["verdict"],
     }
     values.update(
         {

@@ -7,7 +7,8 @@ import pandas as pd
 
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets
-from specnb.core.intervals import interval_text
+from specnb.core.intervals import VERDICTS, speedup_text
+from specnb.measure.analysis import ranked
 from specnb.predict.draft_reason import DraftOutcome, draft_reason
 
 
@@ -43,18 +44,21 @@ def explain_draft(row) -> str:
 
 
 def draft_size_conclusion(table: pd.DataFrame, spread: pd.DataFrame, short_run_prompts: int, setting: str) -> Report:
-    """Notebook 04's conclusion: the fastest draft with its CI and why it won (``explain_draft``), every
-    other draft's verdict and what its FLOPs c would have said, and the spread short runs would show."""
-    from specnb.measure.analysis import VERDICTS
-
-    winner = table.loc[table["speedup"].idxmax()]
+    """Notebook 04's conclusion: the best draft (``analysis.ranked``: the fastest of those that win) with
+    its CI and why (``explain_draft``), every other draft's verdict and what its FLOPs c would have
+    said, and the spread short runs would show. With no draft that wins, it says so and names the
+    closest."""
+    winner = ranked(table).iloc[0]
+    wins = winner["verdict"] == VERDICTS[0]
     faster = table[table["verdict"] == VERDICTS[0]]
+    head = "Best" if wins else "No draft wins beyond noise; the closest"
     lines = [
-        f"Fastest: **{winner['draft']}** at γ = {winner['best_gamma']}: {winner['speedup']:.2f}x (95% CI "
-        f"{interval_text(winner['speedup_lo'], winner['speedup_hi'])}) over verifier-only, α = {winner['alpha']:.2f} "
+        f"{head}: **{winner['draft']}** at γ = {winner['best_gamma']}: "
+        f"{speedup_text(winner['speedup'], winner['speedup_lo'], winner['speedup_hi'])} (95% CI) over verifier-only, "
+        f"α = {winner['alpha']:.2f} "
         f"(per token {winner['alpha_token']:.2f}), c = {winner['c_wall']:.3f} by wall clock and "
-        f"{winner['c_flops']:.3f} by FLOPs ({winner['verdict']}); {explain_draft(winner)}. Drafts faster beyond "
-        f"noise: {', '.join(faster['draft']) or 'none'}."
+        f"{winner['c_flops']:.3f} by FLOPs ({winner['verdict']}); {explain_draft(winner)}."
+        + (f" Drafts faster beyond noise: {', '.join(faster['draft'])}." if wins else "")
     ]
     for _, r in table[table["draft"] != winner["draft"]].iterrows():
         flops_says = "can win" if r["c_flops"] < r["alpha_token"] else "cannot win"
@@ -72,7 +76,8 @@ def draft_size_conclusion(table: pd.DataFrame, spread: pd.DataFrame, short_run_p
         f"its α ranged {winner['alpha_prompt_min']:.2f}–{winner['alpha_prompt_max']:.2f}."
     )
     values = {
-        "winner": winner["draft"],
+        "winner": winner["draft"] if wins else None,
+        "closest": winner["draft"],
         "winner_short_run_speedup_p05": round(float(s["speedup_p05"]), 4),
         "winner_short_run_speedup_p95": round(float(s["speedup_p95"]), 4),
     }

@@ -10,17 +10,18 @@ import pandas as pd
 
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets, fidelity_text, prediction_verdict
-from specnb.core.intervals import interval_text
+from specnb.core import reference
+from specnb.core.intervals import VERDICTS, interval_text, verdict
 from specnb.core.reference import REFERENCE_MPS
+from specnb.measure.runs import BASELINE
 from specnb.predict.engine_choice import choices
+from specnb.predict.reference_replay import best_assumption
+from specnb.predict.validate import ERROR_TARGET
 
 
 def reference_conclusion(comparison: pd.DataFrame) -> Report:
     """What the reference MPS run says once replayed (``predict.reference_replay.reference_comparison``): the
     FLOPs formula's miss, the per-token reading's miss, and the best-fitting assumption's fit."""
-    from specnb.core import reference
-    from specnb.predict.reference_replay import best_assumption
-
     reading, f, worst = best_assumption(comparison)
     gammas = sorted(REFERENCE_MPS["reported_tok_s"])
     lo, hi = gammas[0], gammas[-1]
@@ -114,8 +115,6 @@ def decision_conclusion(validated: Validated, predictions: dict, profile, instea
 
 def error_line(summary: dict, grid_text: str) -> str:
     """The error claim (median |error| ≤ 10%): within it, missed beyond the CIs, or inconclusive."""
-    from specnb.predict.validate import ERROR_TARGET
-
     n, ci = summary["grid_points"], summary["median_ci_half_width"]
     leviathan = (f"Leviathan with FLOPs c: **{summary['flops_leviathan_median_abs_error']:.1%}**; with wall-clock c: "
                  f"{summary['wallclock_leviathan_median_abs_error']:.1%}.")
@@ -138,8 +137,6 @@ def error_line(summary: dict, grid_text: str) -> str:
 def off_points_lines(table: pd.DataFrame) -> list[str]:
     """The points off by more than the error target beyond their measured CI, per batch size: the
     errors that are not noise, whatever the median says."""
-    from specnb.predict.validate import ERROR_TARGET
-
     off = table[table["error_beyond_ci"] > ERROR_TARGET]
     lines = []
     for b, group in off.groupby("batch_size"):
@@ -165,15 +162,18 @@ def recommendation_line(summary: dict) -> str:
 
 
 def missed_choice_line(miss) -> str:
-    """One recommendation short of the best measured option, with both CIs and whether they separate."""
-    from specnb.measure.runs import BASELINE
-
-    kind = "Wrong" if miss["wrong"] else "Short of the best, within noise"
+    """One recommendation short of the best measured option, with both CIs and whether they separate;
+    an option whose CI holds 1x is the "fastest" measured, not the "best" (``core.intervals.verdict``)."""
+    said = verdict(miss["best_measured_speedup"], miss["best_lo"], miss["best_hi"])
+    best = "best" if said == VERDICTS[0] or miss["best_measured"] == BASELINE else "fastest"
+    kind = "Wrong" if miss["wrong"] else f"Short of the {best}, within noise"
+    beats = "" if best == "best" else f", {said}: its CI holds 1x"
     return (f"{kind}: {miss['draft']} at batch {miss['batch_size']}: recommended {miss['recommended'] or BASELINE} "
             f"(predicted {miss['recommended_predicted_speedup']:.2f}x, measured "
             f"{miss['recommended_measured_speedup']:.2f}x {ci_text(miss['recommended_lo'], miss['recommended_hi'])}); "
-            f"best measured {miss['best_measured']} ({miss['best_measured_speedup']:.2f}x "
-            f"{ci_text(miss['best_lo'], miss['best_hi'])}, predicted {miss['best_measured_predicted_speedup']:.2f}x).")
+            f"{best} measured {miss['best_measured']} ({miss['best_measured_speedup']:.2f}x "
+            f"{ci_text(miss['best_lo'], miss['best_hi'])}{beats}, predicted "
+            f"{miss['best_measured_predicted_speedup']:.2f}x).")
 
 
 def ci_text(lo: float, hi: float) -> str:
@@ -200,4 +200,5 @@ def instead_line(measured: dict | None) -> str:
         row = pick[key]
         if row is not None and not any(row.method in p for p in parts):
             parts.append(f"{row.method} {row.speedup:.2f}x ({fidelity_text(row)})")
-    return f"measured on this machine ({measured['created_utc'][:10]}): " + "; ".join(parts)
+    return (f"notebook 07's last table from this machine (saved {measured['created_utc'][:10]}, read from the "
+            "specnb cache): " + "; ".join(parts))

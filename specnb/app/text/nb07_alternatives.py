@@ -7,7 +7,7 @@ import pandas as pd
 
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets, fidelity_text
-from specnb.core.intervals import speedup_text
+from specnb.core.intervals import VERDICTS, speedup_text, verdict
 from specnb.predict.engine_choice import choices
 
 
@@ -27,6 +27,33 @@ def rate(row) -> str:
     return f"**{row.method}** {speedup} ({row.tok_s:.1f} tok/s)"
 
 
+def noise_text(a, b) -> str:
+    """Whether ``a``'s 95% CI of the speedup lies wholly above ``b``'s, in words ("" without both CIs)."""
+    if pd.isna([a.speedup_lo, a.speedup_hi, b.speedup_lo, b.speedup_hi]).any():
+        return ""
+    above = verdict(a.speedup - b.speedup, a.speedup_lo - b.speedup_hi, a.speedup_hi - b.speedup_lo, at=0.0)
+    return ", beyond noise" if above == VERDICTS[0] else ", though their CIs overlap"
+
+
+def machine_verdict(spec, winner, lossless, machine: str) -> str:
+    """The page's answer: do something else (an option faster than the best speculation, beyond noise
+    or not, as its CIs say), speculate (speculation is the best and its CI wins over verifier-only),
+    or neither (the best speculation's CI holds 1x or lies below it)."""
+    if spec is None:
+        return f"**On {machine}, no speculative configuration was measured.**"
+    if winner is not None and winner.method != spec.method and winner.speedup > spec.speedup:
+        same = "with the same output" if winner is lossless else "with a different output"
+        return (f"**On {machine}, do something else:** {winner.method} is {winner.speedup:.2f}x against "
+                f"speculation's {spec.speedup:.2f}x ({winner.speedup / spec.speedup:.2f}x better"
+                f"{noise_text(winner, spec)}), {same}.")
+    said = verdict(spec.speedup, spec.speedup_lo, spec.speedup_hi)
+    if said == VERDICTS[0]:
+        return f"**On {machine}, speculate:** it is the best lossless option measured ({spec.speedup:.2f}x)."
+    how = "slower than" if said == VERDICTS[2] else "not faster beyond noise than"
+    return (f"**On {machine}, keep verifier-only:** the best lossless option measured is speculation, and it is "
+            f"{how} verifier-only ({speedup_text(spec.speedup, spec.speedup_lo, spec.speedup_hi)}, {said}).")
+
+
 def alternatives_conclusion(summary: pd.DataFrame, notes: list[str], machine: str) -> Report:
     """Notebook 07's conclusion: which option wins on this machine and by how much, and what it costs."""
     pick = choices(summary)
@@ -41,16 +68,7 @@ def alternatives_conclusion(summary: pd.DataFrame, notes: list[str], machine: st
         lines.append(f"Fastest with the fp32 verifier's exact output: {rate(lossless)}.")
     if fastest is not None and (lossless is None or fastest.method != lossless.method):
         lines.append(f"Fastest of all: {rate(fastest)}, at a price: {fidelity_text(fastest)}.")
-    winner = lossless if lossless is not None else fastest
-    if spec is not None and winner is not None and winner.method != spec.method and winner.speedup > spec.speedup:
-        same = "with the same output" if winner is lossless else "with a different output"
-        verdict = (f"**On {machine}, do something else:** {winner.method} is {winner.speedup:.2f}x against "
-                   f"speculation's {spec.speedup:.2f}x ({winner.speedup / spec.speedup:.2f}x better), {same}.")
-    elif spec is not None:
-        verdict = f"**On {machine}, speculate:** it is the best lossless option measured ({spec.speedup:.2f}x)."
-    else:
-        verdict = f"**On {machine}, no speculative configuration was measured.**"
-    lines.append(verdict)
+    lines.append(machine_verdict(spec, lossless if lossless is not None else fastest, lossless, machine))
     lines += [f"Not measured: {note}" for note in notes]
     values = {"machine": machine, "notes": notes}
     for key, row in pick.items():
@@ -70,7 +88,8 @@ def tax_text(fits: pd.DataFrame, summary: pd.DataFrame, bandwidth) -> Report:
     for r in fits.itertuples():
         speed = tok_s.get(r.engine)
         share = f"; verifier-only {speed:.1f} tok/s = {speed / r.floor_tok_s:.0%} of its floor" if speed else ""
-        lines.append(f"{r.engine}: t = {r.t0_ms:.1f} ms + {r.ms_per_token:.1f} ms·n (R² {r.r2:.2f}), t(2)/t(1) = "
+        slope = f"{'+' if r.ms_per_token >= 0 else '−'} {abs(r.ms_per_token):.1f} ms·n"  # never "+ -20.6"
+        lines.append(f"{r.engine}: t = {r.t0_ms:.1f} ms {slope} (R² {r.r2:.2f}), t(2)/t(1) = "
                      f"{r.t2_over_t1:.2f}; {r.step_mb:.0f} MB per step → floor {r.floor_tok_s:.0f} tok/s{share}.")
         values[f"tax_{r.engine}"] = {"t0_ms": round(r.t0_ms, 2), "ms_per_token": round(r.ms_per_token, 2),
                                      "t2_over_t1": round(r.t2_over_t1, 3), "floor_tok_s": round(r.floor_tok_s, 1),

@@ -3,8 +3,12 @@ it runs with, and the config its FLOPs are counted from (``flops_table``, ``list
 
 from __future__ import annotations
 
+from specnb.core import flops
+from specnb.core.configs import resolve_config
 from specnb.core.errors import ParameterError
+from specnb.core.flops import FlopsReport, analytic_flops
 from specnb.decode.kinds.kind import kind_named
+from specnb.models.embedded import embedded_verifier_path, model_path
 from specnb.models.registry import (
     EMBEDDED_VERIFIER,
     DraftRef,
@@ -47,21 +51,15 @@ def draft_config(verifier_config, ref: DraftRef, verifier: str | None = None):
 
 def flops_table(verifier: str, drafts: list[str], context: int = 128):
     """``specnb.core.flops.flops_table`` for a verifier and drafts given by name."""
-    from specnb.core.configs import resolve_config
-    from specnb.core.flops import flops_table as table
-
     v_config = resolve_config(verifier)
     configs = {name: draft_config(v_config, resolve_draft(name, verifier), verifier) for name in drafts}
-    return table(v_config, configs, context, verifier)
+    return flops.flops_table(v_config, configs, context, verifier)
 
 
 def list_embedded() -> list[dict]:
     """One row per embedded model: name, role, kind (drafts: model, exit, lookup, eagle, medusa), params,
     flops_per_token, path (None: not a standalone checkpoint)."""
     from transformers import AutoConfig
-
-    from specnb.core.flops import FlopsReport, analytic_flops
-    from specnb.models.embedded import embedded_verifier_path, model_path
 
     verifier_config = AutoConfig.from_pretrained(embedded_verifier_path())
     rows = []

@@ -20,6 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from specnb.core.errors import ParameterError
+from specnb.core.flops import analytic_flops
+
 FORWARDS, PER_STEP, PER_TOKEN = "forwards", "per_step", "per_token"  # how a draft's cost is priced
 TOKENS, FEATURES = "tokens", "features"  # the width of a step's first draft forward (``DraftKind.catch_up``)
 
@@ -29,8 +32,6 @@ Trace = Callable[..., tuple[list[int], list[int] | None, list[list[float]] | Non
 
 def analytic_flops_of(draft, verifier_config):
     """FLOPs of a loaded draft with a transformers config of its own (``specnb.core.flops``)."""
-    from specnb.core.flops import analytic_flops
-
     return analytic_flops(draft.config)
 
 
@@ -66,8 +67,6 @@ def register(kind: DraftKind) -> DraftKind:
 
 def kind_named(name: str) -> DraftKind:
     """The registered kind of that name (``DraftRef.kind``, a draft object's ``draft_kind``)."""
-    from specnb.core.errors import ParameterError
-
     if name not in KINDS:
         raise ParameterError(f"no draft kind {name!r} is registered; known: {', '.join(KINDS)}")
     return KINDS[name]

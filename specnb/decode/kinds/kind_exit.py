@@ -4,6 +4,7 @@ embedded verifier it was named after. It drafts and is traced and priced like an
 
 from __future__ import annotations
 
+from specnb.core.configs import resolve_config
 from specnb.decode.kinds.kind import DraftKind, register
 from specnb.decode.kinds.kind_model import fit_vocab, trace_model
 from specnb.decode.model_drafters import ModelDrafter
@@ -25,8 +26,6 @@ def load_exit(pair, ref, source, folder=None):
 
 def exit_flops(verifier_config, ref, verifier=None):
     """Its base's config (``verifier_config`` when the base is the verifier) cut to K layers."""
-    from specnb.core.configs import resolve_config
-
     base = verifier_config if shares_verifier(ref, verifier) else resolve_config(ref.base)
     return exit_config(base, ref.exit_layers)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from specnb.core.configs import resolve_config
 from specnb.core.padding import left_pad_ids
 from specnb.core.sampling import top_probability
 from specnb.core.sequences import runs_from_matches
@@ -33,8 +34,6 @@ def fit_vocab(pair, model, source, name: str):
 
 
 def model_flops(verifier_config, ref, verifier=None):
-    from specnb.core.configs import resolve_config
-
     return resolve_config(ref.name)
 
 

@@ -21,6 +21,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specnb.core.sequences import eos_ids
+
 
 @dataclass(kw_only=True)
 class Sample:
@@ -68,8 +70,7 @@ def generate_batch(verifier, prompts: list[list[int]], cfg) -> list[Sample]:
     """Greedy answers for a batch of prompts, keeping the top-k logits the answer came from."""
     import torch
 
-    from specnb.core.padding import left_pad_ids
-    from specnb.core.sequences import eos_ids
+    from specnb.core.padding import left_pad_ids  # deferred: loads torch
 
     pad = verifier.config.pad_token_id if verifier.config.pad_token_id is not None else 0
     stops = eos_ids(verifier.generation_config.eos_token_id)

@@ -26,6 +26,8 @@ from pathlib import Path
 from specnb.core import paths
 from specnb.core.errors import ParameterError
 from specnb.core.sequences import eos_ids
+from specnb.models.cache import cache_dir
+from specnb.models.embedded import embedded_verifier_path
 from specnb.models.training.corpus import (
     CorpusSource,
     Sample,
@@ -47,6 +49,7 @@ from specnb.models.training.student import (
     llama_config,
     save_draft,
 )
+from specnb.models.training.train_prompts import build_instructions
 from specnb.models.trimmed_head import most_frequent_tokens
 
 
@@ -356,10 +359,6 @@ def build_drafts(
     """The ``specnb build-drafts`` entry: embedded verifier, chat-wrapped instructions, the family."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from specnb.models.cache import cache_dir
-    from specnb.models.embedded import embedded_verifier_path
-    from specnb.models.training.train_prompts import build_instructions
 
     cfg = replace(QUICK if quick else DistillConfig(), seed=seed)
     torch.set_num_threads(cfg.threads)

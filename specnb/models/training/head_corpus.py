@@ -34,6 +34,8 @@ import torch
 
 from specnb.core.padding import left_pad_ids
 from specnb.core.sampling import nucleus, sample
+from specnb.models.cache import cache_dir
+from specnb.models.embedded import embedded_verifier_path
 from specnb.models.features import capture_hidden
 from specnb.models.training.corpus import _atomic_save
 
@@ -373,16 +375,12 @@ def build_head_corpus(verifier, tokenizer, cfg: HeadCorpusConfig, folder: Path |
 
 
 def corpus_folder(cfg: HeadCorpusConfig) -> Path:
-    from specnb.models.cache import cache_dir
-
     return cache_dir() / "head-corpus" / cfg.key()
 
 
 def embedded_verifier(threads: int = 1):
     """(the embedded verifier in fp32, frozen, its tokenizer), on ``threads`` CPU threads."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from specnb.models.embedded import embedded_verifier_path
 
     torch.set_num_threads(threads)
     path = embedded_verifier_path()

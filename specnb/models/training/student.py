@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specnb.core.errors import ParameterError
+from specnb.models.cache import publish_atomically
 
 _SKIP_KEYS = ("model.embed_tokens.weight", "lm_head.weight")
 # the trainable body has no embedding of its own, so no vocabulary and no special ids
@@ -142,8 +143,7 @@ def save_draft(folder: Path, config: dict, state: dict, meta: dict, head: list[i
     folder, then rename: never a partial draft."""
     from safetensors.torch import save_file
 
-    from specnb.models.cache import publish_atomically
-    from specnb.models.trimmed_head import HEAD_FILE
+    from specnb.models.trimmed_head import HEAD_FILE  # deferred: loads torch
 
     def write(tmp: Path) -> None:
         (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True))

@@ -31,6 +31,10 @@ from torch import nn
 
 from specnb.core import paths
 from specnb.core.errors import ParameterError
+from specnb.models.cache import publish_atomically
+from specnb.models.eagle import EagleConfig, EagleDraft
+from specnb.models.eagle3 import Eagle3Config, Eagle3Draft
+from specnb.models.medusa import MedusaConfig, MedusaHeads
 from specnb.models.training.head_corpus import (
     HeadCorpus,
     HeadCorpusConfig,
@@ -123,8 +127,6 @@ def head_token_ids(seqs: list, n: int, vocab: int) -> torch.Tensor | None:
 
 
 def new_eagle(verifier, head_ids, cfg: HeadTrainConfig):
-    from specnb.models.eagle import EagleConfig, EagleDraft
-
     config = EagleConfig.from_verifier(verifier.config, head_tokens=0 if head_ids is None else len(head_ids),
                                        lookup_ngram=cfg.lookup_ngram, copy_bias=cfg.copy_bias,
                                        feature_layers=cfg.feature_layers)
@@ -140,8 +142,6 @@ def new_eagle(verifier, head_ids, cfg: HeadTrainConfig):
 def new_eagle3(verifier, head_ids, cfg: HeadTrainConfig):
     """A standard-layout EAGLE-3 head (``specnb.models.eagle3``) that starts from the verifier: its
     decoder layer ``cfg.init_layer``, final norm and lm_head rows, fc reading the highest fused layer."""
-    from specnb.models.eagle3 import Eagle3Config, Eagle3Draft
-
     vocab = verifier.config.vocab_size
     config = Eagle3Config.from_verifier(verifier.config, draft_vocab_size=vocab if head_ids is None else len(head_ids),
                                         aux_layer_ids=tuple(i + 1 for i in cfg.feature_layers),
@@ -154,8 +154,6 @@ def new_eagle3(verifier, head_ids, cfg: HeadTrainConfig):
 
 
 def new_medusa(verifier, head_ids, cfg: HeadTrainConfig):
-    from specnb.models.medusa import MedusaConfig, MedusaHeads
-
     config = MedusaConfig(hidden_size=verifier.config.hidden_size, num_heads=cfg.medusa_heads,
                           blocks=cfg.medusa_blocks, vocab_size=verifier.config.vocab_size,
                           head_tokens=0 if head_ids is None else len(head_ids))
@@ -246,8 +244,6 @@ def train_head(model: nn.Module, seqs: list, cfg: HeadTrainConfig, name: str = "
 
 def save_head(model, folder: Path, report: HeadReport, meta: dict) -> HeadReport:
     """Write the head atomically (a failed save leaves the previous one) and note its size."""
-    from specnb.models.cache import publish_atomically
-
     publish_atomically(lambda tmp: model.save(tmp, meta=meta), folder, manifest=False)
     folder.chmod(0o755)  # the temporary folder was private; the package's data is readable by all
     for path in folder.iterdir():

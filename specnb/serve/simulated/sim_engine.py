@@ -1,30 +1,27 @@
 """A simulated serving engine: continuous batching and speculation with no model, on a stated cost model.
 
-Why: the serving study (notebook 08) infers a speedup from timed requests and Prometheus counters. On
-a real engine the truth is unknown; here the step time is a formula (``SimCost``), so the method —
-closed and open loops, TPOT, differenced counters, the forward probe, a policy's schedule — can be
-checked where the answer is known (``expected_speedup``, ``crossover``).
+Why: notebook 08 infers a speedup from timed requests and Prometheus counters. On a real engine the truth is unknown;
+here the step time is a formula (``SimCost``), so the method — closed and open loops, TPOT, differenced counters, the
+forward probe, a policy's schedule — can be checked where the answer is known (``expected_speedup``, ``crossover``).
 
-- **Scheduler** (``SimEngine``), after vLLM's v1 scheduler: waiting requests are admitted first come
-  first served up to ``max_num_seqs``; an admitted request is prefilled in that step (its prompt
-  tokens join the step's batch) and gets its first token at the end of it; every running sequence
-  decodes 1 + k tokens per step, k looked up by the running batch size as vLLM's
-  ``num_speculative_tokens_per_batch_size`` does. Accepted drafts are Bernoulli per position (each
-  position reached only if the ones before it were accepted), drawn from an RNG seeded by the
-  request's key and token position, so one prompt accepts the same way at any load; the text depends
-  only on the prompt (speculation is lossless, as greedy decoding is).
-- **Cost** (``simulated_cost.SimCost``): the step time, and what varies as on a real engine:
-  prompts in acceptance, launches in speed (one instance of ``SimEngine`` is one launch).
-- **Counters** are vLLM's (``vllm/v1/spec_decode/metrics.py``: drafts, draft tokens, accepted,
-  accepted per position; ``generation_tokens``, ``prompt_tokens``) so ``serving_endpoint.parse_counters``
-  reads them unchanged; ``specnb_sim:batch_size_sum`` / ``specnb_sim:steps_total`` give the mean batch.
-- **Drivers** in virtual time (``run_closed``, ``run_open``): no HTTP, no sleeping, records in
-  ``vllm bench serve``'s names — what tests and method checks use.
-- **Server** (``simulated_http``; ``python -m specnb.serve.simulated.sim_engine``): OpenAI-compatible streaming
-  on loopback, each step slept for its cost ÷ ``speed``; ``SimServer`` launches it as every engine is.
+- **Scheduler** (``SimEngine``), after vLLM's v1 scheduler: waiting requests are admitted first come first served up to
+  ``max_num_seqs``; an admitted request is prefilled in that step (its prompt tokens join the step's batch) and gets its
+  first token at the end of it; every running sequence decodes 1 + k tokens per step, k looked up by the running batch
+  size as vLLM's ``num_speculative_tokens_per_batch_size`` does. Accepted drafts are Bernoulli per position (each
+  position reached only if the ones before it were accepted), drawn from an RNG seeded by the request's key and token
+  position, so one prompt accepts the same way at any load; the text depends only on the prompt (speculation is
+  lossless, as greedy decoding is).
+- **Cost** (``simulated_cost.SimCost``): the step time, and what varies as on a real engine: prompts in acceptance,
+  launches in speed (one instance of ``SimEngine`` is one launch).
+- **Counters** are vLLM's (``vllm/v1/spec_decode/metrics.py``: drafts, draft tokens, accepted, accepted per position;
+  ``generation_tokens``, ``prompt_tokens``) so ``serving_endpoint.parse_counters`` reads them unchanged;
+  ``specnb_sim:batch_size_sum`` / ``specnb_sim:steps_total`` give the mean batch.
+- **Drivers** in virtual time (``run_closed``, ``run_open``; ``drive_closed``: a running launch): no HTTP, no sleep.
+- **Server** (``simulated_http``; ``python -m specnb.serve.simulated.sim_engine``): OpenAI-compatible streaming on
+  loopback, each step slept for its cost ÷ ``speed``; ``SimServer`` launches it as every engine is.
 
-AIPerf's and GuideLLM's mock servers answer with fixed or sampled latencies per request; neither
-batches continuously under a step-cost model nor speculates. This one does both.
+AIPerf's and GuideLLM's mock servers answer with fixed or sampled latencies per request; neither batches continuously
+under a step-cost model nor speculates. This one does both.
 """
 
 from __future__ import annotations
@@ -261,15 +258,19 @@ class SimRequests:
 
 def run_closed(cost: SimCost, speculation: Speculation, requests: SimRequests, concurrency: int,
                with_batch_trace: bool = False, feed=None) -> list[dict] | tuple[list[dict], list]:
-    """A closed loop in virtual time: ``concurrency`` workers, each sending the next request when its
-    last one finished; one record per request sent, in list order (ignore_eos: each request generates
-    its output length). ``feed`` says which request a free slot sends next (``next()``: an index into
-    ``requests``, None to stop; told ``finished(index)`` once every request of a step is done), as
-    ``serving_load.ClosedFeed`` does for a sweep's runs; default: list order (``InOrder``).
-    ``with_batch_trace``: also the running batch as a gauge gives it, [t_s, batch] at each step's
-    start, [t_s, 0] from where the engine idles."""
-    engine, timeline = SimEngine(cost, speculation), _Timeline()
-    feed = feed or InOrder(len(requests.prompt_lens))
+    """A closed loop in virtual time: ``concurrency`` workers, each sending the next request when its last one
+    finished; one record per request sent, in list order (ignore_eos: each request generates its output length).
+    ``feed`` says which request a free slot sends next (``next()``: an index into ``requests``, None to stop; told
+    ``finished(index)`` once every request of a step is done), as ``serving_load.ClosedFeed`` does for a sweep's
+    runs; default: list order (``InOrder``). ``with_batch_trace``: also the running batch as a gauge gives it,
+    [t_s, batch] at each step's start, [t_s, 0] from where the engine idles."""
+    timeline = drive_closed(SimEngine(cost, speculation), requests, concurrency, feed)
+    return (timeline.records(), timeline.batch_trace) if with_batch_trace else timeline.records()
+
+
+def drive_closed(engine: SimEngine, requests: SimRequests, concurrency: int, feed=None) -> _Timeline:
+    """``run_closed`` on a launch that ran before (its clock and counters carry on, as a server's do): its timeline."""
+    timeline, feed = _Timeline(), feed or InOrder(len(requests.prompt_lens))
     keys = range(len(requests.prompt_lens)) if requests.keys is None else requests.keys
 
     def send():
@@ -288,7 +289,7 @@ def run_closed(cost: SimCost, speculation: Speculation, requests: SimRequests, c
         for _ in step.finished:
             send()
         timeline.record(step, engine.now_ms, engine.busy)
-    return (timeline.records(), timeline.batch_trace) if with_batch_trace else timeline.records()
+    return timeline
 
 
 def run_open(cost: SimCost, speculation: Speculation, arrivals_s: list[float], prompt_lens: list[int],

@@ -25,3 +25,15 @@ def test_tree_widths_when_the_largest_forward_measured_fits():
     assert widths["widest_tokens"].tolist() == [2, 8] and widths["next_tokens"].isna().tolist() == [False, True]
     text = tree_width_text(widths, "v").markdown
     assert "4 tokens cost 193.4 ms" in text and "no larger forward was measured" in text
+
+
+def test_a_draft_faster_than_its_flops_promise_is_not_said_with_but():
+    from specnb.app.text.nb02_dispatch import dispatch_conclusion
+
+    grid = pd.DataFrame({"model": "v", "batch_size": 1, "n_tokens": [1, 4], "median_ms": [20.0, 24.0]})
+    fit = forward.DispatchFit(t0_ms=5.0, ms_per_gflop=50.0, r2=0.99, n_points=3)
+    ratios = pd.DataFrame({"draft": ["slow", "fast"], "flops_smaller": [10.0, 10.0], "times_faster": [3.0, 12.0],
+                           "flops_c": 0.1, "wall_clock_c": [0.33, 0.08]})
+    text = dispatch_conclusion(grid, fit, ratios, 0.3e9, "v", "cpu").markdown
+    assert "slow: 10.0x fewer FLOPs but only 3.00x faster" in text
+    assert "fast: 10.0x fewer FLOPs and 12.00x faster" in text and "but 12.00x" not in text

@@ -30,3 +30,21 @@ def test_gamma_reason_says_what_a_step_costs_and_yields(sweep):
     assert "α = 0.17, per token 0.50" in gamma_reason(list(verdicts.itertuples())[1])  # per-token α always there
     assert "yields only 2.00 tokens" in gamma_reason(next(verdicts.loc[["d γ=6"]].itertuples()))
     assert with_reasons(verdicts)["reason"].tolist() == [gamma_reason(r) for r in verdicts.itertuples()]
+
+
+def test_the_conclusion_calls_best_only_a_candidate_that_wins():
+    import pandas as pd
+
+    from specnb.app.text.nb03_gamma import gamma_sweep_conclusion
+
+    summary = pd.DataFrame({"candidate": ["verifier-only", "a γ=1", "a γ=4"], "draft": ["", "a", "a"],
+                            "gamma": [0, 1, 4], "tok_s": [10.0, 12.0, 14.0], "speedup": [1.0, 1.2, 1.4],
+                            "speedup_lo": [1.0, 1.1, 0.8], "speedup_hi": [1.0, 1.3, 2.0], "alpha": 0.5,
+                            "alpha_token": 0.5, "tau": 1.5})
+    verdicts = summary[summary["gamma"] > 0].assign(verdict=["wins", "inconclusive"])
+    predictions = pd.DataFrame({"candidate": [], "speedup": [], "kind": []})
+    report = gamma_sweep_conclusion(summary, verdicts, {"a": "why"}, predictions, "On cpu")
+    assert "Best: a γ=1" in report.markdown and report.values["best_candidate"] == "a γ=1"
+    assert "a γ=4" not in report.markdown.split("Best:")[1].split("\n")[0]  # the inconclusive one is not "best"
+    report = gamma_sweep_conclusion(summary.assign(speedup_lo=0.9), verdicts, {"a": "why"}, predictions, "On cpu")
+    assert "Best:" not in report.markdown and "No winner: no candidate wins beyond noise" in report.markdown

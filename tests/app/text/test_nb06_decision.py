@@ -31,7 +31,9 @@ def test_a_shortfall_inside_the_cis_is_not_called_a_miss():
                  "best_measured": "eagle γ=1", "best_measured_speedup": 1.3, "best_lo": 0.95, "best_hi": 1.6,
                  "best_measured_predicted_speedup": 1.04, "wrong": False}
     line = missed_choice_line(shortfall)
-    assert line.startswith("Short of the best, within noise") and "[exact]" in line and "[0.95–1.60]" in line
+    assert line.startswith("Short of the fastest, within noise") and "[exact]" in line
+    assert "fastest measured eagle γ=1 (1.30x [0.95–1.60], inconclusive: its CI holds 1x" in line  # not "best"
+    assert missed_choice_line({**shortfall, "best_lo": 1.05}).startswith("Short of the best, within noise")
     assert missed_choice_line({**shortfall, "best_lo": 1.1, "wrong": True}).startswith("Wrong:")
 
 

@@ -1,0 +1,588 @@
+"""Does notebook 08's launch line hold? The serving pipeline run many times over on a known truth, in virtual time.
+
+    python benchmarks/verdict_stability.py [--truth FILE.json ...] [--sweeps N] [--states 0,3,10] [--stores K]
+                                           [--seed S] [--json]
+    python benchmarks/verdict_stability.py --aa [--truth FILE.json] [--sweeps N] [--pairs 1,3] [--json]
+
+A **truth** is plain JSON a user can write: the levels (closed-loop concurrencies), ``launch_sigma`` (the
+sd of log speed between two launches of one configuration), ``acceptance_spread`` (each prompt's
+acceptance shifted in logit by its own draw of this sd), ``rounds``, ``prompts`` and, per configuration
+(``FAMILY:K``), its true TPOT speedup over spec-off at every level; optional ``max_new_tokens``,
+``turnovers``, ``length_range_ratio`` (notebook 08's demo on vLLM by default: 16, 2, 0.5) and
+``acceptance`` (0.7 per position). Three ship in ``benchmarks/truths/``: speculation pays at the lowest
+level and loses at the top (``pays_then_loses``), a near tie (``near_tie``), a loss everywhere (``loses``).
+
+**The engine** is the simulated one (``specnb.serve.simulated``) behind a virtual-time target
+(``measure.serving_virtual.VirtualEngine``): each configuration one launch, its speed scaled by
+exp(N(0, launch_sigma)) from a seed of its own. Each configuration's step at each level carries a
+speculation cost calibrated so that its noise-free TPOT speedup, as the summary pools it, is the truth
+(``calibrate``: the decode time of a speculative request is linear in that cost, so two noise-free
+sweeps per seed give it exactly, averaged over ``CALIBRATION_SEEDS``; ``calibration_error`` reports how
+close a fresh seed lands).
+
+**The pipeline** is the real one: ``launch_noise.with_twin`` (the store decides whether spec-off's A/A
+twin runs), ``serving_sweep.run_sweep`` (levels, rounds, pieces, fillers, screening), then what
+``app.policy_run.run_policy`` does before its check and trace — ``launch_noise.noise_for``,
+``serving_summary.summarise_sweep`` with its default bootstrap, ``serving_decision.decide`` — and
+``nb08_serving.launch_verdict`` for the verdict's words. The forward probe, the adaptive check and
+the bursty trace are not run (the launch line is decided before them).
+
+**Store states**: empty (the twin runs), or 3 or 10 earlier A/A pairs of the same truth, each pair a
+sweep of spec-off and its twin through ``noise_for`` into a store of its own (``SPECNB_LAUNCH_NOISE``
+in a temporary folder). Each sweep gets a store of its own unless ``--stores K`` reuses K of them.
+
+**The right line** comes from the truth by the tie rule without noise (``right_plan``): every launch
+one server could be given — spec-off, each configuration, each family's schedule (per level its best
+member where one beats spec-off by more than the tie, else k = 0, priced as spec-off) — scored by its
+worst level against the best static one there; scores within ``TIE`` (2%) of the best are tied, and
+a tie goes to the simplest (spec-off, then by smaller k, then a schedule). A sweep has the right line
+where its launch drafts at exactly the levels that one does. Printed per truth and state: the share
+of sweeps with the modal launch line (what a user pastes), with the modal plan (the configuration per
+level), with the right line, saying "inconclusive", and the minimum detectable effect
+(``min_detectable_effect``).
+
+``--aa``: the A/A calibration. A new A/A pair (spec-off and its twin, the truth's levels) summarised
+against the launch noise stored from 1 and from 3 earlier pairs (``stored_noise``), and against the
+figure the pipeline itself uses (``noise_for``: the new pair pooled into the store); the share of
+sweeps whose twin's 95% CI holds 1 at every level (the target: 95%).
+
+Ctrl-C prints what is done; a bad argument or truth file is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tqdm import tqdm
+
+from specnb.app.serving_setup import load_shapes
+from specnb.app.text.nb08_serving import launch_verdict
+from specnb.core.devices import cpu_name
+from specnb.core.errors import ParameterError
+from specnb.core.paths import git_commit
+from specnb.measure import launch_noise
+from specnb.measure.load_shapes import Lengths
+from specnb.measure.prompts import select_prompts
+from specnb.measure.serving_load import Target
+from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
+from specnb.measure.serving_sweep import SweepHooks, SweepSettings, run_sweep
+from specnb.measure.serving_virtual import VirtualEngine
+from specnb.predict.serving_decision import decide
+from specnb.serve.engines import engine_named
+from specnb.serve.simulated.engine_simulated import FAMILIES
+from specnb.serve.simulated.sim_engine import SimCost
+from specnb.serve.simulated.simulated_http import launched_cost
+from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, parse_entry
+
+HERE = Path(__file__).parent
+TRUTHS = HERE / "truths"
+ENGINE = "simulated"
+TIE = 0.02  # true speedups closer than this (relative) are a tie in the right line's derivation
+Z_ALPHA, Z_POWER = 1.959964, 1.644854  # two-sided 95%, one-sided 95% power
+CALIBRATION_SEEDS = tuple(range(9001, 9017))  # 16 draws of the lengths: the truth is their mean
+BASE_COST = SimCost(fixed_ms=10.0, per_token_ms=0.5)  # a step: 10 ms + 0.5 ms per token in the batch
+DEMO = {"max_new_tokens": 16, "turnovers": 2, "length_range_ratio": 0.5}  # runner.py's trims for 08 on vLLM
+
+
+class TruthError(ValueError):
+    """A truth file or argument this script cannot use; the message says what to fix."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Truth:
+    """What the virtual engine is made to be (see the module docstring)."""
+
+    name: str
+    levels: tuple[int, ...]
+    launch_sigma: float
+    acceptance_spread: float
+    rounds: int
+    prompts: int
+    speedup: dict[str, tuple[float, ...]]
+    max_new_tokens: int = DEMO["max_new_tokens"]
+    turnovers: int = DEMO["turnovers"]
+    length_range_ratio: float = DEMO["length_range_ratio"]
+    acceptance: float = 0.7
+
+
+def read_truth(path: Path) -> Truth:
+    """A truth file, checked: every configuration a ``FAMILY:K`` entry with one speedup per level."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise TruthError(f"cannot read truth {path}: {err}") from None
+    known = {"levels", "launch_sigma", "acceptance_spread", "rounds", "prompts", "speedup", "max_new_tokens",
+             "turnovers", "length_range_ratio", "acceptance"}
+    if not isinstance(raw, dict) or set(raw) - known or not {"levels", "launch_sigma", "speedup"} <= set(raw):
+        raise TruthError(f"truth {path} must be a JSON object with levels, launch_sigma and speedup (optional: "
+                         f"{', '.join(sorted(known - {'levels', 'launch_sigma', 'speedup'}))})")
+    try:
+        levels = tuple(int(x) for x in raw["levels"])
+        speedup = {str(k): tuple(float(x) for x in v) for k, v in dict(raw["speedup"]).items()}
+        truth = Truth(name=Path(path).stem, levels=levels, launch_sigma=float(raw["launch_sigma"]),
+                      acceptance_spread=float(raw.get("acceptance_spread", 0.0)), rounds=int(raw.get("rounds", 3)),
+                      prompts=int(raw.get("prompts", 8)), speedup=speedup,
+                      **{k: type(getattr(Truth, k))(raw[k]) for k in ("max_new_tokens", "turnovers",
+                                                                       "length_range_ratio", "acceptance") if k in raw})
+    except (TypeError, ValueError) as err:
+        raise TruthError(f"truth {path}: {err}") from None
+    if not levels or sorted(set(levels)) != list(levels) or levels[0] < 1:
+        raise TruthError(f"truth {path}: levels must be increasing whole numbers >= 1, got {raw['levels']}")
+    for entry, values in speedup.items():
+        try:
+            parse_entry(entry, FAMILIES)
+        except ParameterError as err:
+            raise TruthError(f"truth {path}: {err}") from None
+        if len(values) != len(levels) or not all(v > 0 for v in values):
+            raise TruthError(f"truth {path}: {entry} needs {len(levels)} positive speedups (one per level)")
+    if truth.launch_sigma < 0 or truth.acceptance_spread < 0 or truth.rounds < 1 or truth.prompts < 1:
+        raise TruthError(f"truth {path}: launch_sigma and acceptance_spread must be >= 0, rounds and prompts >= 1")
+    return truth
+
+
+# ------------------------------------------------------------------ the right line, without noise
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    name: str
+    kind: str  # none, static, schedule
+    k: int
+    speedups: tuple[float, ...]  # per level
+    drafts: tuple[bool, ...]  # per level
+
+
+def candidates(truth: Truth) -> list[Candidate]:
+    """Every launch one server could be given, priced from the truth: spec-off; each configuration;
+    each family's schedule of more than one range (per level its best member where that beats
+    spec-off beyond ``TIE``, else k = 0, priced as spec-off)."""
+    n = len(truth.levels)
+    out = [Candidate(name=BASELINE_CONFIG, kind="none", k=0, speedups=(1.0,) * n, drafts=(False,) * n)]
+    entries = {e: parse_entry(e, FAMILIES) for e in truth.speedup}
+    for entry, (_, k) in entries.items():
+        out.append(Candidate(name=entry, kind="static", k=k, speedups=truth.speedup[entry], drafts=(True,) * n))
+    for family in sorted({f for f, _ in entries.values()}):
+        members = [e for e, (f, _) in entries.items() if f == family]
+        best = [max(truth.speedup[e][i] for e in members) for i in range(n)]
+        drafts = tuple(b > 1.0 + TIE for b in best)
+        picks = [max(members, key=lambda e: truth.speedup[e][i]) if drafts[i] else "" for i in range(n)]
+        if len(set(picks)) > 1:  # one range is that static configuration
+            out.append(Candidate(name=f"{family} schedule", kind="schedule", k=max(entries[e][1] for e in members),
+                                 speedups=tuple(b if d else 1.0 for b, d in zip(best, drafts)), drafts=drafts))
+    return out
+
+
+def right_plan(truth: Truth) -> dict:
+    """The right launch (``candidates`` scored by their worst level against the best static one there;
+    within ``TIE`` of the best score, the simplest), the levels where it drafts and what it is tied with."""
+    every = candidates(truth)
+    best_static = [max([1.0] + [c.speedups[i] for c in every if c.kind == "static"]) for i in range(len(truth.levels))]
+    score = {c.name: min(s / b for s, b in zip(c.speedups, best_static)) for c in every}
+    top = max(score.values())
+    tied = [c for c in every if score[c.name] >= top / (1.0 + TIE)]
+    simplest = min(tied, key=lambda c: ({"none": 0, "static": 1, "schedule": 2}[c.kind], c.k))
+    return {"candidate": simplest.name, "drafts": list(simplest.drafts),
+            "tied": [c.name for c in tied if c is not simplest], "score": round(score[simplest.name], 4)}
+
+
+def min_detectable_effect(truth: Truth) -> dict:
+    """The smallest true difference found with 95% power at 95% confidence by one launch per
+    configuration with sigma known and prompts' sampling left out: (z_.975 + z_.95)·σ·√2 in log speedup."""
+    log = (Z_ALPHA + Z_POWER) * truth.launch_sigma * math.sqrt(2.0)
+    return {"formula": "(1.96 + 1.645) * launch_sigma * sqrt(2), one launch per configuration, sigma known",
+            "log_speedup": round(log, 4), "ratio": round(math.exp(log) - 1.0, 4)}
+
+
+# ------------------------------------------------------------------ the virtual engine on a truth
+
+
+def configs_for(truth: Truth) -> list:
+    """spec-off and one simulated configuration per truth entry, as the engine builds them."""
+    return engine_named(ENGINE).configs(ENGINE, "", list(truth.speedup), max(truth.levels))
+
+
+def base_cost(truth: Truth, sigma: float) -> SimCost:
+    return replace(BASE_COST, acceptance=(truth.acceptance,), max_num_seqs=max(truth.levels),
+                   prompt_acceptance_spread=truth.acceptance_spread, launch_jitter=sigma)
+
+
+def targets_for(configs: list, truth: Truth, costs: dict, seed: int, sigma: float) -> list[Target]:
+    """One virtual launch per configuration, each its own launch seed (from ``seed``), each level's
+    runs on its calibrated cost (``costs``: (configuration, level) → draft_per_token_ms)."""
+    base = replace(base_cost(truth, sigma), launch_seed=seed)
+    out = []
+    for c in configs:
+        launch = launched_cost(base, c.name, 1)
+        levels = {lv: replace(launch, draft_per_token_ms=costs[(c.name, lv)])
+                  for lv in truth.levels if (c.name, lv) in costs}
+        out.append(Target(url=f"virtual://{c.name}", engine=ENGINE, model="simulated", speculation=c.speculation,
+                          virtual=VirtualEngine(launch, c.speculation, level_costs=levels)))
+    return out
+
+
+def run_virtual(truth: Truth, configs: list, costs: dict, seed: int, sigma: float, screen: bool = True):
+    """One sweep of ``configs`` at the truth's settings, seed ``seed``, through ``run_sweep``."""
+    lengths = Lengths(tokens=truth.max_new_tokens, range_ratio=truth.length_range_ratio)
+    loads = load_shapes(list(truth.levels), [], lengths, seed=seed, turnovers=truth.turnovers)
+    settings = SweepSettings(rounds=truth.rounds, seed=seed, screen=screen, probe_max_tokens=0)
+    prompts = select_prompts("all", truth.prompts)
+    return run_sweep(targets_for(configs, truth, costs, seed, sigma), prompts, loads, settings,
+                     SweepHooks(down=lambda name: ""))
+
+
+def decode_totals(records, name: str, level) -> tuple[float, float, float, float]:
+    """(tokens, seconds, spec-off's tokens, seconds) over the paired steady requests, as the summary pools them."""
+    paired = paired_requests(decode_timed(records), name, level, BASELINE_CONFIG)
+    return tuple(float(paired[c].sum()) for c in ("decode_tokens", "decode_s", "decode_tokens_base", "decode_s_base"))
+
+
+def calibrate(truth: Truth, seeds=CALIBRATION_SEEDS) -> dict:
+    """(configuration, level) → draft_per_token_ms that makes its noise-free TPOT speedup the truth.
+    The cost sits on drafted tokens (d · k · sequences a step), so a k = 0 step costs what spec-off's
+    does and the speculative path's own overhead is 0, as the right line prices a schedule's k = 0
+    range. A request's decode time is linear in d (which requests share a step does not depend on
+    how long steps take), so two noise-free sweeps (d = 0, 1 ms) per seed give it, pooled over ``seeds``:
+    the truth is the expected speedup over the lengths' draws."""
+    configs = configs_for(truth)
+    names = {c.name: entry for c, entry in zip(configs[1:], truth.speedup)}
+    sums: dict = {}
+    for seed in seeds:
+        for d in (0.0, 1.0):
+            costs = {(n, lv): d for n in names for lv in truth.levels}
+            records = run_virtual(truth, configs, costs, seed, 0.0, screen=False).records
+            for n in names:
+                for lv in truth.levels:
+                    tok, s, tok_b, s_b = decode_totals(records, n, lv)
+                    got = sums.setdefault((n, lv), {"tok": 0.0, "tok_b": 0.0, "s_b": 0.0, 0.0: 0.0, 1.0: 0.0})
+                    got[d] += s
+                    if d == 0.0:
+                        got["tok"], got["tok_b"], got["s_b"] = got["tok"] + tok, got["tok_b"] + tok_b, got["s_b"] + s_b
+    out = {}
+    for (n, lv), got in sums.items():
+        want = truth.speedup[names[n]][truth.levels.index(lv)]
+        seconds = got["tok"] * got["s_b"] / (got["tok_b"] * want)  # the decode seconds that speedup needs
+        d = (seconds - got[0.0]) / (got[1.0] - got[0.0])
+        if BASE_COST.fixed_ms + d * parse_entry(names[n], FAMILIES)[1] * lv <= 0:  # a full step would cost nothing
+            raise TruthError(f"truth {truth.name}: {names[n]} at {lv} asks {want:g}x, more than acceptance "
+                             f"{truth.acceptance:g} can give; raise acceptance in the truth")
+        out[(n, lv)] = d
+    return out
+
+
+def noise_free_speedups(truth: Truth, costs: dict, seed: int) -> dict:
+    """Each (entry, level)'s TPOT speedup in one noise-free sweep at ``seed``, pooled as the summary pools it."""
+    configs = configs_for(truth)
+    records = run_virtual(truth, configs, costs, seed, 0.0, screen=False).records
+    out = {}
+    for c, entry in zip(configs[1:], truth.speedup):
+        for lv in truth.levels:
+            tok, s, tok_b, s_b = decode_totals(records, c.name, lv)
+            out[(entry, lv)] = (tok / s) / (tok_b / s_b)
+    return out
+
+
+def calibration_error(truth: Truth, costs: dict, seeds=range(77, 85)) -> float:
+    """The largest |mean noise-free speedup ÷ truth − 1| over ``seeds`` the calibration never saw
+    (one seed alone scatters by its lengths' draws, about 2% at the demo's 8 prompts of 16 tokens)."""
+    got = [noise_free_speedups(truth, costs, seed) for seed in seeds]
+    return max((abs(sum(g[key] for g in got) / len(got) / truth.speedup[key[0]][truth.levels.index(key[1])] - 1.0)
+                for key in got[0]), default=0.0)
+
+
+# ------------------------------------------------------------------ one sweep through the pipeline
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    line: str  # the launch line a user pastes ("" for no speculation)
+    plan: str  # the configuration the launch runs per level
+    drafts: tuple[bool, ...]
+    inconclusive: bool
+
+
+def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
+    """One study on the virtual engine with the store as it is: sweep, noise, summary, decision, verdict."""
+    configs = launch_noise.with_twin(configs_for(truth))  # the store decides whether the twin runs
+    sweep = run_virtual(truth, configs, costs, seed, truth.launch_sigma)
+    noise = launch_noise.noise_for(sweep.records, ENGINE)
+    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
+    decision = decide(summary, sweep.records, seed, engine=ENGINE, configs=configs)
+    verdict, line = launch_verdict(decision)
+    levels = {level.concurrency: level for level in decision.launched.levels}
+    drafts = tuple(bool(levels[lv].k > 0) if lv in levels else False for lv in truth.levels)
+    plan = ", ".join(f"{lv}: {levels[lv].config if levels[lv].k else BASELINE_CONFIG}" if lv in levels else f"{lv}: -"
+                     for lv in truth.levels)
+    return Outcome(line=line, plan=plan, drafts=drafts, inconclusive="inconclusive" in verdict.lower())
+
+
+def aa_sweep(truth: Truth, seed: int):
+    """A sweep of spec-off and its twin only (an A/A pair), at the truth's settings."""
+    configs = configs_for(truth)[:1]
+    return run_virtual(truth, [*configs, launch_noise.twin_of(configs[0])], {}, seed, truth.launch_sigma)
+
+
+def fill_store(truth: Truth, pairs: int, seed: int) -> None:
+    """``pairs`` earlier A/A pairs of the truth pooled into the store ``SPECNB_LAUNCH_NOISE`` names."""
+    for i in range(pairs):
+        launch_noise.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, ENGINE)
+
+
+FILLED: dict = {}  # (the A/A pair's settings, pairs, store) → the store's file, filled once per process
+
+
+class Stores:
+    """Stores of launch noise, each in a temporary folder: ``use(pairs, i)`` points
+    ``SPECNB_LAUNCH_NOISE`` at a fresh folder holding store ``i`` of ``pairs`` earlier pairs (``reuse``:
+    at most that many distinct stores per state, each filled once; 0: every ``i`` its own). A store
+    depends only on what an A/A pair runs, so truths that differ only in their speedups share it."""
+
+    def __init__(self, truth: Truth, reuse: int = 0):
+        self.truth, self.reuse, self.root = truth, reuse, tempfile.TemporaryDirectory(prefix="verdict-stability-")
+        self.count = 0
+
+    def use(self, pairs: int, i: int) -> None:
+        self.count += 1
+        folder = Path(self.root.name) / str(self.count)
+        folder.mkdir()
+        os.environ["SPECNB_LAUNCH_NOISE"] = str(folder)
+        if not pairs:
+            return
+        store = i % self.reuse if self.reuse else i
+        t = self.truth
+        key = (t.levels, t.launch_sigma, t.acceptance_spread, t.rounds, t.prompts, t.max_new_tokens, t.turnovers,
+               t.length_range_ratio, t.acceptance, pairs, store)
+        path = launch_noise.noise_path(ENGINE)
+        if key not in FILLED:
+            fill_store(self.truth, pairs, seed=10_000 * pairs + store)
+            FILLED[key] = path.read_text()
+        path.write_text(FILLED[key])
+
+
+# ------------------------------------------------------------------ shares
+
+
+@dataclass
+class Tally:
+    """Outcomes of one truth at one store state, and the share of each kind."""
+
+    right: tuple[bool, ...]
+    outcomes: list[Outcome] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def shares(self) -> dict:
+        n = len(self.outcomes)
+        if not n:
+            return {"sweeps": 0}
+        line, line_n = Counter(o.line for o in self.outcomes).most_common(1)[0]
+        plan, plan_n = Counter(o.plan for o in self.outcomes).most_common(1)[0]
+        right = sum(o.drafts == self.right and not o.inconclusive for o in self.outcomes)
+        inconclusive = sum(o.inconclusive for o in self.outcomes)
+        return {"sweeps": n, "modal_line": line, "modal_line_share": line_n / n, "modal_plan": plan,
+                "modal_plan_share": plan_n / n, "right_share": right / n, "inconclusive_share": inconclusive / n,
+                "wrong_share": (n - right - inconclusive) / n, "seconds_per_sweep": round(self.seconds / n, 3)}
+
+
+WORKER: dict = {}  # each process's truths, calibrated costs and stores (``start_worker``)
+
+
+def start_worker(truths: list[Truth], costs: list[dict], reuse: int) -> None:
+    """A process's state: Ctrl-C is the parent's to handle (it keeps what finished and stops the rest)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    WORKER.update(truths=truths, costs=costs, stores=[Stores(t, reuse) for t in truths])
+
+
+def one_study(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], Outcome, float]:
+    """Task (truth, store pairs, seed): one study on a store of its own; its outcome and seconds."""
+    t, pairs, seed = task
+    WORKER["stores"][t].use(pairs, seed)
+    started = time.perf_counter()
+    outcome = decide_once(WORKER["truths"][t], WORKER["costs"][t], seed)
+    return task, outcome, time.perf_counter() - started
+
+
+def one_aa(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], dict, float]:
+    """Task (truth, earlier pairs, seed): a new A/A pair; whether its twin's CI holds 1 at every level,
+    against the stored noise and against the pipeline's own figure (the new pair pooled in)."""
+    t, pairs, seed = task
+    truth = WORKER["truths"][t]
+    WORKER["stores"][t].use(pairs, seed)
+    started = time.perf_counter()
+    sweep = aa_sweep(truth, seed)
+    held = {}
+    for how, noise in (("stored", launch_noise.stored_noise(ENGINE)),
+                       ("pooled", launch_noise.noise_for(sweep.records, ENGINE))):
+        summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
+        twin = summary[summary["config"] == AA_TWIN_CONFIG]
+        held[how] = bool(((twin["speedup_tpot_lo"] <= 1.0) & (twin["speedup_tpot_hi"] >= 1.0)).all())
+    return task, held, time.perf_counter() - started
+
+
+def run_tasks(tasks: list, work, init_args: tuple, jobs: int):
+    """(results, interrupted): ``work`` on every task, in ``jobs`` processes (1: this one), with a
+    progress bar; Ctrl-C (or SIGTERM) keeps every result finished and drops the rest."""
+    results, bar = [], tqdm(total=len(tasks), desc="sweeps", file=sys.stderr, mininterval=5.0)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a timeout stops it as Ctrl-C does
+    try:
+        if jobs == 1:
+            start_worker(*init_args)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for task in tasks:
+                results.append(work(task))
+                bar.update()
+        else:
+            with ProcessPoolExecutor(jobs, initializer=start_worker, initargs=init_args) as pool:
+                futures = [pool.submit(work, task) for task in tasks]
+                try:
+                    for future in as_completed(futures):
+                        results.append(future.result())
+                        bar.update()
+                except KeyboardInterrupt:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
+    except KeyboardInterrupt:
+        bar.close()
+        return results, True
+    bar.close()
+    return results, False
+
+
+def stability(truths: list[Truth], sweeps: int, states: list[int], reuse: int, seed: int, jobs: int) -> dict:
+    """Every truth at every store state, ``sweeps`` studies each (seeds ``seed`` onward)."""
+    costs = [calibrate(t) for t in truths]
+    # seed-major: a run stopped early holds every truth and state alike
+    tasks = [(t, pairs, seed + i) for i in range(sweeps) for t in range(len(truths)) for pairs in states]
+    results, interrupted = run_tasks(tasks, one_study, (truths, costs, reuse), jobs)
+    report = {"truths": {}, "interrupted": interrupted, "jobs": jobs,
+              "stores": f"{reuse} per state, reused" if reuse else "one per sweep"}
+    for t, truth in enumerate(truths):
+        right = right_plan(truth)
+        tallies = {pairs: Tally(right=tuple(right["drafts"])) for pairs in states}
+        for (ti, pairs, _), outcome, seconds in sorted(results, key=lambda r: r[0]):
+            if ti == t:
+                tallies[pairs].outcomes.append(outcome)
+                tallies[pairs].seconds += seconds
+        report["truths"][truth.name] = {
+            "right": right, "min_detectable_effect": min_detectable_effect(truth),
+            "calibration_error": round(calibration_error(truth, costs[t]), 4),
+            "states": {str(pairs): tally.shares() for pairs, tally in tallies.items()}}
+    return report
+
+
+def aa_calibration(truth: Truth, sweeps: int, pair_states: list[int], reuse: int, seed: int, jobs: int) -> dict:
+    """The share of new A/A pairs whose twin's CI holds 1 at every level (``one_aa``), per number of
+    earlier pairs in the store."""
+    tasks = [(0, pairs, seed + i) for i in range(sweeps) for pairs in pair_states]
+    results, interrupted = run_tasks(tasks, one_aa, ([truth], [{}], reuse), jobs)
+    report = {"truth": truth.name, "levels": list(truth.levels), "states": {}, "interrupted": interrupted,
+              "jobs": jobs, "stores": f"{reuse} per state, reused" if reuse else "one per sweep"}
+    for pairs in pair_states:
+        mine = [(held, seconds) for (_, p, _), held, seconds in results if p == pairs]
+        n = len(mine)
+        report["states"][str(pairs)] = {"sweeps": n, **({
+            "no_difference_share_stored": sum(h["stored"] for h, _ in mine) / n,
+            "no_difference_share_pooled": sum(h["pooled"] for h, _ in mine) / n,
+            "seconds_per_sweep": round(sum(s for _, s in mine) / n, 3)} if n else {})}
+    return report
+
+
+# ------------------------------------------------------------------ output
+
+
+def header() -> dict:
+    """What a run names before it starts: the machine, the code (the commit it started on) and the command."""
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "commit": git_commit()[:7],
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "command": " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]), "tie": TIE,
+            "bootstrap": "the pipeline's defaults (summary 1000 resamples, A/A noise 200)"}
+
+
+def print_stability(report: dict) -> None:
+    print(f"{report['cpu']} ({report['cores']} cores), commit {report['commit']}, {report['date']}, "
+          f"{report['minutes']} min{' — INTERRUPTED: partial' if report['interrupted'] else ''}")
+    print(f"right line: the truth's tie rule without noise, true speedups within {TIE:.0%} counted as ties")
+    for name, entry in report["truths"].items():
+        right, mde = entry["right"], entry["min_detectable_effect"]
+        print(f"\n{name}: right = {right['candidate']} (drafts at {right['drafts']}; tied: {right['tied'] or 'none'}); "
+              f"noise-free calibration error {entry['calibration_error']:.2%}; minimum detectable effect "
+              f"{mde['ratio']:.1%} ({mde['formula']})")
+        print("| store pairs | sweeps | modal line | modal plan | right | inconclusive | wrong | s/sweep |")
+        print("|---|---|---|---|---|---|---|---|")
+        for pairs, s in entry["states"].items():
+            if s["sweeps"]:
+                print(f"| {pairs} | {s['sweeps']} | {s['modal_line_share']:.1%} `{s['modal_line'] or 'none'}` | "
+                      f"{s['modal_plan_share']:.1%} ({s['modal_plan']}) | {s['right_share']:.1%} | "
+                      f"{s['inconclusive_share']:.1%} | {s['wrong_share']:.1%} | {s['seconds_per_sweep']} |")
+
+
+def print_aa(report: dict) -> None:
+    print(f"{report['cpu']} ({report['cores']} cores), commit {report['commit']}, {report['date']}, "
+          f"{report['minutes']} min{' — INTERRUPTED: partial' if report['interrupted'] else ''}")
+    print(f"A/A pair at levels {report['levels']} ({report['truth']}): share reading 'no difference' at every level")
+    print("| earlier pairs | sweeps | against the stored σ | against σ with the new pair pooled in |")
+    print("|---|---|---|---|")
+    for pairs, s in report["states"].items():
+        if s["sweeps"]:
+            print(f"| {pairs} | {s['sweeps']} | {s['no_difference_share_stored']:.1%} | "
+                  f"{s['no_difference_share_pooled']:.1%} |")
+
+
+def counts(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise TruthError(f"{what} must be whole numbers separated by commas, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise TruthError(f"{what} must be whole numbers >= 0, got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--truth", action="append", type=Path, help="a truth file (repeat for more); default: "
+                        "the three in benchmarks/truths (with --aa: aa_four_levels.json)")
+    parser.add_argument("--sweeps", type=int, default=200)
+    parser.add_argument("--states", default="0,3,10", help="earlier A/A pairs in the store, per state")
+    parser.add_argument("--stores", type=int, default=0, help="distinct stores per state (0: one per sweep)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--aa", action="store_true", help="the A/A calibration instead")
+    parser.add_argument("--pairs", default="1,3", help="with --aa: earlier pairs in the store, per state")
+    parser.add_argument("--jobs", type=int, default=1, help="processes (each sweep is independent)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    args = parser.parse_args(argv)
+    started, named = time.perf_counter(), header()
+    try:
+        if args.sweeps < 1 or args.stores < 0 or args.jobs < 1:
+            raise TruthError(f"--sweeps and --jobs must be >= 1 and --stores >= 0, got {args.sweeps}, {args.jobs} "
+                             f"and {args.stores}")
+        default = [TRUTHS / "aa_four_levels.json"] if args.aa else sorted(TRUTHS.glob("[!a]*.json"))
+        truths = [read_truth(p) for p in (args.truth or default)]
+        if args.aa:
+            report = aa_calibration(truths[0], args.sweeps, counts(args.pairs, "--pairs"), args.stores, args.seed,
+                                    args.jobs)
+        else:
+            report = stability(truths, args.sweeps, counts(args.states, "--states"), args.stores, args.seed,
+                               args.jobs)
+    except TruthError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    report = named | {"minutes": round((time.perf_counter() - started) / 60, 2)} | report
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        (print_aa if args.aa else print_stability)(report)
+    return 130 if report["interrupted"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
