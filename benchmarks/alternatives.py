@@ -1,6 +1,6 @@
 """Alternatives to speculation: notebook 07's measured table and tax split, copied into benchmarks/README.md.
 
-    python benchmarks/alternatives.py [RUN_DIR]
+    python benchmarks/alternatives.py [RUN_DIR] [--no-write]
 
 RUN_DIR is a finished ``specnb run`` folder holding ``07_alternatives.*`` (default: the newest
 ``outputs/*`` that has one). The notebook is where everything is measured (every method interleaved

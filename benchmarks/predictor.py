@@ -1,7 +1,7 @@
 """Predictor validation: notebook 06's held-out grid, summarised into benchmarks/README.md; or one
 held-out check per embedded draft kind, measured here.
 
-    python benchmarks/predictor.py [RUN_DIR]
+    python benchmarks/predictor.py [RUN_DIR] [--no-write]
     python benchmarks/predictor.py --held-out [--calibration 6] [--prompts 8] [--repeats 2] [--no-write]
 
 RUN_DIR is a finished ``specnb run`` folder holding ``06_decision_framework.*`` (default: the newest
@@ -52,11 +52,24 @@ def find_run(argv: list[str], stem: str = STEM) -> Path:
     return runs[-1]
 
 
-def publish(render, section: str, stem: str = STEM, argv=None) -> int:
-    """Render a notebook run's section, print it and write it between its README markers."""
-    markdown = render(find_run(sys.argv[1:] if argv is None else argv, stem))
+def copy_arguments(argv=None) -> argparse.Namespace:
+    """The command line of a script that copies a notebook run's figures: the run folder, ``--no-write``."""
+    ap = argparse.ArgumentParser(description="copy a finished notebook run's figures into benchmarks/README.md")
+    ap.add_argument("run_dir", nargs="?", help="a finished `specnb run` folder (default: the newest outputs/*)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave the README alone")
+    return ap.parse_args(sys.argv[1:] if argv is None else argv)
+
+
+def publish(render, section: str, stem: str = STEM, argv=None, write: bool = True) -> int:
+    """Render a notebook run's section, print it and (``write``) put it between its README markers;
+    ``argv``: None reads the command line (``copy_arguments``), a list holds just the run folder."""
+    if argv is None:
+        args = copy_arguments()
+        argv, write = ([args.run_dir] if args.run_dir else []), not args.no_write
+    markdown = render(find_run(argv, stem))
     print(markdown)
-    write_readme_section(markdown, name=section)
+    if write:
+        write_readme_section(markdown, name=section)
     return 0
 
 
@@ -224,7 +237,7 @@ def main(argv=None) -> int:
     add_tag_argument(ap)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if not args.held_out:
-        return publish(render, "predictor", argv=[args.run_dir] if args.run_dir else [])
+        return publish(render, "predictor", argv=[args.run_dir] if args.run_dir else [], write=not args.no_write)
     if args.run_dir:
         fail(f"{args.run_dir}: --held-out measures here, it reads no run folder")
     table, context = held_out(args)

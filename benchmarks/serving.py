@@ -1,6 +1,6 @@
 """Speculation under serving load: notebook 08's recorded figures, copied into benchmarks/README.md.
 
-    python benchmarks/serving.py [RUN_DIR]
+    python benchmarks/serving.py [RUN_DIR] [--no-write]
 
 RUN_DIR is a finished ``specnb run`` folder holding ``08_serving.*`` (default: the newest
 ``outputs/*`` that has one); a run on vLLM goes between the ``serving-vllm`` markers, any other
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 from engine import write_readme_section  # benchmarks/engine.py
-from predictor import find_run  # benchmarks/predictor.py
+from predictor import copy_arguments, find_run  # benchmarks/predictor.py
 
 from specnb.measure.load_shapes import SHAPES, shape_of
 
@@ -97,10 +97,12 @@ def section(run: Path) -> str:
 
 
 def main(argv=None) -> int:
-    run = find_run(list(sys.argv[1:] if argv is None else argv), STEM)
+    args = copy_arguments(argv)
+    run = find_run([args.run_dir] if args.run_dir else [], STEM)
     markdown = render(run)
     print(markdown)
-    write_readme_section(markdown, name=section(run))
+    if not args.no_write:
+        write_readme_section(markdown, name=section(run))
     return 0
 
 

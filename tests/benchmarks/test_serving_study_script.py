@@ -10,8 +10,8 @@ from specnb.core.paths import REPO_ROOT
 
 
 def load_script():
-    """benchmarks/serving_study.py as a module, without putting benchmarks/ on sys.path (its kernels.py would
-    shadow the package of that name for every test after this one)."""
+    """benchmarks/serving_study.py as a module, without putting benchmarks/ on sys.path (its scripts' names would
+    come first for every test after this one)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("serving_study", REPO_ROOT / "benchmarks" / "serving_study.py")

@@ -33,6 +33,8 @@ from specnb.serve.llama import llama_server
 NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
 RUNNER_SET = {"smoke": False, "output_dir": "", "interactive": True}  # the runner sets these; defaults for JupyterLab
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# benchmarks/ scripts that copy a notebook run's figures into benchmarks/README.md (tests/benchmarks lists them)
+COPIED_BY = {"06_decision_framework": "predictor.py", "07_alternatives": "alternatives.py", "08_serving": "serving.py"}
 
 
 def code_cells(nb):
@@ -94,6 +96,10 @@ def test_smoke_run_writes_parseable_outputs(path, tmp_path):
     for name in tables:
         assert not pd.read_csv(tmp_path / name).empty, name
     assert_charts_read_true(specs, drew="<svg" in html)
+    if stem in COPIED_BY:  # the benchmark that copies this notebook's figures reads the run, as a user starts it
+        copied = subprocess.run([sys.executable, f"benchmarks/{COPIED_BY[stem]}", str(tmp_path), "--no-write"],
+                                capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+        assert copied.returncode == 0 and "|" in copied.stdout, copied.stderr[-3000:]
 
 
 def assert_charts_read_true(specs: Path, drew: bool) -> None:

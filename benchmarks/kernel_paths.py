@@ -1,7 +1,7 @@
 """Where the 1 → 2 token jump lives: one linear layer of the embedded verifier on each CPU kernel path.
 
-    python benchmarks/kernels.py [--repeats 9] [--no-write]
-    python benchmarks/kernels.py --forward [--repeats 15] [--no-write]
+    python benchmarks/kernel_paths.py [--repeats 9] [--no-write]
+    python benchmarks/kernel_paths.py --forward [--repeats 15] [--no-write]
 
 With ``--forward``: the whole verifier's decode forward of 1, 2 and 4 tokens on a 64-token KV cache
 (``specnb.measure.forward.ForwardProbe``, every logit kept, as a verification keeps them) with its
@@ -120,7 +120,7 @@ def forward_section(repeats: int, env: dict) -> tuple[str, dict]:
         f"Machine: {env['cpu']} ({env['cpu_count']} cores), {torch.get_num_threads()} threads, torch "
         f"{env['packages']['torch']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; the verifier "
         f"`smollm2-135m`'s decode forward on a 64-token KV cache, median of {repeats} interleaved, rotated repeats "
-        "(`benchmarks/kernels.py --forward`).", "",
+        "(`benchmarks/kernel_paths.py --forward`).", "",
         shown.to_markdown(), "",
         f"One token (the verifier-only baseline's every step) on oneDNN takes {one:.2f}x its time on MKL's "
         "matrix-vector path."])
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
         print(markdown)
         if not args.no_write:
             (HERE / "results").mkdir(exist_ok=True)
-            (HERE / "results" / f"{tagged('kernels_forward', args.tag)}.json").write_text(
+            (HERE / "results" / f"{tagged('kernel_paths_forward', args.tag)}.json").write_text(
                 json.dumps({"environment": env, "ms": raw}, indent=1, default=str))
             write_readme_section(markdown, name=tagged("kernels-forward", args.tag, "-"))
         return 0
@@ -166,11 +166,11 @@ def main(argv=None) -> int:
     markdown = "\n".join([
         f"Machine: {env['cpu']} ({env['cpu_count']} cores), {torch.get_num_threads()} threads, torch "
         f"{env['packages']['torch']}; {env['time_utc'][:10]}; commit {str(env['git_commit'])[:7]}; median of "
-        f"{args.repeats} interleaved repeats (`benchmarks/kernels.py`).", "", *sections]).rstrip()
+        f"{args.repeats} interleaved repeats (`benchmarks/kernel_paths.py`).", "", *sections]).rstrip()
     print(markdown)
     if not args.no_write:
         (HERE / "results").mkdir(exist_ok=True)
-        (HERE / "results" / "kernels.json").write_text(json.dumps({"environment": env, "ms": raw}, indent=1,
+        (HERE / "results" / "kernel_paths.json").write_text(json.dumps({"environment": env, "ms": raw}, indent=1,
                                                                    default=str))
         write_readme_section(markdown, name="kernels")
     return 0
