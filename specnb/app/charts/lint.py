@@ -10,6 +10,7 @@ takes each view's rows from the data the spec carries, and reports:
 - two series of one panel in one colour (more values than the palette has, or a range that repeats),
   more than eight series in one panel, and the same for shapes and dashes;
 - a legend label or title, or an axis label, that Vega would cut with an ellipsis;
+- titles of views side by side wider than their view, which run into the next view's title;
 - an explicit axis domain the data leaves, and a log axis over a few whole-number levels (tokens,
   batch sizes, concurrency) that ticks other values.
 
@@ -35,6 +36,8 @@ IGNORED_CHANNELS = ("tooltip", "order", "href", "description", "key")
 FACET_CHANNELS = ("row", "column", "facet")
 PATH_MARKS = ("line", "area", "trail")
 CHAR_PX = 6.5  # a legend or axis label character at Vega's 10–11 px font, generously
+TITLE_CHAR_PX = 7.5  # a title character at Vega's 13 px bold
+CONCAT_SPACING_PX = 20  # Vega-Lite's default gap between concatenated views
 
 
 @dataclass(kw_only=True)
@@ -62,6 +65,7 @@ def problems(chart) -> list[str]:
         found += axis_problems(unit, config)
     found += colour_problems(units)
     found += legend_problems(units, config)
+    found += title_problems(spec, "chart")
     return list(dict.fromkeys(found))
 
 
@@ -275,6 +279,38 @@ def legend_problems(units: list[Unit], config: dict) -> list[str]:
             title = entry.get("title", f)
             if title and title_limit and len(str(title)) * CHAR_PX > title_limit:
                 found.append(f"{unit.path}: legend title {title!r} cut at {title_limit} px")
+    return found
+
+
+def title_width_px(title) -> float:
+    """The widest line of a view's title and subtitle at Vega's fonts (title 13 px bold, subtitle 11 px)."""
+    if isinstance(title, dict):
+        lines = [(line, TITLE_CHAR_PX) for line in as_lines(title.get("text"))]
+        lines += [(line, CHAR_PX) for line in as_lines(title.get("subtitle"))]
+    else:
+        lines = [(line, TITLE_CHAR_PX) for line in as_lines(title)]
+    return max((len(str(line)) * px for line, px in lines), default=0.0)
+
+
+def as_lines(text) -> list:
+    return [] if text is None else list(text) if isinstance(text, list) else [text]
+
+
+def title_problems(spec: dict, path: str) -> list[str]:
+    """Titles of views side by side that run into their neighbours: a title is centred on its view, so
+    one wider than the view and the gap beside it is drawn over the next view's title."""
+    found = []
+    for key in ("layer", "hconcat", "vconcat", "concat"):
+        children = spec.get(key, [])
+        side_by_side = key == "hconcat" or (key == "concat" and spec.get("columns", 2) != 1)
+        for i, child in enumerate(children):
+            width, title = child.get("width"), child.get("title")
+            if side_by_side and len(children) > 1 and title and isinstance(width, (int, float)) and \
+                    title_width_px(title) > width + CONCAT_SPACING_PX:
+                text = title.get("text") if isinstance(title, dict) else title
+                found.append(f"{path}/{key}[{i}]: title {text!r} is wider than its {width} px view and runs "
+                             "into its neighbour's")
+            found += title_problems(child, f"{path}/{key}[{i}]")
     return found
 
 

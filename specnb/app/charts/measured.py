@@ -58,8 +58,20 @@ def speedup_chart(summary, x: str = "gamma", predictions=None, title: str | None
         groups = [[d] for d in drafts]
     charts = [panel(data[data["draft"].astype(str).isin(g)],
                     None if predicted is None else predicted[predicted["draft"].astype(str).isin(g)],
-                    260).properties(title=", ".join(g)) for g in groups]
+                    260).properties(title=name_lines(g)) for g in groups]
     return alt.concat(*charts, columns=2).properties(title=title or f"Speedup vs {titles.get(x, x)}")
+
+
+def name_lines(names: list[str], width_chars: int = 36) -> list[str]:
+    """A panel title naming its drafts, wrapped into lines that fit a 260 px panel."""
+    lines = [""]
+    for name in names:
+        joined = f"{lines[-1]}, {name}" if lines[-1] else name
+        if lines[-1] and len(joined) > width_chars:
+            lines.append(name)
+        else:
+            lines[-1] = joined
+    return lines
 
 
 STAGE_ORDER = list(STAGES)
@@ -343,9 +355,9 @@ def accept_length_chart(records, gamma: int, title: str | None = None) -> alt.La
         tidy, kinds, x=alt.X("accepted:O", title="draft tokens accepted in a step"),
         y=alt.Y("share:Q", title="share of steps", scale=alt.Scale(domain=[0, 1])),
         color=draft_color(tidy), tooltip=["draft", "kind", "accepted", alt.Tooltip("share:Q", format=".3f")])
-    heading = alt.TitleParams(text=title or f"γ = {gamma}: share of steps that accepted n draft tokens",
+    heading = alt.TitleParams(text=title or f"γ = {gamma}: steps by drafts accepted",
                               subtitle=[f"τ = {t:.2f}, α = {a:.2f}  {d}" for d, (t, a) in taus.items()])
-    return chart.properties(title=heading, width=max(160, 40 * (gamma + 1)), height=200)
+    return chart.properties(title=heading, width=max(220, 40 * (gamma + 1)), height=200)
 
 
 def ragged_cost_chart(ragged, title: str | None = None) -> alt.FacetChart:

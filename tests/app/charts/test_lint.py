@@ -46,6 +46,19 @@ def test_a_legend_label_vega_would_cut():
     assert lint.problems(roomy.to_dict() | {"config": {}}) == []
 
 
+def test_titles_side_by_side_that_run_into_each_other():
+    """A title is centred on its view: wider than the view and the gap, it is drawn over the next one's."""
+    def panel(title):
+        return alt.Chart(rates()).mark_line().encode(x="gamma:Q", y="rate:Q", color="draft:N").properties(
+            width=160, title=title)
+    long = "γ = 1: share of steps that accepted n draft tokens"
+    assert any("runs into its neighbour" in p for p in lint.problems(panel(long) | panel("γ = 3")))
+    assert lint.problems(panel(long) & panel("γ = 3")) == []  # stacked: nothing beside it
+    assert lint.problems(panel("γ = 1") | panel("γ = 3")) == []
+    wrapped = alt.TitleParams(text="γ = 1", subtitle=["τ = 1.48, α = 0.66  eagle"])
+    assert lint.problems(panel(wrapped) | panel("γ = 3")) == []
+
+
 def test_log_axis_ticks_and_a_domain_the_data_leaves():
     frame = pd.DataFrame({"batch": [1, 2, 4], "ms": [3.0, 2.0, 1.5]})
     log = alt.Chart(frame).mark_line().encode(x=alt.X("batch:Q", scale=alt.Scale(type="log")), y="ms:Q")

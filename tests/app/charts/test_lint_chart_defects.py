@@ -62,6 +62,18 @@ def test_the_explorer_keeps_each_charts_computed_title():
     assert lint.problems(grid) == []
 
 
+def test_speedup_panels_name_their_drafts_in_lines_that_fit():
+    """Ten drafts split into panels of eight, the first titled with all eight names on one line
+    (about 600 px over a 260 px panel, running into the next)."""
+    names = [f"smollm2-draft-{k}" for k in range(10)]
+    rows = [{**row, "draft": name, "candidate": f"{name} γ={row['gamma']}"}
+            for name in names for row in frames.summary().drop_duplicates("gamma").to_dict("records")]
+    chart = measured.speedup_chart(pd.DataFrame(rows))
+    assert lint.problems(chart) == []
+    titles = [c["title"] for c in chart.to_dict()["concat"]]
+    assert [name for t in titles for line in t for name in line.split(", ")] == names
+
+
 def test_speedup_chart_gives_a_draft_one_colour_measured_and_predicted():
     """12 series on a 10-colour palette: two drafts shared a colour, a draft's measured and predicted
     lines had unrelated ones. Now a panel per draft, the draft's colour, the prediction a dash."""
