@@ -71,3 +71,17 @@ def test_chart_script_is_valid_javascript(renderer, tmp_path):
 def test_interactive_setup_enables_the_offline_renderer(renderer):
     offline.use_interactive_renderer()
     assert alt.renderers.active == offline.OFFLINE_RENDERER
+
+
+def test_a_static_chart_is_laid_out_in_the_font_the_page_draws_it_in():
+    """A static SVG is laid out by vl-convert and drawn by the reader's browser: with ``sans-serif``
+    each resolved it to another font, and notebook 08's legend labels and titles were cut at the SVG's
+    edge. The theme names the font, so the layout measures the text the browser draws."""
+    import specnb.app.charts.style  # noqa: F401  (registers and enables the theme)
+
+    frame = pd.DataFrame({"x": [1, 2], "y": [1, 2], "series": ["eagle3 k=3", "ngram k=4"]})
+    chart = alt.Chart(frame, title="Latency against throughput (each point a level: concurrent requests)").mark_line(
+    ).encode(x="x:Q", y="y:Q", color="series:N")
+    svg = offline.static_renderer(chart.to_dict())["image/svg+xml"]
+    fonts = set(re.findall(r'font-family="([^"]*)"', svg))
+    assert fonts == {"DejaVu Sans, sans-serif"}, fonts

@@ -98,8 +98,13 @@ def log_axis(values: Iterable[float]) -> alt.Axis:
 
 @alt.theme.register("specnb", enable=True)
 def theme() -> alt.theme.ThemeConfig:
-    """Legend labels and titles, axis labels and chart titles at full length (Vega's limits, 0: none)."""
-    return {"config": {"legend": {"labelLimit": 0, "titleLimit": 0},
+    """Legend labels and titles, axis labels and chart titles at full length (Vega's limits, 0: none),
+    in a named font: a static chart is laid out by vl-convert and drawn by the reader's browser, and
+    where the two resolve ``sans-serif`` to different fonts (DejaVu Sans is wider than vl-convert's own)
+    the browser's text overflowed the SVG and its edges were cut. Naming the font first makes both
+    measure with it where it is installed (``make setup`` installs it beside Chromium)."""
+    return {"config": {"font": "DejaVu Sans, sans-serif",
+                       "legend": {"labelLimit": 0, "titleLimit": 0},
                        "axis": {"labelLimit": 0, "titleLimit": 0},
                        "header": {"labelLimit": 0, "titleLimit": 0},
                        "title": {"limit": 0}}}
