@@ -313,7 +313,7 @@ def step_cost_chart(steps, title: str | None = None) -> alt.TopLevelMixin:
             x=x, y=alt.Y("tokens_per_step:Q", scale=alt.Scale(domain=[0, top])),
             tooltip=["candidate", alt.Tooltip("tokens_per_step:Q", format=".2f"),
                      alt.Tooltip("break_even_tokens:Q", format=".2f")])
-        return (bars + yielded).properties(title=draft, width=max(90, 45 * steps["gamma"].nunique()), height=240)
+        return (bars + yielded).properties(title=draft, width=max(130, 45 * steps["gamma"].nunique()), height=240)
 
     return alt.hconcat(*[panel(d) for d in dict.fromkeys(steps["draft"])]).properties(
         title=title or "A step's cost in verifier-only tokens (bars) vs tokens it yields (diamonds), per draft")
