@@ -13,7 +13,7 @@ acceptance shifted in logit by its own draw of this sd), ``rounds``, ``prompts``
 level and loses at the top (``pays_then_loses``), a near tie (``near_tie``), a loss everywhere (``loses``).
 
 **The engine** is the simulated one (``specnb.serve.simulated``) behind a virtual-time target
-(``measure.serving_virtual.VirtualEngine``): each configuration one launch, its speed scaled by
+(``measure.serving_sweep.VirtualEngine``): each configuration one launch, its speed scaled by
 exp(N(0, launch_sigma)) from a seed of its own. Each configuration's step at each level carries a
 speculation cost calibrated so that its noise-free TPOT speedup, as the summary pools it, is the truth
 (``calibrate``: the decode time of a speculative request is linear in that cost, so two noise-free
@@ -72,12 +72,10 @@ from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
 from specnb.measure import launch_noise
-from specnb.measure.load_shapes import Lengths
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_load import Target
+from specnb.measure.serving_load import Lengths, Target
 from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
-from specnb.measure.serving_sweep import SweepHooks, SweepSettings, run_sweep
-from specnb.measure.serving_virtual import VirtualEngine
+from specnb.measure.serving_sweep import SweepHooks, SweepSettings, VirtualEngine, run_sweep
 from specnb.predict.serving_decision import decide
 from specnb.serve.engines import engine_named
 from specnb.serve.simulated.engine_simulated import FAMILIES

@@ -22,10 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from specnb.app.serving_setup import endpoint_targets
-from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_endpoint import check_target
-from specnb.measure.serving_load import run_async, send_closed
+from specnb.measure.serving_load import Closed, Lengths, check_target, run_async, send_closed
 from specnb.measure.serving_summary import latency_stats
 from specnb.measure.serving_sweep import request_row
 from specnb.measure.vllm_bench import VllmBench, client_check, from_vllm_bench, run_bench

@@ -30,8 +30,8 @@ import pandas as pd
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
-from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.prompts import select_prompts
+from specnb.measure.serving_load import Lengths, Open
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
 from specnb.serve.vllm.engine_vllm import ENGINE as VLLM

@@ -25,13 +25,12 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``server_process``, ``servers``) and the reaping of strays (``reaper``)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs (``sizing``),
                per-position acceptance, forward-pass microbenchmarks (``forward``), the notebooks' tables
-               (``analysis``), load on a serving engine: its shape as a record (``load_shapes``), the requests
-               (``serving_load``), the sweep (``serving_sweep``), the engine's counters and forward probe
-               (``serving_endpoint``), a run's steady window and the engine's own batch (``serving_steady``),
-               summaries and CIs (``serving_summary``), the policy measured (``serving_checks``), per-round figures
-               and a trace's occupancy (``serving_rounds``), launch-to-launch noise and its A/A calibration
-               (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``), a sweep's target in
-               virtual time, the simulated engine answering it with no HTTP (``serving_virtual``)
+               (``analysis``), load on one serving engine: its shape as a record, the requests, a run's steady
+               window, the engine's own batch, counters and forward probe (``serving_load``); the sweep over
+               levels and configurations, its per-round figures and a trace's occupancy, and its targets in
+               virtual time, the simulated engine answering with no HTTP (``serving_sweep``); summaries and CIs
+               (``serving_summary``), the policy measured (``serving_checks``), launch-to-launch noise and its
+               A/A calibration (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor and its pick (``pick``), ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_predictor``) and the policy and

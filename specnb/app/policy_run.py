@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from specnb.measure.launch_noise import noise_for
-from specnb.measure.load_shapes import Open
 from specnb.measure.serving_checks import trace_rate
+from specnb.measure.serving_load import Open
 from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_sweep, targets_of
 from specnb.predict.policy_record import Policy

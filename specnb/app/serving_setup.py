@@ -1,6 +1,6 @@
 """Notebook 08's parameters turned into what it runs: the engine (``specnb.serve``: its
-launch configurations, its note when missing, its machine line), the loads (``load_shapes``
-records), endpoint targets, and the saver that keeps every finished run on disk. Every parameter is
+launch configurations, its note when missing, its machine line), the loads (``serving_load``
+shape records), endpoint targets, and the saver that keeps every finished run on disk. Every parameter is
 checked here, before any server starts, and a bad one is a ``ParameterError`` naming the parameter
 and what it accepts. Nothing here asks which engine it holds: the engine's module says."""
 
@@ -10,8 +10,7 @@ import os
 
 from specnb.app import serving_keys as keys
 from specnb.core.errors import ParameterError
-from specnb.measure.load_shapes import Closed, Lengths, Open
-from specnb.measure.serving_load import Target
+from specnb.measure.serving_load import Closed, Lengths, Open, Target
 from specnb.serve.engines import engine_named, engines
 from specnb.serve.speculation import BASELINE_CONFIG, FREE_FAMILIES, Speculation
 

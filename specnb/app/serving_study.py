@@ -29,9 +29,9 @@ from specnb.app.recorder import Recorder
 from specnb.app.text import nb08_serving as text
 from specnb.app.text.cell_report import Report
 from specnb.core.paths import git_commit
-from specnb.measure import launch_noise, serving_checks, serving_endpoint, serving_summary, serving_sweep
-from specnb.measure.load_shapes import Lengths
+from specnb.measure import launch_noise, serving_checks, serving_load, serving_summary, serving_sweep
 from specnb.measure.prompts import select_prompts
+from specnb.measure.serving_load import Lengths
 from specnb.predict import serving_decision, trace_prediction
 from specnb.predict import serving_predictor as predict
 
@@ -189,7 +189,7 @@ def run_sweeps(params: Params, ready: Prepared, rec: Recorder) -> tuple[serving_
         rounds=params.rounds, seed=params.seed, progress=params.interactive,
         probe_max_tokens=setup.probe_max_tokens(ready.levels, ready.configs) if ready.steps_batch else 0)
     if params.endpoint:
-        targets = [serving_endpoint.check_target(t) for t in setup.endpoint_targets(params.endpoint, params.engine)]
+        targets = [serving_load.check_target(t) for t in setup.endpoint_targets(params.endpoint, params.engine)]
         hooks = serving_sweep.SweepHooks(on_run=setup.saver(rec, git_commit()))
         return serving_sweep.run_sweep(targets, ready.prompts, ready.loads, settings, hooks), None
     if ready.absent:

@@ -137,7 +137,7 @@ def aa_noise(records: pd.DataFrame, a: str = AA_TWIN_CONFIG, b: str = BASELINE_C
     bound (chi-square, one degree of freedom per cell: levels of one launch pair share its offset,
     which (1) already charges); (3) the mean v subtracted from that bound, not before it is taken.
     Floored at 0."""
-    from specnb.measure.load_shapes import shape_of
+    from specnb.measure.serving_load import shape_of
     from specnb.measure.serving_summary import decode_timed, paired_requests, row_rng, speedup_ci
 
     names = set(records["config"]) if "config" in records else set()

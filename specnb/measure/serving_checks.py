@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnb.measure.load_shapes import shape_of
+from specnb.measure.serving_load import shape_of
 from specnb.measure.serving_summary import (
     Bootstrap,
     decode_timed,

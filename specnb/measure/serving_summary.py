@@ -7,9 +7,9 @@ Names follow ``vllm bench serve``'s result JSON (``completed``, ``request_throug
 result file line up; ``vllm_bench.from_vllm_bench`` reads such a file into the same shape.
 
 A closed loop's fillers (``filler``: they held the level around the measured requests) are never
-summarised (``serving_steady.measured_records``). The latency statistics, ``tpot_weighted_ms`` (Σ
+summarised (``serving_load.measured_records``). The latency statistics, ``tpot_weighted_ms`` (Σ
 decode s ÷ Σ decode tokens, what an engine step is priced by) and a closed loop's throughput are
-taken over steady requests (``serving_steady.steady_records``; ``steady_requests`` counts them,
+taken over steady requests (``serving_load.steady_records``; ``steady_requests`` counts them,
 ``prompts_measured`` of ``prompts_total`` says how many prompts they cover, ``mean_batch`` is the
 engine's own batch there). Speedups pair each steady request with spec-off's on the same prompt,
 cycle, round and level (greedy and lossless: the same tokens). TPOT speedup = Σ spec-off decode time
@@ -33,9 +33,8 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import Fallback, counter_rates
-from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
-from specnb.measure.serving_steady import level_batch, measured_records, steady_records
+from specnb.measure.serving_load import level_batch, measured_records, shape_of, steady_records
 from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG
 
 # What each summary row carries from its records: the load's shape and the configuration's identity.
@@ -74,7 +73,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
     goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs (``add_speedups``,
     resampled as ``boot`` says). The level column is the records' load shape's
-    (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
+    (``serving_load.shape_of``): ``concurrency`` or ``request_rate``."""
     shape = shape_of(records)
     column = shape.column
     if records.empty:  # no engine, or one that died before its first request: nothing to summarise

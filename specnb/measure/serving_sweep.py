@@ -17,14 +17,14 @@ generates the same tokens and requests pair exactly on (round, prompt, cycle), w
 different times and never start in lockstep. The round is sent in runs of at least turnovers·c
 measured requests (``Closed.pieces``), each run a closed loop that opens with c filler requests and
 sends fillers while any measured request is in flight (``serving_load.ClosedFeed``): every measured
-request runs at the level, and is ``steady`` by construction — ``load_shapes.steady_flags`` checks
+request runs at the level, and is ``steady`` by construction — ``serving_load.steady_flags`` checks
 it. Fillers (own prompts from the pool, own lengths, ``filler`` True, never steady) are kept in the
 requests table and never paired or summarised. While a run is sent, the engine's own running batch
-is sampled from its ``/metrics`` (``serving_steady``): each run keeps its samples and the mean of the
-busy ones inside the steady window.
+is sampled from its ``/metrics`` (``serving_load.send_sampled``): each run keeps its samples and the
+mean of the busy ones inside the steady window.
 
-- **Load** (``specnb.measure.serving_load``): closed loop or Poisson arrivals, streamed, one record
-  per request with ``vllm bench serve``'s names.
+- **Load** (``specnb.measure.serving_load``): its shape, closed loop or Poisson arrivals, streamed,
+  one record per request with ``vllm bench serve``'s names.
 - **Counters**: the engine's Prometheus spec-decode counters (``llamacpp:`` or ``vllm:``, same
   names) are scraped before and after each run and differenced; llama.cpp adds a slot's counts when
   its request finishes, and every request of a run has finished when it is scraped. SGLang has no
@@ -34,6 +34,31 @@ busy ones inside the steady window.
   ``spec_accept_*_gauge``, the tail of that run (a run shorter than one window still shows the
   window before it); the summary falls back on it only where no request returned countable
   acceptance (``specnb.measure.acceptance.counter_rates``).
+- **Per round and per batch**, what a decision that knows its noise, and is keyed on the engine's own
+  batch, is made of. One figure per round (``round_speedups``), so a median and a spread over rounds
+  can be taken (``relative_mad``): vLLM's proposed ``tune_speculative_k`` (PR #49163) takes the median
+  of >= 3 runs and rejects a measurement whose relative MAD is above 0.1; a summary's one pooled
+  figure per level cannot say how much of a difference is noise. The engine's own batch
+  (``batch_of``): vLLM looks k up by the scheduler's running batch, not by the client's concurrency,
+  and it is the load, not acceptance, that says whether speculation pays (vllm#26504). Over a run the
+  engine's gauge gives [t_s, batch] samples (a run row's ``batch_trace``): the seconds held at each
+  batch (``occupancy``) and their time average (``mean_batch``, what a summary row's ``mean_batch``
+  is).
+- **Virtual time** (``VirtualEngine``): the serving verdict (sweep, A/A twin, summary, launch noise,
+  policy, chooser) can only be judged for stability over hundreds of sweeps on known truths, and over
+  HTTP the simulated engine runs in real time (``simulated_http`` sleeps every step). A ``Target``
+  whose ``virtual`` is a ``VirtualEngine`` is sent by this module's own code (levels, rounds, pieces,
+  fillers, rotation, screening), and answers its three calls — a run (``serving_load.send_sampled``),
+  the counters (``serving_load.scrape``) and a warm-up (``warm_up``) — from a ``sim_engine.SimEngine``
+  driven by ``sim_engine.drive_closed`` with the run's own ``ClosedFeed``: the same ``RequestRecord``
+  rows (seconds of virtual time), the counters parsed from the same Prometheus text the HTTP server
+  serves (``simulated_http.metrics_text`` → ``parse_counters``), the running batch sampled every
+  ``BATCH_EVERY_S`` as the real sampler reads its gauge. A prompt's length and key are the HTTP
+  server's (``simulated_http.prompt_of``), so a prompt accepts the same way on either face. One
+  ``VirtualEngine`` is one launch: every run on it shares its launch factor
+  (``SimCost.launch_factor``), its clock and its counters. ``level_costs`` prices a level's runs with
+  a cost of their own (a truth given per level, as ``benchmarks/verdict_stability.py`` calibrates it);
+  every other level runs on ``cost``. Closed loops only: an open-loop trace is not simulated here.
 
 Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_summary``.
 """
@@ -41,25 +66,40 @@ Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_s
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 
-from specnb.measure.serving_endpoint import (
+from specnb.core.errors import ParameterError
+from specnb.measure.serving_load import (
+    BATCH_EVERY_S,
+    ClosedFeed,
     Counters,
     EndpointError,
+    RequestRecord,
+    Requests,
+    Run,
+    Target,
+    parse_counters,
     probe_forward,
     probe_tokens,
     probed_target,
     reachable,
+    run_async,
     scrape,
+    send_closed,
+    send_sampled,
+    shape_of,
 )
-from specnb.measure.serving_load import RequestRecord, Requests, Target, run_async, send_closed
-from specnb.measure.serving_steady import send_sampled
-from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
 from specnb.serve.server_process import ServerFailed
-from specnb.serve.speculation import AA_TWIN_CONFIG
+from specnb.serve.servers import Launches
+from specnb.serve.simulated.sim_engine import SimCost, SimEngine, SimRequests, drive_closed, token_text
+from specnb.serve.simulated.simulated_http import metrics_text, prompt_of
+from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, Speculation
 
 
 @dataclass(kw_only=True)
@@ -175,7 +215,7 @@ class SweepState:
 
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, settings: SweepSettings = SweepSettings(),
               hooks: SweepHooks = SweepHooks()) -> Sweep:
-    """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals at a rate, ...)
+    """Every load (``specnb.measure.serving_load``: a closed loop at a concurrency, open-loop arrivals at a rate, ...)
     on every target, same prompts and output lengths, targets alternating piece by piece (the shape's
     ``pieces``) in an order rotated per piece, level and round (``SweepSettings``: how; ``SweepHooks``: what it
     calls out to); with ``warmup``, each target warmed before each level at its concurrency (``warm_up``).
@@ -351,9 +391,6 @@ def sweep_servers(configs, prompts: pd.DataFrame, loads: list, settings: SweepSe
     configuration the engine refuses to start is left out and named in ``stopped`` with the engine's
     own line; the others are measured. ``relaunch``: every round but the first on fresh servers
     (``run_sweep``; ``ServingEngine.relaunch_each_round`` says where that is cheap)."""
-
-    from specnb.serve.servers import Launches
-
     with Launches(configs) as launches:
         fresh = lambda n: targets_of(configs, launches.start().servers, n)  # noqa: E731
         hooks = SweepHooks(down=lambda name: launches.running.servers[name].exit_note(), on_run=on_run,
@@ -369,3 +406,131 @@ def targets_of(configs: list, servers: dict, launch: int = 0) -> list[Target]:
     one), each with its configuration's engine and speculation, of launch ``launch``."""
     return [Target(url=servers[c.name].url, engine=c.engine.name, model=getattr(servers[c.name], "model", ""),
                    speculation=c.speculation, launch=launch) for c in configs if c.name in servers]
+
+
+# ---------------------------------------------------------------------------- per round and per batch
+
+
+def batch_of(frame: pd.DataFrame) -> pd.Series:
+    """Each row's batch: the engine's measured running batch (``mean_batch``, sampled from its gauge)
+    where the row has one, else its level (``concurrency``). vLLM looks k up by the scheduler's batch
+    (``num_speculative_tokens_per_batch_size``), which is below the client's concurrency whenever
+    requests wait on a prefill or a client's next send; a sweep from before ``mean_batch`` falls
+    back to the level."""
+    level = frame[shape_of(frame).column].astype(float)
+    if "mean_batch" not in frame:
+        return level.rename("batch")
+    return frame["mean_batch"].astype(float).where(frame["mean_batch"].notna() & (frame["mean_batch"] > 0),
+                                                   level).rename("batch")
+
+
+def round_speedups(records: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+    """Per (configuration, level, round): the TPOT speedup over ``baseline`` from that round alone,
+    each request paired with the baseline's on (round, prompt) as ``paired_requests`` pairs them:
+    (Σ decode tokens ÷ Σ decode s) ÷ the baseline's, i.e. Σ baseline decode s ÷ Σ decode s for the
+    same tokens. One figure per round is what a median and a spread over rounds are taken of
+    (``serving_policy.noise_aware_policy``)."""
+    column = shape_of(records).column
+    timed = decode_timed(records)
+    rows = []
+    for (config, level), _ in timed[timed["config"] != baseline].groupby(["config", column], sort=True):
+        paired = paired_requests(timed, config, level, baseline)
+        for round_index, pairs in paired.groupby("round", sort=True):
+            ours = pairs["decode_tokens"].sum() / pairs["decode_s"].sum()
+            base = pairs["decode_tokens_base"].sum() / pairs["decode_s_base"].sum()
+            rows.append({"config": config, column: level, "round": round_index, "speedup_tpot": float(ours / base),
+                         "paired_requests": len(pairs)})
+    return pd.DataFrame(rows, columns=["config", column, "round", "speedup_tpot", "paired_requests"])
+
+
+def relative_mad(values) -> float:
+    """median(|x − median|) ÷ median: the spread PR #49163 rejects a measurement by (above 0.1)."""
+    x = np.asarray(values, float)
+    centre = float(np.median(x))
+    return float(np.median(np.abs(x - centre)) / abs(centre)) if centre else math.inf
+
+
+def samples_of(batch_trace) -> np.ndarray:
+    """[n, 2] (t_s, batch) from a run row's ``batch_trace`` (its JSON text, or the list itself)."""
+    samples = json.loads(batch_trace) if isinstance(batch_trace, str) else batch_trace
+    return np.asarray(samples, float).reshape(-1, 2)
+
+
+def occupancy(batch_trace) -> pd.Series:
+    """Seconds spent at each batch size (index: batch) over one trace: each gauge sample holds until
+    the next; the last one closes the trace."""
+    samples = samples_of(batch_trace)
+    if len(samples) < 2:
+        return pd.Series(dtype=float, name="seconds")
+    dt = np.diff(samples[:, 0])  # [n - 1]
+    return pd.Series(dt, index=samples[:-1, 1]).groupby(level=0).sum().rename("seconds")
+
+
+def mean_batch(batch_trace) -> float:
+    """The time-weighted mean of the running batch over a trace, idle spells included: what a gauge
+    sampled through a run averages to (``mean_batch`` on a summary row)."""
+    held = occupancy(batch_trace)
+    return float((held.index * held).sum() / held.sum()) if held.sum() > 0 else math.nan
+
+
+# ---------------------------------------------------------------------------- a target in virtual time
+
+
+class VirtualEngine:
+    """One launch of a simulated configuration, answering a sweep in virtual time (see the module docstring)."""
+
+    def __init__(self, cost: SimCost, speculation: Speculation, model: str = "simulated",
+                 level_costs: dict[float, SimCost] | None = None):
+        self.cost, self.model, self.level_costs = cost, model, dict(level_costs or {})
+        self.engine = SimEngine(cost, speculation)
+
+    def counters(self) -> Counters:
+        """The counters as a scrape of the HTTP server would read them now."""
+        return parse_counters(metrics_text(self.engine, self.model))
+
+    def requests(self, texts: list[str], max_tokens: list[int]) -> SimRequests:
+        """``texts`` as the HTTP server reads a chat request: its length in words and its key."""
+        read = [prompt_of({"messages": [{"role": "user", "content": t}]}, chat=True) for t in texts]
+        return SimRequests(prompt_lens=[n for n, _ in read], output_lens=list(max_tokens), keys=[k for _, k in read])
+
+    def send(self, load, requests: Requests, ignore_eos: bool, round_index: int, fillers: Requests) -> Run:
+        """One closed-loop run as ``send_sampled`` sends it: the measured requests, then the fillers
+        ``ClosedFeed`` sent, with the duration and the batch samples, in virtual seconds from the run's start."""
+        if not getattr(load, "steps_batch", False) or not ignore_eos:
+            raise ParameterError("a virtual target runs closed loops with ignore_eos only (the trace is not simulated)")
+        self.engine.cost = self.level_costs.get(load.level, self.cost)
+        texts, tokens = requests.texts + fillers.texts, requests.max_tokens + fillers.max_tokens
+        feed = ClosedFeed(len(requests.texts), len(fillers.texts), load.concurrency)
+        sim = self.requests(texts, tokens)
+        start_s = self.engine.now_ms / 1e3
+        timeline = drive_closed(self.engine, sim, load.concurrency, feed)
+        rows, trace = timeline.records(), timeline.batch_trace
+        done = [self.record(row, sim.keys[i], start_s) for i, row in enumerate(rows)]
+        duration = self.engine.now_ms / 1e3 - start_s
+        return Run(done=done, duration=duration, samples=sampled(trace, start_s, duration))
+
+    def warm(self, texts: list[str], concurrency: int, max_tokens: list[int]) -> None:
+        """A warm-up run: sent and not recorded (the engine's clock and counters move on, as a server's do)."""
+        sim = self.requests(texts, max_tokens)
+        drive_closed(self.engine, sim, concurrency)
+
+    def record(self, row: dict, key: int, start_s: float) -> RequestRecord:
+        """A driver's record as the streaming client keeps it (its text the tokens the server streams)."""
+        n = row["output_tokens"]
+        return RequestRecord(success=True, prompt_len=row["prompt_len"], output_tokens=n, ttft=row["ttft"],
+                             itl=row["itl"], latency=row["latency"], tpot=row["tpot"],
+                             start_time=row["start_time"] - start_s,
+                             generated_text="".join(token_text(key, i) for i in range(n)))
+
+
+def sampled(trace: list, start_s: float, duration_s: float, every_s: float = BATCH_EVERY_S
+            ) -> list[tuple[float, float]]:
+    """The running batch every ``every_s`` from the run's start, as ``BatchSampler`` reads the gauge:
+    at each instant the batch of the step then running (``trace``: [t_s, batch] at each step's start)."""
+    if not trace:
+        return []
+    times = np.array([t for t, _ in trace], float) - start_s
+    batches = [b for _, b in trace]
+    at = np.arange(0.0, duration_s, every_s)
+    return [(round(float(t), 4), float(batches[max(i, 0)])) for t, i in
+            zip(at, np.searchsorted(times, at, side="right") - 1)]

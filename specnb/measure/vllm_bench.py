@@ -28,8 +28,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError, SpecnbError
-from specnb.measure.load_shapes import Closed, Open
-from specnb.measure.serving_load import Target
+from specnb.measure.serving_load import Closed, Open, Target
 
 ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception): ")  # a Python exception's last line
 CHECKED = {"ttft": "ttft", "tpot": "tpot"}  # metric -> record column, compared by their medians
@@ -127,7 +126,7 @@ VLLM_LISTS = ("ttfts", "itls", "latencies", "output_lens", "input_lens", "errors
 
 
 def vllm_level(result: dict) -> dict:
-    """The load columns of a vLLM bench run (``load_shapes``): a finite ``request_rate`` is open-loop
+    """The load columns of a vLLM bench run (``serving_load``): a finite ``request_rate`` is open-loop
     arrivals at that rate (capped or not by ``max_concurrency``); otherwise the concurrency cap, or
     every request at once when there is none."""
     rate = result.get("request_rate", "inf")

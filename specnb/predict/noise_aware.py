@@ -3,13 +3,13 @@
 Why: one figure per level is one draw of a noisy measurement, and the best of several noisy estimates
 favours whichever was lucky; a policy that follows it flips between passes. As vLLM's proposed
 ``tune_speculative_k`` (PR #49163): the median over >= 3 rounds of each configuration's paired TPOT
-speedup, its spread (relative MAD, ``serving_rounds.relative_mad``), a measurement whose spread is
+speedup, its spread (relative MAD, ``serving_sweep.relative_mad``), a measurement whose spread is
 above 0.1 rejected, and a difference within the noise (the larger spread, at least 1%) a tie that goes
 to the cheaper configuration — spec-off, then smaller k, a model-drafting one after a free one at the
 same k. The per-round figures pair each request with spec-off's on the same prompt in the same round
-(``serving_rounds.round_speedups``).
+(``serving_sweep.round_speedups``).
 
-Each level carries the engine's measured batch (``serving_rounds.batch_of``: ``mean_batch``, else the
+Each level carries the engine's measured batch (``serving_sweep.batch_of``: ``mean_batch``, else the
 level): vLLM looks k up by the scheduler's batch, and the load, not acceptance, decides whether
 speculation pays (vllm#26504). ``serving_policy`` turns the table into ranges over that batch
 (``batch_ranges``) and runs this rule whenever it is given records from enough rounds.
@@ -22,8 +22,8 @@ import math
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_rounds import batch_of, relative_mad, round_speedups
+from specnb.measure.serving_load import shape_of
+from specnb.measure.serving_sweep import batch_of, relative_mad, round_speedups
 from specnb.predict.policy_record import Policy, policy_of
 from specnb.predict.serving_predictor import require_steps
 from specnb.serve.speculation import BASELINE_CONFIG, NOT_CANDIDATES
@@ -35,7 +35,7 @@ TIE = 0.01  # the smallest difference that is not a tie, whatever the spreads sa
 
 def round_figures(records: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per static configuration and level: the median over rounds of its per-round TPOT speedup
-    (``serving_rounds.round_speedups``), their spread (``relative_mad``) and how many rounds. An
+    (``serving_sweep.round_speedups``), their spread (``relative_mad``) and how many rounds. An
     adaptive launch measured beside them (a check pass) is the policy's outcome, and spec-off's A/A
     twin its launch noise: neither is a candidate (``NOT_CANDIDATES``)."""
     column = shape_of(records).column
@@ -102,7 +102,7 @@ def noise_aware_policy(records: pd.DataFrame, summary: pd.DataFrame | None = Non
 
     Keyed on the engine's batch (``Policy.keyed_on``). Its table's columns: ``concurrency``, ``batch``
     (the chosen configuration's measured ``mean_batch`` there from ``summary``, else spec-off's, else
-    the level: ``serving_rounds.batch_of``), ``config``, ``k``,
+    the level: ``serving_sweep.batch_of``), ``config``, ``k``,
     ``median_speedup`` (and the same as ``speedup_tpot``, what ``choose_launch`` and the text read),
     ``spread``, ``rounds``, ``noisy`` (a measurement there was too noisy to act on, so the cheaper
     choice stands) and ``tie_with`` (the costlier configurations it tied with, or "")."""

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_checks import best_static, draft_lengths
+from specnb.measure.serving_load import shape_of
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_policy import (
     MAX_BATCH,

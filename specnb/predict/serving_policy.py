@@ -15,7 +15,7 @@ measurements to the cheaper configuration, as vLLM's proposed ``tune_speculative
 **Ranges keyed on the engine's batch** (``batch_ranges``): vLLM looks k up by the scheduler's running
 batch, not by how many requests a client keeps in flight, and the load is what decides whether
 speculation pays — acceptance is not a load signal (vllm#26504). So a noise-aware policy carries each
-level's measured mean batch (``serving_rounds.batch_of``: ``mean_batch``, else the level) and its
+level's measured mean batch (``serving_sweep.batch_of``: ``mean_batch``, else the level) and its
 ranges change k where the two choices' speedups cross, each interpolated in log batch between the
 measured batches (``with_cuts``, the ``cut`` column), from a batch-1 anchor (required) to the largest
 measured batch (reported: above it nothing is extrapolated, the last choice holds).

@@ -44,8 +44,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_steady import steady_records
+from specnb.measure.serving_load import shape_of, steady_records
 from specnb.measure.serving_summary import decode_timed, steady_tpot_ms
 from specnb.measure.serving_sweep import Sweep
 from specnb.serve.speculation import BASELINE_CONFIG
@@ -100,7 +99,7 @@ def verify_ms(cost: pd.DataFrame, probe: pd.DataFrame | None, b: float, d: float
 def predict_serving(summary: pd.DataFrame, config: str, levels, baseline: str = BASELINE_CONFIG,
                     probe: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted TPOT and TPOT speedup of ``config`` at each of ``levels``, calibrated at its lowest
-    level; ``probe``: the engine's forward cost against tokens (``specnb.measure.serving_endpoint.probe_forward``)."""
+    level; ``probe``: the engine's forward cost against tokens (``specnb.measure.serving_load.probe_forward``)."""
     cost = step_cost(summary, baseline)
     rows = summary[summary["config"] == config].sort_values("concurrency")
     if rows.empty:

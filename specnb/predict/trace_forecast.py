@@ -42,8 +42,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_checks import draft_lengths
 from specnb.measure.serving_load import arrival_gaps
-from specnb.measure.serving_rounds import batch_of
-from specnb.measure.serving_sweep import request_lengths
+from specnb.measure.serving_sweep import batch_of, request_lengths
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_launch import families, zero_range_speedup
 from specnb.predict.serving_policy import scheduled_config

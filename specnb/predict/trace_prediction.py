@@ -13,10 +13,10 @@ and this does not, the miss is in how the forecast's queue filled, not in TPOT(b
 
 - **TPOT(b)** per configuration (``tpot_at``): its steady token-weighted TPOT
   (``serving_summary.steady_tpot_ms``) against its measured batch
-  (``serving_rounds.batch_of``: ``mean_batch``, else ``concurrency``), linear in log batch between
+  (``serving_sweep.batch_of``: ``mean_batch``, else ``concurrency``), linear in log batch between
   measured batches and clamped — never extrapolated (as vLLM's proposed ``tune_speculative_k``,
   PR #49163) — beyond the ends, which ``clamped_share`` reports.
-- **Occupancy** (``serving_rounds.occupancy``): from the engine's gauge samples over the trace
+- **Occupancy** (``serving_sweep.occupancy``): from the engine's gauge samples over the trace
   ([t_s, batch], each holding until the next: a run row's ``batch_trace``), dt_b, the seconds spent
   at each batch b. Each configuration's own: a faster one drains a burst sooner, at smaller batches.
 - **Token-weighted TPOT over the trace**: b·dt_b sequence-seconds at batch b decode b·dt_b ÷ TPOT(b)
@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.measure.serving_rounds import batch_of, occupancy
 from specnb.measure.serving_summary import steady_tpot_ms
+from specnb.measure.serving_sweep import batch_of, occupancy
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_policy import scheduled_config
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG

@@ -8,7 +8,7 @@ import pytest
 
 from specnb.app import serving_setup as setup
 from specnb.core.errors import ParameterError
-from specnb.measure.load_shapes import Lengths
+from specnb.measure.serving_load import Lengths
 
 
 @pytest.mark.parametrize("levels, name, message", [

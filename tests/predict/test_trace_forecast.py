@@ -11,10 +11,8 @@ from helpers import sim_sweep, sim_trace
 
 from specnb.core.errors import ParameterError
 from specnb.measure import serving_load, serving_sweep
-from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.serving_checks import trace_check, trace_rate
-from specnb.measure.serving_load import RequestRecord, Target
-from specnb.measure.serving_steady import Run
+from specnb.measure.serving_load import Lengths, Open, RequestRecord, Run, Target
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings
 from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.serving_launch import zero_range_speedup

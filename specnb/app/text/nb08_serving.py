@@ -11,7 +11,7 @@ from specnb.app import serving_keys as keys
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets
 from specnb.core.intervals import interval_text, speedup_text
-from specnb.measure.load_shapes import SHAPES, level_text, shape_of
+from specnb.measure.serving_load import SHAPES, level_text, shape_of
 from specnb.predict.serving_decision import ServingDecision, adaptive_ran, final_launch
 from specnb.predict.serving_policy import batch_ranges
 from specnb.predict.serving_predictor import median_error, step_cost, step_ms

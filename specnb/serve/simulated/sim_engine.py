@@ -14,7 +14,7 @@ forward probe, a policy's schedule — can be checked where the answer is known 
 - **Cost** (``simulated_cost.SimCost``): the step time, and what varies as on a real engine: prompts in acceptance,
   launches in speed (one instance of ``SimEngine`` is one launch).
 - **Counters** are vLLM's (``vllm/v1/spec_decode/metrics.py``: drafts, draft tokens, accepted, accepted per position;
-  ``generation_tokens``, ``prompt_tokens``) so ``serving_endpoint.parse_counters`` reads them unchanged;
+  ``generation_tokens``, ``prompt_tokens``) so ``serving_load.parse_counters`` reads them unchanged;
   ``specnb_sim:batch_size_sum`` / ``specnb_sim:steps_total`` give the mean batch.
 - **Drivers** in virtual time (``run_closed``, ``run_open``; ``drive_closed``: a running launch): no HTTP, no sleep.
 - **Server** (``simulated_http``; ``python -m specnb.serve.simulated.sim_engine``): OpenAI-compatible streaming on

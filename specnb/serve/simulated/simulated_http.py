@@ -10,7 +10,7 @@ as they do from vLLM. Endpoints and their shapes follow vLLM's OpenAI server:
   labelled ``model_name``, plus ``specnb_sim:batch_size_sum`` / ``specnb_sim:steps_total``);
 - ``POST /v1/chat/completions`` (streamed with ``stream_options.include_usage`` and
   ``continuous_usage_stats``, or one JSON) and ``POST /v1/completions`` (a prompt of token ids or
-  text; what ``serving_endpoint.probe_forward`` times).
+  text; what ``serving_load.probe_forward`` times).
 
 A prompt's length is its word count (or its number of token ids) and its key a CRC-32 of its text,
 so the same prompt gets the same text and the same acceptance whatever the load.

@@ -254,8 +254,7 @@ def test_an_open_loop_at_a_low_rate_sees_the_bare_step_costs():
 def test_the_server_streams_counts_and_answers_the_forward_probe_as_vllm_does():
     import httpx
 
-    from specnb.measure.serving_endpoint import parse_counters, probe_forward
-    from specnb.measure.serving_load import Target, run_async, send_closed
+    from specnb.measure.serving_load import Target, parse_counters, probe_forward, run_async, send_closed
 
     config = SimConfig(speculation=NGRAM3, cost=SimCost(fixed_ms=10.0, per_token_ms=0.5, acceptance=(0.8, 0.6, 0.4),
                                                         speed=50.0), model="sim-model")
@@ -307,7 +306,7 @@ def test_a_client_that_goes_away_frees_its_slot():
 
     import httpx
 
-    from specnb.measure.serving_endpoint import metric_line
+    from specnb.measure.serving_load import metric_line
 
     def running(url: str) -> float:
         lines = [metric_line().match(line) for line in httpx.get(f"{url}/metrics").text.splitlines()]
