@@ -508,8 +508,9 @@ def predict_trace(summary: pd.DataFrame, trace: PlannedTrace | SampledTrace, lau
     ``adaptive``, where the schedule ``launch`` it runs drafts): its predicted TPOT over the trace
     (``predicted_tpot_ms``), speedup over ``baseline`` (``predicted_speedup_tpot``: each from its own
     occupancy), mean batch while decoding (``trace_mean_batch``) and ``clamped_share`` / ``clamped``:
-    how much of it sat beyond the measured batches. A ``PlannedTrace`` makes this a forecast (no trace
-    record read), a ``SampledTrace`` a reconstruction from the batches the trace held."""
+    how much of it sat beyond the measured batches. The ``trace`` says where each configuration's time
+    goes (``occupancy(config, curves)``): a ``PlannedTrace`` makes this a forecast (no trace record
+    read), a ``SampledTrace`` a reconstruction from the batches the trace held."""
     if baseline not in set(summary["config"]):
         raise ParameterError(f"no {baseline!r} rows in the summary: nothing to predict a speedup over")
     curves = {c: static_curves(summary, c) for c in summary["config"].unique()
