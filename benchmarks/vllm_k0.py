@@ -4,7 +4,7 @@
                                  [--methods ngram,eagle3] [--out benchmarks/results/vllm_k0.csv]
 
 The serving policy launches one vLLM with ``num_speculative_tokens_per_batch_size``; where a range says
-k = 0, vLLM still takes its speculative path, and ``serving_predictor.zero_range_speedup`` prices that
+k = 0, vLLM still takes its speculative path, and ``serving_model.zero_range_speedup`` prices that
 at the method's own step cost beyond verification. This measures it, and prints that price beside: spec-off,
 each method's static configuration, and the same method launched with an all-zero schedule
 (``[[1, max_num_seqs, 0]]``, which drafts nothing at any batch size), all started at once by specnb and
@@ -28,7 +28,7 @@ from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Closed, Lengths
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
-from specnb.predict.serving_launch import zero_range_speedup
+from specnb.predict.serving_model import zero_range_speedup
 from specnb.serve.vllm.engine_vllm import ENGINE as VLLM
 
 DEFAULT_K = {"ngram": 4, "suffix": 8, "eagle3": 3}

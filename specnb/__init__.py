@@ -33,12 +33,12 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                A/A calibration (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor and its pick (``pick``), ``gamma="auto"`` (``auto_gamma``), calibration and
-               validation, speculation under serving load (``serving_predictor``) and the policy and
+               validation, speculation under serving load (``serving_model``: TPOT against the batch, what
+               a configuration reaches at a level and a trace's speedups, forecast before it is sent and
+               reconstructed from its batch occupancy by one predictor) and the policy and
                launch that follow from it (``serving_policy``, a Policy record keyed on the batch or the
-               concurrency, ``policy_record``; over rounds, ``noise_aware``;
-               one launch, ``serving_launch``; decided once, ``serving_decision``), a trace's
-               speedups forecast before it is sent (``trace_forecast``) and reconstructed from its
-               batch occupancy (``trace_prediction``), why a draft won or lost (``draft_reason``) and which
+               concurrency, ``policy_record``; over rounds, ``noise_aware``; one launch, ``serving_launch``;
+               decided once, ``serving_decision``), why a draft won or lost (``draft_reason``) and which
                engine to use instead of speculating (``engine_choice``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
                papermill runner and the ``specnb`` command, notebook 08's parameters

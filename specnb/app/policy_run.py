@@ -19,7 +19,7 @@ once what to launch, launch it where it is a schedule, measure it beside them an
    crossover and quiet spells below it, on every configuration running — the schedule beside the
    static ones, or the static ones alone: the only check of the verdict on bursty load either way
    (``serving_checks.trace_check``, ``serving_decision.with_trace``). Just before it is sent, its
-   speedups are forecast from the sweep's figures alone (``trace_forecast``) and handed to
+   speedups are forecast from the sweep's figures alone (``serving_model.predict_trace``) and handed to
    ``on_forecast``, so the forecast is on record before the trace.
 
 Every server is stopped however the check ends (the ``start`` context managers).
@@ -41,7 +41,7 @@ from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_sweep, targets_of
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_decision import ServingDecision, decide
-from specnb.predict.trace_forecast import forecast_trace, trace_rounds
+from specnb.predict.serving_model import plan_trace, predict_trace
 from specnb.serve.speculation import AA_TWIN_CONFIG
 
 
@@ -55,7 +55,7 @@ class PolicyRun:
     (``serving_decision.decide``); ``check``: every configuration with the adaptive one beside them
     (empty where no schedule was launched); ``trace``: every configuration running over the bursty
     trace; ``rate``: its mean arrival rate (requests/s); ``forecast``: the trace's speedups as forecast
-    before it was sent (``trace_forecast.forecast_trace``); ``note``: why a part is missing, one line."""
+    before it was sent (``serving_model.predict_trace``); ``note``: why a part is missing, one line."""
 
     sweep: Sweep
     decision: ServingDecision | None = None
@@ -149,8 +149,8 @@ def run_policy(configs: list, prompts: pd.DataFrame, loads: list, settings: Swee
                 trace_load = Open(rate=rate, burstiness=trace_settings.burstiness, lengths=loads[0].lengths,
                                   seed=loads[0].seed)
                 trace_prompts = pd.concat([prompts] * trace_settings.repeats, ignore_index=True)
-                forecast = forecast_trace(summary, trace_rounds(trace_load, trace_prompts, settings.rounds,
-                                                                seed), decision.launched if decision.checked else None)
+                forecast = predict_trace(summary, plan_trace(trace_load, trace_prompts, settings.rounds, seed),
+                                         decision.launch if decision.checked else None)
                 if on_forecast and len(forecast):
                     on_forecast(forecast)
                 trace = run_sweep(targets_of(launched, every), trace_prompts, [trace_load], again,

@@ -32,8 +32,8 @@ from specnb.core.paths import git_commit
 from specnb.measure import launch_noise, serving_checks, serving_load, serving_summary, serving_sweep
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Lengths
-from specnb.predict import serving_decision, trace_prediction
-from specnb.predict import serving_predictor as predict
+from specnb.predict import serving_decision
+from specnb.predict import serving_model as predict
 
 SMOKE = {"n_prompts": 4, "max_new_tokens": 12, "concurrency": [1, 2], "rounds": 3, "turnovers": 1}
 
@@ -247,10 +247,11 @@ def check(loop: PolicyRun | None, summary: pd.DataFrame, seed: int, noise) -> Ch
     if not len(loop.trace.records):
         return Checked(check_summary=check_summary, adaptive=adaptive)
     trace = serving_checks.trace_check(loop.trace.records, seed=seed, launch_noise=noise)
-    forecast = trace_prediction.trace_prediction_table(loop.forecast, trace) if len(loop.forecast) else pd.DataFrame()
-    rebuilt = trace_prediction.predict_trace(summary, loop.trace.runs, loop.policy)  # diagnostic
+    forecast = predict.trace_prediction_table(loop.forecast, trace) if len(loop.forecast) else pd.DataFrame()
+    rebuilt = predict.predict_trace(summary, predict.SampledTrace(runs=loop.trace.runs),
+                                    loop.decision.launch if loop.adaptive is not None else None)  # diagnostic
     return Checked(check_summary=check_summary, adaptive=adaptive, trace=trace, forecast=forecast,
-                   reconstruction=trace_prediction.trace_prediction_table(rebuilt, trace))
+                   reconstruction=predict.trace_prediction_table(rebuilt, trace))
 
 
 def record_tables(rec: Recorder, tables: dict[str, pd.DataFrame | None]) -> None:
@@ -305,7 +306,7 @@ def run(params: Params) -> ServingStudy:
     rec.value(keys.LAUNCH_LINE, decision.launch_line)  # what to paste: "" for no speculation
     rec.value(keys.MINUTES, round((time.perf_counter() - started) / 60, 2))
     rec.value(keys.LOAD_AVERAGE_END, round(os.getloadavg()[0], 1))
-    trace_error = trace_prediction.trace_median_error(checked.forecast) if len(checked.forecast) else float("nan")
+    trace_error = predict.trace_median_error(checked.forecast) if len(checked.forecast) else float("nan")
     conclusion = rec.record(text.serving_conclusion(crossings, validation, verdict, ready.machine, sweep.stopped,
                                                     trace_error))
     noise_note = noise.text() if noise is not None else ""

@@ -26,6 +26,7 @@ import pandas as pd
 from specnb.measure.serving_checks import best_static, draft_lengths
 from specnb.measure.serving_load import shape_of
 from specnb.predict.policy_record import Policy
+from specnb.predict.serving_model import zero_range_speedup
 from specnb.predict.serving_policy import (
     MAX_BATCH,
     POLICY_FLOOR,
@@ -35,18 +36,7 @@ from specnb.predict.serving_policy import (
     with_cuts,
     without_cuts,
 )
-from specnb.predict.serving_predictor import predict_serving, step_cost, step_ms
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
-
-
-def zero_range_speedup(summary: pd.DataFrame, base: str, levels, baseline: str = BASELINE_CONFIG) -> pd.Series:
-    """Per level, the TPOT speedup over spec-off of a launch built on configuration ``base`` where its
-    schedule says k = 0: the step is spec-off's plus ``base``'s own cost beyond verification δ(b)
-    (``predict_serving``'s ``draft_ms``, calibrated at its lowest level), since vLLM still takes the
-    speculative path at k = 0 — for n-gram as for a head, whose first forward is only part of it."""
-    cost = step_cost(summary, baseline)
-    own = predict_serving(summary, base, list(levels), baseline).set_index("concurrency")["draft_ms"]
-    return pd.Series({b: step_ms(cost, b) / (step_ms(cost, b) + own[b]) for b in levels}, name="zero_range_speedup")
 
 
 def zero_range_ci(summary: pd.DataFrame, base: str, levels, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:

@@ -17,8 +17,8 @@ from specnb.predict.serving_launch import (
     choose_launch,
     launch_policy,
     no_launch_why,
-    zero_range_speedup,
 )
+from specnb.predict.serving_model import zero_range_speedup
 from specnb.predict.serving_policy import as_launch, batch_ranges, policy_ranges, policy_switch, serving_policy
 from specnb.serve.simulated.sim_engine import SimCost, crossover, expected_speedup
 from specnb.serve.speculation import SPEC_OFF, Speculation

@@ -13,8 +13,8 @@ from specnb.app.text.common import bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.measure.serving_load import SHAPES, level_text, shape_of
 from specnb.predict.serving_decision import ServingDecision, adaptive_ran, final_launch
+from specnb.predict.serving_model import acceptance_of, median_error, step_cost, step_ms, verify_ms
 from specnb.predict.serving_policy import batch_ranges
-from specnb.predict.serving_predictor import median_error, step_cost, step_ms
 from specnb.serve.engines import engine_named
 from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
 
@@ -53,8 +53,6 @@ def crossover_line(row) -> str:
 
 def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | None = None) -> str:
     """Why a configuration does (not) pay at its lowest level, in the engine's own numbers."""
-    from specnb.predict.serving_predictor import acceptance_of, verify_ms
-
     row = summary[summary["config"] == config].sort_values("concurrency").iloc[0]
     cost = step_cost(summary)
     b = float(row["concurrency"])
@@ -107,7 +105,7 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
 
 
 def open_loop_note() -> Report:
-    """Why an open-loop sweep has no prediction and policy (``serving_predictor.require_steps``)."""
+    """Why an open-loop sweep has no prediction and policy (``serving_model.require_steps``)."""
     return Report("The serving predictor and the policy price an engine step by the requests in it, so they need "
                   "closed-loop concurrency levels; this sweep ran Poisson arrivals (requests/s), so they are left "
                   "out: run with `rates = []` for them.", {})
@@ -304,9 +302,9 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: Serv
 
 def trace_forecast_text(forecast: pd.DataFrame, reconstruction: pd.DataFrame) -> Report:
     """Each configuration's trace speedup as forecast before the trace was sent (the per-load figures
-    through the trace's own seeded arrivals: ``predict.trace_forecast``) against what the trace
+    through the trace's own seeded arrivals: ``serving_model.PlannedTrace``) against what the trace
     measured, and the median error (target ≤ 10%); then, as a diagnostic, the same TPOT(b) read over
-    the batches the trace itself held (``predict.trace_prediction``: a reconstruction, not a forecast).
+    the batches the trace itself held (``serving_model.SampledTrace``: a reconstruction, not a forecast).
     Both tables are ``trace_prediction_table``'s."""
     values, lines = {}, []
     if forecast.empty:
