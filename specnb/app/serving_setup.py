@@ -12,8 +12,7 @@ from specnb.app import serving_keys as keys
 from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import Closed, Lengths, Open
 from specnb.measure.serving_load import Target
-from specnb.serve.engines import engine_named, engines
-from specnb.serve.speculation import BASELINE_CONFIG, FREE_FAMILIES, Speculation
+from specnb.serve.engines import BASELINE_CONFIG, FREE_FAMILIES, Speculation, engine_named, engines
 
 # ---------------------------------------------------------------- checks before anything starts
 

@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specnb.serve.engines import engines
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation, engines
 
 
 @dataclass(kw_only=True)

@@ -22,7 +22,7 @@ import pandas as pd
 
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_summary import decode_timed, paired_requests
-from specnb.serve.speculation import BASELINE_CONFIG
+from specnb.serve.engines import BASELINE_CONFIG
 
 
 def batch_of(frame: pd.DataFrame) -> pd.Series:

@@ -36,7 +36,7 @@ from specnb.measure.acceptance import Fallback, counter_rates
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
 from specnb.measure.serving_steady import level_batch, measured_records, steady_records
-from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG
+from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG
 
 # What each summary row carries from its records: the load's shape and the configuration's identity.
 CARRIED = ("load", "burstiness", "turnovers", "max_tokens_asked", "range_ratio", "method", "family", "k",

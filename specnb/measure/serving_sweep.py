@@ -1,7 +1,7 @@
 """Load on an OpenAI-compatible serving engine: one record per request, counters per run, interleaved.
 
 The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server`` or vLLM,
-started by ``specnb.serve.servers``, or a running vLLM or SGLang server (``-p endpoint``). Every
+started by ``specnb.serve.processes``, or a running vLLM or SGLang server (``-p endpoint``). Every
 speculation configuration is its own server (a *target*); the sweep runs each level on every target,
 on the same prompts and output lengths, alternating run by run in an order rotated piece by piece, so
 a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
@@ -58,8 +58,8 @@ from specnb.measure.serving_endpoint import (
 from specnb.measure.serving_load import RequestRecord, Requests, Target, run_async, send_closed
 from specnb.measure.serving_steady import send_sampled
 from specnb.measure.serving_summary import Bootstrap, summarise_sweep
-from specnb.serve.server_process import ServerFailed
-from specnb.serve.speculation import AA_TWIN_CONFIG
+from specnb.serve.engines import AA_TWIN_CONFIG
+from specnb.serve.processes import ServerFailed
 
 
 @dataclass(kw_only=True)
@@ -352,7 +352,7 @@ def sweep_servers(configs, prompts: pd.DataFrame, loads: list, settings: SweepSe
     own line; the others are measured. ``relaunch``: every round but the first on fresh servers
     (``run_sweep``; ``ServingEngine.relaunch_each_round`` says where that is cheap)."""
 
-    from specnb.serve.servers import Launches
+    from specnb.serve.processes import Launches
 
     with Launches(configs) as launches:
         fresh = lambda n: targets_of(configs, launches.start().servers, n)  # noqa: E731

@@ -2,15 +2,15 @@
 
 Why: the serving verdict (sweep, A/A twin, summary, launch noise, policy, chooser) can only be judged
 for stability over hundreds of sweeps on known truths, and over HTTP the simulated engine runs in real
-time (``simulated_http`` sleeps every step). A ``Target`` whose ``virtual`` is a ``VirtualEngine``
+time (its HTTP face sleeps every step). A ``Target`` whose ``virtual`` is a ``VirtualEngine``
 is sent by the sweep's own code (``serving_sweep.run_sweep``: levels, rounds, pieces, fillers,
 rotation, screening), and answers its three calls — a run (``serving_steady.send_sampled``), the
 counters (``serving_endpoint.scrape``) and a warm-up (``serving_sweep.warm_up``) — from a
-``sim_engine.SimEngine`` driven by ``sim_engine.drive_closed`` with the run's own ``ClosedFeed``: the
+``simulated.SimEngine`` driven by ``simulated.drive_closed`` with the run's own ``ClosedFeed``: the
 same ``RequestRecord`` rows (seconds of virtual time), the counters parsed from the same Prometheus
-text the HTTP server serves (``simulated_http.metrics_text`` → ``parse_counters``), the running batch
+text the HTTP server serves (``simulated.metrics_text`` → ``parse_counters``), the running batch
 sampled every ``BATCH_EVERY_S`` as the real sampler reads its gauge. A prompt's length and key are the
-HTTP server's (``simulated_http.prompt_of``), so a prompt accepts the same way on either face.
+HTTP server's (``simulated.prompt_of``), so a prompt accepts the same way on either face.
 
 One ``VirtualEngine`` is one launch: every run on it shares its launch factor
 (``SimCost.launch_factor``), its clock and its counters. ``level_costs`` prices a level's runs with a
@@ -26,9 +26,8 @@ from specnb.core.errors import ParameterError
 from specnb.measure.serving_endpoint import Counters, parse_counters
 from specnb.measure.serving_load import ClosedFeed, RequestRecord, Requests
 from specnb.measure.serving_steady import BATCH_EVERY_S, Run
-from specnb.serve.simulated.sim_engine import SimCost, SimEngine, SimRequests, drive_closed, token_text
-from specnb.serve.simulated.simulated_http import metrics_text, prompt_of
-from specnb.serve.speculation import Speculation
+from specnb.serve.engines import Speculation
+from specnb.serve.simulated import SimCost, SimEngine, drive_closed, metrics_text, prompt_of, token_text
 
 
 class VirtualEngine:
@@ -43,10 +42,11 @@ class VirtualEngine:
         """The counters as a scrape of the HTTP server would read them now."""
         return parse_counters(metrics_text(self.engine, self.model))
 
-    def requests(self, texts: list[str], max_tokens: list[int]) -> SimRequests:
-        """``texts`` as the HTTP server reads a chat request: its length in words and its key."""
+    def requests(self, texts: list[str], max_tokens: list[int]) -> dict:
+        """``texts`` as the HTTP server reads a chat request (its length in words and its key): ``drive_closed``'s
+        ``prompt_lens``, ``output_lens`` and ``keys``."""
         read = [prompt_of({"messages": [{"role": "user", "content": t}]}, chat=True) for t in texts]
-        return SimRequests(prompt_lens=[n for n, _ in read], output_lens=list(max_tokens), keys=[k for _, k in read])
+        return {"prompt_lens": [n for n, _ in read], "output_lens": list(max_tokens), "keys": [k for _, k in read]}
 
     def send(self, load, requests: Requests, ignore_eos: bool, round_index: int, fillers: Requests) -> Run:
         """One closed-loop run as ``send_sampled`` sends it: the measured requests, then the fillers
@@ -58,16 +58,16 @@ class VirtualEngine:
         feed = ClosedFeed(len(requests.texts), len(fillers.texts), load.concurrency)
         sim = self.requests(texts, tokens)
         start_s = self.engine.now_ms / 1e3
-        timeline = drive_closed(self.engine, sim, load.concurrency, feed)
+        timeline = drive_closed(self.engine, concurrency=load.concurrency, feed=feed, **sim)
         rows, trace = timeline.records(), timeline.batch_trace
-        done = [self.record(row, sim.keys[i], start_s) for i, row in enumerate(rows)]
+        done = [self.record(row, sim["keys"][i], start_s) for i, row in enumerate(rows)]
         duration = self.engine.now_ms / 1e3 - start_s
         return Run(done=done, duration=duration, samples=sampled(trace, start_s, duration))
 
     def warm(self, texts: list[str], concurrency: int, max_tokens: list[int]) -> None:
         """A warm-up run: sent and not recorded (the engine's clock and counters move on, as a server's do)."""
         sim = self.requests(texts, max_tokens)
-        drive_closed(self.engine, sim, concurrency)
+        drive_closed(self.engine, concurrency=concurrency, **sim)
 
     def record(self, row: dict, key: int, start_s: float) -> RequestRecord:
         """A driver's record as the streaming client keeps it (its text the tokens the server streams)."""

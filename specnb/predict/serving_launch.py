@@ -36,7 +36,7 @@ from specnb.predict.serving_policy import (
     without_cuts,
 )
 from specnb.predict.serving_predictor import predict_serving, step_cost, step_ms
-from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
+from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
 
 
 def zero_range_speedup(summary: pd.DataFrame, base: str, levels, baseline: str = BASELINE_CONFIG) -> pd.Series:

@@ -48,7 +48,7 @@ from specnb.measure.load_shapes import shape_of
 from specnb.measure.serving_steady import steady_records
 from specnb.measure.serving_summary import decode_timed, steady_tpot_ms
 from specnb.measure.serving_sweep import Sweep
-from specnb.serve.speculation import BASELINE_CONFIG
+from specnb.serve.engines import BASELINE_CONFIG
 
 
 def require_steps(frame: pd.DataFrame) -> None:

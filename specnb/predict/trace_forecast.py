@@ -48,7 +48,7 @@ from specnb.predict.policy_record import Policy
 from specnb.predict.serving_launch import families, zero_range_speedup
 from specnb.predict.serving_policy import scheduled_config
 from specnb.predict.trace_prediction import batch_curve, tpot_at, tpot_curve
-from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
+from specnb.serve.engines import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
 
 TTFT_COLUMN = "mean_ttft_ms"
 

@@ -41,7 +41,7 @@ from specnb.measure.serving_rounds import batch_of, occupancy
 from specnb.measure.serving_summary import steady_tpot_ms
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_policy import scheduled_config
-from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG
+from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG
 
 
 def trace_occupancy(runs: pd.DataFrame, config: str) -> pd.Series:

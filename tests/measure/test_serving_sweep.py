@@ -434,7 +434,8 @@ def test_an_sglang_sweep_lands_in_the_same_alpha_and_tau(meta):
 
 
 def test_a_missing_server_is_one_line_saying_how_to_get_one(monkeypatch):
-    from specnb.serve.llama.llama_server import LlamaServer, LlamaServerConfig, ServerFailed, missing_note
+    from specnb.serve.llama import LlamaServer, LlamaServerConfig, missing_note
+    from specnb.serve.processes import ServerFailed
 
     monkeypatch.setenv("SPECNB_LLAMA_SERVER", "/nonexistent/llama-server")
     note = missing_note()

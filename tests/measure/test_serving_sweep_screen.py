@@ -10,8 +10,8 @@ from helpers import closed
 from specnb.measure.serving_load import Target
 from specnb.measure.serving_summary import crossover, summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, run_sweep, screen_out
-from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer, expected_speedup
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import SimConfig, SimCost, SimServer, expected_speedup
 
 NGRAM3 = Speculation(entry="ngram", k=3, method="ngram", family="ngram")
 DRAFT3 = Speculation(entry="smollm2-draft-s", k=3, method="draft_model", family="draft_model", uses_model=True)

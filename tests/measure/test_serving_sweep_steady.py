@@ -18,8 +18,8 @@ from specnb.measure.load_shapes import Closed, Lengths, Open, steady_flags
 from specnb.measure.serving_load import ClosedFeed
 from specnb.measure.serving_steady import batch_columns, level_batch, read_gauge, steady_records
 from specnb.measure.serving_sweep import SweepSettings, cycles_of, length_keys
-from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimRequests, SimServer, expected_speedup, run_closed
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import SimConfig, SimCost, SimServer, expected_speedup, run_closed
 
 NGRAM3 = Speculation(entry="ngram", k=3, method="ngram", family="ngram")
 COST = SimCost(fixed_ms=10.0, per_token_ms=0.5, draft_ms=1.0, acceptance=(0.8, 0.6, 0.4))
@@ -39,8 +39,8 @@ def decode_s_per_token(records: list[dict], keep) -> float:
 def tpot_speedup(lengths: list[int], prompt_len: int, c: int) -> float:
     """Spec-off's decode time per token over n-gram k=3's, both closed loops at ``c`` on the same lengths,
     every request counted."""
-    requests = SimRequests(prompt_lens=[prompt_len] * len(lengths), output_lens=lengths)
-    off, spec = run_closed(COST, SPEC_OFF, requests, c), run_closed(COST, NGRAM3, requests, c)
+    prompt_lens = [prompt_len] * len(lengths)
+    off, spec = run_closed(COST, SPEC_OFF, prompt_lens, lengths, c), run_closed(COST, NGRAM3, prompt_lens, lengths, c)
     return decode_s_per_token(off, [True] * len(lengths)) / decode_s_per_token(spec, [True] * len(lengths))
 
 
@@ -49,8 +49,8 @@ def filled_run(load, speculation, measured: list[int], fillers: list[int], promp
     the fillers (``fillers`` lengths) around them (``ClosedFeed``); (records: the measured, then the
     fillers sent; steady flags over them)."""
     n, c = len(measured), load.concurrency
-    requests = SimRequests(prompt_lens=[prompt_len] * (n + len(fillers)), output_lens=measured + fillers)
-    records = run_closed(COST, speculation, requests, c, feed=ClosedFeed(n, len(fillers), c))
+    records = run_closed(COST, speculation, [prompt_len] * (n + len(fillers)), measured + fillers, c,
+                         feed=ClosedFeed(n, len(fillers), c))
     return records, steady(load, records)
 
 
@@ -107,7 +107,7 @@ def test_measured_requests_decode_at_batch_c_where_the_drain_and_a_single_wave_d
     drained = [r for r, f in zip(spec[n:], finished[n:]) if f > end]  # fillers the level drained with
     assert drained and np.mean([r["batch_mean"] for r in drained]) < c - 2
     assert np.mean([r["tpot"] for r in drained]) < 0.9 * sustained
-    wave = run_closed(COST, NGRAM3, SimRequests(prompt_lens=[4] * c, output_lens=[32] * c), c)
+    wave = run_closed(COST, NGRAM3, [4] * c, [32] * c, c)
     assert np.mean([r["tpot"] for r in wave]) < 0.95 * sustained
 
 

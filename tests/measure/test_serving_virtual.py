@@ -14,8 +14,8 @@ from specnb.measure.serving_steady import send_sampled
 from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, run_sweep
 from specnb.measure.serving_virtual import VirtualEngine, sampled
-from specnb.serve.simulated.sim_engine import SimCost, run_closed
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import SimCost, run_closed
 
 NGRAM = Speculation(entry="ngram", k=3, method="ngram", family="ngram")
 TEXTS = ["the quick brown fox", "a b c d e f", "one two", "lorem ipsum dolor sit amet"]
@@ -33,7 +33,7 @@ def test_a_run_is_the_drivers_closed_loop_and_its_counters_add_up():
     run = send_sampled(target, load, asked, True, 0, fill)
     counted = scrape(target).minus(before)
     sim = target.virtual.requests(asked.texts + fill.texts, asked.max_tokens + fill.max_tokens)
-    rows = run_closed(SimCost(), NGRAM, sim, 2, feed=ClosedFeed(4, 3, 2))
+    rows = run_closed(SimCost(), NGRAM, concurrency=2, feed=ClosedFeed(4, 3, 2), **sim)
     assert [d.output_tokens for d in run.done] == [r["output_tokens"] for r in rows]  # measured, then fillers sent
     assert [d.latency for d in run.done] == pytest.approx([r["latency"] for r in rows])
     assert [d.output_tokens for d in run.done[:4]] == [5, 9, 7, 6]

@@ -28,8 +28,8 @@ from specnb.predict.trace_forecast import (
     trace_rounds,
 )
 from specnb.predict.trace_prediction import predict_trace, tpot_curve, trace_median_error, trace_prediction_table
-from specnb.serve.simulated.sim_engine import SimCost, crossover
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import SimCost, crossover
 
 # every admitted prompt costs 8 ms of prefill in its step; n-gram k = 4 stops paying at a batch of 8, k = 2 at 14,
 # inside the measured 1–16; a k = 0 step still pays the speculative path's 0.5 ms (draft_ms)

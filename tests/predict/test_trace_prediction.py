@@ -19,8 +19,8 @@ from specnb.predict.trace_prediction import (
     trace_median_error,
     trace_prediction_table,
 )
-from specnb.serve.simulated.sim_engine import SimCost
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import SimCost
 
 # n-gram k = 4 pays most at a batch of 1–4, k = 2 from there to ~29, spec-off above (simulated.crossover)
 COST = SimCost(fixed_ms=10.0, per_token_ms=0.5, prefill_per_token_ms=0.0, acceptance=(0.7,))
