@@ -138,7 +138,7 @@ class ServerProcess:
     log calls an error (``is_error_line``) and a lost bind (``bind_failed``)."""
 
     engine = "server"  # how messages name it
-    reaped = False  # True: run under ``reaper`` (an engine whose children do not watch their parent)
+    reaped = False  # True: run under ``reap`` (an engine whose children do not watch their parent)
 
     def __init__(self, name: str, timeout_s: float, port: int = 0):
         self.name, self.timeout_s = name, timeout_s

@@ -480,7 +480,7 @@ def prompt_of(body: dict, chat: bool) -> tuple[int, int]:
     raise BadRequest("prompt must be text or a non-empty list of token ids")
 
 
-def metrics_text(engine, model: str) -> str:
+def metrics_text(engine: SimEngine, model: str) -> str:
     """The engine's counters as vLLM exposes them (spec-decode series only when it speculates, as vLLM
     registers them only with a speculative config)."""
     escaped = model.replace("\\", "\\\\").replace('"', '\\"')  # Prometheus label value escaping
@@ -508,7 +508,7 @@ def metrics_text(engine, model: str) -> str:
 class Service:
     """The server's state: the engine, a queue per request in flight, the tasks to cancel at the end."""
 
-    def __init__(self, engine, *, model: str, speed: float):
+    def __init__(self, engine: SimEngine, *, model: str, speed: float):
         self.engine, self.model, self.speed = engine, model, speed
         self.queues: dict[int, asyncio.Queue] = {}
         self.work = asyncio.Event()  # set when a request arrives: the engine loop wakes
@@ -623,7 +623,7 @@ class Service:
 class Reply:
     """What one request's chunks and usage say (OpenAI's shapes, as vLLM fills them)."""
 
-    def __init__(self, *, request, chat: bool, model: str, created: int):
+    def __init__(self, *, request: SimRequest, chat: bool, model: str, created: int):
         self.request, self.chat, self.model, self.created = request, chat, model, created
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request.id}"
         self.sent = 0  # tokens delivered (the engine's count may be a step ahead: it steps while we write)
@@ -642,7 +642,7 @@ class Reply:
                 "created": self.created, "model": self.model, "choices": [choice]}
 
 
-async def serve(engine, *, host: str, port: int, model: str, speed: float) -> None:
+async def serve(engine: SimEngine, *, host: str, port: int, model: str, speed: float) -> None:
     """Serve ``engine`` until SIGTERM or SIGINT; every task is ended before returning."""
     service, stop = Service(engine, model=model, speed=speed), asyncio.Event()
     loop = asyncio.get_running_loop()
