@@ -77,11 +77,8 @@ from specnb.measure.serving_load import Lengths, Target
 from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, VirtualEngine, run_sweep
 from specnb.predict.serving_decision import decide
-from specnb.serve.engines import engine_named
-from specnb.serve.simulated.engine_simulated import FAMILIES
-from specnb.serve.simulated.sim_engine import SimCost
-from specnb.serve.simulated.simulated_http import launched_cost
-from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, parse_entry
+from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, engine_named, parse_entry
+from specnb.serve.simulated import FAMILIES, SimCost, launched_cost
 
 HERE = Path(__file__).parent
 TRUTHS = HERE / "truths"

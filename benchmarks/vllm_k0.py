@@ -29,7 +29,7 @@ from specnb.measure.serving_load import Closed, Lengths
 from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
 from specnb.predict.serving_model import zero_range_speedup
-from specnb.serve.vllm.engine_vllm import ENGINE as VLLM
+from specnb.serve.vllm import ENGINE as VLLM
 
 DEFAULT_K = {"ngram": 4, "suffix": 8, "eagle3": 3}
 

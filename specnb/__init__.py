@@ -18,11 +18,11 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                loader, trace and pricing side by side; CONTRIBUTING.md), loading a verifier and its
                drafts by kind (``pairs``), γ settled in one place (``gamma``), KV caches,
                accept/reject (``accept``), the stage timer (``timing``)
-    serve/     serving engines under load: what a configuration drafts (``speculation``: the
-               ``Speculation`` record), what an engine is and the one table of them (``engines``:
-               the ``ServingEngine`` protocol), one sub-folder per engine (``llama/``, ``vllm/``, ``simulated/``
-               with its cost model ``simulated_cost``, ``openai/``), their processes
-               (``server_process``, ``servers``) and the reaping of strays (``reaper``)
+    serve/     serving engines under load: what an engine is, what a configuration drafts and the one
+               table of engines (``engines``: the ``ServingEngine`` protocol, the ``Speculation`` record,
+               an endpoint someone else runs), their processes and the reaping of strays (``processes``),
+               one module per launched engine (``llama``, ``vllm``, ``simulated``: a cost model, its
+               scheduler, virtual-time drivers and an HTTP face)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs (``sizing``),
                per-position acceptance, forward-pass microbenchmarks (``forward``), the notebooks' tables
                (``analysis``), load on one serving engine: its shape as a record, the requests, a run's steady

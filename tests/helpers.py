@@ -47,7 +47,7 @@ def tiny_model(arch: str = "llama", vocab: int = 200, hidden: int = 64, layers: 
 
 
 def engine_eagle3_head(folder) -> str:
-    """The EAGLE-3 head the engine tests run (a name or a folder, as ``eagle3_heads.EAGLE3_HEAD`` takes
+    """The EAGLE-3 head the engine tests run (a name or a folder, as ``engines.EAGLE3_HEAD`` takes
     either): the embedded ``smollm2-eagle3`` once that folder holds the standard layout, else an untrained
     head started from the embedded verifier (``Eagle3Draft.init_from_verifier``), saved in ``folder``,
     which gets some drafts accepted all the same."""
@@ -298,7 +298,7 @@ def gone(pid: int) -> bool:
 def spec(entry: str = "", k: int = 0, family: str | None = None, uses_model: bool = False):
     """A configuration's ``Speculation`` record (``entry`` "" for spec-off); its display name is
     ``f"{entry} k={k}"``."""
-    from specnb.serve.speculation import Speculation
+    from specnb.serve.engines import Speculation
 
     if not entry:
         return Speculation()
@@ -355,7 +355,7 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
     import pandas as pd
 
     from specnb.measure.serving_sweep import mean_batch
-    from specnb.serve.simulated.sim_engine import SimRequests, run_closed
+    from specnb.serve.simulated import run_closed
 
     records, batches = [], []
     for round_index in range(rounds):
@@ -363,8 +363,8 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
             n = max(12, per_worker * c)
             lengths = np.random.default_rng([round_index, c]).integers(tokens // 2, 3 * tokens // 2 + 1, n)
             for spec in speculations:
-                requests = SimRequests(prompt_lens=[prompt_len] * n, output_lens=list(lengths))
-                rows, trace = run_closed(replace(cost, seed=round_index), spec, requests, c, with_batch_trace=True)
+                rows, trace = run_closed(replace(cost, seed=round_index), spec, [prompt_len] * n, list(lengths), c,
+                                         with_batch_trace=True)
                 records += [{"engine": "simulated", **spec.columns(), "load": "closed", "concurrency": c,
                              "round": round_index, "prompt_index": i, "prompt_id": str(i), "partial": False, **r}
                             for i, r in enumerate(rows)]
@@ -395,7 +395,7 @@ def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: li
 
     import pandas as pd
 
-    from specnb.serve.simulated.sim_engine import run_open
+    from specnb.serve.simulated import run_open
 
     rate = len(arrivals_s) / max(arrivals_s)
     records, runs = [], []

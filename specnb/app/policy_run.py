@@ -42,7 +42,7 @@ from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_s
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_decision import ServingDecision, decide
 from specnb.predict.serving_model import plan_trace, predict_trace
-from specnb.serve.speculation import AA_TWIN_CONFIG
+from specnb.serve.engines import AA_TWIN_CONFIG
 
 
 def empty() -> Sweep:
@@ -100,7 +100,7 @@ class TraceSettings:
 @dataclass(frozen=True, kw_only=True)
 class PolicyHooks:
     """What the policy's run calls out to: ``start``, the context manager that starts servers and
-    yields ``Running`` (None: ``specnb.serve.servers.servers``, where a method the engine refuses is
+    yields ``Running`` (None: ``specnb.serve.processes.servers``, where a method the engine refuses is
     left out with its line); ``on_run(phase)``: the saver for "sweep", "check" and "trace";
     ``on_forecast(table)``: sees the trace's forecast before the trace is sent (to record it)."""
 
@@ -116,7 +116,7 @@ def run_policy(configs: list, prompts: pd.DataFrame, loads: list, settings: Swee
     too. A server that dies ends the check with what was measured."""
     start, on_run, on_forecast = hooks.start, hooks.on_run, hooks.on_forecast
     if start is None:
-        from specnb.serve.servers import servers as start
+        from specnb.serve.processes import servers as start
 
     seed = settings.seed
     with start(configs, keep_going=True) as running:

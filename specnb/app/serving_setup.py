@@ -11,8 +11,7 @@ import os
 from specnb.app import serving_keys as keys
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_load import Closed, Lengths, Open, Target
-from specnb.serve.engines import engine_named, engines
-from specnb.serve.speculation import BASELINE_CONFIG, FREE_FAMILIES, Speculation
+from specnb.serve.engines import BASELINE_CONFIG, FREE_FAMILIES, Speculation, engine_named, engines
 
 # ---------------------------------------------------------------- checks before anything starts
 

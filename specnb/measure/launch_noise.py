@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG
+from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG
 
 Z95 = 1.959964  # the 95% two-sided normal quantile the bootstrap intervals are read with
 CONFIDENCE = 0.8  # sigma is the one-sided upper bound at this confidence, not the point estimate

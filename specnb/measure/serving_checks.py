@@ -23,7 +23,7 @@ from specnb.measure.serving_summary import (
     row_rng,
     speedup_ci,
 )
-from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES
+from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES
 
 
 def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:

@@ -91,8 +91,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError, SpecnbError
-from specnb.serve.engines import engine_named, engines
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation, engine_named, engines
 
 FILLER_STREAM = 1  # the seed word fillers' lengths are drawn with (a trailing 0 would draw the measured ones')
 FILLERS_PER_SLOT = 4  # a run's fillers are capped at this many per slot plus one per measured request

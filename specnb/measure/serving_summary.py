@@ -35,7 +35,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import Fallback, counter_rates
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
 from specnb.measure.serving_load import level_batch, measured_records, shape_of, steady_records
-from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG
+from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG
 
 # What each summary row carries from its records: the load's shape and the configuration's identity.
 CARRIED = ("load", "burstiness", "turnovers", "max_tokens_asked", "range_ratio", "method", "family", "k",

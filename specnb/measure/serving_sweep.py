@@ -1,7 +1,7 @@
 """Load on an OpenAI-compatible serving engine: one record per request, counters per run, interleaved.
 
 The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server`` or vLLM,
-started by ``specnb.serve.servers``, or a running vLLM or SGLang server (``-p endpoint``). Every
+started by ``specnb.serve.processes``, or a running vLLM or SGLang server (``-p endpoint``). Every
 speculation configuration is its own server (a *target*); the sweep runs each level on every target,
 on the same prompts and output lengths, alternating run by run in an order rotated piece by piece, so
 a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
@@ -95,11 +95,9 @@ from specnb.measure.serving_load import (
     shape_of,
 )
 from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
-from specnb.serve.server_process import ServerFailed
-from specnb.serve.servers import Launches
-from specnb.serve.simulated.sim_engine import SimCost, SimEngine, SimRequests, drive_closed, token_text
-from specnb.serve.simulated.simulated_http import metrics_text, prompt_of
-from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, Speculation
+from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, Speculation
+from specnb.serve.processes import Launches, ServerFailed
+from specnb.serve.simulated import SimCost, SimEngine, drive_closed, metrics_text, prompt_of, token_text
 
 
 @dataclass(kw_only=True)
@@ -488,10 +486,11 @@ class VirtualEngine:
         """The counters as a scrape of the HTTP server would read them now."""
         return parse_counters(metrics_text(self.engine, self.model))
 
-    def requests(self, texts: list[str], max_tokens: list[int]) -> SimRequests:
-        """``texts`` as the HTTP server reads a chat request: its length in words and its key."""
+    def requests(self, texts: list[str], max_tokens: list[int]) -> dict:
+        """``texts`` as the HTTP server reads a chat request (its length in words and its key): ``drive_closed``'s
+        ``prompt_lens``, ``output_lens`` and ``keys``."""
         read = [prompt_of({"messages": [{"role": "user", "content": t}]}, chat=True) for t in texts]
-        return SimRequests(prompt_lens=[n for n, _ in read], output_lens=list(max_tokens), keys=[k for _, k in read])
+        return {"prompt_lens": [n for n, _ in read], "output_lens": list(max_tokens), "keys": [k for _, k in read]}
 
     def send(self, load, requests: Requests, ignore_eos: bool, round_index: int, fillers: Requests) -> Run:
         """One closed-loop run as ``send_sampled`` sends it: the measured requests, then the fillers
@@ -503,16 +502,16 @@ class VirtualEngine:
         feed = ClosedFeed(len(requests.texts), len(fillers.texts), load.concurrency)
         sim = self.requests(texts, tokens)
         start_s = self.engine.now_ms / 1e3
-        timeline = drive_closed(self.engine, sim, load.concurrency, feed)
+        timeline = drive_closed(self.engine, concurrency=load.concurrency, feed=feed, **sim)
         rows, trace = timeline.records(), timeline.batch_trace
-        done = [self.record(row, sim.keys[i], start_s) for i, row in enumerate(rows)]
+        done = [self.record(row, sim["keys"][i], start_s) for i, row in enumerate(rows)]
         duration = self.engine.now_ms / 1e3 - start_s
         return Run(done=done, duration=duration, samples=sampled(trace, start_s, duration))
 
     def warm(self, texts: list[str], concurrency: int, max_tokens: list[int]) -> None:
         """A warm-up run: sent and not recorded (the engine's clock and counters move on, as a server's do)."""
         sim = self.requests(texts, max_tokens)
-        drive_closed(self.engine, sim, concurrency)
+        drive_closed(self.engine, concurrency=concurrency, **sim)
 
     def record(self, row: dict, key: int, start_s: float) -> RequestRecord:
         """A driver's record as the streaming client keeps it (its text the tokens the server streams)."""

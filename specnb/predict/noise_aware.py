@@ -26,7 +26,7 @@ from specnb.measure.serving_load import shape_of
 from specnb.measure.serving_sweep import batch_of, relative_mad, round_speedups
 from specnb.predict.policy_record import Policy, policy_of
 from specnb.predict.serving_model import require_steps
-from specnb.serve.speculation import BASELINE_CONFIG, NOT_CANDIDATES
+from specnb.serve.engines import BASELINE_CONFIG, NOT_CANDIDATES
 
 MIN_ROUNDS = 3  # rounds a median and a spread are taken over (vLLM PR #49163: the median of >= 3 runs)
 NOISY_MAD = 0.1  # a measurement whose relative MAD over rounds is above this is too noisy to act on

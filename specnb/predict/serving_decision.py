@@ -21,8 +21,7 @@ from specnb.measure.serving_load import shape_of
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_launch import choose_launch
 from specnb.predict.serving_policy import as_launch, policy_ranges, policy_switch, serving_policy
-from specnb.serve.engines import engine_named
-from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
+from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch, engine_named
 
 SCHEDULE_FORMAT = "vllm"  # the engine whose --speculative-config is the form a per-batch-size schedule is pasted in
 

@@ -36,7 +36,7 @@ from specnb.predict.serving_policy import (
     with_cuts,
     without_cuts,
 )
-from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
+from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch
 
 
 def zero_range_ci(summary: pd.DataFrame, base: str, levels, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:

@@ -93,7 +93,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.serving_load import arrival_gaps, shape_of, steady_records
 from specnb.measure.serving_summary import decode_timed, paired_requests, row_rng, speedup_ci, steady_tpot_ms
 from specnb.measure.serving_sweep import Sweep, batch_of, occupancy, request_lengths
-from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
+from specnb.serve.engines import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
 
 TTFT_COLUMN = "mean_ttft_ms"
 COUNTER_COLUMNS = ("tokens_predicted", "spec_decode_draft_tokens", "spec_decode_accepted_tokens")

@@ -33,7 +33,7 @@ from specnb.measure.serving_checks import draft_lengths
 from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
 from specnb.predict.policy_record import Policy, PolicyLevel, policy_of
 from specnb.predict.serving_model import require_steps
-from specnb.serve.speculation import BASELINE_CONFIG, NOT_CANDIDATES, Launch
+from specnb.serve.engines import BASELINE_CONFIG, NOT_CANDIDATES, Launch
 
 POLICY_FLOOR = 0.95  # the lowest lower 95% bound of a TPOT speedup the policy will run
 BATCH_ONE = 1.5  # a level whose measured batch is at most this is the batch-1 anchor

@@ -12,8 +12,8 @@ from specnb.app import policy_run
 from specnb.app.policy_run import PolicyHooks
 from specnb.measure.serving_sweep import Sweep, SweepSettings
 from specnb.predict.policy_record import policy_of
-from specnb.serve.servers import Running
-from specnb.serve.vllm.vllm_server import VllmConfig
+from specnb.serve.processes import Running
+from specnb.serve.vllm import VllmConfig
 
 
 def config(method: str = "none", k: int = 4) -> VllmConfig:

@@ -94,7 +94,7 @@ def test_each_engine_has_its_own_default_ngram():
 def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(monkeypatch, tmp_path):
     from specnb.models.eagle3 import Eagle3Config
     from specnb.native import llama_build
-    from specnb.serve import eagle3_heads
+    from specnb.serve import engines
 
     head = tmp_path / "head"
     head.mkdir()
@@ -103,7 +103,7 @@ def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(
     converter = tmp_path / "convert_hf_to_gguf.py"
     converter.write_text("")
     monkeypatch.setattr(llama_build, "converter_path", lambda: converter)
-    monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", str(head))
+    monkeypatch.setattr(engines, "EAGLE3_HEAD", str(head))
     assert setup.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4", "eagle3:3"]
     assert setup.speculation_note("vllm", None, False, "smollm2-135m") == ""
     assert setup.serving_speculation("vllm", None, smoke=True, verifier="smollm2-135m") == ["ngram:3"]  # 1 server less
@@ -115,7 +115,7 @@ def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(
     assert setup.speculation_note("llama.cpp", None, False, "smollm2-135m").startswith(
         "eagle3:2 left out of llama-server's default speculation: no llama.cpp converter")
     assert setup.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4", "eagle3:3"]
-    monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", "smollm2-medusa")
+    monkeypatch.setattr(engines, "EAGLE3_HEAD", "smollm2-medusa")
     assert setup.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4"]
     note = setup.speculation_note("vllm", None, False, "smollm2-135m")
     assert note.startswith("eagle3:3 left out of vLLM's default speculation: smollm2-medusa is not an EAGLE-3 head")
@@ -124,7 +124,7 @@ def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(
 
 def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
     from specnb.core.devices import cpu_name
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     line = setup.machine_line("vllm", [], "http://127.0.0.1:8000")
     assert line.startswith(cpu_name()) and "vllm" in line and "127.0.0.1" not in line
@@ -133,7 +133,7 @@ def test_the_machine_line_names_the_cpu_and_the_engine_not_the_endpoint():
 
 
 def test_the_probe_reaches_the_largest_verification_batch_and_drafts_are_named_by_configuration():
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=6),
                VllmConfig(model="/m", method="eagle3", draft="/heads/e3", k=3)]

@@ -24,15 +24,14 @@ from specnb.measure.launch_noise import (
 )
 from specnb.measure.runs import bootstrap_speedup
 from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
-from specnb.serve.simulated.sim_engine import (
+from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, SPEC_OFF, Speculation
+from specnb.serve.simulated import (
     SimConfig,
     SimCost,
-    SimRequests,
     expected_speedup,
     expected_tokens,
     run_closed,
 )
-from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, SPEC_OFF, Speculation
 
 PROMPTS, ROUNDS, N_BOOT = 8, 3, 200  # a closed-loop level: 8 prompts, each sent once per round
 JITTER = 0.03  # sd of log of one launch's speed factor: an A/A pair's log speedup has sd √2 · 0.03
@@ -50,8 +49,7 @@ def launch(config: str, speculation: Speculation, launch_seed: int, concurrency:
     launched = replace(cost, launch_seed=launch_seed, seed=seed)
     rows = []
     for r in range(ROUNDS):
-        requests = SimRequests(prompt_lens=PROMPT_LENS, output_lens=output_lens, keys=list(range(PROMPTS)))
-        records = run_closed(launched, speculation, requests, concurrency)
+        records = run_closed(launched, speculation, PROMPT_LENS, output_lens, concurrency, keys=list(range(PROMPTS)))
         rows += [record | {"config": config, "concurrency": concurrency, "round": first_round + r, "prompt_index": i,
                            "prompt_id": f"p{i}", "launch": launch_id} for i, record in enumerate(records)]
     return pd.DataFrame(rows)
@@ -176,8 +174,8 @@ def test_noise_is_stored_per_engine_and_machine_and_pools_sweep_by_sweep(monkeyp
 
 
 def test_a_sweep_gets_spec_offs_twin_until_the_stored_noise_rests_on_enough_pairs(monkeypatch, tmp_path):
-    from specnb.serve.llama.llama_server import LlamaServerConfig
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.llama import LlamaServerConfig
+    from specnb.serve.vllm import VllmConfig
 
     configs = [SimConfig(speculation=SPEC_OFF, cost=COST), SimConfig(speculation=NGRAM2, cost=COST)]
     twinned = with_twin(configs)

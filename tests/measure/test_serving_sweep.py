@@ -48,16 +48,15 @@ from specnb.measure.serving_sweep import (
     screen_out,
 )
 from specnb.measure.vllm_bench import from_vllm_bench
-from specnb.serve.llama.llama_server import LlamaServer, LlamaServerConfig, ServerFailed, missing_note
-from specnb.serve.simulated.sim_engine import (
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.llama import LlamaServer, LlamaServerConfig, ServerFailed, missing_note
+from specnb.serve.simulated import (
     SimConfig,
     SimCost,
-    SimRequests,
     SimServer,
     expected_speedup,
     run_closed,
 )
-from specnb.serve.speculation import SPEC_OFF, Speculation
 
 NGRAM3 = Speculation(entry="ngram", k=3, method="ngram", family="ngram")
 DRAFT3 = Speculation(entry="smollm2-draft-s", k=3, method="draft_model", family="draft_model", uses_model=True)
@@ -251,8 +250,9 @@ def decode_s_per_token(records: list[dict], keep) -> float:
 def tpot_speedup(lengths: list[int], prompt_len: int, c: int) -> float:
     """Spec-off's decode time per token over n-gram k=3's, both closed loops at ``c`` on the same lengths,
     every request counted."""
-    requests = SimRequests(prompt_lens=[prompt_len] * len(lengths), output_lens=lengths)
-    off, spec = run_closed(COST, SPEC_OFF, requests, c), run_closed(COST, NGRAM3, requests, c)
+    requests = {"prompt_lens": [prompt_len] * len(lengths), "output_lens": lengths}
+    off = run_closed(COST, SPEC_OFF, concurrency=c, **requests)
+    spec = run_closed(COST, NGRAM3, concurrency=c, **requests)
     return decode_s_per_token(off, [True] * len(lengths)) / decode_s_per_token(spec, [True] * len(lengths))
 
 
@@ -261,8 +261,8 @@ def filled_run(load, speculation, measured: list[int], fillers: list[int], promp
     the fillers (``fillers`` lengths) around them (``ClosedFeed``); (records: the measured, then the
     fillers sent; steady flags over them)."""
     n, c = len(measured), load.concurrency
-    requests = SimRequests(prompt_lens=[prompt_len] * (n + len(fillers)), output_lens=measured + fillers)
-    records = run_closed(COST, speculation, requests, c, feed=ClosedFeed(n, len(fillers), c))
+    requests = {"prompt_lens": [prompt_len] * (n + len(fillers)), "output_lens": measured + fillers}
+    records = run_closed(COST, speculation, concurrency=c, feed=ClosedFeed(n, len(fillers), c), **requests)
     return records, steady(load, records)
 
 
@@ -319,7 +319,7 @@ def test_measured_requests_decode_at_batch_c_where_the_drain_and_a_single_wave_d
     drained = [r for r, f in zip(spec[n:], finished[n:]) if f > end]  # fillers the level drained with
     assert drained and np.mean([r["batch_mean"] for r in drained]) < c - 2
     assert np.mean([r["tpot"] for r in drained]) < 0.9 * sustained
-    wave = run_closed(COST, NGRAM3, SimRequests(prompt_lens=[4] * c, output_lens=[32] * c), c)
+    wave = run_closed(COST, NGRAM3, [4] * c, [32] * c, c)
     assert np.mean([r["tpot"] for r in wave]) < 0.95 * sustained
 
 

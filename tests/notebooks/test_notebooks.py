@@ -28,7 +28,7 @@ from specnb.app.render import CHART_SPECS
 from specnb.app.runner import list_notebooks
 from specnb.core.paths import REPO_ROOT
 from specnb.native import llama_cpp
-from specnb.serve.llama import llama_server
+from specnb.serve import llama
 
 NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
 RUNNER_SET = {"smoke": False, "output_dir": "", "interactive": True}  # the runner sets these; defaults for JupyterLab
@@ -195,7 +195,7 @@ def test_the_serving_notebook_on_vllm_without_vllm_is_a_note_not_a_failure(tmp_p
 @pytest.mark.slow
 def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     """The engine seam end to end: notebook 08's smoke path on the simulated engine (registered through
-    ``specnb.serve.simulated.engine_simulated``, nothing else knows it): spec-off, n-gram and spec-off's
+    ``specnb.serve.simulated``, nothing else knows it): spec-off, n-gram and spec-off's
     A/A twin started, the launch noise read off the twin, counters read, greedy text identical, summary, the one decision (n-gram paying at every level: its
     static configuration, so no second server and no check pass), the bursty trace over the static
     configurations, its text — and every process it started gone after."""
@@ -243,7 +243,7 @@ def test_a_bad_level_is_refused_before_any_server_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(llama_server.missing_note() is not None, reason="no llama-server built")
+@pytest.mark.skipif(llama.missing_note() is not None, reason="no llama-server built")
 def test_ctrl_c_during_the_serving_sweep_stops_its_servers_and_keeps_the_records(tmp_path):
     """`specnb run 08` on a tiny sweep that would run for minutes, interrupted as a terminal's Ctrl-C
     does (SIGINT to the run's process group) once its first runs are on disk: exit 130 with one line,

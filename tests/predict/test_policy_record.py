@@ -11,8 +11,8 @@ from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.policy_record import Policy, PolicyLevel, policy_of
 from specnb.predict.serving_decision import decide
 from specnb.predict.serving_policy import serving_policy
-from specnb.serve.simulated.sim_engine import SimCost
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import SimCost
 
 COST = SimCost(fixed_ms=10.0, per_token_ms=0.5, prefill_per_token_ms=0.0, acceptance=(0.7,))
 NGRAM = {k: Speculation(entry="ngram", k=k, method="ngram", family="ngram") for k in (2, 4)}

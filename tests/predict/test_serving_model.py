@@ -44,8 +44,8 @@ from specnb.predict.serving_model import (
     zero_range_speedup,
 )
 from specnb.predict.serving_policy import as_launch, policy_switch, scheduled_config, serving_policy
-from specnb.serve.simulated.sim_engine import SimCost, crossover
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import SimCost, crossover
 
 LEVELS = [1, 2, 4, 8]
 

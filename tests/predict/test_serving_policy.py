@@ -20,8 +20,8 @@ from specnb.predict.serving_launch import (
 )
 from specnb.predict.serving_model import zero_range_speedup
 from specnb.predict.serving_policy import as_launch, batch_ranges, policy_ranges, policy_switch, serving_policy
-from specnb.serve.simulated.sim_engine import SimCost, crossover, expected_speedup
-from specnb.serve.speculation import SPEC_OFF, Speculation
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import SimCost, crossover, expected_speedup
 
 
 def one_method_each(eagle3: list[float], ngram=(1.12, 1.08, 1.05, 0.95)) -> pd.DataFrame:

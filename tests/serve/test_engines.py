@@ -7,8 +7,7 @@ import pytest
 from helpers import closed
 
 from specnb.core.errors import ParameterError
-from specnb.serve.engines import ENGINES, EngineDefaults, engine_named, register
-from specnb.serve.speculation import Launch, Speculation, range_text
+from specnb.serve.engines import ENGINES, EngineDefaults, Launch, Speculation, engine_named, range_text, register
 
 
 class TgiEngine(EngineDefaults):
@@ -44,7 +43,7 @@ def test_an_engine_registered_in_one_module_is_swept_at_an_endpoint(tgi):
     from specnb.measure.serving_summary import Bootstrap, summarise_sweep
     from specnb.measure.serving_sweep import SweepSettings, run_sweep
     from specnb.predict.serving_policy import as_launch, serving_policy
-    from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer
+    from specnb.serve.simulated import SimConfig, SimCost, SimServer
 
     cost = SimCost(fixed_ms=10.0, per_token_ms=1.0, acceptance=(0.9,), speed=5.0)
     ngram = Speculation(entry="ngram", k=3, method="ngram", family="ngram")

@@ -14,7 +14,7 @@ from specnb.app.charts.style import dash, dashed_lines, log_axis
 from specnb.core.intervals import speedup_text
 from specnb.measure.serving_checks import scheduled_k
 from specnb.measure.serving_load import shape_of
-from specnb.serve.speculation import BASELINE_CONFIG
+from specnb.serve.engines import BASELINE_CONFIG
 
 
 def level_axis(frame: pd.DataFrame) -> alt.X:

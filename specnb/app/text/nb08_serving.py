@@ -15,8 +15,7 @@ from specnb.measure.serving_load import SHAPES, level_text, shape_of
 from specnb.predict.serving_decision import ServingDecision, adaptive_ran, final_launch
 from specnb.predict.serving_model import acceptance_of, median_error, step_cost, step_ms, verify_ms
 from specnb.predict.serving_policy import batch_ranges
-from specnb.serve.engines import engine_named
-from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
+from specnb.serve.engines import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, engine_named
 
 
 def fmt_ci(row, metric: str) -> str:

@@ -97,7 +97,7 @@ def test_a_policy_that_drafts_at_every_level_is_printed_without_a_schedule():
 
 
 def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder(tmp_path):
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     levels = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}, "family": {"ngram": "eagle3"}})
     levels["uses_model"] = levels["family"] == "eagle3"
@@ -135,7 +135,7 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
     from specnb.app.policy_run import PolicyRun
     from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_sweep import Sweep
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     launched = VllmConfig(model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096, 0)],
                           adaptive=True)
@@ -165,7 +165,7 @@ def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lo
     from specnb.app.policy_run import PolicyRun
     from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_sweep import Sweep
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     static = [VllmConfig(model="/hf/verifier"),
               VllmConfig(model="/hf/verifier", method="ngram", k=4)]
@@ -236,7 +236,7 @@ def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0
 def launch_for(tpot_ms: dict[str, float], spread: float = 0.05) -> tuple[str, str]:
     from specnb.app.text.nb08_serving import trace_launch
     from specnb.measure.serving_checks import trace_check
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     configs = [VllmConfig(model="/hf/verifier")] + [
         VllmConfig(model="/hf/verifier", method="ngram", k=k) for k in (2, 4)]
@@ -267,7 +267,7 @@ def test_a_static_configuration_clearly_best_on_the_trace_is_launched():
 
 
 def test_the_report_gives_one_answer_for_the_load_it_measured():
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     levels = summary("concurrency")  # ngram k=3 pays at 1 and 2 (CIs above 1), not at 4
     on_vllm, value = launch_verdict(decide(levels, engine="vllm"))
@@ -287,7 +287,7 @@ def test_the_report_gives_one_answer_for_the_load_it_measured():
 
 def test_a_trace_that_ran_gives_the_verdict():
     from specnb.measure.serving_checks import trace_check
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
     trace = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0, "adaptive": 120.0}),
@@ -323,7 +323,7 @@ def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alo
     from specnb.app.text.nb08_serving import adaptive_text
     from specnb.measure.serving_checks import trace_check
     from specnb.measure.serving_sweep import Sweep
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
     table = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0}), n_boot=200)

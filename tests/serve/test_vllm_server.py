@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from helpers import closed, engine_eagle3_head
 
-from specnb.serve.server_process import group_pids
-from specnb.serve.vllm.vllm_server import VllmConfig, missing_note
+from specnb.serve.processes import group_pids
+from specnb.serve.vllm import VllmConfig, missing_note
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason=str(missing_note()))]
 
@@ -34,12 +34,10 @@ def swept(tmp_path_factory):
     concurrency 1 on the configurations notebook 08 builds for ``["ngram:4", "eagle3:3"]``."""
     from specnb.measure.serving_sweep import SweepSettings
     from specnb.measure.serving_sweep import sweep_servers as sweep
-    from specnb.serve import eagle3_heads
-    from specnb.serve import servers as engine_servers
-    from specnb.serve.vllm import engine_vllm
+    from specnb.serve import engines, processes, vllm
 
     seen, logs = {}, {}
-    real = engine_servers.server_for
+    real = processes.server_for
 
     def remember(config, timeout_s=None):  # keep each server's process group, and its log before it goes
         server = real(config, 900)
@@ -49,9 +47,9 @@ def swept(tmp_path_factory):
         return server
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(eagle3_heads, "EAGLE3_HEAD", engine_eagle3_head(tmp_path_factory.mktemp("eagle3") / "init-head"))
-        configs = engine_vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:4", "eagle3:3"], 2)
-        patch.setattr(engine_servers, "server_for", remember)
+        patch.setattr(engines, "EAGLE3_HEAD", engine_eagle3_head(tmp_path_factory.mktemp("eagle3") / "init-head"))
+        configs = vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:4", "eagle3:3"], 2)
+        patch.setattr(processes, "server_for", remember)
         result = sweep(configs, PROMPTS, closed(1, tokens=48), SweepSettings(ignore_eos=False, warmup=False))
     return result, seen, logs, configs
 
@@ -116,8 +114,8 @@ def test_a_port_taken_is_one_line_with_vllms_cause_and_leaves_no_process():
     import socket
 
     from specnb.models.embedded import embedded_verifier_path
-    from specnb.serve.server_process import ServerFailed
-    from specnb.serve.vllm.vllm_server import VllmServer
+    from specnb.serve.processes import ServerFailed
+    from specnb.serve.vllm import VllmServer
 
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -137,11 +135,10 @@ def test_ctrl_c_during_a_vllm_sweep_stops_every_server_and_keeps_the_finished_re
     process of either server's group (API server, engine core, worker) is left."""
     from specnb.measure.serving_sweep import SweepSettings
     from specnb.measure.serving_sweep import sweep_servers as sweep
-    from specnb.serve import servers as engine_servers
-    from specnb.serve.vllm import engine_vllm
+    from specnb.serve import processes, vllm
 
     seen, kept = {}, {}
-    real = engine_servers.server_for
+    real = processes.server_for
 
     def remember(config, timeout_s=None):
         seen[config.name] = real(config, 900)
@@ -152,9 +149,9 @@ def test_ctrl_c_during_a_vllm_sweep_stops_every_server_and_keeps_the_finished_re
         kept["groups"] = {name: group_pids(server.pid) for name, server in seen.items()}
         raise KeyboardInterrupt
 
-    configs = engine_vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:2"], 1)
+    configs = vllm.ENGINE.configs("smollm2-135m", "f32", ["ngram:2"], 1)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_servers, "server_for", remember)
+        patch.setattr(processes, "server_for", remember)
         with pytest.raises(KeyboardInterrupt):
             sweep(configs, PROMPTS[:1], closed(1, tokens=4), SweepSettings(warmup=False), on_run=interrupt)
     # one run: 3 measured requests (3 turnovers · 1) after the 1 filler that ramps it up
@@ -171,7 +168,7 @@ def test_a_killed_kernel_takes_every_vllm_process_with_it():
     import sys
     import time
 
-    script = ("import time\nfrom specnb.serve.vllm.vllm_server import VllmConfig, VllmServer\n"
+    script = ("import time\nfrom specnb.serve.vllm import VllmConfig, VllmServer\n"
               "from specnb.models.embedded import embedded_verifier_path\n"
               "s = VllmServer(VllmConfig(model=str(embedded_verifier_path()), max_num_seqs=1), "
               "timeout_s=900).start()\nprint(s.pid, flush=True)\ntime.sleep(600)\n")

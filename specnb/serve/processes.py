@@ -1,12 +1,24 @@
-"""A serving engine's process, started and stopped by the project: the one home of what every server
-we launch needs, whatever the engine (``llama_server`` for llama.cpp, ``vllm_server`` for vLLM).
+"""A serving engine's processes, started and stopped by the project: the one home of what every server
+we launch needs, whatever the engine (``specnb.serve.llama``, ``specnb.serve.vllm``,
+``specnb.serve.simulated`` each subclass ``ServerProcess``), the servers of a list of configurations
+started together (``servers``) or again on demand (``Launches``), and the reaping of an engine's
+children (``reap``).
 
 Every process started here is stopped: ``ServerProcess`` is a context manager, registered with
 ``atexit``, its process runs in its own session (a Ctrl-C to the notebook does not reach it half-way;
 ``stop`` ends its whole process group, so an engine's own children — vLLM's engine core and worker —
 go with it) and gets SIGKILL from Linux when the thread that started it dies (``PR_SET_PDEATHSIG``),
 so a killed Jupyter kernel takes it down too — and, for an engine whose children do not watch their
-parent (vLLM's engine core and worker), every process of its group (``reaped``: ``reaper``).
+parent (vLLM's engine core and worker), every process of its group (``reaped``).
+
+Reaping: the parent-death signal reaches the child alone. vLLM's API server spawns an engine core,
+which spawns a worker; neither watches the API server, so a killed kernel left both running, holding
+a core and gigabytes. A reaped server is therefore started under ``reap``, run as the child instead
+(``REAP``: an isolated ``python -I`` given this package's folder, since the server's environment may
+empty ``PYTHONPATH``; it imports this module and the standard library, nothing heavy): its
+parent-death signal is SIGUSR1, which it answers by SIGKILLing its whole process group (the server
+and every process the server started), itself included. Otherwise it waits for the server and ends
+as it ended (the same exit code, or killed by the same signal), so callers read the server's own fate.
 
 Ports: the project picks a free loopback port and the server binds it a moment later; another process
 can take it in between (a race), so a start that fails to bind a port the project picked is retried
@@ -19,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -28,11 +41,16 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specnb.core.errors import SpecnbError, last_line
 
-REAPER = Path(__file__).with_name("reaper.py")  # a server's whole group dies with the thread that started it
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding ``specnb``: what a child imports ours from
+# The reaper's command line before the server's: this package's folder, then the server's command.
+REAP = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+        "from specnb.serve.processes import reap; sys.exit(reap(sys.argv[1:]))")
+PR_SET_PDEATHSIG = 1
 HAS_PROC = Path("/proc/self/net/tcp").is_file()  # Linux: a socket's owner can be read, and must be
 BIND_RETRIES = 3  # fresh ports tried when the one the project picked was taken before the server bound it
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
@@ -94,8 +112,6 @@ def load_libc():
     """libc, loaded in the parent: the child between fork and exec must not import or load anything."""
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
-
     try:
         return ctypes.CDLL(None, use_errno=True)
     except OSError:
@@ -109,7 +125,7 @@ def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the thread that started it exits (``PR_SET_PDEATHSIG``,
     Linux), so start servers from the main thread."""
     if LIBC is not None:
-        LIBC.prctl(1, signal.SIGKILL)
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class ServerProcess:
@@ -122,7 +138,7 @@ class ServerProcess:
     log calls an error (``is_error_line``) and a lost bind (``bind_failed``)."""
 
     engine = "server"  # how messages name it
-    reaped = False  # True: run under ``reaper`` (an engine whose children do not watch their parent)
+    reaped = False  # True: run under ``reap`` (an engine whose children do not watch their parent)
 
     def __init__(self, name: str, timeout_s: float, port: int = 0):
         self.name, self.timeout_s = name, timeout_s
@@ -168,7 +184,7 @@ class ServerProcess:
         """Wait until the launched server is ready; a port the project picked and lost before the
         server bound it is picked again, up to ``BIND_RETRIES`` times. On any failure (Ctrl-C included)
         the process group is stopped. Split from ``launch`` so that several servers start at once
-        (``specnb.serve.servers.servers``): a vLLM start is minutes of three processes importing."""
+        (``servers``): a vLLM start is minutes of three processes importing."""
         try:
             for attempt in range(BIND_RETRIES + 1):
                 try:
@@ -186,7 +202,9 @@ class ServerProcess:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def launch(self) -> None:
-        command = [sys.executable, "-I", str(REAPER), *self.command()] if self.reaped else self.command()
+        command = self.command()
+        if self.reaped:
+            command = [sys.executable, "-I", "-c", REAP, str(PACKAGE_ROOT), *command]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, env=self.environment(),
@@ -281,3 +299,116 @@ class ServerProcess:
         self.stop()
         with contextlib.suppress(OSError):
             self.log_path.unlink()
+
+
+# ------------------------------------------------------------------ the servers of a list of configurations
+
+
+def server_for(config, timeout_s: float | None = None) -> ServerProcess:
+    """The (not yet started) server of one configuration; ``timeout_s`` None: the engine's default."""
+    return config.engine.server(config, timeout_s)
+
+
+@dataclass
+class Running:
+    """The servers that started, by configuration name, and one line per configuration that did not."""
+
+    servers: dict[str, ServerProcess] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def servers(configs: list, timeout_s: float | None = None, keep_going: bool = False):
+    """Start every configuration's server — all launched at once, then each waited for, so their
+    starts overlap — yield ``Running``, stop them all however the block ends. With ``keep_going``, a
+    speculative configuration that fails to start (an engine refusing a method) is left out with its
+    one line in ``failed``; the first configuration (the baseline) failing, or every other one, raises
+    ``ServerFailed`` all the same."""
+    running = Running()
+    with contextlib.ExitStack() as stack:
+        launched = []
+        for i, config in enumerate(configs):
+            try:
+                server = server_for(config, timeout_s)
+            except ServerFailed as err:  # refused before launch (the engine not installed)
+                if not keep_going or i == 0:
+                    raise
+                running.failed[config.name] = str(err)
+                continue
+            stack.callback(server.__exit__)  # stopped however the block ends, Ctrl-C included
+            server.launch()
+            launched.append((i, config, server))
+        for i, config, server in launched:
+            try:
+                running.servers[config.name] = server.ready()
+            except ServerFailed as err:
+                if not keep_going or i == 0:
+                    raise
+                running.failed[config.name] = str(err)
+        if keep_going and len(configs) > 1 and len(running.servers) == 1:
+            raise ServerFailed(next(iter(running.failed.values())))
+        yield running
+
+
+class Launches:
+    """``servers(configs, keep_going=True)`` that can be started again: ``start`` stops the running
+    set (one set at a time: the same ports, memory and cores) and starts the configurations that came
+    up the first time. ``running``: the current set; ``failed``: every start's lines; ``count``: starts."""
+
+    def __init__(self, configs: list, timeout_s: float | None = None):
+        self.configs, self.timeout_s, self.stack = list(configs), timeout_s, contextlib.ExitStack()
+        self.running, self.failed, self.count = Running(), {}, 0
+
+    def __enter__(self) -> Launches:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stack.close()
+
+    def start(self) -> Running:
+        self.stack.close()
+        if self.count:
+            self.configs = [c for c in self.configs if c.name in self.running.servers]
+        self.running = self.stack.enter_context(servers(self.configs, self.timeout_s, keep_going=True))
+        self.failed |= {f"{name} (launch {self.count})" if self.count else name: line
+                        for name, line in self.running.failed.items()}
+        self.count += 1
+        return self.running
+
+
+# ------------------------------------------------------------------ the reaper
+
+
+def kill_group(*_) -> None:
+    """The reaper's answer to its parent's death: SIGKILL to its whole group, itself included."""
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def reap(argv: list[str]) -> int:
+    """Run the server command ``argv`` as this process's child and end as it ended; SIGKILL the whole
+    group when this process's parent dies (see the module docstring). What ``REAP`` runs."""
+    if not argv:
+        print("usage: python -I -c REAP PACKAGE_ROOT COMMAND [ARG ...]", file=sys.stderr)
+        return 2
+    parent = os.getppid()
+    signal.signal(signal.SIGUSR1, kill_group)
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGUSR1)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        return 1
+    # SIGTERM (``ServerProcess.stop`` signals the whole group) reaches the server too: wait for it to go.
+    # A caught signal is reset to its default in the exec'd server; an ignored one would be inherited.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)
+    server = subprocess.Popen(argv)
+    while True:
+        try:
+            code = server.wait()
+            break
+        except InterruptedError:
+            continue
+    if code < 0:  # killed by a signal: end the same way, so the caller reads the server's fate
+        if -code != signal.SIGKILL:  # SIGKILL has no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code

