@@ -497,7 +497,7 @@ def test_a_run_is_the_drivers_closed_loop_and_its_counters_add_up():
     run = send_sampled(target, load, asked, True, 0, fill)
     counted = scrape(target).minus(before)
     sim = target.virtual.requests(asked.texts + fill.texts, asked.max_tokens + fill.max_tokens)
-    rows = run_closed(SimCost(), NGRAM3, sim, 2, feed=ClosedFeed(4, 3, 2))
+    rows = run_closed(SimCost(), NGRAM3, concurrency=2, feed=ClosedFeed(4, 3, 2), **sim)
     assert [d.output_tokens for d in run.done] == [r["output_tokens"] for r in rows]  # measured, then fillers sent
     assert [d.latency for d in run.done] == pytest.approx([r["latency"] for r in rows])
     assert [d.output_tokens for d in run.done[:4]] == [5, 9, 7, 6]
