@@ -18,8 +18,8 @@ and output lengths are seeded, and TPOT(b) and TTFT(b) were measured at the leve
   between measured batches and clamped beyond them — never extrapolated; ``clamped_share`` reports
   the share of sequence-seconds read off a clamped end. TTFT with nothing decoding is batch 1's.
 - **Adaptive** (the policy as one launch): TPOT(b) and TTFT(b) of the configuration its schedule
-  runs at b (``serving_policy.scheduled_config``); in a k = 0 range spec-off's TPOT ÷ the k = 0
-  price (``serving_launch.zero_range_speedup``: vLLM still takes its speculative path there).
+  runs at b (``serving_verdict.scheduled_config``); in a k = 0 range spec-off's TPOT ÷ the k = 0
+  price (``Policy.zero_speedup``, the engine's: vLLM still takes its speculative path there).
 - **Over the trace**: TPOT = Σ decode s ÷ Σ decode tokens over every round, what
   ``serving_checks.trace_check`` measures; forecast speedup = spec-off's forecast TPOT ÷ the
   configuration's. The columns are ``predict_trace``'s, so ``trace_prediction_table`` holds either
@@ -40,13 +40,9 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.measure.serving_checks import draft_lengths
 from specnb.measure.serving_load import arrival_gaps
-from specnb.measure.serving_rounds import batch_of
 from specnb.measure.serving_sweep import request_lengths
-from specnb.predict.policy_record import Policy
-from specnb.predict.serving_launch import families, zero_range_speedup
-from specnb.predict.serving_policy import scheduled_config
+from specnb.predict.serving_verdict import Policy, scheduled_config
 from specnb.predict.trace_prediction import batch_curve, tpot_at, tpot_curve
 from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
 
@@ -123,27 +119,6 @@ def simulate(trace: TraceRound, tpot_of: Callable[[int], tuple[float, bool]],
     return queue
 
 
-def launch_base(summary: pd.DataFrame, policy: Policy, baseline: str = BASELINE_CONFIG) -> str | None:
-    """The static configuration an adaptive launch of ``policy`` is built on: the largest k of the
-    family its drafting levels run (as ``policy_run.run_policy`` launches it); None: none drafts."""
-    drafting = [level.config for level in policy.levels if level.k and level.config != baseline]
-    if not drafting:
-        return None
-    family_of, lengths = families(summary), draft_lengths(summary, baseline)
-    members = {c: k for c, k in lengths.items() if family_of.get(c) == family_of.get(drafting[0])}
-    return max(members, key=members.get) if members else drafting[0]
-
-
-def zero_curve(summary: pd.DataFrame, base: str, baseline: str = BASELINE_CONFIG) -> tuple[np.ndarray, np.ndarray]:
-    """(log batch, speedup) of a k = 0 range on a launch built on ``base`` at spec-off's measured
-    batches (``zero_range_speedup``, priced at its levels)."""
-    rows = summary[summary["config"] == baseline].sort_values("concurrency")
-    zero = zero_range_speedup(summary, base, list(rows["concurrency"]), baseline)
-    frame = pd.DataFrame({"batch": batch_of(rows).to_numpy(), "value": zero.to_numpy(float)})
-    frame = frame.groupby("batch", as_index=False)["value"].mean()
-    return np.log(frame["batch"].to_numpy()), frame["value"].to_numpy()
-
-
 def static_readers(summary: pd.DataFrame, config: str) -> tuple[Callable, Callable]:
     """(tpot_of, ttft_of) of one measured configuration."""
     tpot, ttft = tpot_curve(summary, config), batch_curve(summary, config, TTFT_COLUMN)
@@ -156,13 +131,11 @@ def adaptive_readers(summary: pd.DataFrame, policy: Policy, baseline: str = BASE
     schedule runs there; spec-off's TPOT ÷ the k = 0 price where that is spec-off."""
     configs = set(summary["config"]) - {ADAPTIVE_CONFIG}
     readers = {c: static_readers(summary, c) for c in configs}
-    base = launch_base(summary, policy, baseline)
-    zero = zero_curve(summary, base, baseline) if base else None
 
     def tpot_of(b: int) -> tuple[float, bool]:
         config = scheduled_config(policy, b)
         ms, clamped = readers[config][0](b)
-        return (ms / tpot_at(zero, b)[0], clamped) if config == baseline and zero is not None else (ms, clamped)
+        return (ms / policy.zero_speedup, clamped) if config == baseline else (ms, clamped)
 
     return tpot_of, lambda b: readers[scheduled_config(policy, max(b, 1))][1](b)
 

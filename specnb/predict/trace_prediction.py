@@ -24,9 +24,9 @@ and this does not, the miss is in how the forecast's queue filled, not in TPOT(b
   ``serving_checks.trace_check`` measures, since every decoding request is in the batch for exactly
   its decode time. Predicted trace speedup = predicted spec-off TPOT ÷ the configuration's.
 - **Adaptive** (the policy as one launch): at each batch, the TPOT of the configuration its schedule
-  runs there (``serving_policy.scheduled_config``). Where the schedule says k = 0 that is spec-off's
-  curve: on vLLM a k = 0 range still takes the speculative path (``serving_launch.zero_range_speedup``
-  prices it), so the prediction is optimistic there by that step cost.
+  runs there (``serving_verdict.scheduled_config``). Where the schedule says k = 0 that is spec-off's
+  curve: on vLLM a k = 0 range still takes the speculative path (``Policy.zero_speedup`` prices it),
+  so the reconstruction is optimistic there by that step cost.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_rounds import batch_of, occupancy
 from specnb.measure.serving_summary import steady_tpot_ms
-from specnb.predict.policy_record import Policy
-from specnb.predict.serving_policy import scheduled_config
+from specnb.predict.serving_verdict import Policy, scheduled_config
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG
 
 
