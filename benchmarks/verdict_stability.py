@@ -4,12 +4,12 @@
                                            [--seed S] [--json]
     python benchmarks/verdict_stability.py --aa [--truth FILE.json] [--sweeps N] [--pairs 1,3] [--json]
 
-A **truth** is plain JSON a user can write: the levels (closed-loop concurrencies), ``launch_sigma`` (the
-sd of one launch's log speed: two launches of one configuration differ by √2 of it), ``acceptance_spread`` (each prompt's
-acceptance shifted in logit by its own draw of this sd), ``rounds``, ``prompts`` and, per configuration
-(``FAMILY:K``), its true TPOT speedup over spec-off at every level; optional ``max_new_tokens``,
-``turnovers``, ``length_range_ratio`` (notebook 08's demo on vLLM by default: 16, 2, 0.5) and
-``acceptance`` (0.7 per position) and ``zero_range_speedup`` (what a schedule's k = 0 range runs at
+A **truth** is plain JSON a user can write: the levels (closed-loop concurrencies), ``launch_sigma`` (the sd
+of one launch's log speed: two launches of one configuration differ by √2 of it), ``acceptance_spread``
+(each prompt's acceptance shifted in logit by its own draw of this sd), ``rounds``, ``prompts`` and, per
+configuration (``FAMILY:K``), its true TPOT speedup over spec-off at every level; optional
+``max_new_tokens``, ``turnovers``, ``length_range_ratio`` (notebook 08's demo on vLLM by default: 16, 2,
+0.5) and ``acceptance`` (0.7 per position) and ``zero_range_speedup`` (what a schedule's k = 0 range runs at
 against spec-off: 1.0, the simulated engine's; vLLM's is 0.90–0.98). Three ship in ``benchmarks/truths/``:
 speculation pays at the lowest level and loses at the top (``pays_then_loses``: n-gram k 4 1.40x then 0.75x,
 k 2 1.15x then 0.80x), a near tie (``near_tie``: within 1% at both levels), a loss everywhere (``loses``).
