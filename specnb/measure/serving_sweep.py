@@ -173,6 +173,7 @@ class SweepSettings:
     progress: bool = False
     probe_max_tokens: int = 0
     screen: bool = True
+    moe: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -355,34 +355,19 @@ def scheduled_k(launch: Launch, batch: float) -> int:
     return next((k for lo, hi, k in ranges if lo <= b <= hi), ranges[0][2] if b < ranges[0][0] else ranges[-1][2])
 
 
-def launch_base(launch: Launch) -> str:
-    """The configuration a schedule's k = 0 ranges are priced on: the one measured at its largest k,
-    the draft length its server is launched with."""
-    return launch.by_k[max(k for *_, k in launch.ranges)]
-
-
-def zero_curve(summary: pd.DataFrame, base: str, baseline: str = BASELINE_CONFIG) -> tuple[np.ndarray, np.ndarray]:
-    """(log batch, speedup) of a k = 0 range on a launch built on ``base`` at spec-off's measured
-    batches (``zero_range_speedup``, priced at its levels)."""
-    rows = summary[summary["config"] == baseline].sort_values("concurrency")
-    zero = zero_range_speedup(summary, base, list(rows["concurrency"]), baseline)
-    frame = pd.DataFrame({"batch": batch_of(rows).to_numpy(), "value": zero.to_numpy(float)})
-    frame = frame.groupby("batch", as_index=False)["value"].mean()
-    return np.log(frame["batch"].to_numpy()), frame["value"].to_numpy()
-
-
-def launch_curves(summary: pd.DataFrame, launch: Launch, baseline: str = BASELINE_CONFIG) -> Curves:
+def launch_curves(summary: pd.DataFrame, launch: Launch, zero_speedup: float = 1.0,
+                  baseline: str = BASELINE_CONFIG) -> Curves:
     """A schedule launched as one server: at each batch, the curves of the configuration its range
-    runs there (``launch.by_k``); in a k = 0 range spec-off's TPOT ÷ the k = 0 price (vLLM still
+    runs there (``launch.by_k``); in a k = 0 range spec-off's TPOT ÷ ``zero_speedup``, the engine's
+    own k = 0 price (``ServingEngine.zero_range``, what the verdict priced the range at: vLLM still
     takes its speculative path there)."""
     ks = {k for *_, k in launch.ranges}
     own = {k: static_curves(summary, launch.by_k[k] if k else baseline) for k in ks}
-    zero = zero_curve(summary, launch_base(launch), baseline)
 
     def tpot(b: float) -> tuple[float, bool]:
         k = scheduled_k(launch, b)
         ms, clamped = own[k].tpot(b)
-        return (ms, clamped) if k else (ms / tpot_at(zero, b)[0], clamped)
+        return (ms, clamped) if k else (ms / zero_speedup, clamped)
 
     return Curves(tpot=tpot, ttft=lambda b: own[scheduled_k(launch, max(b, 1))].ttft(b))
 
@@ -500,9 +485,11 @@ def predicted_tpot(held: pd.Series, tpot_of: Callable[[float], tuple[float, bool
 
 
 def predict_trace(summary: pd.DataFrame, trace: PlannedTrace | SampledTrace, launch: Launch | None = None,
-                  adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
+                  zero_speedup: float = 1.0, adaptive: str = ADAPTIVE_CONFIG,
+                  baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per configuration of the sweep's closed-loop ``summary`` that the ``trace`` runs (and
-    ``adaptive``, where the schedule ``launch`` it runs drafts): its predicted TPOT over the trace
+    ``adaptive``, where the schedule ``launch`` it runs drafts, its k = 0 ranges at ``zero_speedup``):
+    its predicted TPOT over the trace
     (``predicted_tpot_ms``), speedup over ``baseline`` (``predicted_speedup_tpot``: each from its own
     occupancy), mean batch while decoding (``trace_mean_batch``) and ``clamped_share`` / ``clamped``:
     how much of it sat beyond the measured batches. The ``trace`` says where each configuration's time
@@ -513,7 +500,7 @@ def predict_trace(summary: pd.DataFrame, trace: PlannedTrace | SampledTrace, lau
     curves = {c: static_curves(summary, c) for c in summary["config"].unique()
               if c not in (adaptive, AA_TWIN_CONFIG)}  # the twin measures launch noise: it runs no trace
     if launch is not None and launch.drafts:
-        curves[adaptive] = launch_curves(summary, launch, baseline)
+        curves[adaptive] = launch_curves(summary, launch, zero_speedup, baseline)
     rows = []
     for config, own in curves.items():
         held = trace.occupancy(config, own)

@@ -204,6 +204,7 @@ class EngineDefaults:
     request_extra: ClassVar[dict] = {}
     context: ClassVar[int | None] = None
     relaunch_each_round: ClassVar[bool] = False
+    zero_range: ClassVar[dict[str, tuple[float, float, float]]] = {}  # family: a k = 0 range's TPOT speedup (lo, hi)
     probe: ClassVar[Callable[..., tuple[int, float] | None] | None] = None
     scheduled: ClassVar[Callable[..., Any] | None] = None
 

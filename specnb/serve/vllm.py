@@ -103,6 +103,13 @@ class VllmEngine(EngineDefaults):
     batch_gauge = "num_requests_running"
     context = MAX_MODEL_LEN
     relaunch_each_round = False
+    # A schedule's k = 0 range still takes the speculative path (the proposer is called, the scheduler and
+    # sampler branch), so it is not spec-off: benchmarks/vllm_k0.py, Intel Xeon (2026-12-03, e20aacc), an
+    # all-zero schedule against spec-off at 1, 8 and 32 concurrent: n-gram 0.98x / 0.97x / 0.92x, EAGLE-3
+    # 0.93x / 0.90x / 0.96x. Each family's price is the middle of its range, the range its CI; suffix and
+    # draft_model were not measured and take the widest range of the two (an assumption, not a measurement).
+    zero_range = {"ngram": (0.95, 0.92, 0.98), "eagle3": (0.93, 0.90, 0.96), "suffix": (0.94, 0.90, 0.98),
+                  "draft_model": (0.94, 0.90, 0.98)}
 
     def configs(self, verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0,
                 max_model_len: int = MAX_MODEL_LEN) -> list[VllmConfig]:

@@ -1,8 +1,8 @@
-"""The serving model: the step model on a hand-worked step-cost curve (the policy that follows is
-``test_serving_policy``), and the one trace predictor — its queue and occupancy worked by hand, the
+"""The serving model: the step model on a hand-worked step-cost curve (the verdict that follows is
+``test_serving_verdict``), and the one trace predictor — its queue and occupancy worked by hand, the
 requests it plans held against the ones a sweep sends, and its forecast (a planned trace) and
 reconstruction (a sampled one) held against the simulated engine's trace in virtual time, where the
-truth is known."""
+truth is known. The schedules traced are the verdict's (``serving_verdict.decide``) on each sweep."""
 
 import json
 from dataclasses import replace
@@ -18,12 +18,10 @@ from specnb.measure.serving_checks import trace_check, trace_rate
 from specnb.measure.serving_load import Lengths, Open, RequestRecord, Run, Target
 from specnb.measure.serving_summary import Bootstrap, summarise_sweep
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, occupancy
-from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.serving_model import (
     PlannedTrace,
     SampledTrace,
     TraceRound,
-    launch_base,
     launch_curves,
     median_error,
     plan_trace,
@@ -41,9 +39,8 @@ from specnb.predict.serving_model import (
     trace_prediction_table,
     validate_held_out,
     validate_serving,
-    zero_range_speedup,
 )
-from specnb.predict.serving_policy import as_launch, policy_switch, scheduled_config, serving_policy
+from specnb.predict.serving_verdict import decide, policy_switch, scheduled_config
 from specnb.serve.engines import SPEC_OFF, Speculation
 from specnb.serve.simulated import SimCost, crossover
 
@@ -109,11 +106,10 @@ def test_validation_reports_the_median_error_off_the_calibration_level():
     assert median_error(off) == pytest.approx(1 - 1 / 1.1)
 
 
-def test_a_poisson_sweep_is_refused_by_the_predictor_and_the_policy():
+def test_a_poisson_sweep_is_refused_by_the_predictor():
     rates = summary_frame([1.0] * 4).rename(columns={"concurrency": "request_rate"}).assign(load="open")
     sweep = Sweep(records=rates.assign(draft_n=1), runs=pd.DataFrame())
-    calls = (lambda: step_cost(rates), lambda: serving_policy(rates.assign(speedup_tpot_lo=1.1), {"ngram k=2": 2}),
-             lambda: validate_held_out(sweep, {"ngram k=2": False}))
+    calls = (lambda: step_cost(rates), lambda: validate_held_out(sweep, {"ngram k=2": False}))
     for call in calls:
         with pytest.raises(ParameterError, match="closed-loop concurrency levels.*open-loop"):
             call()
@@ -252,8 +248,9 @@ def measured():
     trace, and that policy as one launch."""
     assert 1 < crossover(PREFILL_COST, K4, 64) < crossover(PREFILL_COST, K2, 64) < 16
     records, summary = sim_sweep(PREFILL_COST, [SPEC_OFF, K2, K4], [1, 2, 4, 8, 16], prompt_len=PROMPT_LEN)
-    policy = noise_aware_policy(records, summary)
-    return summary, policy, as_launch(policy, "ngram", "")
+    verdict = decide(summary, engine="simulated")
+    assert verdict.kind == "schedule", verdict.name()
+    return summary, verdict.policy, verdict.launch
 
 
 def traced(summary, launch, in_flight: float):
@@ -275,7 +272,7 @@ def test_the_forecast_trace_speedups_match_the_simulated_engines_trace(measured,
     """Median error ≤ 10% over the configurations (the target) and ≤ 15% each: the forecast adds to the
     reconstruction's error (TPOT(b) read off closed-loop levels) its own queue — processor sharing with
     TTFT(b), where the engine steps and prefills in batches — and, for adaptive, the k = 0 price
-    (``zero_range_speedup`` scales the path's cost with the step, the simulated engine pays it flat).
+    (the simulated engine's: none, its k = 0 step is spec-off's).
     At the policy check's rate (its switch-off load in flight) bursts pile past the measured 16, so half
     the decoding is read off a clamped end: k = 4, whose TPOT climbs fastest there, is the worst."""
     summary, policy, launch = measured
@@ -312,10 +309,9 @@ def test_a_planned_and_a_sampled_trace_that_hold_the_same_batches_predict_the_sa
 def test_adaptive_reads_its_schedules_configuration_and_prices_a_k0_range(measured):
     summary, policy, launch = measured
     assert policy.levels[0].k > 0 and policy.levels[-1].k == 0  # drafts at low load, not at the top
-    assert launch_base(launch) == "ngram k=4"  # the configuration of its largest k, the k its server runs
-    tpot_of = launch_curves(summary, launch).tpot
+    tpot_of = launch_curves(summary, launch, zero_speedup=0.9).tpot  # the engine's k = 0 price, as the verdict's
     off = summary[summary["config"] == "spec-off"].set_index("concurrency")
-    zero = zero_range_speedup(summary, "ngram k=4", [16])[16]
+    zero = 0.9
     batch = float(off.loc[16, "mean_batch"])  # a measured batch: no interpolation
     assert tpot_of(batch) == (pytest.approx(off.loc[16, "mean_tpot_ms"] / zero), False)
     k4 = summary[summary["config"] == "ngram k=4"].set_index("concurrency")
@@ -341,8 +337,9 @@ def sampled():
     """A sweep over 1–64 on FLAT_COST, its policy as one launch, and a trace of three bursts of 40 with a
     trickle between, run on every configuration: (summary, policy, launch, the trace's records, its runs)."""
     records, summary = sim_sweep(FLAT_COST, [SPEC_OFF, K2, K4], [1, 2, 4, 8, 16, 32, 64])
-    policy = noise_aware_policy(records, summary)
-    launch = as_launch(policy, "ngram", "")
+    verdict = decide(summary, engine="simulated")
+    assert verdict.kind == "schedule", verdict.name()
+    policy, launch = verdict.policy, verdict.launch
     rng = np.random.default_rng(7)
     bursts = [start + rng.uniform(0.0, 0.1, 40) for start in (0.0, 4.0, 8.0)]  # 40 at once, three times
     arrivals = sorted(np.concatenate([*bursts, rng.uniform(0.0, 12.0, 40)]))  # and a trickle between
