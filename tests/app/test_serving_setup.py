@@ -1,4 +1,4 @@
-"""Notebook 08's parameters are checked before any server starts: levels, loads, engines, endpoints
+"""Notebook 08's parameters are checked before any server starts (``serving_study``): levels, loads, engines, endpoints
 and speculation entries are refused in one line naming the parameter and what it accepts; which
 engine runs is the engine's module's to say (``specnb.serve``)."""
 
@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from specnb.app import serving_setup as setup
+from specnb.app import serving_study as setup
 from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import Lengths
+from specnb.predict.serving_verdict import model_of
 
 
 @pytest.mark.parametrize("levels, name, message", [
@@ -138,9 +139,7 @@ def test_the_probe_reaches_the_largest_verification_batch_and_drafts_are_named_b
     configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=6),
                VllmConfig(model="/m", method="eagle3", draft="/heads/e3", k=3)]
     assert setup.probe_max_tokens([1, 8], configs) == 8 * 7
-    from specnb.predict.serving_decision import config_drafts
-
-    assert config_drafts(configs) == {"eagle3 k=3": "/heads/e3"}
+    assert model_of(configs, ["eagle3 k=3", "spec-off"]) == "/heads/e3" and model_of(configs, ["ngram k=6"]) == ""
 
 
 def test_endpoints_are_loopback_unless_remote_is_allowed(monkeypatch):
@@ -153,9 +152,9 @@ def test_endpoints_are_loopback_unless_remote_is_allowed(monkeypatch):
     assert setup.endpoint_targets("http://10.0.0.5:8000", "sglang")[0].url == "http://10.0.0.5:8000"
 
 
-def test_a_policy_needs_three_rounds_and_says_so_in_one_line():
+def test_a_verdict_needs_three_rounds_and_says_so_in_one_line():
     assert setup.check_rounds(3, policy=True) == 3 and setup.check_rounds(1, policy=False) == 1
-    for bad, policy, message in ((2, True, "rounds must be >= 3 where a policy is asked"),
+    for bad, policy, message in ((2, True, "rounds must be >= 3 where a verdict is asked"),
                                  (0, False, "rounds must be a whole number >= 1"), ("3", True, "whole number")):
         with pytest.raises(ParameterError, match=message) as err:
             setup.check_rounds(bad, policy)
