@@ -147,8 +147,8 @@ def verdict_line(verdict: Verdict) -> str:
     tied = f"; {verdict.tied_text()}" if verdict.tied else ""
     sure = {"decided": "", "tie": " (a tie within the noise: the simplest kept)",
             "inconclusive": f" — **inconclusive**: a gain above {MATERIAL:.0%} is still possible within the noise; "
-                            f"this run resolves {verdict.mde:.0%} (minimum detectable effect), more launch pairs in the "
-                            "store resolve less"}[verdict.sure]
+                            f"this run resolves {verdict.mde:.0%} (minimum detectable effect), more launch pairs "
+                            "in the store resolve less"}[verdict.sure]
     trace = f"; {verdict.trace}" if verdict.trace else ""
     return f"**verdict**: launch **{what}**{paste} for {loads}{sure} — {why}{tied}{trace}"
 
