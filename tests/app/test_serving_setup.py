@@ -206,3 +206,19 @@ def test_a_missing_or_foreign_verifier_gguf_is_one_line_before_any_server(tmp_pa
 def test_an_hf_verifier_on_llama_server_says_to_pass_a_gguf():
     with pytest.raises(ParameterError, match="pass a .gguf file of your own as the verifier, -p verifier PATH.gguf"):
         setup.launch_configs("llama.cpp", "Qwen/Qwen2.5-0.5B-Instruct", "q4_1", ["ngram-simple:4"], [1])
+
+
+def test_every_study_parameter_is_declared_by_notebook_08_with_the_same_default():
+    """``-p NAME`` is refused for a name the parameters cell lacks (``parameters.check_parameters``), so a
+    study setting the notebook does not declare (``screen``, ``aa_twin``, ``moe``) could never be set."""
+    import ast
+    from dataclasses import MISSING, fields
+
+    from specnb.app.parameters import declared_parameters
+    from specnb.core.paths import REPO_ROOT
+
+    declared = declared_parameters(REPO_ROOT / "notebooks" / "08_serving.ipynb")
+    for f in fields(setup.Params):
+        assert f.name in declared, f"notebook 08 does not declare {f.name}"
+        default = f.default if f.default is not MISSING else f.default_factory()
+        assert ast.literal_eval(declared[f.name]["default"]) == default, f.name
