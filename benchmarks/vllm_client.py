@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specnb.app.serving_setup import endpoint_targets
+from specnb.app.serving_study import endpoint_targets
 from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_endpoint import check_target
