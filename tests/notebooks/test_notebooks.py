@@ -248,13 +248,16 @@ def assert_one_launch(results: dict, ipynb: Path) -> None:
     the same configuration and the same line everywhere."""
     record, line, verdict = results["verdict_record"], results["launch_line"], results["verdict"]
     assert record["line"] == line and (line == "" if record["kind"] in ("", "none") else line)
-    if record["kind"] not in ("", "per_load"):
+    if not record["kind"]:  # nothing to decide: no verdict line anywhere
+        assert verdict == "" and "**verdict**" not in "".join(markdown_outputs(ipynb))
+        return
+    if record["kind"] == "none" or line.startswith("{"):  # a line in vLLM's form is policy_vllm itself
         assert results["policy_vllm"] == (line or "no --speculative-config")
     assert verdict.startswith(f"**verdict**: launch **{record['launch']}**")
     assert (f"(`{line}`)" in verdict) if line and record["kind"] != "per_load" else "`{" not in verdict
     shown = markdown_outputs(ipynb)
-    policy = [m for m in shown if m.endswith(verdict) and not m.startswith("- ")]
-    conclusion = [m for m in shown if m.startswith(f"- {verdict}")]
+    conclusion = [m for m in shown if m.startswith(f"- {verdict}\n")]
+    policy = [m for m in shown if m.endswith(f"\n\n{verdict}")]
     assert len(policy) == 1 and len(conclusion) == 1  # the policy section and the conclusion say the same line
     if line and record["kind"] != "per_load":
         assert f"```\n{line}\n```" in policy[0]  # the policy section prints the line results.json keeps

@@ -123,6 +123,8 @@ def test_a_policy_that_drafts_at_every_level_is_printed_without_a_schedule():
     config = json.loads(report.values["policy_vllm"])
     assert config == {"method": "ngram", "num_speculative_tokens": 3} and verdict.kind == "static"
     assert "per_batch_size" not in report.markdown and "Over the engine's batch" not in report.markdown
+    launched = decide(levels, engine="vllm", configs=vllm_configs(3))  # the server's line: its n-gram window too
+    assert policy_text(launched).values["policy_vllm"] == launched.line and "prompt_lookup_max" in launched.line
 
 
 def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder(tmp_path):
