@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specnb.app.serving_setup import endpoint_targets
+from specnb.app.serving_study import endpoint_targets
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Closed, Lengths, check_target, run_async, send_closed
 from specnb.measure.serving_summary import latency_stats

@@ -35,14 +35,13 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``costs``), the predictor and its pick (``pick``), ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_model``: TPOT against the batch, what
                a configuration reaches at a level and a trace's speedups, forecast before it is sent and
-               reconstructed from its batch occupancy by one predictor) and the policy and
-               launch that follow from it (``serving_policy``, a Policy record keyed on the batch or the
-               concurrency, ``policy_record``; over rounds, ``noise_aware``; one launch, ``serving_launch``;
-               decided once, ``serving_decision``), why a draft won or lost (``draft_reason``) and which
+               reconstructed from its batch occupancy by one predictor) and the one verdict a sweep's
+               summary gives (``serving_verdict``: every launch priced from its CIs, the tie rule, how sure,
+               the launch line and its Policy over the batch or the concurrency), why a draft won or lost (``draft_reason``) and which
                engine to use instead of speculating (``engine_choice``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
-               papermill runner and the ``specnb`` command, notebook 08's parameters
-               (``serving_setup``) and its policy measured as one server in four phases (``policy_run``)
+               papermill runner and the ``specnb`` command, notebook 08's study as one call: its parameters
+               checked, the sweep, the verdict judged once, the launch checked (``serving_study``)
     notebooks/ (beside the package) the narrative, calling into all of the above
 
 What a user's own notebook or script needs is importable from here, whatever folder it lives in:

@@ -316,7 +316,7 @@ class ServingStudy:
     measured: Measured
     sweep_notes: tuple[str, ...]
     summary: pd.DataFrame
-    summary_table: pd.DataFrame
+    summary_table: pd.DataFrame | None
     crossings: pd.DataFrame
     sweep_report: Report
     tpot_chart: object | None
@@ -584,7 +584,8 @@ def run(params: Params) -> ServingStudy:
     return ServingStudy(
         intro=ready.notes, machine=ready.machine, measured=measured,
         sweep_notes=note_lines(sweep.stopped, *sweep.screened.values(), verdict.noise_text if verdict.kind else ""),
-        summary=summary, summary_table=charts.display_table(summary), crossings=crossings, sweep_report=sweep_report,
+        summary=summary, summary_table=charts.display_table(summary) if len(summary) else None,  # no engine: none
+        crossings=crossings, sweep_report=sweep_report,
         tpot_chart=chart_if(speedups, charts.speedup_chart, summary, "speedup_tpot"),
         throughput_chart=chart_if(speedups, charts.speedup_chart, summary, "speedup_output_throughput"),
         latency_chart=chart_if(len(summary) > 0, charts.latency_throughput_chart, summary),

@@ -183,7 +183,9 @@ def policy_text(verdict: Verdict) -> Report:
     body = bullets(lines)
     if verdict.kind in ("schedule", "per_load"):
         body += f"\n\nOver the engine's batch: {unmeasured_batches(policy)}."
-    vllm = engine_named("vllm").launch_json(launch) if launch is not None else ""
+    # on vLLM the line is the launched server's own --speculative-config (its n-gram window included): that one
+    vllm = verdict.line if verdict.engine == "vllm" and verdict.kind in ("static", "schedule") else \
+        engine_named("vllm").launch_json(launch) if launch is not None else ""
     if verdict.kind == "none":
         body += "\n\nvLLM: no `--speculative-config`."
     elif verdict.line and verdict.kind != "per_load":
