@@ -37,8 +37,8 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                a configuration reaches at a level and a trace's speedups, forecast before it is sent and
                reconstructed from its batch occupancy by one predictor) and the one verdict a sweep's
                summary gives (``serving_verdict``: every launch priced from its CIs, the tie rule, how sure,
-               the launch line and its Policy over the batch or the concurrency), why a draft won or lost (``draft_reason``) and which
-               engine to use instead of speculating (``engine_choice``)
+               the launch line and its Policy over the batch or the concurrency), why a draft won or lost
+               (``draft_reason``) and which engine to use instead of speculating (``engine_choice``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
                papermill runner and the ``specnb`` command, notebook 08's study as one call: its parameters
                checked, the sweep, the verdict judged once, the launch checked (``serving_study``)
