@@ -75,7 +75,7 @@ from specnb.measure import launch_noise
 from specnb.measure.load_shapes import Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Target
-from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
+from specnb.measure.serving_summary import decode_timed, paired_requests, summarise_sweep
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, run_sweep
 from specnb.measure.serving_virtual import VirtualEngine
 from specnb.predict.serving_decision import decide
@@ -315,8 +315,8 @@ def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
     """One study on the virtual engine with the store as it is: sweep, noise, summary, decision, verdict."""
     configs = launch_noise.with_twin(configs_for(truth))  # the store decides whether the twin runs
     sweep = run_virtual(truth, configs, costs, seed, truth.launch_sigma)
-    noise = launch_noise.noise_for(sweep.records, ENGINE)
-    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
+    noise = launch_noise.noise_for(sweep.records, launch_noise.noise_key(configs))
+    summary = summarise_sweep(sweep.records, sweep.runs, seed=seed, noise=noise)
     decision = decide(summary, sweep.records, seed, engine=ENGINE, configs=configs)
     verdict, line = launch_verdict(decision)
     levels = {level.concurrency: level for level in decision.launched.levels}
@@ -334,8 +334,9 @@ def aa_sweep(truth: Truth, seed: int):
 
 def fill_store(truth: Truth, pairs: int, seed: int) -> None:
     """``pairs`` earlier A/A pairs of the truth pooled into the store ``SPECNB_LAUNCH_NOISE`` names."""
+    key = launch_noise.noise_key(configs_for(truth))
     for i in range(pairs):
-        launch_noise.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, ENGINE)
+        launch_noise.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, key)
 
 
 FILLED: dict = {}  # (the A/A pair's settings, pairs, store) → the store's file, filled once per process
@@ -362,7 +363,7 @@ class Stores:
         t = self.truth
         key = (t.levels, t.launch_sigma, t.acceptance_spread, t.rounds, t.prompts, t.max_new_tokens, t.turnovers,
                t.length_range_ratio, t.acceptance, pairs, store)
-        path = launch_noise.noise_path(ENGINE)
+        path = launch_noise.noise_path(launch_noise.noise_key(configs_for(t)))
         if key not in FILLED:
             fill_store(self.truth, pairs, seed=10_000 * pairs + store)
             FILLED[key] = path.read_text()
@@ -412,19 +413,24 @@ def one_study(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], Outcome
 
 
 def one_aa(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], dict, float]:
-    """Task (truth, earlier pairs, seed): a new A/A pair; whether its twin's CI holds 1 at every level,
-    against the stored noise and against the pipeline's own figure (the new pair pooled in)."""
+    """Task (truth, earlier pairs, seed): a new A/A pair; whether its twin reads "no difference" at every
+    level through the summaries' own simultaneous CI (``launch_noise.simultaneous``, the twin's levels
+    its family), against the stored noise and against the pipeline's own figure (``noise_for``: the new
+    pair added to the store — a twin judged by a noise measured from itself, which the summary never
+    does: it reports the twin's row raw)."""
     t, pairs, seed = task
     truth = WORKER["truths"][t]
     WORKER["stores"][t].use(pairs, seed)
     started = time.perf_counter()
     sweep = aa_sweep(truth, seed)
+    key = launch_noise.noise_key(configs_for(truth))
+    summary = summarise_sweep(sweep.records, sweep.runs, seed=seed)
+    twin = summary[summary["config"] == AA_TWIN_CONFIG].assign(over=BASELINE_CONFIG)
     held = {}
-    for how, noise in (("stored", launch_noise.stored_noise(ENGINE)),
-                       ("pooled", launch_noise.noise_for(sweep.records, ENGINE))):
-        summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
-        twin = summary[summary["config"] == AA_TWIN_CONFIG]
-        held[how] = bool(((twin["speedup_tpot_lo"] <= 1.0) & (twin["speedup_tpot_hi"] >= 1.0)).all())
+    stored, pooled = launch_noise.stored_noise(key), launch_noise.noise_for(sweep.records, key)
+    for how, noise in (("stored", stored), ("pooled", pooled)):
+        rows = launch_noise.simultaneous(twin, noise, seed=seed)
+        held[how] = bool(((rows["speedup_tpot_lo"] <= 1.0) & (rows["speedup_tpot_hi"] >= 1.0)).all())
     return task, held, time.perf_counter() - started
 
 

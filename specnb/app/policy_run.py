@@ -34,10 +34,10 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from specnb.measure.launch_noise import noise_for
+from specnb.measure.launch_noise import noise_for, noise_key
 from specnb.measure.load_shapes import Open
 from specnb.measure.serving_checks import trace_rate
-from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_sweep, targets_of
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_decision import ServingDecision, decide
@@ -128,8 +128,8 @@ def run_policy(configs: list, prompts: pd.DataFrame, loads: list, settings: Swee
                           SweepHooks(down=down, on_run=on_run("sweep")))
         ended_early, sweep.stopped = sweep.stopped, "; ".join(filter(None, [skipped, sweep.stopped]))
         engine = configs[0].engine.name
-        noise = noise_for(sweep.records, engine)  # the A/A twin's pair where it ran, else this machine's stored one
-        summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
+        noise = noise_for(sweep.records, noise_key(configs))  # the store's, the A/A twin's pair added where it ran
+        summary = summarise_sweep(sweep.records, sweep.runs, seed=seed, noise=noise)
         decision = decide(summary, sweep.records, seed, engine=engine, configs=launched)
         if ended_early:
             return PolicyRun(sweep=sweep, decision=decision, noise=noise, note="the sweep ended early")

@@ -13,7 +13,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import Closed, Lengths, Open
 from specnb.measure.serving_load import Target
 from specnb.serve.engines import engine_named, engines
-from specnb.serve.speculation import BASELINE_CONFIG, FREE_FAMILIES, Speculation
+from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, FREE_FAMILIES, Speculation
 
 # ---------------------------------------------------------------- checks before anything starts
 
@@ -139,15 +139,19 @@ def endpoint_targets(endpoint: str, engine: str) -> list[Target]:
 
 
 def endpoint_speculation(label: str) -> Speculation:
-    """What an endpoint's label says it drafts: "" or "spec-off" nothing; ``TYPE:K`` the family TYPE
-    (vLLM's words: ngram, suffix, eagle3, draft_model, mtp, ...) at k = K — what the user said, read
-    once into the configuration's record."""
+    """What an endpoint's label says it drafts: "" or "spec-off" nothing; ``spec-off-aa`` nothing, on a
+    second server of spec-off's settings (its A/A twin: the launch noise of that endpoint); ``TYPE:K``
+    the family TYPE (vLLM's words: ngram, suffix, eagle3, draft_model, mtp, ...) at k = K — what the
+    user said, read once into the configuration's record."""
     if label in ("", BASELINE_CONFIG):
         return Speculation()
+    if label == AA_TWIN_CONFIG:
+        return Speculation(aa_twin=True)
     family, _, k = label.rpartition(":")
     if not family or not k.isdigit() or int(k) < 1:
-        raise ParameterError(f"endpoint configuration {label!r} must be spec-off or TYPE:K with K >= 1 (e.g. ngram:4, "
-                             "eagle3:3), as in spec-off=URL,ngram:4=URL")
+        raise ParameterError(f"endpoint configuration {label!r} must be spec-off, {AA_TWIN_CONFIG} (a second spec-off "
+                             "server: the launch noise) or TYPE:K with K >= 1 (e.g. ngram:4, eagle3:3), as in "
+                             "spec-off=URL,ngram:4=URL")
     return Speculation(entry=family, k=int(k), method=family, family=family, uses_model=family not in FREE_FAMILIES)
 
 

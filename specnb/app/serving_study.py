@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, fields
+from urllib.parse import urlsplit
 
 import pandas as pd
 
@@ -34,6 +35,7 @@ from specnb.measure.load_shapes import Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.predict import serving_decision, trace_prediction
 from specnb.predict import serving_predictor as predict
+from specnb.serve.speculation import BASELINE_CONFIG
 
 SMOKE = {"n_prompts": 4, "max_new_tokens": 12, "concurrency": [1, 2], "rounds": 3, "turnovers": 1}
 
@@ -187,7 +189,8 @@ def run_sweeps(params: Params, ready: Prepared, rec: Recorder) -> tuple[serving_
     k by batch, on closed-loop levels: its trace forecast recorded before the trace is sent)."""
     settings = serving_sweep.SweepSettings(
         rounds=params.rounds, seed=params.seed, progress=params.interactive,
-        probe_max_tokens=setup.probe_max_tokens(ready.levels, ready.configs) if ready.steps_batch else 0)
+        probe_max_tokens=setup.probe_max_tokens(ready.levels, ready.configs) if ready.steps_batch else 0,
+        noise_key=launch_noise.noise_key(ready.configs) if ready.configs else None)
     if params.endpoint:
         targets = [serving_endpoint.check_target(t) for t in setup.endpoint_targets(params.endpoint, params.engine)]
         hooks = serving_sweep.SweepHooks(on_run=setup.saver(rec, git_commit()))
@@ -203,12 +206,17 @@ def run_sweeps(params: Params, ready: Prepared, rec: Recorder) -> tuple[serving_
                                        on_run=setup.saver(rec, git_commit())), None
 
 
-def noise_of(sweep, loop: PolicyRun | None, configs: list, engine: str):
-    """The launch noise every CI is widened by: the policy run's, else read off the sweep's A/A twin
-    (or this machine's stored one); None at an endpoint."""
+def noise_of(sweep, loop: PolicyRun | None, configs: list, engine: str, endpoint: str = ""):
+    """The launch noise every CI counts: the policy run's, else the store's with the sweep's A/A twin
+    added where it ran; at an endpoint, the store of that engine on that host, with a twin URL's pair
+    (``spec-off-aa=URL``) added (neither: not measured)."""
     if loop is not None:
         return loop.noise
-    return launch_noise.noise_for(sweep.records, engine) if configs else None
+    if not configs:
+        urls = {t.name: t.url for t in setup.endpoint_targets(endpoint, engine)} if endpoint else {}
+        host = urlsplit(urls.get(BASELINE_CONFIG, "")).netloc or "none"  # spec-off's server: the one the noise is of
+        return launch_noise.noise_for(sweep.records, launch_noise.endpoint_key(engine, host))
+    return launch_noise.noise_for(sweep.records, launch_noise.noise_key(configs))
 
 
 def validate(params: Params, sweep, summary: pd.DataFrame, steps_batch: bool) -> pd.DataFrame:
@@ -241,12 +249,11 @@ def check(loop: PolicyRun | None, summary: pd.DataFrame, seed: int, noise) -> Ch
         return Checked()
     check_summary, adaptive = None, pd.DataFrame()
     if len(loop.check.records):
-        boot = serving_summary.Bootstrap(seed=seed, launch_noise=noise)
-        check_summary = serving_summary.summarise_sweep(loop.check.records, loop.check.runs, boot=boot)
-        adaptive = serving_checks.adaptive_check(check_summary, records=loop.check.records, boot=boot)
+        check_summary = serving_summary.summarise_sweep(loop.check.records, loop.check.runs, seed=seed, noise=noise)
+        adaptive = serving_checks.adaptive_check(check_summary, records=loop.check.records, seed=seed, noise=noise)
     if not len(loop.trace.records):
         return Checked(check_summary=check_summary, adaptive=adaptive)
-    trace = serving_checks.trace_check(loop.trace.records, seed=seed, launch_noise=noise)
+    trace = serving_checks.trace_check(loop.trace.records, seed=seed, noise=noise)
     forecast = trace_prediction.trace_prediction_table(loop.forecast, trace) if len(loop.forecast) else pd.DataFrame()
     rebuilt = trace_prediction.predict_trace(summary, loop.trace.runs, loop.policy)  # diagnostic
     return Checked(check_summary=check_summary, adaptive=adaptive, trace=trace, forecast=forecast,
@@ -272,10 +279,10 @@ def run(params: Params) -> ServingStudy:
     rec = Recorder(params.output_dir, params.run_name)
     ready = prepare(params, rec)
     sweep, loop = run_sweeps(params, ready, rec)
-    noise = noise_of(sweep, loop, ready.configs, params.engine)
+    noise = noise_of(sweep, loop, ready.configs, params.engine, params.endpoint)
     rec.value(keys.LAUNCH_NOISE, noise.record() if noise is not None else None)  # what every CI below is widened by
     summary = serving_summary.summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=params.slo_tpot_ms,
-                                              boot=serving_summary.Bootstrap(seed=params.seed, launch_noise=noise))
+                                              seed=params.seed, noise=noise)
     record_tables(rec, {"probe": sweep.probe})
     rec.table("summary", summary)
     speedups = "speedup_tpot" in summary

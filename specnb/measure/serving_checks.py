@@ -2,8 +2,8 @@
 one home of "best static, else spec-off at 1.00x"), each configuration's k (``draft_lengths``), an
 adaptive schedule held against the best static one per level (``adaptive_check``), and a bursty
 trace's paired speedups (``trace_check``) at the rate that keeps a load in flight (``trace_rate``).
-CIs are the summary's (``serving_summary.speedup_ci``: prompts as clusters, the launch term given a
-``launch_noise.LaunchNoise``).
+CIs resample prompts as the summary's do (``serving_summary.speedup_ci``) and are simultaneous over
+each check's own family, launch noise included (``launch_noise.simultaneous``).
 """
 
 from __future__ import annotations
@@ -14,15 +14,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from specnb.measure.launch_noise import LaunchNoise, launches_in, simultaneous
 from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_summary import (
-    Bootstrap,
-    decode_timed,
-    launch_term,
-    paired_requests,
-    row_rng,
-    speedup_ci,
-)
+from specnb.measure.serving_summary import decode_timed, paired_requests, row_rng, speedup_ci
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES
 
 
@@ -51,16 +45,15 @@ def draft_lengths(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> dic
 
 
 def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG,
-                   target: float = 0.95, records: pd.DataFrame | None = None,
-                   boot: Bootstrap | None = None) -> pd.DataFrame:
+                   target: float = 0.95, records: pd.DataFrame | None = None, *, n_boot: int = 1000, seed: int = 0,
+                   noise: LaunchNoise | None = None) -> pd.DataFrame:
     """Per level: the adaptive configuration's TPOT speedup against the best static configuration's
     at that level (``best_static``: spec-off counts as 1.00x), their ratio and whether it reaches
-    ``target``. With the pass's ``records``, also the ratio's 95% CI: adaptive's requests paired with
-    the best static one's on the same prompts (``ratio_lo``, ``ratio_hi``; prompts resampled with
-    their rounds as ``boot`` says, its ``launch_noise`` added: two launches, ``speedup_ci``), so a miss
-    inside the pass's noise shows; ``launch_sigma`` the launch term it carries."""
-    boot = boot or Bootstrap()
-    seed, n_boot, launch_noise = boot.seed, boot.n_boot, boot.launch_noise
+    ``target``. With the pass's ``records``, also the ratio's CI: adaptive's requests paired with the
+    best static one's on the same prompts (``ratio_lo``, ``ratio_hi``; prompts resampled with their
+    rounds, ``n_boot`` from ``seed``), simultaneous over the levels with the launch ``noise`` counted
+    (``launch_noise.simultaneous``: two launches a level), so a miss inside the pass's noise shows;
+    ``launch_sigma``, ``launch_pairs`` and ``critical`` say what it rests on."""
     column = shape_of(summary).column
     if adaptive not in set(summary.get("config", [])) or "speedup_tpot" not in summary:
         return pd.DataFrame()
@@ -73,30 +66,34 @@ def adaptive_check(summary: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, basel
             continue
         best_config, best_x = best.loc[level, "config"], float(best.loc[level, "speedup_tpot"])
         x = float(own["speedup_tpot"].iloc[0])
-        lo = hi = math.nan
         paired = paired_requests(timed, adaptive, level, best_config) if timed is not None else pd.DataFrame()
-        if len(paired):
-            _, lo, hi = speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, adaptive, level), n_boot,
-                                   launch_noise)
+        ratio = speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, adaptive, level), n_boot) \
+            if len(paired) else (math.nan,) * 3
         rows.append({column: level, "speedup_tpot": x, "speedup_tpot_lo": float(own["speedup_tpot_lo"].iloc[0]),
                      "speedup_tpot_hi": float(own["speedup_tpot_hi"].iloc[0]), "best_static": best_config,
-                     "best_static_speedup_tpot": best_x, "ratio": x / best_x, "ratio_lo": lo, "ratio_hi": hi,
-                     "meets": x / best_x >= target,
-                     "launch_sigma": launch_term(launch_noise, paired) if len(paired) else math.nan})
-    return pd.DataFrame(rows)
+                     "best_static_speedup_tpot": best_x, "ratio": x / best_x, "meets": x / best_x >= target,
+                     **ci_columns("paired_ratio", ratio), "config": adaptive, "over": best_config,
+                     "launches": launches_in(paired) if len(paired) else 1})
+    if not rows:
+        return pd.DataFrame()
+    table = simultaneous(pd.DataFrame(rows), noise, ("paired_ratio",), seed)
+    table = table.rename(columns={"paired_ratio_lo": "ratio_lo", "paired_ratio_hi": "ratio_hi"})
+    return table.drop(columns=["paired_ratio", "config", "over", "tpot_log_var"])
 
 
 def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: int = 1000,
-                seed: int = 0, baseline: str = BASELINE_CONFIG, launch_noise=None) -> pd.DataFrame:
+                seed: int = 0, baseline: str = BASELINE_CONFIG, noise: LaunchNoise | None = None) -> pd.DataFrame:
     """Over one trace (every request of a Poisson or bursty run), per other configuration: its paired
     TPOT speedup over ``baseline`` (``speedup_tpot``), adaptive's over it (``adaptive_speedup_tpot``) and
     its own over the trace's fastest configuration, adaptive included (``best``, the lowest TPOT over
-    the trace's tokens; ``speedup_over_best``), each with a 95% CI resampling prompts with all their
-    requests and, given ``launch_noise``, the launch term added (``speedup_ci``; ``launch_sigma``:
-    the term, 0 without); mean TPOT as read. ``beats``: adaptive's CI against it lies above 1, since a
-    mean lower by a millisecond or two is noise, not a win (``serving_decision.trace_pick`` judges the
-    trace with these). A trace without adaptive (a static launch, no schedule to run) compares the
-    static configurations alone: the adaptive columns NaN, ``beats`` False."""
+    the trace's tokens; ``speedup_over_best``), each with a CI resampling prompts with all their
+    requests, simultaneous over the trace's configurations (each of the three columns a family of its
+    own, ``launch_noise.simultaneous``) with the launch ``noise`` counted (``launch_sigma``,
+    ``launch_pairs``, ``critical``: the ``adaptive_speedup_tpot`` family's); mean TPOT as read.
+    ``beats``: adaptive's CI against it lies above 1, since a mean lower by a millisecond or two is
+    noise, not a win (``serving_decision.trace_pick`` judges the trace with these). A trace without
+    adaptive (a static launch, no schedule to run) compares the static configurations alone: the
+    adaptive columns NaN, ``beats`` False."""
     ok = records[records["success"]] if len(records) else records
     if ok.empty or ok["config"].nunique() < 2:
         return pd.DataFrame()
@@ -105,19 +102,32 @@ def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: 
     pooled = timed.groupby("config")[["decode_s", "decode_tokens"]].sum()
     best = (pooled["decode_s"] / pooled["decode_tokens"]).idxmin()
     ks = ok.groupby("config")["k"].first().to_dict() if "k" in ok else {}  # what each drafts, as recorded
-    rows = []
-    speedup = lambda config, over: trace_speedup(timed, config, over, seed, n_boot, launch_noise)  # noqa: E731
-    for config in [c for c in ok["config"].unique() if c != adaptive]:
-        ours = speedup(adaptive, config) if ran else (math.nan,) * 3
-        over_best = (1 / ours[0], 1 / ours[2], 1 / ours[1]) if best == adaptive else \
-            speedup(config, best)  # against adaptive: its CI turned round
-        rows.append({"config": config, "k": ks.get(config, math.nan), "mean_tpot_ms": float(mean_ms[config]),
-                     "adaptive_mean_tpot_ms": float(mean_ms[adaptive]) if ran else math.nan,
-                     **ci_columns("speedup_tpot", speedup(config, baseline)),
-                     **ci_columns("adaptive_speedup_tpot", ours), "best": best,
-                     **ci_columns("speedup_over_best", over_best), "beats": bool(ours[1] > 1.0),
-                     "launch_sigma": launch_term(launch_noise, ok[ok["config"] == config])})
-    return pd.DataFrame(rows)
+    speedup = lambda config, over: trace_speedup(timed, config, over, seed, n_boot)  # noqa: E731
+    configs = [c for c in ok["config"].unique() if c != adaptive]
+    rows = [{"config": config, "k": ks.get(config, math.nan), "mean_tpot_ms": float(mean_ms[config]),
+             "adaptive_mean_tpot_ms": float(mean_ms[adaptive]) if ran else math.nan, "best": best,
+             "launches": launches_in(ok[ok["config"] == config])} for config in configs]
+    families = {"speedup_tpot": lambda config: (config, baseline),
+                "adaptive_speedup_tpot": lambda config: (adaptive, config) if ran else None,
+                "speedup_over_best": lambda config: (config, best)}
+    table = pd.DataFrame(rows)
+    for name, contrast in families.items():
+        pairs = [contrast(config) for config in configs]
+        values = [speedup(*pair) if pair else (math.nan,) * 3 for pair in pairs]
+        family = pd.DataFrame([{"config": pair[0], "over": pair[1], "launches": n, **ci_columns(name, value)}
+                               for pair, value, n in zip(pairs, values, table["launches"])
+                               if pair and pair[0] != pair[1]])
+        widened = simultaneous(family, noise, (name,), seed) if len(family) else family
+        at = {row["over"] if name == "adaptive_speedup_tpot" else row["config"]: row  # the row's configuration
+              for row in widened.to_dict("records")}
+        for j, column in enumerate(ci_columns(name, (0, 0, 0))):  # point, lo, hi
+            table[column] = [at[config][column] if config in at else value[j] for config, value in zip(configs, values)]
+        if name == "adaptive_speedup_tpot":
+            table["launch_sigma"] = noise.sigma if noise is not None and noise.pairs else 0.0
+            table["launch_pairs"] = noise.pairs if noise is not None else 0
+            table["critical"] = float(widened["critical"].iloc[0]) if len(widened) else math.nan
+    table["beats"] = table["adaptive_speedup_tpot_lo"] > 1.0
+    return table.drop(columns="launches")
 
 
 def ci_columns(name: str, values: tuple[float, float, float]) -> dict:
@@ -125,19 +135,16 @@ def ci_columns(name: str, values: tuple[float, float, float]) -> dict:
     return dict(zip([name, f"{name}_lo", f"{name}_hi"], values))
 
 
-def trace_speedup(timed: pd.DataFrame, config: str, over: str, seed: int, n_boot: int,
-                  launch_noise=None) -> tuple[float, float, float]:
-    """``config``'s paired TPOT speedup over ``over`` across every level of a trace, with its 95% CI
-    (NaN where they share no request): a prompt is one cluster across the trace's levels and rounds,
-    ``launch_noise`` added unless the two are one configuration (``speedup_ci``); its own generator
-    per pair (``row_rng``)."""
+def trace_speedup(timed: pd.DataFrame, config: str, over: str, seed: int, n_boot: int) -> tuple[float, float, float]:
+    """``config``'s paired TPOT speedup over ``over`` across every level of a trace, with its raw 95%
+    bootstrap CI (NaN where they share no request): a prompt is one cluster across the trace's levels
+    and rounds (``speedup_ci``); its own generator per pair (``row_rng``)."""
     column = shape_of(timed).column
     levels = timed[column].unique()
     paired = pd.concat([paired_requests(timed, config, level, over) for level in levels])
     if paired.empty:
         return (math.nan,) * 3
-    return speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, f"{config} over {over}", 0), n_boot,
-                      launch_noise if config != over else None)
+    return speedup_ci(paired, "decode_tokens", "decode_s", row_rng(seed, f"{config} over {over}", 0), n_boot)
 
 
 def trace_rate(summary: pd.DataFrame, concurrency: float, baseline: str = BASELINE_CONFIG) -> float:

@@ -13,9 +13,10 @@ taken over steady requests (``serving_steady.steady_records``; ``steady_requests
 ``prompts_measured`` of ``prompts_total`` says how many prompts they cover, ``mean_batch`` is the
 engine's own batch there). Speedups pair each steady request with spec-off's on the same prompt,
 cycle, round and level (greedy and lossless: the same tokens). TPOT speedup = Σ spec-off decode time
-÷ Σ decode time per output token; E2E speedup the same with whole latencies; the 95% CIs resample
-prompts, each with all its rounds (``speedup_ci``), and, given a ``launch_noise.LaunchNoise``, add
-the launch-to-launch term in log space (``launch_sigma`` on each row says how much). Output
+÷ Σ decode time per output token; E2E speedup the same with whole latencies; the bootstrap resamples
+prompts, each with all its rounds (``speedup_ci``), and the speculative rows' CIs are simultaneous
+over the table's configurations and levels, launch-to-launch noise included (``add_speedups``,
+``launch_noise.simultaneous``: ``critical``, ``launch_sigma`` and ``launch_pairs`` on each row). Output
 throughput at a fixed concurrency is concurrency × tokens ÷ latency over steady requests (Little's
 law, ``level_throughput``), so its speedup's CI is the E2E one, scaled. The policy measured (best
 static per level, the adaptive check, the trace) is ``serving_checks``'.
@@ -26,13 +27,13 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import Fallback, counter_rates
+from specnb.measure.launch_noise import Z95, LaunchNoise, launches_in, log_var, simultaneous
 from specnb.measure.load_shapes import shape_of
 from specnb.measure.runs import bootstrap_speedup, paired_speedup
 from specnb.measure.serving_steady import level_batch, measured_records, steady_records
@@ -59,21 +60,13 @@ def latency_stats(records: pd.DataFrame) -> dict:
     return out
 
 
-@dataclass(frozen=True, kw_only=True)
-class Bootstrap:
-    """How a CI is resampled: ``n_boot`` resamples, drawn from ``seed`` (``row_rng``), widened by
-    ``launch_noise`` (a ``launch_noise.LaunchNoise``: with the launch term; None: without)."""
-
-    n_boot: int = 1000
-    seed: int = 0
-    launch_noise: object | None = None
-
-
 def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = BASELINE_CONFIG,
-                    slo_tpot_ms: float = 0.0, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+                    slo_tpot_ms: float = 0.0, *, n_boot: int = 1000, seed: int = 0,
+                    noise: LaunchNoise | None = None) -> pd.DataFrame:
     """One row per (configuration, level): vLLM bench's statistics, α/τ/per-position from the counters,
-    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with 95% CIs (``add_speedups``,
-    resampled as ``boot`` says). The level column is the records' load shape's
+    goodput under ``slo_tpot_ms`` (0: none) and speedups over ``baseline`` with CIs simultaneous over the
+    speculative rows (``add_speedups``: ``n_boot`` resamples from ``seed``, the launch ``noise`` counted;
+    None: not measured). The level column is the records' load shape's
     (``load_shapes.shape_of``): ``concurrency`` or ``request_rate``."""
     shape = shape_of(records)
     column = shape.column
@@ -113,7 +106,7 @@ def summarise_sweep(records: pd.DataFrame, runs: pd.DataFrame, baseline: str = B
     summary = pd.DataFrame(rows)
     if baseline not in set(summary["config"]):
         return summary
-    return add_speedups(summary, records, baseline, boot.seed, boot.n_boot, boot.launch_noise)
+    return add_speedups(summary, records, baseline, seed, n_boot, noise)
 
 
 def prompt_column(records: pd.DataFrame) -> str:
@@ -205,8 +198,7 @@ def row_rng(seed: int, config: str, level) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(config.encode()), int(round(float(level) * 1000))])
 
 
-def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int,
-               launch_noise=None) -> tuple[float, float, float]:
+def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int) -> tuple[float, float, float]:
     """(speedup, lo, hi) of tokens per time over the baseline's, the CI resampling prompts as clusters.
 
     A prompt is the unit: every request of it — each round, each copy cycled to fill a level, each
@@ -218,9 +210,8 @@ def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int,
     prompt is ``prompt_id`` where the records carry one, else ``prompt_index``; clusters are numbered
     in sorted order, so row order never moves a draw.
 
-    ``launch_noise`` (a ``launch_noise.LaunchNoise``, None: none): the interval widened by the launch
-    term, which no resampling of requests can show (``LaunchNoise.widen``: sigma ÷ √(launch pairs
-    pooled), added in log space)."""
+    The interval is the bootstrap's alone, at 95% for one row: a family's rows are read together
+    with the launch noise added (``launch_noise.simultaneous``)."""
     prompt = paired["prompt_id"] if "prompt_id" in paired else paired["prompt_index"]
     totals = ["tokens", "seconds", "tokens_base", "seconds_base"]  # paired_speedup's order
     frame = pd.DataFrame({"unit": prompt.groupby(prompt).ngroup(),
@@ -228,16 +219,20 @@ def speedup_ci(paired: pd.DataFrame, tokens: str, time: str, rng, n_boot: int,
                           "tokens_base": paired[f"{tokens}_base"], "seconds_base": paired[f"{time}_base"]})
     point = float(paired_speedup(frame[totals].sum().to_numpy()))
     lo, hi = bootstrap_speedup(frame, np.unique(frame["unit"]), rng, n_boot, columns=totals, unit="unit")
-    if launch_noise is not None:
-        lo, hi = launch_noise.widen(point, lo, hi, paired)
     return point, lo, hi
 
 
 def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, seed: int, n_boot: int,
-                 launch_noise=None) -> pd.DataFrame:
-    """Each row's TPOT, E2E and output-throughput speedups over ``baseline`` at its level with 95% CIs
-    (``speedup_ci``), ``launch_noise`` added to every row but the baseline's own (one launch against
-    itself); ``launch_sigma``: the launch term each row's CI carries (0: none)."""
+                 launch_noise: LaunchNoise | None = None) -> pd.DataFrame:
+    """Each row's TPOT, E2E and output-throughput speedups over ``baseline`` at its level with 95% CIs.
+
+    The speculative rows (every configuration but the baseline and its A/A twin, at every level) are
+    one family: their CIs are simultaneous over it, the launch noise included (``launch_noise.simultaneous``:
+    one critical value ``critical`` for the three metrics; ``tpot_log_var``, ``launch_sigma``,
+    ``launch_pairs``, ``launches`` say what each CI rests on, so two rows can be compared: the
+    difference of their log speedups has variance v_A + v_B + s²·(1/L), read at the same c). The
+    baseline's own row is 1 against itself; the twin's row is its raw bootstrap CI (``ci``: "raw A/A
+    twin"), never widened by a noise measured from it."""
     records = decode_timed(records)
     rows, column = [], shape_of(summary).column
     for row in summary.to_dict("records"):
@@ -247,19 +242,33 @@ def add_speedups(summary: pd.DataFrame, records: pd.DataFrame, baseline: str, se
         if paired.empty or base.empty:
             rows.append(row)
             continue
-        noise = launch_noise if row["config"] != baseline else None
         row["speedup_tpot"], row["speedup_tpot_lo"], row["speedup_tpot_hi"] = speedup_ci(
-            paired, "decode_tokens", "decode_s", rng, n_boot, noise)
-        e2e, lo, hi = speedup_ci(paired, "output_tokens", "latency", rng, n_boot, noise)
+            paired, "decode_tokens", "decode_s", rng, n_boot)
+        e2e, lo, hi = speedup_ci(paired, "output_tokens", "latency", rng, n_boot)
         row["speedup_e2el"], row["speedup_e2el_lo"], row["speedup_e2el_hi"] = e2e, lo, hi
-        tp = row["output_throughput"] / float(base["output_throughput"].iloc[0])
-        row["speedup_output_throughput"] = tp
-        row["speedup_output_throughput_lo"], row["speedup_output_throughput_hi"] = lo * tp / e2e, hi * tp / e2e
+        row["speedup_output_throughput"] = row["output_throughput"] / float(base["output_throughput"].iloc[0])
         row["identical_outputs"] = int((paired["generated_text"] == paired["generated_text_base"]).sum())
         row["paired_requests"] = len(paired)
-        row["launch_sigma"] = launch_term(noise, paired)
+        row["launches"] = launches_in(paired)
+        row["over"] = baseline
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if "over" not in table:
+        return table
+    family = table["over"].notna() & ~table["config"].isin([baseline, AA_TWIN_CONFIG])
+    table["ci"] = np.where(family, "simultaneous", np.where(table["config"] == AA_TWIN_CONFIG, "raw A/A twin", ""))
+    if family.any():
+        widened = simultaneous(table[family], launch_noise, ("speedup_tpot", "speedup_e2el"), seed)
+        for name in widened:
+            table.loc[family, name] = widened[name]
+    raw = table["over"].notna() & ~family
+    table.loc[raw, "tpot_log_var"] = [log_var(p, lo, hi) for p, lo, hi in table.loc[
+        raw, ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi"]].itertuples(index=False)]
+    table.loc[raw, ["launch_sigma", "launch_pairs", "critical"]] = [0.0, 0, Z95]
+    scale = table["speedup_output_throughput"] / table["speedup_e2el"]  # Little's law: the E2E CI, scaled
+    table["speedup_output_throughput_lo"] = table["speedup_e2el_lo"] * scale
+    table["speedup_output_throughput_hi"] = table["speedup_e2el_hi"] * scale
+    return table.drop(columns="over")
 
 
 def log_cross(levels: np.ndarray, values: np.ndarray) -> float:
@@ -325,8 +334,3 @@ def crossover(summary: pd.DataFrame, metric: str = "speedup_output_throughput",
                      "ci_excludes_1_top": excludes_one(group.iloc[-1], metric),
                      "dip_ci_below_1": bool((dip[f"{metric}_hi"] < 1.0).any())})
     return pd.DataFrame(rows)
-
-
-def launch_term(launch_noise, paired: pd.DataFrame) -> float:
-    """The launch term a CI over ``paired`` carries (``LaunchNoise.term``), 0 without a noise figure."""
-    return launch_noise.term(paired) if launch_noise is not None else 0.0

@@ -56,6 +56,7 @@ class ServingEngine(Protocol):
     """
 
     name: str  # what ``-p engine`` says and records carry
+    version: str  # the engine's version where it knows it cheaply ("" where not): launch noise is stored per version
     label: str  # how prose names it ("llama-server", "vLLM")
     metrics_prefix: str  # its Prometheus counters' prefix ("llamacpp", "vllm", "sglang")
     launched: bool  # notebook 08 can start it itself (else only as ``-p endpoint``)
@@ -89,6 +90,7 @@ class EngineDefaults:
     name: ClassVar[str]
     label: ClassVar[str]
     metrics_prefix: ClassVar[str]
+    version: ClassVar[str] = ""  # what launch noise is stored under, with the machine and threads
     launched: ClassVar[bool] = False
     batch_gauge: ClassVar[str] = ""
     request_extra: ClassVar[dict] = {}

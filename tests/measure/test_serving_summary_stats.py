@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, speedup_ci
+from specnb.measure.serving_summary import decode_timed, paired_requests, speedup_ci
 
 
 def requests(config: str, seconds: list[float], prompt_ids: list[str], rounds: list[int]) -> pd.DataFrame:
@@ -84,7 +84,7 @@ def test_every_row_has_its_own_generator_so_row_order_leaves_each_ci_alone():
 
     records, runs = sweep_records()
     shuffled = records.sample(frac=1.0, random_state=7)
-    tables = [summarise_sweep(r, runs, boot=Bootstrap(n_boot=200)).set_index(["config", "concurrency"]).sort_index()
+    tables = [summarise_sweep(r, runs, n_boot=200).set_index(["config", "concurrency"]).sort_index()
               for r in (records, shuffled)]
     assert tables[0][CI_COLUMNS].notna().all().all()
     pd.testing.assert_frame_equal(tables[0][CI_COLUMNS], tables[1][CI_COLUMNS])
@@ -95,11 +95,14 @@ def test_a_levels_adaptive_ci_does_not_depend_on_the_other_levels():
     from specnb.measure.serving_summary import summarise_sweep
 
     records, runs = sweep_records()
-    boot = Bootstrap(n_boot=200)
-    summary = summarise_sweep(records, runs, boot=boot)
-    both = adaptive_check(summary, records=records, boot=boot).set_index("concurrency")
-    one = adaptive_check(summary[summary["concurrency"] == 4], records=records, boot=boot).set_index("concurrency")
-    assert both.loc[4, "ratio_lo"] == one.loc[4, "ratio_lo"] and both.loc[4, "ratio_hi"] == one.loc[4, "ratio_hi"]
+    summary = summarise_sweep(records, runs, n_boot=200)
+    both = adaptive_check(summary, records=records, n_boot=200).set_index("concurrency")
+    one = adaptive_check(summary[summary["concurrency"] == 4], records=records, n_boot=200).set_index("concurrency")
+    # the point and the bootstrap are the level's own; the family (two levels or one) sets c
+    assert both.loc[4, "critical"] > one.loc[4, "critical"]
+    scale = lambda t, side: abs(np.log(t.loc[4, f"ratio_{side}"] / t.loc[4, "ratio"]))  # noqa: E731
+    assert scale(both, "lo") / scale(one, "lo") == pytest.approx(both.loc[4, "critical"] / one.loc[4, "critical"],
+                                                                 rel=0.05)
 
 
 def speedups(rows: dict[str, list[float]], half_width: float = 0.1) -> pd.DataFrame:
@@ -133,31 +136,53 @@ def test_the_crossover_row_says_whether_the_end_levels_cis_exclude_1():
     assert rows.loc["noisy", ["ci_excludes_1_lowest", "ci_excludes_1_top"]].tolist() == [False, False]
 
 
-def test_the_launch_term_widens_every_row_but_the_baselines_own_and_each_row_says_how_much():
+def test_the_launch_term_widens_every_speculative_row_at_one_critical_value_and_each_row_says_on_what():
     from specnb.measure.launch_noise import LaunchNoise
     from specnb.measure.serving_checks import adaptive_check, trace_check
     from specnb.measure.serving_summary import summarise_sweep
 
     records, runs = sweep_records()
     noise = LaunchNoise(sigma=0.05, source="test", pairs=3)
-    plain, wide = (summarise_sweep(records, runs, boot=Bootstrap(n_boot=200, launch_noise=n))
+    plain, wide = (summarise_sweep(records, runs, n_boot=200, noise=n)
                    .set_index(["config", "concurrency"]) for n in (None, noise))
-    assert (plain["launch_sigma"].dropna() == 0.0).all()
+    family = wide[wide["ci"] == "simultaneous"]
+    assert set(family.index.get_level_values("config")) == {"ngram k=4", "adaptive"}
+    assert family["critical"].nunique() == 1 and family["critical"].iloc[0] > plain["critical"].max() > 1.96
+    assert (plain["launch_sigma"].dropna() == 0.0).all() and (family["launch_pairs"] == 3).all()
     spec = wide.loc[("ngram k=4", 4)]
     assert spec["launch_sigma"] == 0.05 and spec["speedup_tpot"] == plain.loc[("ngram k=4", 4), "speedup_tpot"]
+    assert spec["tpot_log_var"] == pytest.approx(plain.loc[("ngram k=4", 4), "tpot_log_var"])  # the bootstrap's own
     for metric in CI_COLUMNS:
         side = 1 if metric.endswith("_hi") else -1
         assert side * (wide.loc[("ngram k=4", 4), metric] - plain.loc[("ngram k=4", 4), metric]) > 0
+    scale = spec["speedup_output_throughput"] / spec["speedup_e2el"]  # throughput's CI is the E2E one, scaled
+    assert spec["speedup_output_throughput_lo"] == pytest.approx(spec["speedup_e2el_lo"] * scale)
     assert wide.loc[("spec-off", 4), "launch_sigma"] == 0.0  # one launch against itself
     assert wide.loc[("spec-off", 4), "speedup_tpot_lo"] == plain.loc[("spec-off", 4), "speedup_tpot_lo"]
-    # a sweep that relaunched each round pools its rounds' launches: sigma ÷ √2 for two
-    relaunched = summarise_sweep(records.assign(launch=records["round"]), runs,
-                                 boot=Bootstrap(n_boot=200, launch_noise=noise))
-    assert relaunched.set_index(["config", "concurrency"]).loc[("ngram k=4", 4), "launch_sigma"] == \
-        pytest.approx(0.05 / 2 ** 0.5)
-    check = [adaptive_check(s.reset_index(), records=records, boot=Bootstrap(n_boot=200, launch_noise=n))
+    # a sweep that relaunched each round averages its rounds' launches: the term is s ÷ √2 for two
+    relaunched = summarise_sweep(records.assign(launch=records["round"]), runs, n_boot=200, noise=noise)
+    again = relaunched.set_index(["config", "concurrency"]).loc[("ngram k=4", 4)]
+    assert again["launches"] == 2 and again["speedup_tpot_lo"] > spec["speedup_tpot_lo"]
+    check = [adaptive_check(s.reset_index(), records=records, n_boot=200, noise=n)
              .set_index("concurrency") for s, n in ((plain, None), (wide, noise))]
     assert check[1].loc[4, "ratio_lo"] < check[0].loc[4, "ratio_lo"] and check[1].loc[4, "launch_sigma"] == 0.05
-    traces = [trace_check(records, n_boot=200, launch_noise=n).set_index("config") for n in (None, noise)]
+    traces = [trace_check(records, n_boot=200, noise=n).set_index("config") for n in (None, noise)]
     hi = "adaptive_speedup_tpot_hi"
     assert traces[1].loc["ngram k=4", hi] > traces[0].loc["ngram k=4", hi]
+    assert traces[1].loc["ngram k=4", "launch_pairs"] == 3 and traces[1].loc["ngram k=4", "critical"] > 1.96
+
+
+def test_the_twins_row_is_its_raw_bootstrap_ci_never_widened_by_the_noise_measured_from_it():
+    from specnb.measure.launch_noise import LaunchNoise
+    from specnb.measure.serving_summary import summarise_sweep
+
+    records, runs = sweep_records()
+    twin = records[records["config"] == "adaptive"].assign(config="spec-off-aa")
+    records = pd.concat([records, twin], ignore_index=True)
+    runs = pd.concat([runs, runs[runs["config"] == "adaptive"].assign(config="spec-off-aa")], ignore_index=True)
+    plain, wide = (summarise_sweep(records, runs, n_boot=200, noise=n).set_index(["config", "concurrency"])
+                   for n in (None, LaunchNoise(sigma=0.05, source="test", pairs=1)))
+    row = wide.loc[("spec-off-aa", 4)]
+    assert row["ci"] == "raw A/A twin" and row["launch_sigma"] == 0.0 and row["critical"] == pytest.approx(1.959964)
+    assert row["speedup_tpot_lo"] == plain.loc[("spec-off-aa", 4), "speedup_tpot_lo"]
+    assert wide.loc[("adaptive", 4), "speedup_tpot_lo"] < row["speedup_tpot_lo"]  # the same requests, in the family

@@ -25,7 +25,7 @@ from specnb.measure.serving_endpoint import (
     probe_tokens,
 )
 from specnb.measure.serving_load import arrival_gaps, run_async, send_closed, send_open
-from specnb.measure.serving_summary import Bootstrap, crossover, log_cross, summarise_sweep
+from specnb.measure.serving_summary import crossover, log_cross, summarise_sweep
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, Target, level_order, run_sweep
 from specnb.measure.vllm_bench import from_vllm_bench
 
@@ -172,7 +172,7 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake):
     drafts = sweep.runs.set_index(["config", "concurrency", "round", "chunk"])["spec_decode_num_drafts"]
     assert (drafts == per_run.loc[drafts.index]).all()  # per run, fillers included; not cumulative
     assert level_order(["a", "b"], 0, 0) == ["a", "b"] and level_order(["a", "b"], 1, 0) == ["b", "a"]
-    summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, boot=Bootstrap(n_boot=200))
+    summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, n_boot=200)
     row = summary[(summary["config"] == "ngram k=2") & (summary["concurrency"] == 2)].iloc[0]
     assert row["alpha"] == pytest.approx(0.5) and row["tau"] == pytest.approx(2.0)
     assert json.loads(row["per_position"]) == pytest.approx([1.0])
@@ -216,7 +216,7 @@ def test_fillers_are_recorded_but_never_paired_or_summarised(fake):
     assert len(measured) == 2 * 8 and (fillers.groupby("config").size() >= 2).all()  # c leading ones a run at least
     assert not fillers["steady"].any() and measured["steady"].all()
     assert (fillers["output_tokens"] == fillers["max_tokens"]).all() and fillers["max_tokens"].between(3, 9).all()
-    summary = summarise_sweep(records, sweep.runs, boot=Bootstrap(n_boot=50)).set_index("config")
+    summary = summarise_sweep(records, sweep.runs, n_boot=50).set_index("config")
     assert (summary["completed"] == 8).all() and (summary["steady_requests"] == 8).all()
     assert summary.loc["ngram k=2", "paired_requests"] == 8
     tokens = measured.groupby("config")["output_tokens"].sum()
@@ -321,7 +321,7 @@ def test_poisson_levels_are_request_rates_in_records_runs_and_summary(fake):
                       open_loop(20.0, 40.0, tokens=3), SweepSettings(warmup=False))
     for table in (sweep.records, sweep.runs):
         assert "concurrency" not in table and set(table["request_rate"]) == {20.0, 40.0}
-    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=50))
+    summary = summarise_sweep(sweep.records, sweep.runs, n_boot=50)
     assert "concurrency" not in summary and sorted(summary["request_rate"].unique()) == [20.0, 40.0]
     assert "speedup_tpot" in summary and crossover(summary).iloc[0]["level"] == "request_rate"
     assert set(summary["load"]) == {"open"} and set(summary["burstiness"]) == {1.0}  # the shape, as a record
@@ -425,7 +425,7 @@ def test_an_sglang_sweep_lands_in_the_same_alpha_and_tau(meta):
     finally:
         server.shutdown()
         server.server_close()
-    row = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=50)).iloc[0]
+    row = summarise_sweep(sweep.records, sweep.runs, n_boot=50).iloc[0]
     if meta:  # 4 requests × 6 tokens over 4 × 2 verification steps
         assert row["tau"] == pytest.approx(3.0) and np.isnan(row["alpha"])
         assert row["acceptance_source"] == "verify counts"
@@ -537,7 +537,7 @@ def test_the_adaptive_ratio_has_an_interval_from_requests_paired_with_the_best_s
     summary = pd.DataFrame([{"config": c, "concurrency": 1, "speedup_tpot": x, "speedup_tpot_lo": x - 0.1,
                              "speedup_tpot_hi": x + 0.1} for c, x in (("spec-off", 1.0), ("ngram k=4", 2.0),
                                                                      ("adaptive", 1.6 / 0.85))])
-    row = adaptive_check(summary, records=records, boot=Bootstrap(n_boot=200)).iloc[0]
+    row = adaptive_check(summary, records=records, n_boot=200).iloc[0]
     assert row["best_static"] == "ngram k=4" and row["ratio"] == pytest.approx(0.8 / 0.85)
     # resampling prompts: all four at 0.25 s (0.8) up to all four at 0.10 s (2.0)
     assert 0.8 <= row["ratio_lo"] < row["ratio"] < row["ratio_hi"] <= 2.0

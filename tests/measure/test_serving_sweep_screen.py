@@ -1,7 +1,9 @@
-"""Screening after the lowest level: a speculative configuration whose TPOT speedup's 95% CI lies below 1 at the
-lowest load is left out of the higher levels (on these engines speculation only loses more as the batch grows),
-judged by the summary's own CI; spec-off, a configuration whose CI holds 1 and the adaptive schedule are kept.
-Checked on simulated servers, whose cost model says which configuration loses and by how much."""
+"""Screening after the lowest level: a speculative configuration whose TPOT speedup's CI lies below 1 at the
+lowest load is left out of the higher levels (on a dense verifier speculation only loses more as the batch
+grows), judged by the summary's own CI at that level — simultaneous over its configurations, launch noise
+counted — and named with it; spec-off, a configuration whose CI holds 1 and the adaptive schedule are kept;
+a mixture-of-experts verifier gets the screened configuration back at the top level. Checked on simulated
+servers, whose cost model says which configuration loses and by how much."""
 
 import pandas as pd
 import pytest
@@ -40,17 +42,38 @@ def test_a_configuration_that_loses_at_the_lowest_level_is_left_out_of_the_highe
     assert sweep.stopped == "" and sweep.records["success"].all()
     assert levels_run(sweep) == {"spec-off": [1, 2, 4], "ngram k=3": [1, 2, 4], "smollm2-draft-s k=3": [1]}
     assert set(sweep.runs[sweep.runs["config"] == "smollm2-draft-s k=3"]["concurrency"]) == {1}
-    summary = summarise_sweep(sweep.records, sweep.runs)  # the notebook's summary: the same CI screened it
-    lost = summary.set_index(["config", "concurrency"]).loc[("smollm2-draft-s k=3", 1)]
-    assert lost["speedup_tpot_hi"] < 1.0
+    lowest = lambda table: table[table["concurrency"] == 1]  # noqa: E731
+    screen = summarise_sweep(lowest(sweep.records), lowest(sweep.runs))  # the summary's own CI at that level
+    lost = screen.set_index("config").loc["smollm2-draft-s k=3"]
+    assert lost["speedup_tpot_hi"] < 1.0 and lost["ci"] == "simultaneous" and lost["critical"] > 1.96
     assert sweep.screened == {"smollm2-draft-s k=3": f"smollm2-draft-s k=3 measured at 1 concurrent only: TPOT speedup "
                               f"{lost['speedup_tpot']:.2f}x [95% CI {lost['speedup_tpot_lo']:.2f}–"
-                              f"{lost['speedup_tpot_hi']:.2f}] there, a loss at the lowest load, which only grows "
+                              f"{lost['speedup_tpot_hi']:.2f}, simultaneous over 2 configuration(s), launch noise not "
+                              "measured] there, a loss at the lowest load, which on a dense verifier only grows "
                               "with the batch"}
+    summary = summarise_sweep(sweep.records, sweep.runs)
     verdicts = crossover(summary, "speedup_tpot").set_index("config")["verdict"]  # one level is still a verdict
     assert verdicts["smollm2-draft-s k=3"] == "never pays" and verdicts["ngram k=3"] == "pays at every level measured"
     unscreened = run_sweep(servers, PROMPTS, closed(1, 2, tokens=16, range_ratio=0.5), SweepSettings(screen=False))
     assert unscreened.screened == {} and levels_run(unscreened)["smollm2-draft-s k=3"] == [1, 2]
+    moe = run_sweep(servers, PROMPTS, closed(1, 2, 4, tokens=16, range_ratio=0.5), SweepSettings(moe=True))
+    assert list(moe.screened) == ["smollm2-draft-s k=3"]  # still named, with its CI
+    assert levels_run(moe)["smollm2-draft-s k=3"] == [1, 4]  # and measured at the top level all the same
+
+
+def test_the_screen_counts_the_stored_launch_noise(servers):
+    """A store whose pairs say two launches differ by ±60% in log: no lowest-level loss of 0.44x is beyond
+    that, so nothing is screened; the same sweep with an empty store screens the slow draft."""
+    from specnb.measure.launch_noise import AaPair, NoiseKey, save_pairs
+
+    key = NoiseKey(machine="test", engine="simulated", version="noisy")
+    save_pairs(key, [AaPair(id=str(i), date="2026-12-01T00:00:00+00:00", levels=[1.0], d=[0.6 * (-1) ** i], v=[0.0])
+                     for i in range(3)])
+    noisy = run_sweep(servers, PROMPTS, closed(1, 2, tokens=16, range_ratio=0.5), SweepSettings(noise_key=key))
+    assert noisy.screened == {} and levels_run(noisy)["smollm2-draft-s k=3"] == [1, 2]
+    empty = run_sweep(servers, PROMPTS, closed(1, 2, tokens=16, range_ratio=0.5),
+                      SweepSettings(noise_key=NoiseKey(machine="test", engine="simulated", version="none")))
+    assert list(empty.screened) == ["smollm2-draft-s k=3"]
 
 
 def test_a_ci_that_holds_1_spec_off_and_a_schedule_are_kept(servers):

@@ -11,7 +11,7 @@ from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_endpoint import scrape
 from specnb.measure.serving_load import ClosedFeed, Requests, Target
 from specnb.measure.serving_steady import send_sampled
-from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, run_sweep
 from specnb.measure.serving_virtual import VirtualEngine, sampled
 from specnb.serve.simulated.sim_engine import SimCost, run_closed
@@ -69,7 +69,7 @@ def test_a_sweep_in_virtual_time_sees_exactly_the_launch_factors_between_two_lau
     loads = [Closed(concurrency=c, lengths=Lengths(tokens=8), turnovers=1) for c in (1, 2)]
     sweep = run_sweep(targets, select_prompts("all", 4), loads, SweepSettings(rounds=2, probe_max_tokens=0),
                       SweepHooks(down=lambda name: ""))
-    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=20))
+    summary = summarise_sweep(sweep.records, sweep.runs, n_boot=20)
     factor = {name: VirtualEngine(c, SPEC_OFF).engine.launch_factor for name, c in launches.items()}
     assert factor[SPEC_OFF.name] != factor[twin.name]
     aa = summary[summary["config"] == twin.name]

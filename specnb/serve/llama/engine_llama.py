@@ -7,6 +7,7 @@ cache does. The server's process and flags are ``specnb.serve.llama.llama_server
 
 from __future__ import annotations
 
+from specnb.native import llama_build
 from specnb.serve import eagle3_heads
 from specnb.serve.eagle3_heads import eagle3_missing, eagle_heads, wants_head
 from specnb.serve.engines import EngineDefaults, register
@@ -61,6 +62,7 @@ class LlamaServerEngine(EngineDefaults):
 
     name = "llama.cpp"
     label = "llama-server"
+    version = llama_build.VERSION  # the llama-cpp-python whose vendored llama.cpp is built
     metrics_prefix = "llamacpp"
     launched = True
     batch_gauge = "requests_processing"

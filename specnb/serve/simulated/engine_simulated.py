@@ -15,6 +15,7 @@ import json
 import os
 from dataclasses import replace
 
+import specnb
 from specnb.core.errors import ParameterError
 from specnb.serve.engines import EngineDefaults, register
 from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer
@@ -40,6 +41,7 @@ class SimulatedEngine(EngineDefaults):
 
     name = "simulated"
     label = "the simulated engine"
+    version = specnb.__version__  # its cost model is specnb's own
     metrics_prefix = "vllm"
     launched = True
     batch_gauge = "num_requests_running"

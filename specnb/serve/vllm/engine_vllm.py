@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from specnb.native import vllm_build
 from specnb.serve.eagle3_heads import eagle3_folder, eagle3_missing, wants_head
 from specnb.serve.engines import EngineDefaults, register
 from specnb.serve.speculation import FREE_FAMILIES, Launch, model_drafts, parse_entry
@@ -32,6 +33,7 @@ class VllmEngine(EngineDefaults):
 
     name = "vllm"
     label = "vLLM"
+    version = vllm_build.VERSION
     metrics_prefix = "vllm"
     launched = True
     batch_gauge = "num_requests_running"
