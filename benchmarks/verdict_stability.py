@@ -20,10 +20,10 @@ speculation cost calibrated so that its noise-free TPOT speedup, as the summary 
 sweeps per seed give it exactly, averaged over ``CALIBRATION_SEEDS``; ``calibration_error`` reports how
 close a fresh seed lands).
 
-**The pipeline** is the real one: ``launch_noise.with_twin`` (the store decides whether spec-off's A/A
+**The pipeline** is the real one: ``serving_stats.with_twin`` (the store decides whether spec-off's A/A
 twin runs), ``serving_sweep.run_sweep`` (levels, rounds, pieces, fillers, screening), then what
-``app.policy_run.run_policy`` does before its check and trace — ``launch_noise.noise_for``,
-``serving_summary.summarise_sweep`` with its default bootstrap, ``serving_decision.decide`` — and
+``app.policy_run.run_policy`` does before its check and trace — ``serving_stats.noise_for``,
+``serving_stats.summarise_sweep`` with its default bootstrap, ``serving_decision.decide`` — and
 ``nb08_serving.launch_verdict`` for the verdict's words. The forward probe, the adaptive check and
 the bursty trace are not run (the launch line is decided before them).
 
@@ -71,11 +71,11 @@ from specnb.app.text.nb08_serving import launch_verdict
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
-from specnb.measure import launch_noise
+from specnb.measure import serving_stats
 from specnb.measure.load_shapes import Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Target
-from specnb.measure.serving_summary import decode_timed, paired_requests, summarise_sweep
+from specnb.measure.serving_stats import decode_timed, paired_requests, summarise_sweep
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, run_sweep
 from specnb.measure.serving_virtual import VirtualEngine
 from specnb.predict.serving_decision import decide
@@ -313,9 +313,9 @@ class Outcome:
 
 def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
     """One study on the virtual engine with the store as it is: sweep, noise, summary, decision, verdict."""
-    configs = launch_noise.with_twin(configs_for(truth))  # the store decides whether the twin runs
+    configs = serving_stats.with_twin(configs_for(truth))  # the store decides whether the twin runs
     sweep = run_virtual(truth, configs, costs, seed, truth.launch_sigma)
-    noise = launch_noise.noise_for(sweep.records, launch_noise.noise_key(configs))
+    noise = serving_stats.noise_for(sweep.records, serving_stats.noise_key(configs))
     summary = summarise_sweep(sweep.records, sweep.runs, seed=seed, noise=noise)
     decision = decide(summary, sweep.records, seed, engine=ENGINE, configs=configs)
     verdict, line = launch_verdict(decision)
@@ -329,14 +329,14 @@ def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
 def aa_sweep(truth: Truth, seed: int):
     """A sweep of spec-off and its twin only (an A/A pair), at the truth's settings."""
     configs = configs_for(truth)[:1]
-    return run_virtual(truth, [*configs, launch_noise.twin_of(configs[0])], {}, seed, truth.launch_sigma)
+    return run_virtual(truth, [*configs, serving_stats.twin_of(configs[0])], {}, seed, truth.launch_sigma)
 
 
 def fill_store(truth: Truth, pairs: int, seed: int) -> None:
     """``pairs`` earlier A/A pairs of the truth pooled into the store ``SPECNB_LAUNCH_NOISE`` names."""
-    key = launch_noise.noise_key(configs_for(truth))
+    key = serving_stats.noise_key(configs_for(truth))
     for i in range(pairs):
-        launch_noise.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, key)
+        serving_stats.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, key)
 
 
 FILLED: dict = {}  # (the A/A pair's settings, pairs, store) → the store's file, filled once per process
@@ -363,7 +363,7 @@ class Stores:
         t = self.truth
         key = (t.levels, t.launch_sigma, t.acceptance_spread, t.rounds, t.prompts, t.max_new_tokens, t.turnovers,
                t.length_range_ratio, t.acceptance, pairs, store)
-        path = launch_noise.noise_path(launch_noise.noise_key(configs_for(t)))
+        path = serving_stats.noise_path(serving_stats.noise_key(configs_for(t)))
         if key not in FILLED:
             fill_store(self.truth, pairs, seed=10_000 * pairs + store)
             FILLED[key] = path.read_text()
@@ -414,7 +414,7 @@ def one_study(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], Outcome
 
 def one_aa(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], dict, float]:
     """Task (truth, earlier pairs, seed): a new A/A pair; whether its twin reads "no difference" at every
-    level through the summaries' own simultaneous CI (``launch_noise.simultaneous``, the twin's levels
+    level through the summaries' own simultaneous CI (``serving_stats.simultaneous``, the twin's levels
     its family), against the stored noise and against the pipeline's own figure (``noise_for``: the new
     pair added to the store — a twin judged by a noise measured from itself, which the summary never
     does: it reports the twin's row raw)."""
@@ -423,13 +423,13 @@ def one_aa(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], dict, floa
     WORKER["stores"][t].use(pairs, seed)
     started = time.perf_counter()
     sweep = aa_sweep(truth, seed)
-    key = launch_noise.noise_key(configs_for(truth))
+    key = serving_stats.noise_key(configs_for(truth))
     summary = summarise_sweep(sweep.records, sweep.runs, seed=seed)
     twin = summary[summary["config"] == AA_TWIN_CONFIG].assign(over=BASELINE_CONFIG)
     held = {}
-    stored, pooled = launch_noise.stored_noise(key), launch_noise.noise_for(sweep.records, key)
+    stored, pooled = serving_stats.stored_noise(key), serving_stats.noise_for(sweep.records, key)
     for how, noise in (("stored", stored), ("pooled", pooled)):
-        rows = launch_noise.simultaneous(twin, noise, seed=seed)
+        rows = serving_stats.simultaneous(twin, noise, seed=seed)
         held[how] = bool(((rows["speedup_tpot_lo"] <= 1.0) & (rows["speedup_tpot_hi"] >= 1.0)).all())
     return task, held, time.perf_counter() - started
 

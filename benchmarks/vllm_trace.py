@@ -32,7 +32,7 @@ from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
 from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_stats import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
 from specnb.serve.vllm.engine_vllm import ENGINE as VLLM
 from specnb.serve.vllm.vllm_server import check_schedule

@@ -28,10 +28,10 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``analysis``), load on a serving engine: its shape as a record (``load_shapes``), the requests
                (``serving_load``), the sweep (``serving_sweep``), the engine's counters and forward probe
                (``serving_endpoint``), a run's steady window and the engine's own batch (``serving_steady``),
-               summaries and CIs (``serving_summary``), the policy measured (``serving_checks``), per-round figures
-               and a trace's occupancy (``serving_rounds``), launch-to-launch noise and its A/A calibration
-               (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``), a sweep's target in
-               virtual time, the simulated engine answering it with no HTTP (``serving_virtual``)
+               the sweep's statistics: summaries, launch-to-launch noise and its store of A/A pairs, CIs
+               simultaneous over what a verdict reads, the policy measured and vLLM's own load client beside
+               ours (``serving_stats``), per-round figures and a trace's occupancy (``serving_rounds``), a
+               sweep's target in virtual time, the simulated engine answering it with no HTTP (``serving_virtual``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor and its pick (``pick``), ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_predictor``) and the policy and

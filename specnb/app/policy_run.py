@@ -11,14 +11,14 @@ once what to launch, launch it where it is a schedule, measure it beside them an
    configuration, measured as itself already, and no speculation needs no server: nothing more is
    launched for either.
 3. **Check** (a schedule only): the same levels again on every configuration, adaptive included,
-   interleaved as any sweep (``serving_checks.adaptive_check`` holds it against the best static one
+   interleaved as any sweep (``serving_stats.adaptive_check`` holds it against the best static one
    per level).
 4. **Trace**: one bursty open-loop run (gamma gaps, ``serving_load.arrival_gaps``) at the rate that
    keeps the decision's switch load (``decision.switch``: where the policy stops speculating or its k
-   first falls) in flight on spec-off (``serving_checks.trace_rate``), so bursts go above the
+   first falls) in flight on spec-off (``serving_stats.trace_rate``), so bursts go above the
    crossover and quiet spells below it, on every configuration running — the schedule beside the
    static ones, or the static ones alone: the only check of the verdict on bursty load either way
-   (``serving_checks.trace_check``, ``serving_decision.with_trace``). Just before it is sent, its
+   (``serving_stats.trace_check``, ``serving_decision.with_trace``). Just before it is sent, its
    speedups are forecast from the sweep's figures alone (``trace_forecast``) and handed to
    ``on_forecast``, so the forecast is on record before the trace.
 
@@ -34,10 +34,8 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from specnb.measure.launch_noise import noise_for, noise_key
 from specnb.measure.load_shapes import Open
-from specnb.measure.serving_checks import trace_rate
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_stats import noise_for, noise_key, summarise_sweep, trace_rate
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_sweep, targets_of
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_decision import ServingDecision, decide
@@ -63,7 +61,7 @@ class PolicyRun:
     trace: Sweep = field(default_factory=empty)
     rate: float = math.nan
     forecast: pd.DataFrame = field(default_factory=pd.DataFrame)
-    noise: object | None = None  # the launch noise every CI here was widened by (``launch_noise.LaunchNoise``)
+    noise: object | None = None  # the launch noise every CI here was widened by (``serving_stats.LaunchNoise``)
     note: str = ""
 
     @property

@@ -30,7 +30,7 @@ from specnb.app.recorder import Recorder
 from specnb.app.text import nb08_serving as text
 from specnb.app.text.cell_report import Report
 from specnb.core.paths import git_commit
-from specnb.measure import launch_noise, serving_checks, serving_endpoint, serving_summary, serving_sweep
+from specnb.measure import serving_endpoint, serving_stats, serving_sweep
 from specnb.measure.load_shapes import Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.predict import serving_decision, trace_prediction
@@ -167,7 +167,7 @@ def prepare(params: Params, rec: Recorder) -> Prepared:
     chosen = select_prompts(p.prompts, p.n_prompts)
     configs = [] if p.endpoint else setup.launch_configs(p.engine, p.verifier, p.precision, speculation,
                                                          setup.check_levels(p.concurrency), p.threads)
-    configs = launch_noise.with_twin(configs) if configs else configs  # spec-off launched twice: the launch noise
+    configs = serving_stats.with_twin(configs) if configs else configs  # spec-off launched twice: the launch noise
     absent = None if p.endpoint else setup.missing_note(p.engine)  # no engine here: a note, and the study still ends
     trimmed = f"make demo trimmed this run for its budget: {p.trimmed}" if p.trimmed else ""
     machine = setup.machine_line(p.engine, configs, p.endpoint)
@@ -190,7 +190,7 @@ def run_sweeps(params: Params, ready: Prepared, rec: Recorder) -> tuple[serving_
     settings = serving_sweep.SweepSettings(
         rounds=params.rounds, seed=params.seed, progress=params.interactive,
         probe_max_tokens=setup.probe_max_tokens(ready.levels, ready.configs) if ready.steps_batch else 0,
-        noise_key=launch_noise.noise_key(ready.configs) if ready.configs else None)
+        noise_key=serving_stats.noise_key(ready.configs) if ready.configs else None)
     if params.endpoint:
         targets = [serving_endpoint.check_target(t) for t in setup.endpoint_targets(params.endpoint, params.engine)]
         hooks = serving_sweep.SweepHooks(on_run=setup.saver(rec, git_commit()))
@@ -215,14 +215,14 @@ def noise_of(sweep, loop: PolicyRun | None, configs: list, engine: str, endpoint
     if not configs:
         urls = {t.name: t.url for t in setup.endpoint_targets(endpoint, engine)} if endpoint else {}
         host = urlsplit(urls.get(BASELINE_CONFIG, "")).netloc or "none"  # spec-off's server: the one the noise is of
-        return launch_noise.noise_for(sweep.records, launch_noise.endpoint_key(engine, host))
-    return launch_noise.noise_for(sweep.records, launch_noise.noise_key(configs))
+        return serving_stats.noise_for(sweep.records, serving_stats.endpoint_key(engine, host))
+    return serving_stats.noise_for(sweep.records, serving_stats.noise_key(configs))
 
 
 def validate(params: Params, sweep, summary: pd.DataFrame, steps_batch: bool) -> pd.DataFrame:
     """The serving predictor held out on prompts (or, without per-request draft counts, on levels);
     empty where there is nothing to predict (no speculative configuration, or open-loop levels)."""
-    lengths = serving_checks.draft_lengths(summary)  # each speculative configuration's k, as its records carry it
+    lengths = serving_stats.draft_lengths(summary)  # each speculative configuration's k, as its records carry it
     if not (lengths and "speedup_tpot" in summary and steps_batch):  # a step's sequences: closed loop
         return summary.iloc[:0]
     validation = predict.validate_held_out(sweep, lengths, seed=params.seed)
@@ -249,11 +249,11 @@ def check(loop: PolicyRun | None, summary: pd.DataFrame, seed: int, noise) -> Ch
         return Checked()
     check_summary, adaptive = None, pd.DataFrame()
     if len(loop.check.records):
-        check_summary = serving_summary.summarise_sweep(loop.check.records, loop.check.runs, seed=seed, noise=noise)
-        adaptive = serving_checks.adaptive_check(check_summary, records=loop.check.records, seed=seed, noise=noise)
+        check_summary = serving_stats.summarise_sweep(loop.check.records, loop.check.runs, seed=seed, noise=noise)
+        adaptive = serving_stats.adaptive_check(check_summary, records=loop.check.records, seed=seed, noise=noise)
     if not len(loop.trace.records):
         return Checked(check_summary=check_summary, adaptive=adaptive)
-    trace = serving_checks.trace_check(loop.trace.records, seed=seed, noise=noise)
+    trace = serving_stats.trace_check(loop.trace.records, seed=seed, noise=noise)
     forecast = trace_prediction.trace_prediction_table(loop.forecast, trace) if len(loop.forecast) else pd.DataFrame()
     rebuilt = trace_prediction.predict_trace(summary, loop.trace.runs, loop.policy)  # diagnostic
     return Checked(check_summary=check_summary, adaptive=adaptive, trace=trace, forecast=forecast,
@@ -281,12 +281,12 @@ def run(params: Params) -> ServingStudy:
     sweep, loop = run_sweeps(params, ready, rec)
     noise = noise_of(sweep, loop, ready.configs, params.engine, params.endpoint)
     rec.value(keys.LAUNCH_NOISE, noise.record() if noise is not None else None)  # what every CI below is widened by
-    summary = serving_summary.summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=params.slo_tpot_ms,
+    summary = serving_stats.summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=params.slo_tpot_ms,
                                               seed=params.seed, noise=noise)
     record_tables(rec, {"probe": sweep.probe})
     rec.table("summary", summary)
     speedups = "speedup_tpot" in summary
-    crossings = serving_summary.crossover(summary, "speedup_tpot") if speedups else summary.iloc[:0]
+    crossings = serving_stats.crossover(summary, "speedup_tpot") if speedups else summary.iloc[:0]
     record_tables(rec, {"crossover": crossings})
     sweep_report = rec.record(text.sweep_text(summary, crossings, sweep.probe))
     open_loop = None if ready.steps_batch else rec.record(text.open_loop_note())

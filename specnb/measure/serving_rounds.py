@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_summary import decode_timed, paired_requests
+from specnb.measure.serving_stats import decode_timed, paired_requests
 from specnb.serve.speculation import BASELINE_CONFIG
 
 

@@ -35,7 +35,7 @@ busy ones inside the steady window.
   window before it); the summary falls back on it only where no request returned countable
   acceptance (``specnb.measure.acceptance.counter_rates``).
 
-Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_summary``.
+Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_stats``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from dataclasses import asdict, dataclass, field, replace
 
 import pandas as pd
 
-from specnb.measure.launch_noise import LaunchNoise, NoiseKey, aa_pairs, noise_from, store_source, stored_pairs
 from specnb.measure.serving_endpoint import (
     Counters,
     EndpointError,
@@ -57,8 +56,16 @@ from specnb.measure.serving_endpoint import (
     scrape,
 )
 from specnb.measure.serving_load import RequestRecord, Requests, Target, run_async, send_closed
+from specnb.measure.serving_stats import (
+    LaunchNoise,
+    NoiseKey,
+    aa_pairs,
+    noise_from,
+    store_source,
+    stored_pairs,
+    summarise_sweep,
+)
 from specnb.measure.serving_steady import send_sampled
-from specnb.measure.serving_summary import summarise_sweep
 from specnb.serve.server_process import ServerFailed
 from specnb.serve.speculation import AA_TWIN_CONFIG
 
@@ -130,7 +137,7 @@ class SweepSettings:
     (``probe_forward`` up to that many tokens first; 0: none), ``screen`` (``screen_out``), ``moe``
     (the verifier is a mixture of experts: a configuration screened at the lowest level is measured
     at the top level all the same, since there loss need not grow with the batch) and ``noise_key``
-    (the launch-noise store the screen reads, ``launch_noise.noise_key``; None: the twin's pair alone)."""
+    (the launch-noise store the screen reads, ``serving_stats.noise_key``; None: the twin's pair alone)."""
 
     rounds: int = 1
     seed: int = 0
@@ -192,7 +199,7 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, setting
     ``probe_max_tokens``: first probe the first probe-able target's forward cost up to that many tokens in the
     batch (``probe_forward``). ``relaunch(n)``: fresh servers as targets, launch ``n``, before every round but
     the first: each (level, round) on a launch of its own, so rounds sample launch noise
-    (``measure.launch_noise``); a failed relaunch ends the sweep. With ``screen``, a speculative configuration
+    (``measure.serving_stats``); a failed relaunch ends the sweep. With ``screen``, a speculative configuration
     that loses at the lowest level (``screen_out``) is left out of the levels after it; ``screened`` says which
     and why."""
     prompts = prompts.reset_index(drop=True)
@@ -258,7 +265,7 @@ def launch_words(noise: LaunchNoise) -> str:
 def level_noise(records: pd.DataFrame, noise_key: NoiseKey | None) -> LaunchNoise:
     """The launch noise a screen judges a level with: the pairs stored under ``noise_key`` and, where the
     twin ran at that level, its pair there (not stored: the sweep's own pair is stored once, from every
-    level, by ``launch_noise.noise_for``); neither: P = 0, not measured."""
+    level, by ``serving_stats.noise_for``); neither: P = 0, not measured."""
     pairs = stored_pairs(noise_key) if noise_key is not None else []
     twin = AA_TWIN_CONFIG in set(records["config"])
     known = {p.id for p in pairs}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_checks import draft_lengths
+from specnb.measure.serving_stats import draft_lengths
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_launch import choose_launch
 from specnb.predict.serving_policy import as_launch, policy_ranges, policy_switch, serving_policy
@@ -150,7 +150,7 @@ def fixed_kind(policy: Policy) -> tuple[str, str]:
 
 def with_trace(decision: ServingDecision, trace: pd.DataFrame) -> ServingDecision:
     """``decision`` completed with what the bursty trace supports (``trace_pick`` on
-    ``serving_checks.trace_check``'s table) and its launch line: the schedule's ``launch_json``, a
+    ``serving_stats.trace_check``'s table) and its launch line: the schedule's ``launch_json``, a
     static configuration's own, "" for spec-off. Unchanged where no trace was measured."""
     if trace is None or trace.empty:
         return decision

@@ -13,7 +13,7 @@ configuration, each method's own schedule (``launch_policy``) where it has more 
 range is that static configuration) — against the best static configuration per level and keeps the
 one closest at its worst level (``rank_launches``); the ``Launch`` it returns is what an engine's
 ``launch_json`` / ``policy_lines`` print. The best static configuration per level, spec-off counting
-as 1.00x, is ``serving_checks.best_static``'s, the one home the closed loop's check uses too.
+as 1.00x, is ``serving_stats.best_static``'s, the one home the closed loop's check uses too.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_checks import best_static, draft_lengths
+from specnb.measure.serving_stats import best_static, draft_lengths
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_policy import (
     MAX_BATCH,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.measure.serving_checks import draft_lengths
+from specnb.measure.serving_stats import draft_lengths
 from specnb.predict.noise_aware import MIN_ROUNDS, noise_aware_policy
 from specnb.predict.policy_record import Policy, PolicyLevel, policy_of
 from specnb.predict.serving_predictor import require_steps

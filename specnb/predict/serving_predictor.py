@@ -4,7 +4,7 @@ The model (one engine step serves every running sequence at once):
 
 - Spec-off at concurrency b: each step runs one forward over b tokens, so its TPOT *is* the engine's
   cost of a forward with b tokens in the batch, t(b): its token-weighted TPOT over steady requests
-  (``serving_summary.steady_tpot_ms``: Σ decode s ÷ Σ decode tokens, the time a step took per token
+  (``serving_stats.steady_tpot_ms``: Σ decode s ÷ Σ decode tokens, the time a step took per token
   it gave each sequence; the mean of per-request TPOTs drifts with the length mix). The spec-off
   sweep measures t at every level; between levels t is interpolated linearly in tokens, beyond them
   extended along the last segment.
@@ -45,8 +45,8 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.measure.load_shapes import shape_of
+from specnb.measure.serving_stats import decode_timed, steady_tpot_ms
 from specnb.measure.serving_steady import steady_records
-from specnb.measure.serving_summary import decode_timed, steady_tpot_ms
 from specnb.measure.serving_sweep import Sweep
 from specnb.serve.speculation import BASELINE_CONFIG
 
@@ -196,7 +196,7 @@ def validate_held_out(sweep: Sweep, configs: Iterable[str], baseline: str = BASE
     saw (``calibration`` False everywhere). Acceptance comes from per-request draft counts (llama.cpp)
     or from the engine's counters of the sweep's ``runs`` that held one fold's prompts only
     (``counter_summary``; vLLM); empty with neither."""
-    from specnb.measure.serving_summary import paired_requests, row_rng, speedup_ci
+    from specnb.measure.serving_stats import paired_requests, row_rng, speedup_ci
 
     records, runs, probe = sweep.records, sweep.runs, sweep.probe
 

@@ -21,7 +21,7 @@ and output lengths are seeded, and TPOT(b) and TTFT(b) were measured at the leve
   runs at b (``serving_policy.scheduled_config``); in a k = 0 range spec-off's TPOT ÷ the k = 0
   price (``serving_launch.zero_range_speedup``: vLLM still takes its speculative path there).
 - **Over the trace**: TPOT = Σ decode s ÷ Σ decode tokens over every round, what
-  ``serving_checks.trace_check`` measures; forecast speedup = spec-off's forecast TPOT ÷ the
+  ``serving_stats.trace_check`` measures; forecast speedup = spec-off's forecast TPOT ÷ the
   configuration's. The columns are ``predict_trace``'s, so ``trace_prediction_table`` holds either
   against the measured trace.
 
@@ -40,9 +40,9 @@ import numpy as np
 import pandas as pd
 
 from specnb.core.errors import ParameterError
-from specnb.measure.serving_checks import draft_lengths
 from specnb.measure.serving_load import arrival_gaps
 from specnb.measure.serving_rounds import batch_of
+from specnb.measure.serving_stats import draft_lengths
 from specnb.measure.serving_sweep import request_lengths
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_launch import families, zero_range_speedup

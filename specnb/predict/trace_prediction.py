@@ -12,7 +12,7 @@ where the forecast (``trace_forecast``, made before the trace from the per-level
 and this does not, the miss is in how the forecast's queue filled, not in TPOT(b).
 
 - **TPOT(b)** per configuration (``tpot_at``): its steady token-weighted TPOT
-  (``serving_summary.steady_tpot_ms``) against its measured batch
+  (``serving_stats.steady_tpot_ms``) against its measured batch
   (``serving_rounds.batch_of``: ``mean_batch``, else ``concurrency``), linear in log batch between
   measured batches and clamped — never extrapolated (as vLLM's proposed ``tune_speculative_k``,
   PR #49163) — beyond the ends, which ``clamped_share`` reports.
@@ -21,7 +21,7 @@ and this does not, the miss is in how the forecast's queue filled, not in TPOT(b
   at each batch b. Each configuration's own: a faster one drains a burst sooner, at smaller batches.
 - **Token-weighted TPOT over the trace**: b·dt_b sequence-seconds at batch b decode b·dt_b ÷ TPOT(b)
   tokens, so TPOT = Σ_b b·dt_b ÷ Σ_b (b·dt_b ÷ TPOT(b)) — the Σ decode s ÷ Σ decode tokens that
-  ``serving_checks.trace_check`` measures, since every decoding request is in the batch for exactly
+  ``serving_stats.trace_check`` measures, since every decoding request is in the batch for exactly
   its decode time. Predicted trace speedup = predicted spec-off TPOT ÷ the configuration's.
 - **Adaptive** (the policy as one launch): at each batch, the TPOT of the configuration its schedule
   runs there (``serving_policy.scheduled_config``). Where the schedule says k = 0 that is spec-off's
@@ -38,7 +38,7 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_rounds import batch_of, occupancy
-from specnb.measure.serving_summary import steady_tpot_ms
+from specnb.measure.serving_stats import steady_tpot_ms
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_policy import scheduled_config
 from specnb.serve.speculation import ADAPTIVE_CONFIG, BASELINE_CONFIG
@@ -61,7 +61,7 @@ def batch_curve(summary: pd.DataFrame, config: str, column: str) -> tuple[np.nda
         raise ParameterError(f"no summary rows for {config!r}: the sweep did not measure it")
     if column not in rows:
         raise ParameterError(f"the summary has no {column!r} column: summarise the sweep with "
-                             "serving_summary.summarise_sweep")
+                             "serving_stats.summarise_sweep")
     frame = pd.DataFrame({"batch": batch_of(rows).to_numpy(), "value": rows[column].to_numpy(float)}).dropna()
     if frame.empty:
         raise ParameterError(f"no {column!r} figure for {config!r} at any level: none of its requests finished")
@@ -71,7 +71,7 @@ def batch_curve(summary: pd.DataFrame, config: str, column: str) -> tuple[np.nda
 
 def tpot_curve(summary: pd.DataFrame, config: str) -> tuple[np.ndarray, np.ndarray]:
     """(log batch, TPOT ms) of ``config``'s measured levels, ascending in batch: the token-weighted TPOT
-    over steady requests (``serving_summary.steady_tpot_ms``), what the trace's token-weighted TPOT is
+    over steady requests (``serving_stats.steady_tpot_ms``), what the trace's token-weighted TPOT is
     made of."""
     return batch_curve(summary.assign(steady_tpot_ms=steady_tpot_ms(summary)), config, "steady_tpot_ms")
 
@@ -132,7 +132,7 @@ def predict_trace(summary: pd.DataFrame, runs: pd.DataFrame, policy: Policy | No
 def trace_prediction_table(predicted: pd.DataFrame, trace_check_table: pd.DataFrame,
                            adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per configuration, predicted (``predict_trace``) against measured trace TPOT speedup over
-    ``baseline`` (``serving_checks.trace_check``: a static configuration's ``speedup_tpot``; the
+    ``baseline`` (``serving_stats.trace_check``: a static configuration's ``speedup_tpot``; the
     adaptive one's is the baseline row's ``adaptive_speedup_tpot``, adaptive over spec-off) with its
     95% CI, and ``error`` = |predicted − measured| ÷ measured (``trace_median_error`` over the table)."""
     check = trace_check_table.set_index("config")

@@ -51,7 +51,7 @@ class ServingEngine(Protocol):
     starts (None at an endpoint: not known), what drawn output lengths are checked against;
     ``relaunch_each_round``: whether a sweep should start fresh servers for every round
     (``serving_sweep.sweep_servers(relaunch=...)``), so each round is its own launch and launch-to-launch
-    noise is sampled, not frozen into every round (``measure.launch_noise``): cheap where a start takes
+    noise is sampled, not frozen into every round (``measure.serving_stats``): cheap where a start takes
     seconds (llama-server, the simulated engine), not where it takes minutes (vLLM).
     """
 

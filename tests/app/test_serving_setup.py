@@ -75,7 +75,10 @@ def test_endpoint_configurations_are_records_of_what_the_user_said():
         ("none", 0, False), ("ngram", 4, False), ("eagle3", 3, True)]
     assert targets[1].url == "http://127.0.0.1:8001" and setup.endpoint_targets("http://[::1]:8000", "sglang")[0].name \
         == "spec-off"
-    for bad, message in (("ngram k=4=http://127.0.0.1:1", "must be spec-off or TYPE:K"),
+    twin = setup.endpoint_targets("spec-off=http://127.0.0.1:8000,spec-off-aa=http://127.0.0.1:8001", "vllm")
+    assert [t.name for t in twin] == ["spec-off", "spec-off-aa"]  # a twin URL: that endpoint's launch noise
+    assert twin[1].speculation.aa_twin and not twin[1].speculation.speculative
+    for bad, message in (("ngram k=4=http://127.0.0.1:1", "must be spec-off, spec-off-aa .* or TYPE:K"),
                          ("ngram:4=http://127.0.0.1:1", "include spec-off=URL"),
                          ("http://10.0.0.1:8000", "not loopback"), ("127.0.0.1:8000", "must start with http")):
         with pytest.raises(ParameterError, match=message):

@@ -15,7 +15,6 @@ from helpers import closed, open_loop, spec
 
 from specnb.core.errors import ParameterError
 from specnb.measure.acceptance import Fallback, counter_rates
-from specnb.measure.serving_checks import adaptive_check, trace_check, trace_rate
 from specnb.measure.serving_endpoint import (
     Counters,
     EndpointError,
@@ -25,9 +24,16 @@ from specnb.measure.serving_endpoint import (
     probe_tokens,
 )
 from specnb.measure.serving_load import arrival_gaps, run_async, send_closed, send_open
-from specnb.measure.serving_summary import crossover, log_cross, summarise_sweep
+from specnb.measure.serving_stats import (
+    adaptive_check,
+    crossover,
+    from_vllm_bench,
+    log_cross,
+    summarise_sweep,
+    trace_check,
+    trace_rate,
+)
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, Target, level_order, run_sweep
-from specnb.measure.vllm_bench import from_vllm_bench
 
 SCRAPE = """# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative decoding verification steps
 # TYPE llamacpp:spec_decode_num_drafts_total counter

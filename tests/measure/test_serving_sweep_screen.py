@@ -10,7 +10,7 @@ import pytest
 from helpers import closed
 
 from specnb.measure.serving_load import Target
-from specnb.measure.serving_summary import crossover, summarise_sweep
+from specnb.measure.serving_stats import crossover, summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, run_sweep, screen_out
 from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer, expected_speedup
 from specnb.serve.speculation import SPEC_OFF, Speculation
@@ -64,7 +64,7 @@ def test_a_configuration_that_loses_at_the_lowest_level_is_left_out_of_the_highe
 def test_the_screen_counts_the_stored_launch_noise(servers):
     """A store whose pairs say two launches differ by ±60% in log: no lowest-level loss of 0.44x is beyond
     that, so nothing is screened; the same sweep with an empty store screens the slow draft."""
-    from specnb.measure.launch_noise import AaPair, NoiseKey, save_pairs
+    from specnb.measure.serving_stats import AaPair, NoiseKey, save_pairs
 
     key = NoiseKey(machine="test", engine="simulated", version="noisy")
     save_pairs(key, [AaPair(id=str(i), date="2026-12-01T00:00:00+00:00", levels=[1.0], d=[0.6 * (-1) ** i], v=[0.0])

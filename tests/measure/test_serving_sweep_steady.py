@@ -188,7 +188,7 @@ def test_a_sweep_on_two_simulated_servers_finds_the_batch_and_the_speedup_the_co
     acceptance draws, so their mean is the cost model's), the engine at 2x real time, its gauge
     sampled every 50 ms. The engine's batch is c less a slot's idle step or two between a request
     and its successor; the TPOT speedup is the cost model's at batch c (virtual time gives 2% below)."""
-    from specnb.measure.serving_summary import summarise_sweep
+    from specnb.measure.serving_stats import summarise_sweep
     from specnb.measure.serving_sweep import Target, run_sweep
 
     monkeypatch.setattr(serving_steady, "BATCH_EVERY_S", 0.05)
@@ -217,7 +217,7 @@ def test_every_prompt_is_measured_every_round_at_every_level_in_a_rotated_order(
     """8 prompts in 8 categories at 1 and 4 concurrent, 3 rounds, on two simulated servers: every round
     of every level measures each prompt, as often as every other (the same mix at each level), and
     each round starts at another prompt; fillers are recorded, never paired."""
-    from specnb.measure.serving_summary import decode_timed, paired_requests, summarise_sweep
+    from specnb.measure.serving_stats import decode_timed, paired_requests, summarise_sweep
     from specnb.measure.serving_sweep import Target, run_sweep
 
     cost = SimCost(fixed_ms=10.0, per_token_ms=0.5, draft_ms=1.0, acceptance=(0.8, 0.6, 0.4), speed=20.0)

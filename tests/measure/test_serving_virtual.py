@@ -10,8 +10,8 @@ from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_endpoint import scrape
 from specnb.measure.serving_load import ClosedFeed, Requests, Target
+from specnb.measure.serving_stats import summarise_sweep
 from specnb.measure.serving_steady import send_sampled
-from specnb.measure.serving_summary import summarise_sweep
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, run_sweep
 from specnb.measure.serving_virtual import VirtualEngine, sampled
 from specnb.serve.simulated.sim_engine import SimCost, run_closed

@@ -9,7 +9,7 @@ import pytest
 from helpers import sim_sweep
 
 from specnb.core.errors import ParameterError
-from specnb.measure.serving_checks import draft_lengths
+from specnb.measure.serving_stats import draft_lengths
 from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.policy_record import policy_of
 from specnb.predict.serving_launch import (

@@ -115,7 +115,7 @@ def steady_sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_a_step_is_priced_by_the_steady_token_weighted_tpot_not_the_mean_of_request_tpots():
-    from specnb.measure.serving_summary import summarise_sweep
+    from specnb.measure.serving_stats import summarise_sweep
     from specnb.predict.trace_prediction import tpot_curve
 
     records, runs = steady_sweep()

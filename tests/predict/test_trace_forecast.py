@@ -12,8 +12,8 @@ from helpers import sim_sweep, sim_trace
 from specnb.core.errors import ParameterError
 from specnb.measure import serving_load, serving_sweep
 from specnb.measure.load_shapes import Lengths, Open
-from specnb.measure.serving_checks import trace_check, trace_rate
 from specnb.measure.serving_load import RequestRecord, Target
+from specnb.measure.serving_stats import trace_check, trace_rate
 from specnb.measure.serving_steady import Run
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings
 from specnb.predict.noise_aware import noise_aware_policy

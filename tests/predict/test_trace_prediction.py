@@ -7,8 +7,8 @@ import pytest
 from helpers import sim_sweep, sim_trace
 
 from specnb.core.errors import ParameterError
-from specnb.measure.serving_checks import trace_check
 from specnb.measure.serving_rounds import occupancy
+from specnb.measure.serving_stats import trace_check
 from specnb.predict.noise_aware import noise_aware_policy
 from specnb.predict.serving_policy import policy_ranges, scheduled_config
 from specnb.predict.trace_prediction import (

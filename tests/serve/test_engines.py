@@ -41,7 +41,7 @@ def test_a_display_name_is_derived_from_the_record():
 def test_an_engine_registered_in_one_module_is_swept_at_an_endpoint(tgi):
     from specnb.app import serving_setup as setup
     from specnb.measure.serving_endpoint import check_target
-    from specnb.measure.serving_summary import summarise_sweep
+    from specnb.measure.serving_stats import summarise_sweep
     from specnb.measure.serving_sweep import SweepSettings, run_sweep
     from specnb.predict.serving_policy import as_launch, serving_policy
     from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer

@@ -205,7 +205,7 @@ def launch_verdict(decision: ServingDecision, trace: pd.DataFrame | None = None)
     """The one answer a report gives, as (line, value): what to launch for the load this run measured
     (``serving_decision.final_launch``) and what that rests on. Judged over the bursty trace, with
     paired CIs and ties going to the simplest configuration (``trace_launch``; ``trace``:
-    ``serving_checks.trace_check``'s table); otherwise the decision's launch. ``value``: what a user
+    ``serving_stats.trace_check``'s table); otherwise the decision's launch. ``value``: what a user
     pastes ("" for no speculation)."""
     final = final_launch(decision, trace)
     value = final.line

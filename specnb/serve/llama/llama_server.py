@@ -50,7 +50,7 @@ class LlamaServerConfig:
     threads: int = 0  # 0: default_threads()
     extra: list[str] = field(default_factory=list)
     entry: str = ""
-    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``launch_noise.with_twin``)
+    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``serving_stats.with_twin``)
 
     @property
     def speculation(self) -> Speculation:

@@ -77,7 +77,7 @@ class VllmConfig:
     env: dict[str, str] = field(default_factory=dict)
     entry: str = ""
     adaptive: bool = False
-    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``launch_noise.with_twin``)
+    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``serving_stats.with_twin``)
 
     @property
     def speculation(self) -> Speculation:

@@ -18,7 +18,7 @@ from specnb.app.text.nb08_serving import (
     sweep_text,
     trace_forecast_text,
 )
-from specnb.measure.serving_summary import crossover
+from specnb.measure.serving_stats import crossover
 from specnb.predict.policy_record import Policy
 from specnb.predict.serving_decision import ServingDecision, decide, with_trace
 
@@ -235,7 +235,7 @@ def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0
 
 def launch_for(tpot_ms: dict[str, float], spread: float = 0.05) -> tuple[str, str]:
     from specnb.app.text.nb08_serving import trace_launch
-    from specnb.measure.serving_checks import trace_check
+    from specnb.measure.serving_stats import trace_check
     from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [VllmConfig(model="/hf/verifier")] + [
@@ -286,7 +286,7 @@ def test_the_report_gives_one_answer_for_the_load_it_measured():
 
 
 def test_a_trace_that_ran_gives_the_verdict():
-    from specnb.measure.serving_checks import trace_check
+    from specnb.measure.serving_stats import trace_check
     from specnb.serve.vllm.vllm_server import VllmConfig
 
     configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
@@ -321,7 +321,7 @@ def test_the_trace_forecast_is_reported_first_and_the_reconstruction_as_a_diagno
 def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alone():
     from specnb.app.policy_run import PolicyRun
     from specnb.app.text.nb08_serving import adaptive_text
-    from specnb.measure.serving_checks import trace_check
+    from specnb.measure.serving_stats import trace_check
     from specnb.measure.serving_sweep import Sweep
     from specnb.serve.vllm.vllm_server import VllmConfig
 

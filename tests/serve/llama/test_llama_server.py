@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from helpers import closed, gone
 
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_stats import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, run_sweep, sweep_servers, targets_of
 from specnb.serve.llama.llama_server import LlamaServer, LlamaServerConfig, ServerFailed, missing_note, server_args
 from specnb.serve.servers import servers

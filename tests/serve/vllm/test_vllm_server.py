@@ -63,7 +63,7 @@ def test_every_server_of_the_sweep_is_gone(swept):
 
 
 def test_ngram_speculation_on_vllm_is_lossless_and_counts_acceptance(swept):
-    from specnb.measure.serving_summary import summarise_sweep
+    from specnb.measure.serving_stats import summarise_sweep
 
     result, _, _, _ = swept
     assert NGRAM not in result.stopped, result.stopped
