@@ -145,7 +145,7 @@ def test_whatever_the_seed_the_text_prints_the_schedule_that_was_launched(monkey
 
     bounds = {0: [1.2, 1.05, 0.8], 1: [1.2, 0.9, 0.8]}  # at 4, seed 1's bootstrap puts the lower bound below 0.95
     monkeypatch.setattr(policy_run, "summarise_sweep",
-                        lambda records, runs, boot: measured(bounds[boot.seed]))
+                        lambda records, runs, seed, noise: measured(bounds[seed]))
     printed = {}
     for seed in bounds:
         result = policy_run.run_policy([config(), config("ngram", 4)], pd.DataFrame({"prompt": ["a"], "id": ["a"]}),
