@@ -660,8 +660,9 @@ def store_source(key: NoiseKey) -> str:
 
 
 def stored_noise(key: NoiseKey) -> LaunchNoise:
-    """The launch noise of ``key``'s stored pairs (P = 0: none yet)."""
-    return noise_from(stored_pairs(key), store_source(key))
+    """The launch noise of ``key``'s stored pairs (P = 0: none yet, and its source says so)."""
+    pairs = stored_pairs(key)
+    return noise_from(pairs, store_source(key) if pairs else f"no A/A pair {store_source(key)}")
 
 
 # ------------------------------------------------------------------ how a sweep gets its A/A pair

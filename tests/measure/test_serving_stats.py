@@ -314,7 +314,11 @@ def test_pairs_are_stored_per_machine_engine_version_and_threads_each_once(monke
     for other in (replace(key, version="0.33.0"), replace(key, threads=2), replace(key, engine="llama.cpp"),
                   replace(key, machine="EPYC 8c")):
         assert stored_pairs(other) == []  # another version, thread count, engine or machine: its own noise
-    assert endpoint_key("vllm", "gpu-box:8000").machine == "endpoint gpu-box:8000"
+    endpoint = endpoint_key("vllm", "gpu-box:8000")  # no twin URL, nothing stored: not measured, and said so
+    assert endpoint.machine == "endpoint gpu-box:8000"
+    assert noise_for(aa_records({}, launches=False), endpoint).pairs == 0
+    assert stored_noise(endpoint).text() == (f"{NOT_MEASURED} (no A/A pair stored for vllm on endpoint gpu-box:8000): "
+                                             "every CI is about the prompts only")
     monkeypatch.setenv("SPECNB_LAUNCH_NOISE", str(tmp_path / "elsewhere"))
     assert noise_path(key).parent == tmp_path / "elsewhere" and stored_pairs(key) == []
 
