@@ -57,7 +57,7 @@ def read_run(folder: Path) -> dict:
 
 def crossover_lines(seed: int, run: dict) -> list[str]:
     """Per configuration of one run: where its TPOT speedup crosses 1 for good, with the CI the bounds'
-    own crossings give (``serving_summary.crossover``), and its verdict."""
+    own crossings give (``serving_stats.crossover``), and its verdict."""
     table = run["crossover"]
     lines = []
     for row in table.to_dict("records"):

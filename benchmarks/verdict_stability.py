@@ -22,7 +22,7 @@ speculation cost calibrated so that its noise-free TPOT speedup, as the summary 
 sweeps per seed give it exactly, averaged over ``CALIBRATION_SEEDS``; ``calibration_error`` reports how
 close a fresh seed lands).
 
-**The pipeline** is the real one: ``launch_noise.with_twin`` (the store decides whether spec-off's A/A
+**The pipeline** is the real one: ``serving_stats.with_twin`` (the store decides whether spec-off's A/A
 twin runs), ``serving_sweep.run_sweep`` (levels, rounds, pieces, fillers, screening), then
 ``app.serving_study.judge`` — the launch noise, the summary and the ``Verdict``, exactly as notebook 08
 makes them. The forward probe, the schedule's check and the bursty trace are not run (the launch line is
@@ -74,10 +74,10 @@ from specnb.app.serving_study import Params, judge, load_shapes
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
-from specnb.measure import launch_noise
+from specnb.measure import serving_stats
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Lengths, Target
-from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
+from specnb.measure.serving_stats import decode_timed, paired_requests, summarise_sweep
 from specnb.measure.serving_sweep import SweepHooks, SweepSettings, VirtualEngine, run_sweep
 from specnb.predict.serving_verdict import Noise, choose, price
 from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, engine_named, parse_entry
@@ -316,7 +316,7 @@ class Outcome:
 def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
     """One study on the virtual engine with the store as it is: the twin where the store asks for it,
     the sweep, then ``serving_study.judge`` — the noise, the summary and the verdict, as notebook 08 makes them."""
-    configs = launch_noise.with_twin(configs_for(truth))  # the store decides whether the twin runs
+    configs = serving_stats.with_twin(configs_for(truth))  # the store decides whether the twin runs
     sweep = run_virtual(truth, configs, costs, seed, truth.launch_sigma)
     with zero_range(truth):
         _, _, verdict = judge(sweep, Params(engine=ENGINE, seed=seed), configs)
@@ -328,13 +328,14 @@ def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
 def aa_sweep(truth: Truth, seed: int):
     """A sweep of spec-off and its twin only (an A/A pair), at the truth's settings."""
     configs = configs_for(truth)[:1]
-    return run_virtual(truth, [*configs, launch_noise.twin_of(configs[0])], {}, seed, truth.launch_sigma)
+    return run_virtual(truth, [*configs, serving_stats.twin_of(configs[0])], {}, seed, truth.launch_sigma)
 
 
 def fill_store(truth: Truth, pairs: int, seed: int) -> None:
-    """``pairs`` earlier A/A pairs of the truth pooled into the store ``SPECNB_LAUNCH_NOISE`` names."""
+    """``pairs`` earlier A/A pairs of the truth added to the store ``SPECNB_LAUNCH_NOISE`` names."""
+    key = serving_stats.noise_key(configs_for(truth))
     for i in range(pairs):
-        launch_noise.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, ENGINE)
+        serving_stats.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, key)
 
 
 FILLED: dict = {}  # (the A/A pair's settings, pairs, store) → the store's file, filled once per process
@@ -361,7 +362,7 @@ class Stores:
         t = self.truth
         key = (t.levels, t.launch_sigma, t.acceptance_spread, t.rounds, t.prompts, t.max_new_tokens, t.turnovers,
                t.length_range_ratio, t.acceptance, pairs, store)
-        path = launch_noise.noise_path(ENGINE)
+        path = serving_stats.noise_path(serving_stats.noise_key(configs_for(t)))
         if key not in FILLED:
             fill_store(self.truth, pairs, seed=10_000 * pairs + store)
             FILLED[key] = path.read_text()
@@ -411,19 +412,24 @@ def one_study(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], Outcome
 
 
 def one_aa(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], dict, float]:
-    """Task (truth, earlier pairs, seed): a new A/A pair; whether its twin's CI holds 1 at every level,
-    against the stored noise and against the pipeline's own figure (the new pair pooled in)."""
+    """Task (truth, earlier pairs, seed): a new A/A pair; whether its twin reads "no difference" at every
+    level through the summaries' own simultaneous CI (``serving_stats.simultaneous``, the twin's levels
+    its family), against the stored noise and against the pipeline's own figure (``noise_for``: the new
+    pair added to the store — a twin judged by a noise measured from itself, which the summary never
+    does: it reports the twin's row raw)."""
     t, pairs, seed = task
     truth = WORKER["truths"][t]
     WORKER["stores"][t].use(pairs, seed)
     started = time.perf_counter()
     sweep = aa_sweep(truth, seed)
+    key = serving_stats.noise_key(configs_for(truth))
+    summary = summarise_sweep(sweep.records, sweep.runs, seed=seed)
+    twin = summary[summary["config"] == AA_TWIN_CONFIG].assign(over=BASELINE_CONFIG)
     held = {}
-    for how, noise in (("stored", launch_noise.stored_noise(ENGINE)),
-                       ("pooled", launch_noise.noise_for(sweep.records, ENGINE))):
-        summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
-        twin = summary[summary["config"] == AA_TWIN_CONFIG]
-        held[how] = bool(((twin["speedup_tpot_lo"] <= 1.0) & (twin["speedup_tpot_hi"] >= 1.0)).all())
+    stored, pooled = serving_stats.stored_noise(key), serving_stats.noise_for(sweep.records, key)
+    for how, noise in (("stored", stored), ("pooled", pooled)):
+        rows = serving_stats.simultaneous(twin, noise, seed=seed)
+        held[how] = bool(((rows["speedup_tpot_lo"] <= 1.0) & (rows["speedup_tpot_hi"] >= 1.0)).all())
     return task, held, time.perf_counter() - started
 
 

@@ -26,7 +26,7 @@ from specnb.core.devices import cpu_name
 from specnb.core.paths import git_commit
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Closed, Lengths
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_stats import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
 from specnb.serve.vllm import ENGINE as VLLM
 

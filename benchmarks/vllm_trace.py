@@ -32,7 +32,7 @@ from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Lengths, Open
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_stats import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
 from specnb.serve.vllm import ENGINE as VLLM
 from specnb.serve.vllm import check_schedule

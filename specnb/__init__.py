@@ -28,9 +28,9 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                (``analysis``), load on one serving engine: its shape as a record, the requests, a run's steady
                window, the engine's own batch, counters and forward probe (``serving_load``); the sweep over
                levels and configurations, its per-round figures and a trace's occupancy, and its targets in
-               virtual time, the simulated engine answering with no HTTP (``serving_sweep``); summaries and CIs
-               (``serving_summary``), the policy measured (``serving_checks``), launch-to-launch noise and its
-               A/A calibration (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``)
+               virtual time, the simulated engine answering with no HTTP (``serving_sweep``); the sweep's
+               statistics: summaries, launch-to-launch noise and its store of A/A pairs, CIs simultaneous over
+               what a verdict reads, the launch checked and vLLM's own load client beside ours (``serving_stats``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor and its pick (``pick``), ``gamma="auto"`` (``auto_gamma``), calibration and
                validation, speculation under serving load (``serving_model``: TPOT against the batch, what

@@ -30,6 +30,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, fields, replace
+from urllib.parse import urlsplit
 
 import pandas as pd
 
@@ -41,7 +42,7 @@ from specnb.app.text.cell_report import Report
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
-from specnb.measure import launch_noise, serving_checks, serving_load, serving_summary, serving_sweep
+from specnb.measure import serving_load, serving_stats, serving_sweep
 from specnb.measure.prompts import select_prompts
 from specnb.measure.serving_load import Closed, Lengths, Open, Target
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, run_sweep, targets_of
@@ -222,7 +223,8 @@ def endpoint_speculation(label: str) -> Speculation:
         return Speculation(aa_twin=True)
     family, _, k = label.rpartition(":")
     if not family or not k.isdigit() or int(k) < 1:
-        raise ParameterError(f"endpoint configuration {label!r} must be spec-off or TYPE:K with K >= 1 (e.g. ngram:4, "
+        raise ParameterError(f"endpoint configuration {label!r} must be spec-off, spec-off-aa (spec-off's twin) or "
+                             "TYPE:K with K >= 1 (e.g. ngram:4, "
                              "eagle3:3), as in spec-off=URL,ngram:4=URL")
     return Speculation(entry=family, k=int(k), method=family, family=family, uses_model=family not in FREE_FAMILIES)
 
@@ -374,7 +376,7 @@ def prepare(params: Params, rec: Recorder) -> Prepared:
     configs = [] if p.endpoint else launch_configs(p.engine, p.verifier, p.precision, speculation,
                                                    check_levels(p.concurrency), p.threads)
     if configs:  # spec-off launched twice where the store asks (or aa_twin): the launch noise
-        configs = launch_noise.with_twin(configs, force=p.aa_twin)
+        configs = serving_stats.with_twin(configs, aa_twin=p.aa_twin)
     absent = None if p.endpoint else missing_note(p.engine)  # no engine here: a note, and the study still ends
     trimmed = f"make demo trimmed this run for its budget: {p.trimmed}" if p.trimmed else ""
     machine = machine_line(p.engine, configs, p.endpoint)
@@ -392,19 +394,27 @@ def prepare(params: Params, rec: Recorder) -> Prepared:
 
 
 def judge(sweep: Sweep, params: Params, configs: list) -> tuple[object | None, pd.DataFrame, Verdict]:
-    """The sweep judged, once: the launch noise (``launch_noise.noise_for``: the twin's pair added to
-    the store once, else the store's figure for this engine, machine and version; at an endpoint its
-    twin URL's pair or the store's entry for its host), the summary every CI of which counts it, and
-    the verdict from that summary."""
+    """The sweep judged, once: the launch noise (``serving_stats.noise_for``: the stored pairs for this
+    machine, engine, version and threads, plus the twin's pair where it ran, added to the store once; at
+    an endpoint the store of that engine on its host plus a twin URL's pair), the summary every CI of
+    which counts it, and the verdict from that summary."""
     engine = params.engine
-    noise = launch_noise.noise_for(sweep.records, configs or params.endpoint or engine, engine=engine) \
-        if len(sweep.records) else None
-    summary = serving_summary.summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=params.slo_tpot_ms,
-                                              seed=params.seed, launch_noise=noise)
+    noise = serving_stats.noise_for(sweep.records, store_key(params, configs)) if len(sweep.records) else None
+    summary = serving_stats.summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=params.slo_tpot_ms,
+                                            seed=params.seed, noise=noise)
     verdict = serving_verdict.decide(summary, engine=engine, configs=[c for c in configs if c.name != AA_TWIN_CONFIG],
                                      noise_text=noise.text() if noise is not None else
                                      "launch-to-launch noise not measured", screened=sweep.screened)
     return noise, summary, verdict
+
+
+def store_key(params: Params, configs: list) -> serving_stats.NoiseKey:
+    """The launch-noise store a study reads and adds to: this machine, the engine, its version and the
+    threads of what it launched; at an endpoint, that engine on spec-off's host (not this client's machine)."""
+    if configs:
+        return serving_stats.noise_key(configs)
+    urls = {t.name: t.url for t in endpoint_targets(params.endpoint, params.engine)} if params.endpoint else {}
+    return serving_stats.endpoint_key(params.engine, urlsplit(urls.get(BASELINE_CONFIG, "")).netloc or "none")
 
 
 def start_servers(configs: list):
@@ -414,7 +424,7 @@ def start_servers(configs: list):
 
 def settings_of(params: Params, ready: Prepared) -> SweepSettings:
     return SweepSettings(rounds=params.rounds, seed=params.seed, progress=params.interactive, screen=params.screen,
-                         moe=params.moe,
+                         moe=params.moe, noise_key=store_key(params, ready.configs),
                          probe_max_tokens=probe_max_tokens(ready.levels, ready.configs) if ready.steps_batch else 0)
 
 
@@ -468,7 +478,7 @@ def trace(measured: Measured, ready: Prepared, settings: SweepSettings, launched
     (the top level where it never switches), forecast first and recorded before it is sent."""
     verdict, loads = measured.verdict, ready.loads
     switch = verdict.switch if not math.isnan(verdict.switch) else max(load.level for load in loads)
-    rate = serving_checks.trace_rate(measured.summary, switch)
+    rate = serving_stats.trace_rate(measured.summary, switch)
     load = Open(rate=rate, burstiness=TRACE_BURSTINESS, lengths=loads[0].lengths, seed=loads[0].seed)
     prompts = pd.concat([ready.prompts] * TRACE_REPEATS, ignore_index=True)
     planned = predict.plan_trace(load, prompts, settings.rounds, settings.seed)  # arrivals and lengths, as sent
@@ -519,13 +529,13 @@ def checked(measured: Measured, seed: int) -> Checked:
     the bursty trace, the forecast written before it and the reconstruction."""
     noise, out = measured.noise, Checked()
     if measured.check is not None and len(measured.check.records):
-        check_summary = serving_summary.summarise_sweep(measured.check.records, measured.check.runs, seed=seed,
-                                                        launch_noise=noise)
-        out = replace(out, check_summary=check_summary, adaptive=serving_checks.adaptive_check(
-            check_summary, records=measured.check.records, seed=seed, launch_noise=noise))
+        check_summary = serving_stats.summarise_sweep(measured.check.records, measured.check.runs, seed=seed,
+                                                      noise=noise)
+        out = replace(out, check_summary=check_summary, adaptive=serving_stats.adaptive_check(
+            check_summary, records=measured.check.records, seed=seed, noise=noise))
     if measured.trace is None or not len(measured.trace.records):
         return out
-    table = serving_checks.trace_check(measured.trace.records, seed=seed, launch_noise=noise)
+    table = serving_stats.trace_check(measured.trace.records, seed=seed, noise=noise)
     forecast = predict.trace_prediction_table(measured.forecast, table) if len(measured.forecast) \
         else pd.DataFrame()
     verdict = measured.verdict
@@ -558,7 +568,7 @@ def run(params: Params) -> ServingStudy:
     rec.value(keys.LAUNCH_NOISE, noise.record() if noise is not None else None)  # what every CI below counts
     record_tables(rec, {"probe": sweep.probe, "summary": summary})
     speedups = "speedup_tpot" in summary
-    crossings = serving_summary.crossover(summary, "speedup_tpot") if speedups else summary.iloc[:0]
+    crossings = serving_stats.crossover(summary, "speedup_tpot") if speedups else summary.iloc[:0]
     record_tables(rec, {"crossover": crossings})
     sweep_report = rec.record(text.sweep_text(summary, crossings, sweep.probe))
     open_loop = None if ready.steps_batch else rec.record(text.open_loop_note())

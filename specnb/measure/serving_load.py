@@ -321,7 +321,7 @@ class Target:
     "llama.cpp", "vllm", "sglang", ...), the ``model`` name requests carry and what it drafts
     (``speculation``; its display name, "spec-off" or "ngram k=4", is ``name``); ``launch``: which
     start of its server this is, numbered by a sweep that relaunches (0: the first), what the
-    records carry so launch noise can be told from the prompts' (``measure.launch_noise``);
+    records carry so launch noise can be told from the prompts' (``measure.serving_stats``);
     ``virtual``: an engine that answers this target's requests and counters in virtual time instead of
     a server at ``url`` (``serving_sweep.VirtualEngine``: a simulated launch, no HTTP, no sleeping),
     so a whole sweep runs in seconds where the truth is known; None: the server at ``url``."""

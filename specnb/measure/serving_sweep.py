@@ -60,7 +60,7 @@ mean of the busy ones inside the steady window.
   a cost of their own (a truth given per level, as ``benchmarks/verdict_stability.py`` calibrates it);
   every other level runs on ``cost``. Closed loops only: an open-loop trace is not simulated here.
 
-Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_summary``.
+Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_stats``.
 """
 
 from __future__ import annotations
@@ -94,7 +94,17 @@ from specnb.measure.serving_load import (
     send_sampled,
     shape_of,
 )
-from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
+from specnb.measure.serving_stats import (
+    LaunchNoise,
+    NoiseKey,
+    aa_pairs,
+    decode_timed,
+    noise_from,
+    paired_requests,
+    store_source,
+    stored_pairs,
+    summarise_sweep,
+)
 from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, Speculation
 from specnb.serve.processes import Launches, ServerFailed
 from specnb.serve.simulated import SimCost, SimEngine, drive_closed, metrics_text, prompt_of, token_text
@@ -164,7 +174,10 @@ class SweepSettings:
     """How a sweep runs, set once by its caller and the same at every level: ``rounds`` per level, the
     ``seed`` of lengths and resamples, ``ignore_eos`` (every configuration generates the asked length),
     ``warmup`` (``warm_up`` before each level), ``progress`` (a line per run), ``probe_max_tokens``
-    (``probe_forward`` up to that many tokens first; 0: none) and ``screen`` (``screen_out``)."""
+    (``probe_forward`` up to that many tokens first; 0: none), ``screen`` (``screen_out``), ``moe``
+    (the verifier is a mixture of experts: a configuration screened at the lowest level is measured
+    at the top level all the same, since there loss need not grow with the batch) and ``noise_key``
+    (the launch-noise store the screen reads, ``serving_stats.noise_key``; None: the twin's pair alone)."""
 
     rounds: int = 1
     seed: int = 0
@@ -174,6 +187,7 @@ class SweepSettings:
     probe_max_tokens: int = 0
     screen: bool = True
     moe: bool = False
+    noise_key: NoiseKey | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,7 +239,7 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, setting
     ``probe_max_tokens``: first probe the first probe-able target's forward cost up to that many tokens in the
     batch (``probe_forward``). ``relaunch(n)``: fresh servers as targets, launch ``n``, before every round but
     the first: each (level, round) on a launch of its own, so rounds sample launch noise
-    (``measure.launch_noise``); a failed relaunch ends the sweep. With ``screen``, a speculative configuration
+    (``measure.serving_stats``); a failed relaunch ends the sweep. With ``screen``, a speculative configuration
     that loses at the lowest level (``screen_out``) is left out of the levels after it; ``screened`` says which
     and why."""
     prompts = prompts.reset_index(drop=True)
@@ -236,12 +250,13 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, setting
     state = SweepState(settings=settings, hooks=replace(hooks, down=down),
                        probe=probe_forward(probed, probe_tokens(settings.probe_max_tokens), seed=seed) if probed
                        else pd.DataFrame())
-    lowest = min(load.level for load in loads)
+    lowest, top = min(load.level for load in loads), max(load.level for load in loads)
     for li, load in enumerate(loads):
         try:
             if li and relaunch:
                 targets = state.relaunched(prompts, load)  # warmed there
-            live = [t for t in targets if t.name not in state.screened]
+            rejoin = settings.moe and load.level == top  # a mixture of experts: the top level is measured whole
+            live = [t for t in targets if rejoin or t.name not in state.screened]
             if settings.warmup and not (li and relaunch):
                 warm_up(live, list(prompts["prompt"]), load.warm_concurrency)
             why = run_level(state, live, prompts, load, li)
@@ -250,41 +265,53 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, setting
         if why:
             return stop(state.sweep(), load, why)
         if settings.screen and load.level == lowest and li < len(loads) - 1:
-            state.screened |= screen_out(state.sweep(), load, live, seed)
+            state.screened |= screen_out(state.sweep(), load, live, seed, noise_key=settings.noise_key)
     return state.sweep()
 
 
-def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int = 1000) -> dict[str, str]:
-    """The static speculative configurations whose TPOT speedup's 95% CI lies below 1 at ``load`` (the lowest
-    level), each with one line saying so: they lose at the lowest load, and on these engines speculation only
-    loses more as the batch grows (verifying k + 1 tokens a sequence costs more of a fuller step), so their
-    higher levels would be time spent on a known answer. The CI is the summary's own (``summarise_sweep`` with
-    its seed and resamples: a row's CI depends only on its own records), launch noise included (``level_noise``:
-    a launch that happened to run slow must not screen a configuration out). Spec-off is never screened, nor a
-    configuration with a schedule (``adaptive``: its k changes with the batch, so its lowest level does not
-    speak for the others); neither is anything where no spec-off ran at that level."""
+def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int = 1000,
+               noise_key: NoiseKey | None = None) -> dict[str, str]:
+    """The static speculative configurations whose TPOT speedup's CI lies below 1 at ``load`` (the lowest
+    level), each with one line that keeps the point and the CI that screened it: they lose at the lowest
+    load, and on a dense verifier speculation only loses more as the batch grows (verifying k + 1 tokens a
+    sequence costs more of a fuller step), so their higher levels would be time spent on a known answer
+    (``SweepSettings.moe`` brings them back at the top level). The CI is the summary's own
+    (``summarise_sweep`` with its seed and resamples): simultaneous over every speculative configuration
+    at that level, with the launch noise counted (``level_noise``), so the screen's family-wise false rate
+    is at most 5% over the configurations it screens (the family holds them and any schedule beside them:
+    conservative). Spec-off is never screened, nor a configuration with a schedule (``adaptive``: its k
+    changes with the batch, so its lowest level does not speak for the others); neither is anything where
+    no spec-off ran at that level."""
     at = lambda table: table[table[load.column] == load.level]  # noqa: E731
-    boot = Bootstrap(seed=seed, n_boot=n_boot, launch_noise=level_noise(at(sweep.records), targets))
-    summary = summarise_sweep(at(sweep.records), at(sweep.runs), boot=boot)
+    noise = level_noise(at(sweep.records), noise_key)
+    summary = summarise_sweep(at(sweep.records), at(sweep.runs), seed=seed, n_boot=n_boot, noise=noise)
     if "speedup_tpot_hi" not in summary:
         return {}
     static = {t.name for t in targets if t.speculation.speculative and not t.speculation.schedule
               and not t.speculation.adaptive}
     losing = summary[summary["config"].isin(static) & (summary["speedup_tpot_hi"] < 1.0)]
+    family = int((summary["ci"] == "simultaneous").sum())
     return {row.config: f"{row.config} measured at {load.text()} only: TPOT speedup {row.speedup_tpot:.2f}x [95% CI "
-                        f"{row.speedup_tpot_lo:.2f}–{row.speedup_tpot_hi:.2f}] there, a loss at the lowest load, which "
-                        "only grows with the batch" for row in losing.itertuples()}
+                        f"{row.speedup_tpot_lo:.2f}–{row.speedup_tpot_hi:.2f}, simultaneous over {family} "
+                        f"configuration(s), {launch_words(noise)}] there, a loss at the lowest load, which on a dense "
+                        "verifier only grows with the batch" for row in losing.itertuples()}
 
 
-def level_noise(records: pd.DataFrame, targets: list[Target]):
-    """The launch noise a screen judges a level with: the A/A pair's at that level where the twin ran
-    there (not stored: the sweep's own figure is stored once, from every level), else the one stored for
-    this engine on this machine (None: none yet)."""
-    from specnb.measure.launch_noise import aa_noise, stored_noise
+def launch_words(noise: LaunchNoise) -> str:
+    """What a screened line says of the launch noise its CI carries."""
+    return f"launch noise from {noise.pairs} A/A pair(s)" if noise.pairs else "launch noise not measured"
 
-    if AA_TWIN_CONFIG in set(records["config"]):
-        return aa_noise(records)
-    return stored_noise(targets[0].engine) if targets else None
+
+def level_noise(records: pd.DataFrame, noise_key: NoiseKey | None) -> LaunchNoise:
+    """The launch noise a screen judges a level with: the pairs stored under ``noise_key`` and, where the
+    twin ran at that level, its pair there (not stored: the sweep's own pair is stored once, from every
+    level, by ``serving_stats.noise_for``); neither: P = 0, not measured."""
+    pairs = stored_pairs(noise_key) if noise_key is not None else []
+    twin = AA_TWIN_CONFIG in set(records["config"])
+    known = {p.id for p in pairs}
+    own = [p for p in aa_pairs(records) if p.id not in known] if twin else []
+    source = store_source(noise_key) if noise_key is not None else "no store"
+    return noise_from(pairs + own, source + (", this level's twin included" if own else ""))
 
 
 def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int) -> str:

@@ -5,7 +5,7 @@ configuration should reach at a level, and what a trace of bursty arrivals does 
 
 - Spec-off at concurrency b: each step runs one forward over b tokens, so its TPOT *is* the engine's
   cost of a forward with b tokens in the batch, t(b): its token-weighted TPOT over steady requests
-  (``serving_summary.steady_tpot_ms``: Σ decode s ÷ Σ decode tokens, the time a step took per token
+  (``serving_stats.steady_tpot_ms``: Σ decode s ÷ Σ decode tokens, the time a step took per token
   it gave each sequence; the mean of per-request TPOTs drifts with the length mix). The spec-off
   sweep measures t at every level; between levels t is interpolated linearly in tokens, beyond them
   extended along the last segment (``step_cost``, ``step_ms``).
@@ -50,7 +50,7 @@ function of the batch alone, its TPOT over a trace follows from how long the tra
   same way from ``mean_ttft_ms``; with nothing decoding, batch 1's.
 - **Token-weighted TPOT over the trace** (``predicted_tpot``): b·dt_b sequence-seconds at batch b
   decode b·dt_b ÷ TPOT(b) tokens, so TPOT = Σ_b b·dt_b ÷ Σ_b (b·dt_b ÷ TPOT(b)) — the Σ decode s ÷ Σ
-  decode tokens that ``serving_checks.trace_check`` measures, since every decoding request is in the
+  decode tokens that ``serving_stats.trace_check`` measures, since every decoding request is in the
   batch for exactly its decode time. Predicted trace speedup = spec-off's predicted TPOT ÷ the
   configuration's.
 - **Adaptive** (a schedule launched as one server, its ``Launch``): at each batch, the TPOT and TTFT
@@ -91,7 +91,7 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_load import arrival_gaps, shape_of, steady_records
-from specnb.measure.serving_summary import decode_timed, paired_requests, row_rng, speedup_ci, steady_tpot_ms
+from specnb.measure.serving_stats import decode_timed, paired_requests, row_rng, speedup_ci, steady_tpot_ms
 from specnb.measure.serving_sweep import Sweep, batch_of, occupancy, request_lengths
 from specnb.serve.engines import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
 
@@ -317,7 +317,7 @@ def batch_curve(summary: pd.DataFrame, config: str, column: str) -> tuple[np.nda
 
 def tpot_curve(summary: pd.DataFrame, config: str) -> tuple[np.ndarray, np.ndarray]:
     """(log batch, TPOT ms) of ``config``'s measured levels, ascending in batch: the token-weighted TPOT
-    over steady requests (``serving_summary.steady_tpot_ms``), what the trace's token-weighted TPOT is
+    over steady requests (``serving_stats.steady_tpot_ms``), what the trace's token-weighted TPOT is
     made of."""
     return batch_curve(summary.assign(steady_tpot_ms=steady_tpot_ms(summary)), config, "steady_tpot_ms")
 
@@ -519,7 +519,7 @@ def predict_trace(summary: pd.DataFrame, trace: PlannedTrace | SampledTrace, lau
 def trace_prediction_table(predicted: pd.DataFrame, trace_check_table: pd.DataFrame,
                            adaptive: str = ADAPTIVE_CONFIG, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per configuration, predicted (``predict_trace``) against measured trace TPOT speedup over
-    ``baseline`` (``serving_checks.trace_check``: a static configuration's ``speedup_tpot``; the
+    ``baseline`` (``serving_stats.trace_check``: a static configuration's ``speedup_tpot``; the
     adaptive one's is the baseline row's ``adaptive_speedup_tpot``, adaptive over spec-off) with its
     95% CI, and ``error`` = |predicted − measured| ÷ measured (``trace_median_error`` over the table)."""
     check = trace_check_table.set_index("config")

@@ -161,11 +161,12 @@ class ServingEngine(Protocol):
     starts (None at an endpoint: not known), what drawn output lengths are checked against;
     ``relaunch_each_round``: whether a sweep should start fresh servers for every round
     (``serving_sweep.sweep_servers(relaunch=...)``), so each round is its own launch and launch-to-launch
-    noise is sampled, not frozen into every round (``measure.launch_noise``): cheap where a start takes
+    noise is sampled, not frozen into every round (``measure.serving_stats``): cheap where a start takes
     seconds (llama-server, the simulated engine), not where it takes minutes (vLLM).
     """
 
     name: str  # what ``-p engine`` says and records carry
+    version: str  # the engine's version where it knows it cheaply ("" where not): launch noise is stored per version
     label: str  # how prose names it ("llama-server", "vLLM")
     metrics_prefix: str  # its Prometheus counters' prefix ("llamacpp", "vllm", "sglang")
     launched: bool  # notebook 08 can start it itself (else only as ``-p endpoint``)
@@ -199,6 +200,7 @@ class EngineDefaults:
     name: ClassVar[str]
     label: ClassVar[str]
     metrics_prefix: ClassVar[str]
+    version: ClassVar[str] = ""  # what launch noise is stored under, with the machine and threads
     launched: ClassVar[bool] = False
     batch_gauge: ClassVar[str] = ""
     request_extra: ClassVar[dict] = {}

@@ -97,6 +97,7 @@ class LlamaServerEngine(EngineDefaults):
     request_extra = {"cache_prompt": False}
     context = CTX_PER_SLOT
     relaunch_each_round = True
+    version = llama_build.VERSION  # the llama-cpp-python whose vendored llama.cpp is built
 
     def configs(self, verifier: str, precision: str, entries: list[str], max_level: int, threads: int = 0
                 ) -> list[LlamaServerConfig]:
@@ -194,7 +195,7 @@ class LlamaServerConfig:
     threads: int = 0  # 0: default_threads()
     extra: list[str] = field(default_factory=list)
     entry: str = ""
-    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``launch_noise.with_twin``)
+    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``serving_stats.with_twin``)
 
     @property
     def speculation(self) -> Speculation:

@@ -59,6 +59,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+import specnb
 from specnb.core.errors import ParameterError
 from specnb.serve.engines import FREE_FAMILIES, EngineDefaults, RegisteredEngine, Speculation, parse_entry, register
 from specnb.serve.processes import PACKAGE_ROOT, ServerProcess
@@ -767,6 +768,7 @@ class SimulatedEngine(EngineDefaults):
     launched = True
     batch_gauge = "num_requests_running"
     relaunch_each_round = True
+    version = specnb.__version__  # its cost model is specnb's own
     probe = VllmEngine.probe
     launch_json = VllmEngine.launch_json
 

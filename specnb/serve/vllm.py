@@ -103,6 +103,7 @@ class VllmEngine(EngineDefaults):
     batch_gauge = "num_requests_running"
     context = MAX_MODEL_LEN
     relaunch_each_round = False
+    version = vllm_build.VERSION  # what launch noise is stored under
     # A schedule's k = 0 range still takes the speculative path (the proposer is called, the scheduler and
     # sampler branch), so it is not spec-off: benchmarks/vllm_k0.py, Intel Xeon (2026-12-03, e20aacc), an
     # all-zero schedule against spec-off at 1, 8 and 32 concurrent: n-gram 0.98x / 0.97x / 0.92x, EAGLE-3
@@ -223,7 +224,7 @@ class VllmConfig:
     env: dict[str, str] = field(default_factory=dict)
     entry: str = ""
     adaptive: bool = False
-    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``launch_noise.with_twin``)
+    aa_twin: bool = False  # spec-off's second launch, named ``AA_TWIN_CONFIG`` (``serving_stats.with_twin``)
 
     @property
     def speculation(self) -> Speculation:

@@ -20,7 +20,7 @@ from specnb.app.text.cell_report import Report
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import REPO_ROOT
-from specnb.measure.load_shapes import Lengths
+from specnb.measure.serving_load import Lengths
 from specnb.measure.serving_sweep import Sweep
 from specnb.predict.serving_verdict import decide, model_of
 from specnb.serve.engines import engine_named
@@ -246,7 +246,10 @@ def test_endpoint_configurations_are_records_of_what_the_user_said():
         ("none", 0, False), ("ngram", 4, False), ("eagle3", 3, True)]
     assert targets[1].url == "http://127.0.0.1:8001"
     assert serving_study.endpoint_targets("http://[::1]:8000", "sglang")[0].name == "spec-off"
-    for bad, message in (("ngram k=4=http://127.0.0.1:1", "must be spec-off or TYPE:K"),
+    twin = serving_study.endpoint_targets("spec-off=http://127.0.0.1:8000,spec-off-aa=http://127.0.0.1:8001", "vllm")
+    assert [t.name for t in twin] == ["spec-off", "spec-off-aa"]  # a twin URL: that endpoint's launch noise
+    assert twin[1].speculation.aa_twin and not twin[1].speculation.speculative
+    for bad, message in (("ngram k=4=http://127.0.0.1:1", "must be spec-off, spec-off-aa .* or TYPE:K"),
                          ("ngram:4=http://127.0.0.1:1", "include spec-off=URL"),
                          ("http://10.0.0.1:8000", "not loopback"), ("127.0.0.1:8000", "must start with http")):
         with pytest.raises(ParameterError, match=message):

@@ -20,15 +20,20 @@ from helpers import SGLANG_SCRAPE, FakeEngine, closed, fake_server, open_loop, s
 from specnb.core.errors import ParameterError
 from specnb.measure import serving_load
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_checks import adaptive_check, trace_check, trace_rate
 from specnb.measure.serving_load import Closed, ClosedFeed, Lengths, Requests, scrape, send_sampled, steady_flags
-from specnb.measure.serving_summary import (
-    Bootstrap,
+from specnb.measure.serving_stats import (
+    AaPair,
+    NoiseKey,
+    adaptive_check,
     crossover,
     decode_timed,
+    from_vllm_bench,
     log_cross,
     paired_requests,
+    save_pairs,
     summarise_sweep,
+    trace_check,
+    trace_rate,
 )
 from specnb.measure.serving_sweep import (
     SweepHooks,
@@ -47,7 +52,6 @@ from specnb.measure.serving_sweep import (
     sampled,
     screen_out,
 )
-from specnb.measure.vllm_bench import from_vllm_bench
 from specnb.serve.engines import SPEC_OFF, Speculation
 from specnb.serve.llama import LlamaServer, LlamaServerConfig, ServerFailed, missing_note
 from specnb.serve.simulated import (
@@ -79,7 +83,7 @@ def test_sweep_interleaves_differences_counters_and_summarises(fake_engine):
     drafts = sweep.runs.set_index(["config", "concurrency", "round", "chunk"])["spec_decode_num_drafts"]
     assert (drafts == per_run.loc[drafts.index]).all()  # per run, fillers included; not cumulative
     assert level_order(["a", "b"], 0, 0) == ["a", "b"] and level_order(["a", "b"], 1, 0) == ["b", "a"]
-    summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, boot=Bootstrap(n_boot=200))
+    summary = summarise_sweep(sweep.records, sweep.runs, slo_tpot_ms=1e6, n_boot=200)
     row = summary[(summary["config"] == "ngram k=2") & (summary["concurrency"] == 2)].iloc[0]
     assert row["alpha"] == pytest.approx(0.5) and row["tau"] == pytest.approx(2.0)
     assert json.loads(row["per_position"]) == pytest.approx([1.0])
@@ -123,7 +127,7 @@ def test_fillers_are_recorded_but_never_paired_or_summarised(fake_engine):
     assert len(measured) == 2 * 8 and (fillers.groupby("config").size() >= 2).all()  # c leading ones a run at least
     assert not fillers["steady"].any() and measured["steady"].all()
     assert (fillers["output_tokens"] == fillers["max_tokens"]).all() and fillers["max_tokens"].between(3, 9).all()
-    summary = summarise_sweep(records, sweep.runs, boot=Bootstrap(n_boot=50)).set_index("config")
+    summary = summarise_sweep(records, sweep.runs, n_boot=50).set_index("config")
     assert (summary["completed"] == 8).all() and (summary["steady_requests"] == 8).all()
     assert summary.loc["ngram k=2", "paired_requests"] == 8
     tokens = measured.groupby("config")["output_tokens"].sum()
@@ -149,7 +153,7 @@ def test_poisson_levels_are_request_rates_in_records_runs_and_summary(fake_engin
                       open_loop(20.0, 40.0, tokens=3), SweepSettings(warmup=False))
     for table in (sweep.records, sweep.runs):
         assert "concurrency" not in table and set(table["request_rate"]) == {20.0, 40.0}
-    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=50))
+    summary = summarise_sweep(sweep.records, sweep.runs, n_boot=50)
     assert "concurrency" not in summary and sorted(summary["request_rate"].unique()) == [20.0, 40.0]
     assert "speedup_tpot" in summary and crossover(summary).iloc[0]["level"] == "request_rate"
     assert set(summary["load"]) == {"open"} and set(summary["burstiness"]) == {1.0}  # the shape, as a record
@@ -217,7 +221,7 @@ def test_an_sglang_sweep_lands_in_the_same_alpha_and_tau(meta):
     with fake_server(handler) as url:
         sweep = run_sweep([Target(speculation=spec("eagle", 3), url=url, engine="sglang")], PROMPTS,
                           closed(2, tokens=6), SweepSettings(warmup=False))
-    row = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=50)).iloc[0]
+    row = summarise_sweep(sweep.records, sweep.runs, n_boot=50).iloc[0]
     if meta:  # 4 requests × 6 tokens over 4 × 2 verification steps
         assert row["tau"] == pytest.approx(3.0) and np.isnan(row["alpha"])
         assert row["acceptance_source"] == "verify counts"
@@ -344,7 +348,7 @@ def test_a_sweep_on_two_simulated_servers_finds_the_batch_and_the_speedup_the_co
     assert ((c - 1 <= sweep.runs["batch_mean"]) & (sweep.runs["batch_mean"] <= c)).all()
     trace = json.loads(sweep.runs["batch_trace"].iloc[0])
     assert len(trace) > sweep.runs["batch_samples"].iloc[0] and all(0 <= b <= c for _, b in trace)
-    row = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=100)).set_index("config").loc["ngram k=3"]
+    row = summarise_sweep(sweep.records, sweep.runs, n_boot=100).set_index("config").loc["ngram k=3"]
     assert c - 1 <= row["mean_batch"] <= c and row["turnovers"] == 3
     assert row["paired_requests"] == row["steady_requests"] == row["completed"] == 20  # fillers never counted
     assert row["speedup_tpot"] == pytest.approx(expected_speedup(cost, NGRAM3, c), rel=0.15)  # 1.60
@@ -372,7 +376,7 @@ def test_every_prompt_is_measured_every_round_at_every_level_in_a_rotated_order(
     measured = records[~records["filler"]]
     firsts = measured[measured["position"] == 0].groupby(["config", "concurrency"])["prompt_id"].nunique()
     assert (firsts == 3).all()  # each round starts at another prompt
-    summary = summarise_sweep(records, sweep.runs, boot=Bootstrap(n_boot=50))
+    summary = summarise_sweep(records, sweep.runs, n_boot=50)
     assert (summary["prompts_measured"] == 8).all() and (summary["prompts_total"] == 8).all()
     timed = decode_timed(records)
     for level in (1, 4):
@@ -406,17 +410,36 @@ def test_a_configuration_that_loses_at_the_lowest_level_is_left_out_of_the_highe
     assert sweep.stopped == "" and sweep.records["success"].all()
     assert levels_run(sweep) == {"spec-off": [1, 2, 4], "ngram k=3": [1, 2, 4], "smollm2-draft-s k=3": [1]}
     assert set(sweep.runs[sweep.runs["config"] == "smollm2-draft-s k=3"]["concurrency"]) == {1}
-    summary = summarise_sweep(sweep.records, sweep.runs)  # the notebook's summary: the same CI screened it
-    lost = summary.set_index(["config", "concurrency"]).loc[("smollm2-draft-s k=3", 1)]
-    assert lost["speedup_tpot_hi"] < 1.0
+    lowest = lambda table: table[table["concurrency"] == 1]  # noqa: E731
+    screen = summarise_sweep(lowest(sweep.records), lowest(sweep.runs))  # the summary's own CI at that level
+    lost = screen.set_index("config").loc["smollm2-draft-s k=3"]
+    assert lost["speedup_tpot_hi"] < 1.0 and lost["ci"] == "simultaneous" and lost["critical"] > 1.96
     assert sweep.screened == {"smollm2-draft-s k=3": f"smollm2-draft-s k=3 measured at 1 concurrent only: TPOT speedup "
                               f"{lost['speedup_tpot']:.2f}x [95% CI {lost['speedup_tpot_lo']:.2f}–"
-                              f"{lost['speedup_tpot_hi']:.2f}] there, a loss at the lowest load, which only grows "
+                              f"{lost['speedup_tpot_hi']:.2f}, simultaneous over 2 configuration(s), launch noise not "
+                              "measured] there, a loss at the lowest load, which on a dense verifier only grows "
                               "with the batch"}
+    summary = summarise_sweep(sweep.records, sweep.runs)
     verdicts = crossover(summary, "speedup_tpot").set_index("config")["verdict"]  # one level is still a verdict
     assert verdicts["smollm2-draft-s k=3"] == "never pays" and verdicts["ngram k=3"] == "pays at every level measured"
     unscreened = run_sweep(servers, SIM_PROMPTS, closed(1, 2, tokens=16, range_ratio=0.5), SweepSettings(screen=False))
     assert unscreened.screened == {} and levels_run(unscreened)["smollm2-draft-s k=3"] == [1, 2]
+    moe = run_sweep(servers, SIM_PROMPTS, closed(1, 2, 4, tokens=16, range_ratio=0.5), SweepSettings(moe=True))
+    assert list(moe.screened) == ["smollm2-draft-s k=3"]  # still named, with its CI
+    assert levels_run(moe)["smollm2-draft-s k=3"] == [1, 4]  # and measured at the top level all the same
+
+
+def test_the_screen_counts_the_stored_launch_noise(servers):
+    """A store whose pairs say two launches differ by ±60% in log: no lowest-level loss of 0.44x is beyond
+    that, so nothing is screened; the same sweep with an empty store screens the slow draft."""
+    key = NoiseKey(machine="test", engine="simulated", version="noisy")
+    save_pairs(key, [AaPair(id=str(i), date="2026-12-01T00:00:00+00:00", levels=[1.0], d=[0.6 * (-1) ** i], v=[0.0])
+                     for i in range(3)])
+    noisy = run_sweep(servers, SIM_PROMPTS, closed(1, 2, tokens=16, range_ratio=0.5), SweepSettings(noise_key=key))
+    assert noisy.screened == {} and levels_run(noisy)["smollm2-draft-s k=3"] == [1, 2]
+    empty = run_sweep(servers, SIM_PROMPTS, closed(1, 2, tokens=16, range_ratio=0.5),
+                      SweepSettings(noise_key=NoiseKey(machine="test", engine="simulated", version="none")))
+    assert list(empty.screened) == ["smollm2-draft-s k=3"]
 
 
 def test_a_ci_that_holds_1_spec_off_and_a_schedule_are_kept(servers):
@@ -533,7 +556,7 @@ def test_a_sweep_in_virtual_time_sees_exactly_the_launch_factors_between_two_lau
     loads = [Closed(concurrency=c, lengths=Lengths(tokens=8), turnovers=1) for c in (1, 2)]
     sweep = run_sweep(targets, select_prompts("all", 4), loads, SweepSettings(rounds=2, probe_max_tokens=0),
                       SweepHooks(down=lambda name: ""))
-    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=20))
+    summary = summarise_sweep(sweep.records, sweep.runs, n_boot=20)
     factor = {name: VirtualEngine(c, SPEC_OFF).engine.launch_factor for name, c in launches.items()}
     assert factor[SPEC_OFF.name] != factor[twin.name]
     aa = summary[summary["config"] == twin.name]
@@ -640,7 +663,7 @@ def test_the_adaptive_ratio_has_an_interval_from_requests_paired_with_the_best_s
     summary = pd.DataFrame([{"config": c, "concurrency": 1, "speedup_tpot": x, "speedup_tpot_lo": x - 0.1,
                              "speedup_tpot_hi": x + 0.1} for c, x in (("spec-off", 1.0), ("ngram k=4", 2.0),
                                                                      ("adaptive", 1.6 / 0.85))])
-    row = adaptive_check(summary, records=records, boot=Bootstrap(n_boot=200)).iloc[0]
+    row = adaptive_check(summary, records=records, n_boot=200).iloc[0]
     assert row["best_static"] == "ngram k=4" and row["ratio"] == pytest.approx(0.8 / 0.85)
     # resampling prompts: all four at 0.25 s (0.8) up to all four at 0.10 s (2.0)
     assert 0.8 <= row["ratio_lo"] < row["ratio"] < row["ratio_hi"] <= 2.0

@@ -14,9 +14,8 @@ from helpers import sim_sweep, sim_trace
 
 from specnb.core.errors import ParameterError
 from specnb.measure import serving_load, serving_sweep
-from specnb.measure.serving_checks import trace_check, trace_rate
 from specnb.measure.serving_load import Lengths, Open, RequestRecord, Run, Target
-from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+from specnb.measure.serving_stats import summarise_sweep, trace_check, trace_rate
 from specnb.measure.serving_sweep import Sweep, SweepHooks, SweepSettings, occupancy
 from specnb.predict.serving_model import (
     PlannedTrace,
@@ -141,7 +140,7 @@ def steady_sweep() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_a_step_is_priced_by_the_steady_token_weighted_tpot_not_the_mean_of_request_tpots():
     records, runs = steady_sweep()
-    summary = summarise_sweep(records, runs, boot=Bootstrap(n_boot=50))
+    summary = summarise_sweep(records, runs, n_boot=50)
     off = summary[summary["config"] == "spec-off"].set_index("concurrency")
     # steady requests only: (10 × 10 + 40 × 20) ms ÷ 50 tokens = 18 ms, where their mean TPOT is 15 ms
     assert off.loc[1, "tpot_weighted_ms"] == pytest.approx(18.0) and off.loc[1, "mean_tpot_ms"] == pytest.approx(15.0)

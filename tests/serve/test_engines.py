@@ -40,7 +40,7 @@ def test_a_display_name_is_derived_from_the_record():
 def test_an_engine_registered_in_one_module_is_swept_at_an_endpoint(tgi):
     from specnb.app import serving_study as setup
     from specnb.measure.serving_load import check_target
-    from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+    from specnb.measure.serving_stats import summarise_sweep
     from specnb.measure.serving_sweep import SweepSettings, run_sweep
     from specnb.predict.serving_verdict import decide
     from specnb.serve.simulated import SimConfig, SimCost, SimServer
@@ -53,7 +53,7 @@ def test_an_engine_registered_in_one_module_is_swept_at_an_endpoint(tgi):
         targets = [check_target(t) for t in setup.endpoint_targets(f"spec-off={off.url},ngram:3={spec.url}", "tgi")]
         sweep = run_sweep(targets, prompts, closed(1, tokens=8), SweepSettings(warmup=False))
     assert setup.check_engine("tgi", "http://127.0.0.1:1") is tgi
-    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=50))
+    summary = summarise_sweep(sweep.records, sweep.runs, n_boot=50)
     row = summary.set_index("config").loc["ngram k=3"]
     assert row["engine"] == "tgi" and row["k"] == 3 and row["spec_decode_num_drafts"] > 0  # its counters read
     # 4 measured requests at concurrency 1 (2 prompts in whole cycles to 3 turnovers) after a filler: all steady, paired

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from helpers import closed, gone
 
-from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+from specnb.measure.serving_stats import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, run_sweep, sweep_servers, targets_of
 from specnb.serve.llama import LlamaServer, LlamaServerConfig, missing_note, server_args
 from specnb.serve.processes import ServerFailed, servers
@@ -54,7 +54,7 @@ def test_ngram_speculation_is_lossless_and_counts_acceptance(verifier):
     runs = sweep.runs.set_index("config")
     assert runs.loc["ngram k=4", "spec_decode_accepted_tokens"] > 0
     assert runs.loc["spec-off", "spec_decode_num_drafts"] == 0
-    row = summarise_sweep(records, sweep.runs, boot=Bootstrap(n_boot=50)).set_index("config").loc["ngram k=4"]
+    row = summarise_sweep(records, sweep.runs, n_boot=50).set_index("config").loc["ngram k=4"]
     assert 0 < row["alpha"] <= 1 and row["tau"] > 1 and row["identical_outputs"] == row["paired_requests"] > 0
     per_position = json.loads(row["per_position"])
     assert len(per_position) == 4 and per_position == sorted(per_position, reverse=True)  # reaching i needs i − 1

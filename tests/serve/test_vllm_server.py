@@ -61,7 +61,7 @@ def test_every_server_of_the_sweep_is_gone(swept):
 
 
 def test_ngram_speculation_on_vllm_is_lossless_and_counts_acceptance(swept):
-    from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+    from specnb.measure.serving_stats import summarise_sweep
 
     result, _, _, _ = swept
     assert NGRAM not in result.stopped, result.stopped
@@ -75,7 +75,7 @@ def test_ngram_speculation_on_vllm_is_lossless_and_counts_acceptance(swept):
     assert runs.loc["spec-off", "spec_decode_num_drafts"] == 0
     per_position = json.loads(runs.loc[NGRAM, "accepted_per_pos"])
     assert len(per_position) == 4 and per_position == sorted(per_position, reverse=True) and per_position[0] > 0
-    row = summarise_sweep(records, result.runs, boot=Bootstrap(n_boot=50)).set_index("config").loc[NGRAM]
+    row = summarise_sweep(records, result.runs, n_boot=50).set_index("config").loc[NGRAM]
     assert 0 < row["alpha"] <= 1 and row["tau"] > 1 and row["identical_outputs"] == len(PROMPTS)
 
 

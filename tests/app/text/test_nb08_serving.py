@@ -23,7 +23,7 @@ from specnb.app.text.nb08_serving import (
     trace_forecast_text,
     verdict_line,
 )
-from specnb.measure.serving_summary import crossover
+from specnb.measure.serving_stats import crossover
 from specnb.measure.serving_sweep import Sweep
 from specnb.predict.serving_verdict import decide, with_trace
 
@@ -263,7 +263,7 @@ def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0
 def test_the_trace_never_changes_the_launch_line():
     """Whatever the bursty trace measures, the launch is the sweep's: the trace adds one line
     (``Verdict.trace``), naming a configuration that ran faster beyond the noise, if one did."""
-    from specnb.measure.serving_checks import trace_check
+    from specnb.measure.serving_stats import trace_check
 
     verdict = decide(drafting_everywhere(summary("concurrency")), engine="vllm", configs=vllm_configs(2, 3, 4))
     assert verdict.kind == "static" and verdict.chosen.name == "ngram k=3"
@@ -341,7 +341,7 @@ def test_the_trace_forecast_is_reported_first_and_the_reconstruction_as_a_diagno
 
 
 def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alone():
-    from specnb.measure.serving_checks import trace_check
+    from specnb.measure.serving_stats import trace_check
 
     configs = vllm_configs(2, 3, 4)
     table = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=3": 110.0, "ngram k=4": 90.0}),
