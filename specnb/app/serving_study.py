@@ -504,7 +504,7 @@ def unchecked_note(verdict: Verdict) -> str:
 def validate(params: Params, sweep, summary: pd.DataFrame, steps_batch: bool) -> pd.DataFrame:
     """The serving predictor held out on prompts (or, without per-request draft counts, on levels);
     empty where there is nothing to predict (no speculative configuration, or open-loop levels)."""
-    lengths = serving_verdict.draft_lengths(summary)  # each speculative configuration's k, as its records carry it
+    lengths = serving_stats.draft_lengths(summary)  # each speculative configuration's k, as its records carry it
     if not (lengths and "speedup_tpot" in summary and steps_batch):  # a step's sequences: closed loop
         return summary.iloc[:0]
     validation = predict.validate_held_out(sweep, lengths, seed=params.seed)

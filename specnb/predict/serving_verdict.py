@@ -40,6 +40,7 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.core.intervals import speedup_text
 from specnb.measure.serving_load import shape_of
+from specnb.measure.serving_stats import draft_lengths
 from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch, engine_named
 
 TIE = 0.01  # the smallest speedup difference that is not a tie, whatever the noise (PR #49163's 1%)
@@ -248,14 +249,6 @@ def noise_of(summary: pd.DataFrame) -> Noise:
 
 def speculative_rows(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     return summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])]
-
-
-def draft_lengths(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> dict[str, int]:
-    """Each speculative static configuration's draft length, as its records carry it (``k``)."""
-    rows = speculative_rows(summary, baseline)
-    if "k" not in rows:
-        return {}
-    return {c: int(k) for c, k in zip(rows["config"], rows["k"]) if k and not pd.isna(k)}
 
 
 def families(summary: pd.DataFrame) -> dict[str, str]:

@@ -268,7 +268,7 @@ def test_each_engine_has_its_own_default_ngram():
 def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(monkeypatch, tmp_path):
     from specnb.models.eagle3 import Eagle3Config
     from specnb.native import llama_build
-    from specnb.serve import eagle3_heads
+    from specnb.serve import engines
 
     head = tmp_path / "head"
     head.mkdir()
@@ -277,7 +277,7 @@ def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(
     converter = tmp_path / "convert_hf_to_gguf.py"
     converter.write_text("")
     monkeypatch.setattr(llama_build, "converter_path", lambda: converter)
-    monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", str(head))
+    monkeypatch.setattr(engines, "EAGLE3_HEAD", str(head))
     assert serving_study.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4", "eagle3:3"]
     assert serving_study.speculation_note("vllm", None, False, "smollm2-135m") == ""
     speculation = serving_study.serving_speculation
@@ -290,7 +290,7 @@ def test_each_engines_default_runs_the_head_beside_the_ngram_where_there_is_one(
     assert serving_study.speculation_note("llama.cpp", None, False, "smollm2-135m").startswith(
         "eagle3:2 left out of llama-server's default speculation: no llama.cpp converter")
     assert serving_study.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4", "eagle3:3"]
-    monkeypatch.setattr(eagle3_heads, "EAGLE3_HEAD", "smollm2-medusa")
+    monkeypatch.setattr(engines, "EAGLE3_HEAD", "smollm2-medusa")
     assert serving_study.serving_speculation("vllm", None, verifier="smollm2-135m") == ["ngram:4"]
     note = serving_study.speculation_note("vllm", None, False, "smollm2-135m")
     assert note.startswith("eagle3:3 left out of vLLM's default speculation: smollm2-medusa is not an EAGLE-3 head")

@@ -68,7 +68,6 @@ from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, SPEC_OFF, Spec
 from specnb.serve.simulated import (
     SimConfig,
     SimCost,
-    SimRequests,
     expected_speedup,
     expected_tokens,
     run_closed,
@@ -145,8 +144,7 @@ def launch(config: str, speculation: Speculation, launch_seed: int, concurrency:
     launched = replace(cost, launch_seed=launch_seed, seed=seed)
     rows = []
     for r in range(ROUNDS):
-        requests = SimRequests(prompt_lens=PROMPT_LENS, output_lens=output_lens, keys=list(range(PROMPTS)))
-        records = run_closed(launched, speculation, requests, concurrency)
+        records = run_closed(launched, speculation, PROMPT_LENS, output_lens, concurrency, keys=list(range(PROMPTS)))
         rows += [record | {"config": config, "concurrency": concurrency, "round": first_round + r, "prompt_index": i,
                            "prompt_id": f"p{i}", "launch": launch_id} for i, record in enumerate(records)]
     return pd.DataFrame(rows)
@@ -358,15 +356,13 @@ def test_a_sweep_gets_spec_offs_twin_until_the_store_holds_three_recent_pairs_or
         with_twin(configs[1:])
 
 
-def test_the_twin_is_never_a_candidate_for_the_policy():
-    from specnb.predict.noise_aware import round_figures
+def test_the_twin_is_never_a_candidate_for_the_verdict():
+    from specnb.predict.serving_verdict import price
 
     rows = ((BASELINE_CONFIG, 1.0, 0), (AA_TWIN_CONFIG, 1.04, 0), ("ngram k=2", 0.9, 2))
     summary = pd.DataFrame([{"config": c, "concurrency": 1, "speedup_tpot": x, "k": k} for c, x, k in rows])
     assert best_static(summary)["config"].tolist() == [BASELINE_CONFIG] and draft_lengths(summary) == {"ngram k=2": 2}
-    records = pd.concat([aa_pair(0), launch("ngram k=2", NGRAM2, 99, 4)])
-    figures = round_figures(records.assign(success=True))
-    assert set(figures["config"]) == {"ngram k=2"}
+    assert [c.name for c in price(summary, "simulated")] == [BASELINE_CONFIG, "ngram k=2"]
 
 
 def requests(config: str, seconds: list[float], prompt_ids: list[str], rounds: list[int]) -> pd.DataFrame:

@@ -241,13 +241,22 @@ def test_the_planned_trace_draws_the_requests_the_sweep_will_send(monkeypatch):
     assert not np.array_equal(plan.rounds[0].arrivals_s, plan.rounds[1].arrivals_s)  # each round its own draw
 
 
+def noise_free(summary: pd.DataFrame) -> pd.DataFrame:
+    """The simulated sweep's summary with each row's TPOT speedup over spec-off at its level, its CI
+    the point (the simulated engine is deterministic: no sampling, no launch noise)."""
+    off = summary[summary["config"] == "spec-off"].set_index("concurrency")["mean_tpot_ms"]
+    x = summary["concurrency"].map(off) / summary["mean_tpot_ms"]
+    return summary.assign(speedup_tpot=x, speedup_tpot_lo=x, speedup_tpot_hi=x, tpot_log_var=0.0, launch_sigma=0.0,
+                          launch_pairs=0, critical=0.0)
+
+
 @pytest.fixture(scope="module")
 def measured():
     """The closed-loop levels (1–16) and the policy from them, as the policy check has them before its
     trace, and that policy as one launch."""
     assert 1 < crossover(PREFILL_COST, K4, 64) < crossover(PREFILL_COST, K2, 64) < 16
     records, summary = sim_sweep(PREFILL_COST, [SPEC_OFF, K2, K4], [1, 2, 4, 8, 16], prompt_len=PROMPT_LEN)
-    verdict = decide(summary, engine="simulated")
+    verdict = decide(noise_free(summary), engine="simulated")
     assert verdict.kind == "schedule", verdict.name()
     return summary, verdict.policy, verdict.launch
 
@@ -336,7 +345,7 @@ def sampled():
     """A sweep over 1–64 on FLAT_COST, its policy as one launch, and a trace of three bursts of 40 with a
     trickle between, run on every configuration: (summary, policy, launch, the trace's records, its runs)."""
     records, summary = sim_sweep(FLAT_COST, [SPEC_OFF, K2, K4], [1, 2, 4, 8, 16, 32, 64])
-    verdict = decide(summary, engine="simulated")
+    verdict = decide(noise_free(summary), engine="simulated")
     assert verdict.kind == "schedule", verdict.name()
     policy, launch = verdict.policy, verdict.launch
     rng = np.random.default_rng(7)
