@@ -22,11 +22,12 @@ beaten are tied, and a tie goes to the simplest: spec-off, then a static configu
 load unless a measurement beyond the noise says so (a larger k replaces a smaller one only where it
 beats it beyond the noise).
 
-**How sure** (``Verdict.sure``): "decided" where nothing faster by point is within the noise;
-"tie" where the launch is the simplest of a tie whose others could not be more than ``MATERIAL``
-faster at any level; "inconclusive" where one of them could (the noise, e.g. one launch pair, leaves
-a material gain possible) — the launch line is still the simplest, and the verdict says what it is
-tied with and what would resolve it (``min_detectable``).
+**How sure** (``Verdict.sure``): "decided" where no candidate ahead of the launch by point is within
+the noise; "tie" where the launch is the simplest of a tie whose others are ahead by point but not
+beyond the noise; "inconclusive" where it is the simplest of a tie and the band rests on fewer than
+``MIN_PAIRS`` launch pairs (one A/A pair gives the noise a single degree of freedom: the tie may be
+the noise estimate's, not the engine's). The launch line is the simplest either way; the verdict says
+what it is tied with and what would resolve it (``min_detectable``: launch pairs in the store).
 """
 
 from __future__ import annotations
@@ -40,11 +41,10 @@ import pandas as pd
 from specnb.core.errors import ParameterError
 from specnb.core.intervals import speedup_text
 from specnb.measure.serving_load import shape_of
-from specnb.measure.serving_stats import draft_lengths
+from specnb.measure.serving_stats import MIN_PAIRS, draft_lengths
 from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch, engine_named
 
 TIE = 0.01  # the smallest speedup difference that is not a tie, whatever the noise (PR #49163's 1%)
-MATERIAL = 0.15  # a tie that could hide a gain larger than this is inconclusive
 Z95, Z_POWER = 1.959964, 1.644854  # two-sided 95%, one-sided 95% power
 BATCH_ONE = 1.5  # a level whose measured batch is at most this is the schedule's batch-1 anchor
 MAX_BATCH = 4096  # the last range of a launch runs to this batch size
@@ -102,35 +102,22 @@ class Policy:
         return pd.DataFrame([{c: getattr(level, c) for c in COLUMNS} for level in self.levels], columns=list(COLUMNS))
 
 
-def crossing(loads: tuple[float, float], gaps: tuple[float, float]) -> float:
-    """Where one choice's speedup minus the next one's (``gaps`` at the two ``loads``) reaches 0, the
-    gap linear in log load; the geometric mean of the loads where it does not change sign (no
-    crossing was measured between them: a tie, a noisy level, a speedup not measured)."""
-    (a, b), (g0, g1) = loads, gaps
-    frac = g0 / (g0 - g1) if g0 >= 0 >= g1 and g0 > g1 else 0.5  # NaN fails every comparison
-    return float(math.exp(math.log(a) + frac * (math.log(b) - math.log(a))))
-
-
-def with_cuts(policy: Policy, speedup: dict[tuple[str, float], float]) -> Policy:
-    """``policy`` with each level's ``cut`` after the first: where the previous level's choice and its
-    own cross, each one's measured speedup at both levels (``speedup``: (configuration, level) →
-    speedup; spec-off's and a k = 0 range's are the policy's own) interpolated in log load."""
-    key, levels = policy.keyed_on, policy.by_load()
-    at = lambda config, level: speedup.get((config, level), math.nan)  # noqa: E731
-    cuts = [math.nan] + [crossing((a.load(key), b.load(key)),
-                                  (at(a.config, a.concurrency) - at(b.config, a.concurrency),
-                                   at(a.config, b.concurrency) - at(b.config, b.concurrency)))
-                         for a, b in zip(levels[:-1], levels[1:])]
-    return replace(policy, levels=tuple(replace(level, cut=cut) for level, cut in zip(levels, cuts)))
+def cut_between(a: float, b: float) -> float:
+    """Where a range starting at load ``b`` begins after one at load ``a``: the geometric mean of the two
+    loads rounded to whole batches. Nothing between two measured loads says where the faster choice
+    changes, and a cut read off noisy speedups (interpolated where they cross) moved run to run and
+    with it the launch line; rounded loads keep it where the measurements put the levels."""
+    lo, hi = max(round(a), 1), max(round(b), 1)
+    return math.sqrt(lo * hi)
 
 
 def level_spans(policy: Policy, max_batch: int = MAX_BATCH) -> list[tuple[int, int, int, str]]:
-    """(first, last, k, config) per level over batch sizes: each level's from its ``cut`` (the
-    geometric mean of the two loads where none was priced) to the next one's − 1, the first from 1
+    """(first, last, k, config) per level over batch sizes: each level's from its ``cut`` (where none
+    is given, ``cut_between`` the two loads) to the next one's − 1, the first from 1
     (keyed on the batch) or its own load (keyed on the concurrency), the last to ``max_batch``."""
     key, levels = policy.keyed_on, policy.by_load()
     loads = [level.load(key) for level in levels]
-    cuts = [c if not math.isnan(c) else crossing((a, b), (math.nan, math.nan))
+    cuts = [c if not math.isnan(c) else cut_between(a, b)
             for a, b, c in zip(loads[:-1], loads[1:], [level.cut for level in levels[1:]])]
     cuts = [math.ceil(c - 1e-9) for c in cuts]
     starts = [1 if key == "batch" else int(loads[0]), *cuts]
@@ -173,8 +160,7 @@ def policy_switch(policy: Policy) -> float:
     if i is None:
         return math.nan
     cut = levels[i].cut
-    return float(cut if not math.isnan(cut) else crossing((levels[i - 1].load(key), levels[i].load(key)),
-                                                           (math.nan, math.nan)))
+    return float(cut if not math.isnan(cut) else cut_between(levels[i - 1].load(key), levels[i].load(key)))
 
 
 def unmeasured_batches(policy: Policy) -> str:
@@ -358,7 +344,7 @@ class Choice:
     sure: str
 
 
-def choose(candidates: list[Candidate], noise: Noise, tie: float = TIE, material: float = MATERIAL) -> Choice:
+def choose(candidates: list[Candidate], noise: Noise, tie: float = TIE) -> Choice:
     """The launch by the module docstring's rule. With ``noise`` of critical value 0 and sigma 0 it is
     the rule on true speedups: differences under ``tie`` are ties (what ``benchmarks/verdict_stability.py``
     derives the right line with)."""
@@ -376,10 +362,9 @@ def choose(candidates: list[Candidate], noise: Noise, tie: float = TIE, material
     tied = [c for c in candidates if c.name not in beaten]
     chosen = min(tied, key=Candidate.simplicity)
     others = [c for c in tied if c is not chosen]
-    could = max((difference(c, chosen, i, noise)[2] for c in others for i in range(len(c.log_speedup))
-                 if not math.isnan(c.log_speedup[i]) and not math.isnan(chosen.log_speedup[i])), default=-math.inf)
     ahead = any(score[c.name] > score[chosen.name] + math.log1p(tie) for c in others)
-    sure = "decided" if not ahead else "inconclusive" if could > math.log1p(material) else "tie"
+    few = 0 < noise.critical and noise.pairs < MIN_PAIRS  # the band itself rests on too few launch pairs
+    sure = "inconclusive" if others and few else "tie" if ahead else "decided"
     return Choice(chosen=chosen, tied=tuple(others), beaten=beaten, score=score, sure=sure)
 
 
@@ -480,7 +465,8 @@ def model_of(configs, names: list[str]) -> str:
 
 def plan_policy(chosen: Candidate, summary: pd.DataFrame, levels: list[float], zero_speedup: float) -> Policy:
     """The launch per level as a ``Policy`` keyed on the engine's measured batch (the configuration's
-    ``mean_batch`` there, else spec-off's), its ranges cut where the two choices' speedups cross."""
+    ``mean_batch`` there, else spec-off's); its ranges change k halfway in log between two levels'
+    rounded batches (``cut_between``)."""
     column = shape_of(summary).column
     has_batch = "mean_batch" in summary and summary["mean_batch"].notna().any()
     batch = dict(zip(zip(summary["config"], summary[column]), summary["mean_batch"])) if has_batch else {}
@@ -497,11 +483,7 @@ def plan_policy(chosen: Candidate, summary: pd.DataFrame, levels: list[float], z
                                config=config, k=int(k), speedup_tpot=math.exp(chosen.log_speedup[i]) if k else
                                (zero_speedup if chosen.kind == "schedule" else 1.0),
                                speedup_tpot_lo=lo, speedup_tpot_hi=hi))
-    policy = Policy(levels=tuple(out), keyed_on="batch" if has_batch else "concurrency", zero_speedup=zero_speedup)
-    speed = {(c, lv): float(s) for c, lv, s in zip(summary["config"], summary[column], summary.get(
-        "speedup_tpot", pd.Series(dtype=float)))}
-    speed |= {(BASELINE_CONFIG, float(lv)): zero_speedup for lv in levels}
-    return with_cuts(policy, speed)
+    return Policy(levels=tuple(out), keyed_on="batch" if has_batch else "concurrency", zero_speedup=zero_speedup)
 
 
 def require_anchor(policy: Policy) -> None:

@@ -129,10 +129,8 @@ def test_a_schedule_is_launched_as_adaptive_and_measured_beside_the_static_ones(
     assert verdict.kind == "schedule" and result.adaptive is verdict.server
     assert result.adaptive.name == "adaptive" and result.adaptive.method == "ngram" and result.adaptive.k == 4
     assert [level.k for level in verdict.policy.levels] == [4, 4, 0]
-    # the k = 0 range at vLLM's n-gram price (0.95): ngram's 1.15 at 4 and 0.7 at 16 cross it at 4·4^(0.2 / 0.45)
-    switch = 4 * 4 ** ((1.15 - 0.95) / (1.15 - 0.95 - (0.7 - 0.95)))
-    assert result.adaptive.schedule == [(1, math.ceil(switch) - 1, 4), (math.ceil(switch), 4096, 0)]
-    assert verdict.switch == pytest.approx(switch)
+    switch = math.sqrt(4 * 16)  # halfway in log between the batches of 4 and 16, the last drafting level and the next
+    assert result.adaptive.schedule == [(1, 7, 4), (8, 4096, 0)] and verdict.switch == pytest.approx(switch)
     assert seen["started"] == [["spec-off", "ngram k=4"], ["adaptive"]]
     assert sorted(map(sorted, seen["stopped"])) == [["adaptive"], ["ngram k=4", "spec-off"]]
     first, check, trace = seen["sweeps"]

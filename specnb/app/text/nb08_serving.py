@@ -14,7 +14,7 @@ from specnb.app.text.common import bullets
 from specnb.core.intervals import interval_text, speedup_text
 from specnb.measure.serving_load import SHAPES, level_text, shape_of
 from specnb.predict.serving_model import acceptance_of, median_error, step_cost, step_ms, verify_ms
-from specnb.predict.serving_verdict import MATERIAL, Verdict, unmeasured_batches
+from specnb.predict.serving_verdict import Verdict, unmeasured_batches
 from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, engine_named
 
 
@@ -143,9 +143,10 @@ def verdict_line(verdict: Verdict) -> str:
     why = verdict_why(verdict)
     tied = f"; {verdict.tied_text()}" if verdict.tied else ""
     sure = {"decided": "", "tie": " (a tie within the noise: the simplest kept)",
-            "inconclusive": f" — **inconclusive**: a gain above {MATERIAL:.0%} is still possible within the noise; "
-                            f"this run resolves {verdict.mde:.0%} (minimum detectable effect), more launch pairs "
-                            "in the store resolve less"}[verdict.sure]
+            "inconclusive": f" — **inconclusive**: a tie, and the launch noise rests on {verdict.noise.pairs} A/A "
+                            f"pair(s), too few to tell the engine's noise from the estimate's; this run resolves "
+                            f"{verdict.mde:.0%} (minimum detectable effect), and each sweep with a twin adds a pair"}
+    sure = sure[verdict.sure]
     trace = f"; {verdict.trace}" if verdict.trace else ""
     return f"**verdict**: launch **{what}**{paste} for {loads}{sure} — {why}{tied}{trace}"
 

@@ -109,7 +109,7 @@ def test_a_paying_policy_prints_the_schedule():
     verdict = decide(levels, engine="vllm")
     report = policy_text(verdict)
     config = json.loads(report.values["policy_vllm"])
-    assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
+    assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 2, 3], [3, 4096, 0]]
     assert verdict.kind == "schedule" and json.loads(verdict.line) == config  # the line printed is the one launched
     assert f"```\n{verdict.line}\n```" in report.markdown and "Over the engine's batch" in report.markdown
     assert "1 concurrent (engine's batch 1.0): ngram k=3 (k = 3), TPOT speedup 1.40x" in report.markdown
@@ -139,7 +139,7 @@ def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder(tmp_path):
     report = policy_text(verdict)
     config = json.loads(report.values["policy_vllm"])
     assert config == {"method": "eagle3", "num_speculative_tokens": 3, "model": str(tmp_path),
-                      "num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4096, 0]]}
+                      "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 4096, 0]]}
     assert json.loads(verdict.line) == config  # one launch: what is printed is what is launched
     assert verdict.checked and verdict.server.engine.launch_text(verdict.server) == verdict.line
     assert "eagle3" in report.markdown and "llama-server" not in report.markdown  # launched on vLLM only
@@ -183,7 +183,7 @@ def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
                           "best": "adaptive", "beats": [True, True]})
     judged = with_trace(verdict, trace)
     report = adaptive_text(check, trace, replace(loop, verdict=judged))
-    assert '"num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4096, 0]]' in report.markdown
+    assert '"num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 4096, 0]]' in report.markdown
     assert report.values["adaptive"] == verdict.line  # the server checked is the one the verdict prints
     line = "4 concurrent: adaptive 0.90x [0.80–1.00] against spec-off 1.00x: 0.90 of it (misses ≥ 0.95)"
     assert line in report.markdown and report.values["adaptive_min_ratio"] == 0.9
@@ -288,7 +288,7 @@ def test_the_report_gives_one_answer_for_the_load_it_measured():
     line = verdict_line(on_vllm)
     assert line.startswith("**verdict**: launch **the ngram schedule (ngram k=3 at 1, ngram k=3 at 2, k = 0 at 4)** (`")
     assert f"(`{on_vllm.line}`)" in line and "for 1–4 concurrent" in line
-    assert json.loads(on_vllm.line)["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
+    assert json.loads(on_vllm.line)["num_speculative_tokens_per_batch_size"] == [[1, 2, 3], [3, 4096, 0]]
     on_llama = verdict_line(decide(levels, engine="llama.cpp"))
     # one server per load range, spec-off's a real spec-off: it takes over where 1.2 at 2 and 0.8 at 4 cross 1 (2.8)
     assert "fixes speculation per launch" in on_llama and "3 or more concurrent: no --spec-type (spec-off)" in on_llama
@@ -307,12 +307,13 @@ def test_a_tie_names_what_it_is_tied_with_and_how_sure_it_is():
     levels = summary("concurrency")
     ngram = levels["config"] == "ngram k=3"
     levels.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi"]] = [[1.02, 0.92, 1.13]] * 3
+    levels.loc[ngram, ["launch_pairs", "critical"]] = [10, 1.959964]  # a band resting on 10 launch pairs
     verdict = decide(levels, engine="vllm")
     assert verdict.kind == "none" and verdict.sure == "tie" and [t.name for t in verdict.tied] == ["ngram k=3"]
     line = verdict_line(verdict)
     assert "(a tie within the noise: the simplest kept)" in line and "ngram k=3 is within the noise" in line
-    wide = levels.assign(speedup_tpot_lo=levels["speedup_tpot"] * 0.6, speedup_tpot_hi=levels["speedup_tpot"] / 0.6)
-    unsure = decide(wide, engine="vllm")
+    one_pair = levels.assign(launch_pairs=1.0)  # the same tie, its band resting on one A/A pair
+    unsure = decide(one_pair, engine="vllm")
     assert unsure.sure == "inconclusive" and "**inconclusive**" in verdict_line(unsure)
     assert f"this run resolves {unsure.mde:.0%} (minimum detectable effect)" in verdict_line(unsure)
     table = candidate_table(verdict)
