@@ -40,8 +40,9 @@ the simplest (spec-off, then by smaller k, then a schedule). A sweep has the rig
 launch drafts at exactly the levels that one does, and says so without "inconclusive". Printed per
 truth and state: the share of sweeps with the modal launch line (what a user pastes), with the modal
 plan (the configuration per level), with the right line, saying "inconclusive" (the launch is the
-simplest of a tie that could hide a gain above 15%), and the minimum detectable effect
-(``min_detectable_effect``).
+simplest of a tie that the noise estimate's own uncertainty decides), the minimum detectable effect
+with launch σ alone and known (``min_detectable_effect``) and the median of each run's own
+(``Verdict.mde``: its band, with the prompts' sampling and σ as uncertain as its pairs leave it).
 
 ``--aa``: the A/A calibration. A new A/A pair (spec-off and its twin, the truth's levels) summarised
 against the launch noise stored from 1 and from 3 earlier pairs (``stored_noise``), and against the
@@ -67,6 +68,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
@@ -311,6 +313,7 @@ class Outcome:
     plan: str  # the configuration the launch runs per level
     drafts: tuple[bool, ...]
     inconclusive: bool
+    mde: float  # the verdict's own minimum detectable effect: its band, sampling and launch noise
 
 
 def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
@@ -322,7 +325,8 @@ def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
         _, _, verdict = judge(sweep, Params(engine=ENGINE, seed=seed), configs)
     drafts = tuple(bool(level.k) for level in verdict.policy.levels) if verdict.kind else (False,) * len(truth.levels)
     plan = ", ".join(f"{lv:g}: {level.config}" for lv, level in zip(truth.levels, verdict.policy.levels))
-    return Outcome(line=verdict.line, plan=plan, drafts=drafts, inconclusive=verdict.sure == "inconclusive")
+    return Outcome(line=verdict.line, plan=plan, drafts=drafts, inconclusive=verdict.sure == "inconclusive",
+                   mde=verdict.mde)
 
 
 def aa_sweep(truth: Truth, seed: int):
@@ -390,7 +394,8 @@ class Tally:
         inconclusive = sum(o.inconclusive for o in self.outcomes)
         return {"sweeps": n, "modal_line": line, "modal_line_share": line_n / n, "modal_plan": plan,
                 "modal_plan_share": plan_n / n, "right_share": right / n, "inconclusive_share": inconclusive / n,
-                "wrong_share": (n - right - inconclusive) / n, "seconds_per_sweep": round(self.seconds / n, 3)}
+                "wrong_share": (n - right - inconclusive) / n, "seconds_per_sweep": round(self.seconds / n, 3),
+                "run_mde_median": round(float(np.nanmedian([o.mde for o in self.outcomes])), 4)}
 
 
 WORKER: dict = {}  # each process's truths, calibrated costs and stores (``start_worker``)
@@ -521,13 +526,15 @@ def print_stability(report: dict) -> None:
         print(f"\n{name}: right = {right['candidate']} (drafts at {right['drafts']}; tied: {right['tied'] or 'none'}); "
               f"noise-free calibration error {entry['calibration_error']:.2%}; minimum detectable effect "
               f"{mde['ratio']:.1%} ({mde['formula']})")
-        print("| store pairs | sweeps | modal line | modal plan | right | inconclusive | wrong | s/sweep |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| store pairs | sweeps | modal line | modal plan | right | inconclusive | wrong | run's MDE (median) "
+              "| s/sweep |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for pairs, s in entry["states"].items():
             if s["sweeps"]:
                 print(f"| {pairs} | {s['sweeps']} | {s['modal_line_share']:.1%} `{s['modal_line'] or 'none'}` | "
                       f"{s['modal_plan_share']:.1%} ({s['modal_plan']}) | {s['right_share']:.1%} | "
-                      f"{s['inconclusive_share']:.1%} | {s['wrong_share']:.1%} | {s['seconds_per_sweep']} |")
+                      f"{s['inconclusive_share']:.1%} | {s['wrong_share']:.1%} | {s['run_mde_median']:.0%} | "
+                      f"{s['seconds_per_sweep']} |")
 
 
 def print_aa(report: dict) -> None:

@@ -24,10 +24,11 @@ beats it beyond the noise).
 
 **How sure** (``Verdict.sure``): "decided" where no candidate ahead of the launch by point is within
 the noise; "tie" where the launch is the simplest of a tie whose others are ahead by point but not
-beyond the noise; "inconclusive" where it is the simplest of a tie and the band rests on fewer than
-``MIN_PAIRS`` launch pairs (one A/A pair gives the noise a single degree of freedom: the tie may be
-the noise estimate's, not the engine's). The launch line is the simplest either way; the verdict says
-what it is tied with and what would resolve it (``min_detectable``: launch pairs in the store).
+beyond the noise; "inconclusive" where it is the simplest of a tie that the same rule, with the launch
+noise taken as known, would break for another launch: the tie is then the noise estimate's (its
+launch pairs leave sigma uncertain), not the engine's, and more pairs in the store would decide it.
+The launch line is the simplest either way; the verdict says what it is tied with and what would
+resolve it (``min_detectable``).
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.core.intervals import speedup_text
+from specnb.measure import serving_stats
 from specnb.measure.serving_load import shape_of
-from specnb.measure.serving_stats import MIN_PAIRS, draft_lengths
+from specnb.measure.serving_stats import LaunchNoise, draft_lengths
 from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch, engine_named
 
 TIE = 0.01  # the smallest speedup difference that is not a tie, whatever the noise (PR #49163's 1%)
 Z95, Z_POWER = 1.959964, 1.644854  # two-sided 95%, one-sided 95% power
 BATCH_ONE = 1.5  # a level whose measured batch is at most this is the schedule's batch-1 anchor
 MAX_BATCH = 4096  # the last range of a launch runs to this batch size
+KNOWN_PAIRS = 10**6  # launch pairs that make sigma's own uncertainty vanish from a critical value
 SCHEDULE_FORMAT = "vllm"  # the engine whose --speculative-config a per-batch-size schedule is pasted in
 KINDS = ("none", "static", "schedule")  # simplest first
 
@@ -214,11 +217,14 @@ class Candidate:
 @dataclass(frozen=True, kw_only=True)
 class Noise:
     """What a comparison's band is made of: the summary's simultaneous critical value (``critical``),
-    the launch-to-launch sigma (log; 0 where not measured) and the launch pairs it rests on."""
+    the launch-to-launch sigma (log; 0 where not measured) and the launch pairs it rests on; and
+    ``critical_known``, the same family's c with sigma taken as exact, which says whether a tie is the
+    engine's or only the noise estimate's (``choose``)."""
 
     critical: float = Z95
     sigma: float = 0.0
     pairs: int = 0
+    critical_known: float = math.nan  # the family's c were sigma known exactly (its pairs' own uncertainty left out)
 
     def band(self, var: float, launches_differ: bool) -> float:
         return self.critical * math.sqrt(max(var, 0.0) + (self.sigma ** 2 if launches_differ else 0.0))
@@ -226,11 +232,18 @@ class Noise:
 
 def noise_of(summary: pd.DataFrame) -> Noise:
     """The band the summary's rows were judged with (``serving_stats``: ``critical``, ``launch_sigma``,
-    ``launch_pairs``); a summary without them (a vLLM bench file) reads as sampling at 95%, no launch term."""
+    ``launch_pairs``), and the same family's critical value with sigma known (``critical_known``); a
+    summary without them (a vLLM bench file) reads as sampling at 95%, no launch term."""
     rows = speculative_rows(summary)
     first = lambda name, default: float(rows[name].dropna().iloc[0]) if name in rows and rows[name].notna().any() \
         else default  # noqa: E731
-    return Noise(critical=first("critical", Z95), sigma=first("launch_sigma", 0.0), pairs=int(first("launch_pairs", 0)))
+    noise = Noise(critical=first("critical", Z95), sigma=first("launch_sigma", 0.0),
+                  pairs=int(first("launch_pairs", 0)))
+    if not noise.pairs or "tpot_log_var" not in rows:
+        return noise
+    family = rows.assign(over=BASELINE_CONFIG, log_var=rows["tpot_log_var"])
+    known = LaunchNoise(sigma=noise.sigma, pairs=KNOWN_PAIRS, source="sigma taken as known")
+    return replace(noise, critical_known=serving_stats.critical(family, known))
 
 
 def speculative_rows(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
@@ -347,7 +360,23 @@ class Choice:
 def choose(candidates: list[Candidate], noise: Noise, tie: float = TIE) -> Choice:
     """The launch by the module docstring's rule. With ``noise`` of critical value 0 and sigma 0 it is
     the rule on true speedups: differences under ``tie`` are ties (what ``benchmarks/verdict_stability.py``
-    derives the right line with)."""
+    derives the right line with). How sure: "inconclusive" where the launch is the simplest of a tie and
+    the same rule with sigma known (``Noise.critical_known``) would launch another — the tie is the
+    noise estimate's, and more launch pairs would decide it; else "tie" where a tied candidate is ahead
+    by point, else "decided"."""
+    chosen, others, beaten, score = rule(candidates, noise, tie)
+    ahead = any(score[c.name] > score[chosen.name] + math.log1p(tie) for c in others)
+    known = noise.critical_known
+    unsure = bool(others) and known < noise.critical and \
+        rule(candidates, replace(noise, critical=known), tie)[0].name != chosen.name
+    sure = "inconclusive" if unsure else "tie" if ahead else "decided"
+    return Choice(chosen=chosen, tied=tuple(others), beaten=beaten, score=score, sure=sure)
+
+
+def rule(candidates: list[Candidate], noise: Noise, tie: float = TIE) -> tuple[Candidate, list, dict, dict]:
+    """(the launch, the others tied with it, each beaten one with what beat it and where, each one's
+    score): a candidate is beaten where one with a better worst level is faster at its worst level
+    beyond the noise; the simplest of those not beaten is the launch."""
     short = shortfalls(candidates)
     score = {c.name: float(np.nanmin(s)) for c, s in zip(candidates, short)}
     worst = {c.name: int(np.nanargmin(s)) for c, s in zip(candidates, short)}
@@ -361,11 +390,7 @@ def choose(candidates: list[Candidate], noise: Noise, tie: float = TIE) -> Choic
                 break
     tied = [c for c in candidates if c.name not in beaten]
     chosen = min(tied, key=Candidate.simplicity)
-    others = [c for c in tied if c is not chosen]
-    ahead = any(score[c.name] > score[chosen.name] + math.log1p(tie) for c in others)
-    few = 0 < noise.critical and noise.pairs < MIN_PAIRS  # the band itself rests on too few launch pairs
-    sure = "inconclusive" if others and few else "tie" if ahead else "decided"
-    return Choice(chosen=chosen, tied=tuple(others), beaten=beaten, score=score, sure=sure)
+    return chosen, [c for c in tied if c is not chosen], beaten, score
 
 
 def min_detectable(noise: Noise, var: float) -> float:

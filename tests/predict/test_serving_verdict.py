@@ -69,9 +69,11 @@ def test_a_near_tie_goes_to_spec_off_and_names_what_it_is_tied_with():
 
 
 def test_a_tie_the_noise_leaves_wide_open_is_inconclusive():
-    one_pair = decide(summary({"ngram k=4": [1.10, 1.05]}, critical=12.7, pairs=1), engine="simulated")
+    one_pair = decide(summary({"ngram k=4": [1.15, 1.12]}, critical=12.7, pairs=1), engine="simulated")
     assert one_pair.kind == "none" and one_pair.sure == "inconclusive"
-    assert one_pair.tied[0].name == "ngram k=4"
+    assert one_pair.tied[0].name == "ngram k=4" and one_pair.noise.critical_known < 3  # known, it would pay
+    ten = decide(summary({"ngram k=4": [1.04, 1.03]}, pairs=10), engine="simulated")
+    assert ten.sure == "tie"  # a tie whatever the estimate's uncertainty: the engine's own
 
 
 def test_a_static_configuration_that_pays_everywhere_is_launched_as_itself():

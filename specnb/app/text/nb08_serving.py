@@ -143,9 +143,10 @@ def verdict_line(verdict: Verdict) -> str:
     why = verdict_why(verdict)
     tied = f"; {verdict.tied_text()}" if verdict.tied else ""
     sure = {"decided": "", "tie": " (a tie within the noise: the simplest kept)",
-            "inconclusive": f" — **inconclusive**: a tie, and the launch noise rests on {verdict.noise.pairs} A/A "
-                            f"pair(s), too few to tell the engine's noise from the estimate's; this run resolves "
-                            f"{verdict.mde:.0%} (minimum detectable effect), and each sweep with a twin adds a pair"}
+            "inconclusive": f" — **inconclusive**: a tie that the launch noise's own uncertainty decides (it rests "
+                            f"on {verdict.noise.pairs} A/A pair(s)); with the noise known another launch would win, "
+                            f"so more pairs in the store would decide it (each sweep with a twin adds one); this run "
+                            f"resolves {verdict.mde:.0%} (minimum detectable effect)"}
     sure = sure[verdict.sure]
     trace = f"; {verdict.trace}" if verdict.trace else ""
     return f"**verdict**: launch **{what}**{paste} for {loads}{sure} — {why}{tied}{trace}"

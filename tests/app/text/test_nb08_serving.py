@@ -312,7 +312,10 @@ def test_a_tie_names_what_it_is_tied_with_and_how_sure_it_is():
     assert verdict.kind == "none" and verdict.sure == "tie" and [t.name for t in verdict.tied] == ["ngram k=3"]
     line = verdict_line(verdict)
     assert "(a tie within the noise: the simplest kept)" in line and "ngram k=3 is within the noise" in line
-    one_pair = levels.assign(launch_pairs=1.0)  # the same tie, its band resting on one A/A pair
+    # a 15% gain, inside a band as wide as one A/A pair leaves it (c 12.7) but beyond it with the noise known
+    one_pair = levels.copy()
+    one_pair.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi", "tpot_log_var", "launch_sigma",
+                         "launch_pairs", "critical"]] = [[1.15, 0.35, 3.8, 0.0004, 0.03, 1, 12.7]] * 3
     unsure = decide(one_pair, engine="vllm")
     assert unsure.sure == "inconclusive" and "**inconclusive**" in verdict_line(unsure)
     assert f"this run resolves {unsure.mde:.0%} (minimum detectable effect)" in verdict_line(unsure)
