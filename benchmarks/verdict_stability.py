@@ -176,7 +176,7 @@ def right_plan(truth: Truth) -> dict:
     truth without noise, differences under ``TIE`` counted as ties; the levels where it drafts and what
     it is tied with."""
     with zero_range(truth):
-        candidates = price(truth_summary(truth), ENGINE, tie=TIE)
+        candidates = price(truth_summary(truth), ENGINE, Noise(critical=0.0, sigma=0.0), tie=TIE)
     choice = choose(candidates, Noise(critical=0.0, sigma=0.0), tie=TIE)
     chosen = choice.chosen
     return {"candidate": chosen.name, "drafts": [bool(k) for k in chosen.ks],

@@ -274,11 +274,11 @@ def zero_price(engine: str, family: str) -> tuple[float, float]:
     return math.log(point), (math.log(hi / lo) / (2 * Z95)) ** 2
 
 
-def price(summary: pd.DataFrame, engine: str, tie: float = TIE) -> list[Candidate]:
+def price(summary: pd.DataFrame, engine: str, noise: Noise | None = None, tie: float = TIE) -> list[Candidate]:
     """Every candidate launch (the module docstring), priced per level of spec-off's."""
     column = shape_of(summary).column
     levels = sorted(summary.loc[summary["config"] == BASELINE_CONFIG, column].unique())
-    n, noise = len(levels), noise_of(summary)
+    n, noise = len(levels), noise_of(summary) if noise is None else noise
     lengths, family_of = draft_lengths(summary), families(summary)
     models = dict(zip(summary["config"], summary["uses_model"])) if "uses_model" in summary else {}
     rows = summary.set_index(["config", column])
@@ -357,20 +357,26 @@ class Choice:
     sure: str
 
 
-def choose(candidates: list[Candidate], noise: Noise, tie: float = TIE) -> Choice:
+def choose(candidates: list[Candidate], noise: Noise, tie: float = TIE, known: Candidate | None = None) -> Choice:
     """The launch by the module docstring's rule. With ``noise`` of critical value 0 and sigma 0 it is
     the rule on true speedups: differences under ``tie`` are ties (what ``benchmarks/verdict_stability.py``
-    derives the right line with). How sure: "inconclusive" where the launch is the simplest of a tie and
-    the same rule with sigma known (``Noise.critical_known``) would launch another — the tie is the
-    noise estimate's, and more launch pairs would decide it; else "tie" where a tied candidate is ahead
-    by point, else "decided"."""
+    derives the right line with). How sure: "inconclusive" where ``known`` — the launch the same rule
+    makes with the launch noise known (``Noise.critical_known``: candidates priced again with it) — is
+    another: the launch is then the noise estimate's, not the engine's, and more launch pairs would
+    decide it; else "tie" where a tied candidate is ahead by point, else "decided"."""
     chosen, others, beaten, score = rule(candidates, noise, tie)
     ahead = any(score[c.name] > score[chosen.name] + math.log1p(tie) for c in others)
-    known = noise.critical_known
-    unsure = bool(others) and known < noise.critical and \
-        rule(candidates, replace(noise, critical=known), tie)[0].name != chosen.name
-    sure = "inconclusive" if unsure else "tie" if ahead else "decided"
+    sure = "inconclusive" if known is not None and known.name != chosen.name else "tie" if ahead else "decided"
     return Choice(chosen=chosen, tied=tuple(others), beaten=beaten, score=score, sure=sure)
+
+
+def with_noise_known(summary: pd.DataFrame, engine: str, noise: Noise, tie: float = TIE) -> Candidate | None:
+    """The launch the rule makes with the launch noise taken as known (every candidate priced again at
+    ``critical_known``); None where that is no narrower than the band itself."""
+    if not noise.critical_known < noise.critical:
+        return None
+    known = replace(noise, critical=noise.critical_known)
+    return rule(price(summary, engine, known, tie), known, tie)[0]
 
 
 def rule(candidates: list[Candidate], noise: Noise, tie: float = TIE) -> tuple[Candidate, list, dict, dict]:
@@ -531,8 +537,8 @@ def decide(summary: pd.DataFrame, *, engine: str = "vllm", configs=(), noise_tex
     column = shape_of(summary).column
     levels = sorted(float(x) for x in summary.loc[summary["config"] == BASELINE_CONFIG, column].unique())
     served, noise = engine_named(engine), noise_of(summary)
-    candidates = price(summary, engine)
-    choice = choose(candidates, noise)
+    candidates = price(summary, engine, noise)
+    choice = choose(candidates, noise, known=with_noise_known(summary, engine, noise))
     chosen = choice.chosen
     zero = math.exp(zero_price(engine, chosen.family)[0]) if chosen.kind == "schedule" else 1.0
     policy = plan_policy(chosen, summary, levels, zero)
