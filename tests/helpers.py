@@ -434,6 +434,18 @@ class FakeEngine(BaseHTTPRequestHandler):
     served = 0
     refused = 0
 
+    def stream_words(self, n: int, pause_s: float = 0.0) -> None:
+        """The response's head, then ``n`` one-word chunks, ``pause_s`` apart."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i in range(n):
+            chunk = {"choices": [{"index": 0, "delta": {"content": f"w{i} "}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if pause_s:
+                self.wfile.flush()
+                time.sleep(pause_s)
+
     def log_message(self, *args):
         pass
 
@@ -464,15 +476,8 @@ class FakeEngine(BaseHTTPRequestHandler):
             self.connection.close()  # the client sees the connection drop
             return
         cls.served += 1
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
         n = body["max_tokens"]
-        for i in range(n):
-            chunk = {"choices": [{"index": 0, "delta": {"content": f"w{i} "}}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
-            time.sleep(0.002)
+        self.stream_words(n, pause_s=0.002)
         usage = {"choices": [], "usage": {"prompt_tokens": len(body["messages"][0]["content"]), "completion_tokens": n},
                  "timings": {"draft_n": 2, "draft_n_accepted": 1}}
         with cls.counting:

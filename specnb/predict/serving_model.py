@@ -91,7 +91,14 @@ import pandas as pd
 
 from specnb.core.errors import ParameterError
 from specnb.measure.serving_load import arrival_gaps, shape_of, steady_records
-from specnb.measure.serving_stats import decode_timed, paired_requests, row_rng, speedup_ci, steady_tpot_ms
+from specnb.measure.serving_stats import (
+    decode_timed,
+    paired_requests,
+    row_rng,
+    speedup_ci,
+    steady_tpot_ms,
+    weighted_tpot_ms,
+)
 from specnb.measure.serving_sweep import Sweep, batch_of, occupancy, request_lengths
 from specnb.serve.engines import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG, Launch
 
@@ -214,8 +221,8 @@ def request_summary(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def weighted_ms(grouped) -> pd.Series:
-    """Token-weighted TPOT in ms per group of ``decode_timed`` requests: Σ decode s ÷ Σ decode tokens."""
-    return grouped["decode_s"].sum() / grouped["decode_tokens"].sum() * 1e3
+    """Token-weighted TPOT in ms per group of requests (``serving_stats.weighted_tpot_ms``, the summary's own)."""
+    return pd.Series([weighted_tpot_ms(group) for _, group in grouped], index=grouped.size().index, dtype=float)
 
 
 def folds(records: pd.DataFrame) -> pd.Series:

@@ -201,13 +201,8 @@ class SGLangEngine(FakeEngine):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
         n = body["max_tokens"]
-        for i in range(n):
-            chunk = {"choices": [{"index": 0, "delta": {"content": f"w{i} "}}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.stream_words(n)
         last = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}}
         last |= {"meta_info": {"completion_tokens": n, "spec_verify_ct": 2}} if self.meta else {}
         self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())

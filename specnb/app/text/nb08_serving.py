@@ -164,6 +164,8 @@ def verdict_why(verdict: Verdict) -> str:
             x = chosen.log_speedup[i]
             pays.append(f"{chosen.configs[i]} {speedup_text(math.exp(x), math.exp(x - half), math.exp(x + half))} at "
                         f"{level:g}")
+        elif chosen.kind == "schedule":
+            pays.append(f"k = 0 at {level:g} ({math.exp(chosen.log_speedup[i]):.2f}x, the engine's own k = 0 price)")
     noise = verdict.noise_text or "launch-to-launch noise not measured"
     band = f"simultaneous 95% CIs over every configuration and level (c = {verdict.noise.critical:.2f}; {noise})"
     if verdict.kind == "none":
@@ -171,7 +173,7 @@ def verdict_why(verdict: Verdict) -> str:
                   if name != BASELINE_CONFIG]
         lost = f"; {', '.join(beaten)}" if beaten else ""
         return f"no speculative launch beat it beyond the noise at its worst level{lost}; {band}"
-    return f"TPOT speedup over spec-off {', '.join(pays)}; {band}"
+    return f"TPOT speedup over spec-off: {', '.join(pays)}; {band}"
 
 
 def policy_text(verdict: Verdict) -> Report:
