@@ -706,8 +706,8 @@ def noise_for(records: pd.DataFrame, key: NoiseKey, n_boot: int = 200, seed: int
 
 def best_static(summary: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
     """Per level, the static configuration with the best TPOT speedup, and spec-off at 1.00x where
-    none beats it: what a policy is held against, before it runs (``serving_launch.choose_launch``)
-    and after (``adaptive_check``)."""
+    none beats it: what a schedule launched as its own server is held against (``adaptive_check``),
+    and the verdict's candidates before it (their ``shortfall``, ``serving_verdict.price``)."""
     column = shape_of(summary).column
     static = summary[~summary["config"].isin([baseline, *NOT_CANDIDATES])]
     rows = []
@@ -775,7 +775,7 @@ def trace_check(records: pd.DataFrame, adaptive: str = ADAPTIVE_CONFIG, n_boot: 
     own, ``simultaneous``) with the launch ``noise`` counted (``launch_sigma``,
     ``launch_pairs``, ``critical``: the ``adaptive_speedup_tpot`` family's); mean TPOT as read.
     ``beats``: adaptive's CI against it lies above 1, since a mean lower by a millisecond or two is
-    noise, not a win (``serving_decision.trace_pick`` judges the trace with these). A trace without
+    noise, not a win (``serving_verdict.with_trace`` reads the trace with these). A trace without
     adaptive (a static launch, no schedule to run) compares the static configurations alone: the
     adaptive columns NaN, ``beats`` False."""
     ok = records[records["success"]] if len(records) else records

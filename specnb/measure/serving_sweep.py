@@ -34,11 +34,7 @@ mean of the busy ones inside the steady window.
   ``spec_accept_*_gauge``, the tail of that run (a run shorter than one window still shows the
   window before it); the summary falls back on it only where no request returned countable
   acceptance (``specnb.measure.acceptance.counter_rates``).
-- **Per round and per batch**, what a decision that knows its noise, and is keyed on the engine's own
-  batch, is made of. One figure per round (``round_speedups``), so a median and a spread over rounds
-  can be taken (``relative_mad``): vLLM's proposed ``tune_speculative_k`` (PR #49163) takes the median
-  of >= 3 runs and rejects a measurement whose relative MAD is above 0.1; a summary's one pooled
-  figure per level cannot say how much of a difference is noise. The engine's own batch
+- **Per batch**, what a schedule keyed on the engine's own batch is made of. The engine's own batch
   (``batch_of``): vLLM looks k up by the scheduler's running batch, not by the client's concurrency,
   and it is the load, not acceptance, that says whether speculation pays (vllm#26504). Over a run the
   engine's gauge gives [t_s, batch] samples (a run row's ``batch_trace``): the seconds held at each
@@ -98,14 +94,12 @@ from specnb.measure.serving_stats import (
     LaunchNoise,
     NoiseKey,
     aa_pairs,
-    decode_timed,
     noise_from,
-    paired_requests,
     store_source,
     stored_pairs,
     summarise_sweep,
 )
-from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, Speculation
+from specnb.serve.engines import AA_TWIN_CONFIG, Speculation
 from specnb.serve.processes import Launches, ServerFailed
 from specnb.serve.simulated import SimCost, SimEngine, drive_closed, metrics_text, prompt_of, token_text
 
@@ -448,32 +442,6 @@ def batch_of(frame: pd.DataFrame) -> pd.Series:
         return level.rename("batch")
     return frame["mean_batch"].astype(float).where(frame["mean_batch"].notna() & (frame["mean_batch"] > 0),
                                                    level).rename("batch")
-
-
-def round_speedups(records: pd.DataFrame, baseline: str = BASELINE_CONFIG) -> pd.DataFrame:
-    """Per (configuration, level, round): the TPOT speedup over ``baseline`` from that round alone,
-    each request paired with the baseline's on (round, prompt) as ``paired_requests`` pairs them:
-    (Σ decode tokens ÷ Σ decode s) ÷ the baseline's, i.e. Σ baseline decode s ÷ Σ decode s for the
-    same tokens. One figure per round is what a median and a spread over rounds are taken of
-    (``serving_policy.noise_aware_policy``)."""
-    column = shape_of(records).column
-    timed = decode_timed(records)
-    rows = []
-    for (config, level), _ in timed[timed["config"] != baseline].groupby(["config", column], sort=True):
-        paired = paired_requests(timed, config, level, baseline)
-        for round_index, pairs in paired.groupby("round", sort=True):
-            ours = pairs["decode_tokens"].sum() / pairs["decode_s"].sum()
-            base = pairs["decode_tokens_base"].sum() / pairs["decode_s_base"].sum()
-            rows.append({"config": config, column: level, "round": round_index, "speedup_tpot": float(ours / base),
-                         "paired_requests": len(pairs)})
-    return pd.DataFrame(rows, columns=["config", column, "round", "speedup_tpot", "paired_requests"])
-
-
-def relative_mad(values) -> float:
-    """median(|x − median|) ÷ median: the spread PR #49163 rejects a measurement by (above 0.1)."""
-    x = np.asarray(values, float)
-    centre = float(np.median(x))
-    return float(np.median(np.abs(x - centre)) / abs(centre)) if centre else math.inf
 
 
 def samples_of(batch_trace) -> np.ndarray:

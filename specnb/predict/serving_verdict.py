@@ -43,7 +43,7 @@ from specnb.core.errors import ParameterError
 from specnb.core.intervals import speedup_text
 from specnb.measure import serving_stats
 from specnb.measure.serving_load import shape_of
-from specnb.measure.serving_stats import LaunchNoise, draft_lengths
+from specnb.measure.serving_stats import LaunchNoise, best_static, draft_lengths
 from specnb.serve.engines import ADAPTIVE_CONFIG, BASELINE_CONFIG, NOT_CANDIDATES, Launch, engine_named
 
 TIE = 0.01  # the smallest speedup difference that is not a tie, whatever the noise (PR #49163's 1%)
@@ -205,6 +205,7 @@ class Candidate:
     log_speedup: tuple[float, ...] = ()
     var: tuple[float, ...] = ()
     launch: tuple[str, ...] = ()
+    shortfall: tuple[float, ...] = ()  # per level: log speedup less the best static configuration's there
 
     def simplicity(self) -> tuple:
         """Sort key, simplest first: spec-off, static by smaller k (a free proposer first), a schedule."""
@@ -306,7 +307,8 @@ def price(summary: pd.DataFrame, engine: str, noise: Noise | None = None, tie: f
             log_speedup=tuple(m.log_speedup[i] if m else zero_log for i, m in enumerate(plan)),
             var=tuple(m.var[i] if m else zero_var for i, m in enumerate(plan)),
             launch=tuple(m.name if m else "" for m in plan)))
-    return out
+    best = best_static(summary).set_index(column)["speedup_tpot"].reindex(levels)  # spec-off where none beats it
+    return [replace(c, shortfall=tuple(x - math.log(b) for x, b in zip(c.log_speedup, best))) for c in out]
 
 
 def schedule_pick(members: list[Candidate], i: int, noise: Noise, tie: float = TIE) -> Candidate | None:
@@ -333,15 +335,6 @@ def difference(b: Candidate, a: Candidate, i: int, noise: Noise) -> tuple[float,
         return point, point, point
     half = noise.band(b.var[i] + a.var[i], b.launch[i] != a.launch[i])
     return point, point - half, point + half
-
-
-def shortfalls(candidates: list[Candidate]) -> list[list[float]]:
-    """Per candidate and level: its log speedup minus the best static configuration's there (spec-off
-    counting as 0); NaN where it was not measured."""
-    n = len(candidates[0].log_speedup)
-    best = [max([0.0] + [c.log_speedup[i] for c in candidates if c.kind == "static"
-                         and not math.isnan(c.log_speedup[i])]) for i in range(n)]
-    return [[c.log_speedup[i] - best[i] for i in range(n)] for c in candidates]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,9 +376,8 @@ def rule(candidates: list[Candidate], noise: Noise, tie: float = TIE) -> tuple[C
     """(the launch, the others tied with it, each beaten one with what beat it and where, each one's
     score): a candidate is beaten where one with a better worst level is faster at its worst level
     beyond the noise; the simplest of those not beaten is the launch."""
-    short = shortfalls(candidates)
-    score = {c.name: float(np.nanmin(s)) for c, s in zip(candidates, short)}
-    worst = {c.name: int(np.nanargmin(s)) for c, s in zip(candidates, short)}
+    score = {c.name: float(np.nanmin(c.shortfall)) for c in candidates}
+    worst = {c.name: int(np.nanargmin(c.shortfall)) for c in candidates}
     beaten: dict[str, tuple[str, int]] = {}
     for a in candidates:
         i = worst[a.name]

@@ -46,8 +46,6 @@ from specnb.measure.serving_sweep import (
     level_order,
     mean_batch,
     occupancy,
-    relative_mad,
-    round_speedups,
     run_sweep,
     sampled,
     screen_out,
@@ -465,22 +463,6 @@ def test_a_ci_that_holds_1_spec_off_and_a_schedule_are_kept(servers):
 
 
 # ---------------------------------------------------------------------------- per round and per batch
-
-
-def round_records(config: str, decode_s: list[float], level: int = 2) -> list[dict]:
-    """One request per round (rounds 0, 1, 2), 11 tokens, 0.1 s to the first."""
-    return [{"config": config, "concurrency": level, "round": r, "prompt_index": 0, "success": True,
-             "output_tokens": 11, "ttft": 0.1, "latency": 0.1 + s} for r, s in enumerate(decode_s)]
-
-
-def test_each_round_is_its_own_paired_speedup():
-    records = pd.DataFrame(round_records("spec-off", [1.0, 1.0, 1.2]) + round_records("ngram k=2", [0.5, 0.4, 0.6]))
-    rounds = round_speedups(records)
-    assert list(rounds["round"]) == [0, 1, 2] and set(rounds["config"]) == {"ngram k=2"}
-    assert list(rounds["speedup_tpot"]) == pytest.approx([2.0, 2.5, 2.0])  # Σ spec-off decode s ÷ Σ decode s
-    # spread: median 2.0, deviations 0, 0.5, 0 → MAD 0 ; 2, 2.5, 1.5 → MAD 0.5 ÷ 2
-    assert relative_mad(rounds["speedup_tpot"]) == 0.0
-    assert relative_mad([2.0, 2.5, 1.5]) == pytest.approx(0.25)
 
 
 def test_the_batch_is_the_engines_measured_one_else_the_level():
