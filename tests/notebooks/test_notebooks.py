@@ -28,7 +28,7 @@ from specnb.app.render import CHART_SPECS
 from specnb.app.runner import list_notebooks
 from specnb.core.paths import REPO_ROOT
 from specnb.native import llama_cpp
-from specnb.serve.llama import llama_server
+from specnb.serve import llama
 
 NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
 RUNNER_SET = {"smoke": False, "output_dir": "", "interactive": True}  # the runner sets these; defaults for JupyterLab
@@ -274,7 +274,7 @@ def test_a_bad_level_is_refused_before_any_server_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(llama_server.missing_note() is not None, reason="no llama-server built")
+@pytest.mark.skipif(llama.missing_note() is not None, reason="no llama-server built")
 def test_ctrl_c_during_the_serving_sweep_stops_its_servers_and_keeps_the_records(tmp_path):
     """`specnb run 08` on a tiny sweep that would run for minutes, interrupted as a terminal's Ctrl-C
     does (SIGINT to the run's process group) once its first runs are on disk: exit 130 with one line,
