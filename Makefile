@@ -51,8 +51,8 @@ $(VENV)/.llama: $(VENV)/.installed specnb/native/llama_build.py
 # Where nvidia-smi is found nothing is built (that wheel is for CPUs): setup prints one line saying how to point
 # notebook 08 at a vLLM server on the GPU (-p engine vllm -p endpoint http://127.0.0.1:8000), naming the vLLM
 # already importable there if there is one.
-$(VENV)/.vllm: $(VENV)/.installed $(VENV)/.llama specnb/native/vllm_build.py specnb/serve/vllm/vllm_setup.py | system-libs
-	$(BIN)/python -m specnb.serve.vllm.vllm_setup
+$(VENV)/.vllm: $(VENV)/.installed $(VENV)/.llama specnb/native/vllm_build.py specnb/serve/vllm.py | system-libs
+	$(BIN)/python -m specnb.serve.vllm
 	touch $@
 
 system-libs:

@@ -20,7 +20,7 @@ import pandas as pd
 from engine import write_readme_section  # benchmarks/engine.py
 from predictor import copy_arguments, find_run  # benchmarks/predictor.py
 
-from specnb.measure.load_shapes import SHAPES, shape_of
+from specnb.measure.serving_load import SHAPES, shape_of
 
 STEM = "08_serving"
 

@@ -57,7 +57,7 @@ def read_run(folder: Path) -> dict:
 
 def crossover_lines(seed: int, run: dict) -> list[str]:
     """Per configuration of one run: where its TPOT speedup crosses 1 for good, with the CI the bounds'
-    own crossings give (``serving_summary.crossover``), and its verdict."""
+    own crossings give (``serving_stats.crossover``), and its verdict."""
     table = run["crossover"]
     lines = []
     for row in table.to_dict("records"):
@@ -90,6 +90,12 @@ def same_policy(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     return ka.index.equals(kb.index) and bool((ka == kb).all())
 
 
+def verdict_of(results: dict) -> str:
+    """The verdict record's kind and how sure it is ("static, decided"), "?" where the run recorded none."""
+    record = results.get(keys.VERDICT_RECORD) or {}
+    return f"{record.get('kind') or 'nothing to decide'}, {record.get('sure') or '?'}" if record else "?"
+
+
 def markdown(runs: dict[int, dict], table: pd.DataFrame, machine: str, minutes: float) -> str:
     (sa, ra), (sb, rb) = runs.items()
     res_a, res_b = ra["results"], rb["results"]
@@ -101,10 +107,7 @@ def markdown(runs: dict[int, dict], table: pd.DataFrame, machine: str, minutes: 
              f"`{res_b.get(keys.LAUNCH_LINE) or 'no speculation'}` — "
              + ("**the same**" if res_a.get(keys.LAUNCH_LINE) == res_b.get(keys.LAUNCH_LINE) else "**different**"),
              f"- per-level speedups agreeing within their CIs: {int(table['agree'].sum())} of {len(table)}",
-             f"- launch kind: seed {sa} {res_a.get(keys.LAUNCH_KIND, '?')}, "
-             f"seed {sb} {res_b.get(keys.LAUNCH_KIND, '?')}; "
-             f"the trace's pick: seed {sa} `{res_a.get(keys.LAUNCH_FOR_TRACE) or 'no speculation'}`, seed {sb} "
-             f"`{res_b.get(keys.LAUNCH_FOR_TRACE) or 'no speculation'}`",
+             f"- verdict (kind, how sure): seed {sa} {verdict_of(res_a)}; seed {sb} {verdict_of(res_b)}",
              f"- launch noise σ: seed {sa} {(res_a.get(keys.LAUNCH_NOISE) or {}).get('sigma', float('nan')):.3f}, "
              f"seed {sb} {(res_b.get(keys.LAUNCH_NOISE) or {}).get('sigma', float('nan')):.3f} (log speedup)",
              *crossover_lines(sa, ra), *crossover_lines(sb, rb),

@@ -4,13 +4,15 @@
                                            [--seed S] [--json]
     python benchmarks/verdict_stability.py --aa [--truth FILE.json] [--sweeps N] [--pairs 1,3] [--json]
 
-A **truth** is plain JSON a user can write: the levels (closed-loop concurrencies), ``launch_sigma`` (the
-sd of log speed between two launches of one configuration), ``acceptance_spread`` (each prompt's
-acceptance shifted in logit by its own draw of this sd), ``rounds``, ``prompts`` and, per configuration
-(``FAMILY:K``), its true TPOT speedup over spec-off at every level; optional ``max_new_tokens``,
-``turnovers``, ``length_range_ratio`` (notebook 08's demo on vLLM by default: 16, 2, 0.5) and
-``acceptance`` (0.7 per position). Three ship in ``benchmarks/truths/``: speculation pays at the lowest
-level and loses at the top (``pays_then_loses``), a near tie (``near_tie``), a loss everywhere (``loses``).
+A **truth** is plain JSON a user can write: the levels (closed-loop concurrencies), ``launch_sigma`` (the sd
+of one launch's log speed: two launches of one configuration differ by √2 of it), ``acceptance_spread``
+(each prompt's acceptance shifted in logit by its own draw of this sd), ``rounds``, ``prompts`` and, per
+configuration (``FAMILY:K``), its true TPOT speedup over spec-off at every level; optional
+``max_new_tokens``, ``turnovers``, ``length_range_ratio`` (notebook 08's demo on vLLM by default: 16, 2,
+0.5) and ``acceptance`` (0.7 per position) and ``zero_range_speedup`` (what a schedule's k = 0 range runs at
+against spec-off: 1.0, the simulated engine's; vLLM's is 0.90–0.98). Three ship in ``benchmarks/truths/``:
+speculation pays at the lowest level and loses at the top (``pays_then_loses``: n-gram k 4 1.40x then 0.75x,
+k 2 1.15x then 0.80x), a near tie (``near_tie``: within 1% at both levels), a loss everywhere (``loses``).
 
 **The engine** is the simulated one (``specnb.serve.simulated``) behind a virtual-time target
 (``measure.serving_virtual.VirtualEngine``): each configuration one launch, its speed scaled by
@@ -20,26 +22,27 @@ speculation cost calibrated so that its noise-free TPOT speedup, as the summary 
 sweeps per seed give it exactly, averaged over ``CALIBRATION_SEEDS``; ``calibration_error`` reports how
 close a fresh seed lands).
 
-**The pipeline** is the real one: ``launch_noise.with_twin`` (the store decides whether spec-off's A/A
-twin runs), ``serving_sweep.run_sweep`` (levels, rounds, pieces, fillers, screening), then what
-``app.policy_run.run_policy`` does before its check and trace — ``launch_noise.noise_for``,
-``serving_summary.summarise_sweep`` with its default bootstrap, ``serving_decision.decide`` — and
-``nb08_serving.launch_verdict`` for the verdict's words. The forward probe, the adaptive check and
-the bursty trace are not run (the launch line is decided before them).
+**The pipeline** is the real one: ``serving_stats.with_twin`` (the store decides whether spec-off's A/A
+twin runs), ``serving_sweep.run_sweep`` (levels, rounds, pieces, fillers, screening), then
+``app.serving_study.judge`` — the launch noise, the summary and the ``Verdict``, exactly as notebook 08
+makes them. The forward probe, the schedule's check and the bursty trace are not run (the launch line is
+decided before them, and they do not change it).
 
 **Store states**: empty (the twin runs), or 3 or 10 earlier A/A pairs of the same truth, each pair a
 sweep of spec-off and its twin through ``noise_for`` into a store of its own (``SPECNB_LAUNCH_NOISE``
 in a temporary folder). Each sweep gets a store of its own unless ``--stores K`` reuses K of them.
 
-**The right line** comes from the truth by the tie rule without noise (``right_plan``): every launch
-one server could be given — spec-off, each configuration, each family's schedule (per level its best
-member where one beats spec-off by more than the tie, else k = 0, priced as spec-off) — scored by its
-worst level against the best static one there; scores within ``TIE`` (2%) of the best are tied, and
-a tie goes to the simplest (spec-off, then by smaller k, then a schedule). A sweep has the right line
-where its launch drafts at exactly the levels that one does. Printed per truth and state: the share
-of sweeps with the modal launch line (what a user pastes), with the modal plan (the configuration per
-level), with the right line, saying "inconclusive", and the minimum detectable effect
-(``min_detectable_effect``).
+**The right line** comes from the truth by the package's own rule without noise (``right_plan``:
+``serving_verdict.price`` and ``choose`` on a noise-free summary of the truth): every launch one server
+could be given — spec-off, each configuration, each family's schedule — scored by its worst level
+against the best static one there; true speedups within ``TIE`` (2%) count as ties, and a tie goes to
+the simplest (spec-off, then by smaller k, then a schedule). A sweep has the right line where its
+launch drafts at exactly the levels that one does, and says so without "inconclusive". Printed per
+truth and state: the share of sweeps with the modal launch line (what a user pastes), with the modal
+plan (the configuration per level), with the right line, saying "inconclusive" (the launch is the
+simplest of a tie that the noise estimate's own uncertainty decides), the minimum detectable effect
+with launch σ alone and known (``min_detectable_effect``) and the median of each run's own
+(``Verdict.mde``: its band, with the prompts' sampling and σ as uncertain as its pairs leave it).
 
 ``--aa``: the A/A calibration. A new A/A pair (spec-off and its twin, the truth's levels) summarised
 against the launch noise stored from 1 and from 3 earlier pairs (``stored_noise``), and against the
@@ -52,6 +55,7 @@ Ctrl-C prints what is done; a bad argument or truth file is one line and exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -64,26 +68,22 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
-from specnb.app.serving_setup import load_shapes
-from specnb.app.text.nb08_serving import launch_verdict
+from specnb.app.serving_study import Params, judge, load_shapes
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
-from specnb.measure import launch_noise
-from specnb.measure.load_shapes import Lengths
+from specnb.measure import serving_stats
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_load import Target
-from specnb.measure.serving_summary import Bootstrap, decode_timed, paired_requests, summarise_sweep
-from specnb.measure.serving_sweep import SweepHooks, SweepSettings, run_sweep
-from specnb.measure.serving_virtual import VirtualEngine
-from specnb.predict.serving_decision import decide
-from specnb.serve.engines import engine_named
-from specnb.serve.simulated.engine_simulated import FAMILIES
-from specnb.serve.simulated.sim_engine import SimCost
-from specnb.serve.simulated.simulated_http import launched_cost
-from specnb.serve.speculation import AA_TWIN_CONFIG, BASELINE_CONFIG, parse_entry
+from specnb.measure.serving_load import Lengths, Target
+from specnb.measure.serving_stats import decode_timed, paired_requests, summarise_sweep
+from specnb.measure.serving_sweep import SweepHooks, SweepSettings, VirtualEngine, run_sweep
+from specnb.predict.serving_verdict import Noise, choose, price
+from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, engine_named, parse_entry
+from specnb.serve.simulated import FAMILIES, SimCost, launched_cost
 
 HERE = Path(__file__).parent
 TRUTHS = HERE / "truths"
@@ -93,6 +93,9 @@ Z_ALPHA, Z_POWER = 1.959964, 1.644854  # two-sided 95%, one-sided 95% power
 CALIBRATION_SEEDS = tuple(range(9001, 9017))  # 16 draws of the lengths: the truth is their mean
 BASE_COST = SimCost(fixed_ms=10.0, per_token_ms=0.5)  # a step: 10 ms + 0.5 ms per token in the batch
 DEMO = {"max_new_tokens": 16, "turnovers": 2, "length_range_ratio": 0.5}  # runner.py's trims for 08 on vLLM
+
+
+OPTIONAL = ("max_new_tokens", "turnovers", "length_range_ratio", "acceptance", "zero_range_speedup")
 
 
 class TruthError(ValueError):
@@ -114,6 +117,7 @@ class Truth:
     turnovers: int = DEMO["turnovers"]
     length_range_ratio: float = DEMO["length_range_ratio"]
     acceptance: float = 0.7
+    zero_range_speedup: float = 1.0
 
 
 def read_truth(path: Path) -> Truth:
@@ -122,8 +126,7 @@ def read_truth(path: Path) -> Truth:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
         raise TruthError(f"cannot read truth {path}: {err}") from None
-    known = {"levels", "launch_sigma", "acceptance_spread", "rounds", "prompts", "speedup", "max_new_tokens",
-             "turnovers", "length_range_ratio", "acceptance"}
+    known = {"levels", "launch_sigma", "acceptance_spread", "rounds", "prompts", "speedup", *OPTIONAL}
     if not isinstance(raw, dict) or set(raw) - known or not {"levels", "launch_sigma", "speedup"} <= set(raw):
         raise TruthError(f"truth {path} must be a JSON object with levels, launch_sigma and speedup (optional: "
                          f"{', '.join(sorted(known - {'levels', 'launch_sigma', 'speedup'}))})")
@@ -133,8 +136,7 @@ def read_truth(path: Path) -> Truth:
         truth = Truth(name=Path(path).stem, levels=levels, launch_sigma=float(raw["launch_sigma"]),
                       acceptance_spread=float(raw.get("acceptance_spread", 0.0)), rounds=int(raw.get("rounds", 3)),
                       prompts=int(raw.get("prompts", 8)), speedup=speedup,
-                      **{k: type(getattr(Truth, k))(raw[k]) for k in ("max_new_tokens", "turnovers",
-                                                                       "length_range_ratio", "acceptance") if k in raw})
+                      **{k: type(getattr(Truth, k))(raw[k]) for k in OPTIONAL if k in raw})
     except (TypeError, ValueError) as err:
         raise TruthError(f"truth {path}: {err}") from None
     if not levels or sorted(set(levels)) != list(levels) or levels[0] < 1:
@@ -154,46 +156,48 @@ def read_truth(path: Path) -> Truth:
 # ------------------------------------------------------------------ the right line, without noise
 
 
-@dataclass(frozen=True, kw_only=True)
-class Candidate:
-    name: str
-    kind: str  # none, static, schedule
-    k: int
-    speedups: tuple[float, ...]  # per level
-    drafts: tuple[bool, ...]  # per level
-
-
-def candidates(truth: Truth) -> list[Candidate]:
-    """Every launch one server could be given, priced from the truth: spec-off; each configuration;
-    each family's schedule of more than one range (per level its best member where that beats
-    spec-off beyond ``TIE``, else k = 0, priced as spec-off)."""
-    n = len(truth.levels)
-    out = [Candidate(name=BASELINE_CONFIG, kind="none", k=0, speedups=(1.0,) * n, drafts=(False,) * n)]
-    entries = {e: parse_entry(e, FAMILIES) for e in truth.speedup}
-    for entry, (_, k) in entries.items():
-        out.append(Candidate(name=entry, kind="static", k=k, speedups=truth.speedup[entry], drafts=(True,) * n))
-    for family in sorted({f for f, _ in entries.values()}):
-        members = [e for e, (f, _) in entries.items() if f == family]
-        best = [max(truth.speedup[e][i] for e in members) for i in range(n)]
-        drafts = tuple(b > 1.0 + TIE for b in best)
-        picks = [max(members, key=lambda e: truth.speedup[e][i]) if drafts[i] else "" for i in range(n)]
-        if len(set(picks)) > 1:  # one range is that static configuration
-            out.append(Candidate(name=f"{family} schedule", kind="schedule", k=max(entries[e][1] for e in members),
-                                 speedups=tuple(b if d else 1.0 for b, d in zip(best, drafts)), drafts=drafts))
-    return out
+def truth_summary(truth: Truth) -> pd.DataFrame:
+    """The truth as a noise-free summary: spec-off and each configuration's true TPOT speedup per
+    level, no sampling variance, no launch noise — what the package's own rule prices."""
+    names = {c.name: entry for c, entry in zip(configs_for(truth)[1:], truth.speedup)}
+    rows = [{"config": BASELINE_CONFIG, "k": 0, "family": "none", "uses_model": False, "concurrency": lv,
+             "speedup_tpot": 1.0, "mean_batch": float(lv)} for lv in truth.levels]
+    for name, entry in names.items():
+        family, k = parse_entry(entry, FAMILIES)
+        rows += [{"config": name, "k": k, "family": family, "uses_model": False, "concurrency": lv,
+                  "speedup_tpot": x, "speedup_tpot_lo": x, "speedup_tpot_hi": x, "tpot_log_var": 0.0,
+                  "launch_sigma": 0.0, "launch_pairs": 0, "critical": 0.0, "mean_batch": float(lv)}
+                 for lv, x in zip(truth.levels, truth.speedup[entry])]
+    return pd.DataFrame(rows)
 
 
 def right_plan(truth: Truth) -> dict:
-    """The right launch (``candidates`` scored by their worst level against the best static one there;
-    within ``TIE`` of the best score, the simplest), the levels where it drafts and what it is tied with."""
-    every = candidates(truth)
-    best_static = [max([1.0] + [c.speedups[i] for c in every if c.kind == "static"]) for i in range(len(truth.levels))]
-    score = {c.name: min(s / b for s, b in zip(c.speedups, best_static)) for c in every}
-    top = max(score.values())
-    tied = [c for c in every if score[c.name] >= top / (1.0 + TIE)]
-    simplest = min(tied, key=lambda c: ({"none": 0, "static": 1, "schedule": 2}[c.kind], c.k))
-    return {"candidate": simplest.name, "drafts": list(simplest.drafts),
-            "tied": [c.name for c in tied if c is not simplest], "score": round(score[simplest.name], 4)}
+    """The right launch: the package's own rule (``serving_verdict.price`` and ``choose``) on the
+    truth without noise, differences under ``TIE`` counted as ties; the levels where it drafts and what
+    it is tied with."""
+    with zero_range(truth):
+        candidates = price(truth_summary(truth), ENGINE, Noise(critical=0.0, sigma=0.0), tie=TIE)
+    choice = choose(candidates, Noise(critical=0.0, sigma=0.0), tie=TIE)
+    chosen = choice.chosen
+    return {"candidate": chosen.name, "drafts": [bool(k) for k in chosen.ks],
+            "tied": [c.name for c in choice.tied], "score": round(math.exp(choice.score[chosen.name]), 4)}
+
+
+@contextlib.contextmanager
+def zero_range(truth: Truth):
+    """The simulated engine priced with the truth's k = 0 range (``zero_range_speedup``) while inside."""
+    engine = engine_named(ENGINE)
+    z = truth.zero_range_speedup
+    families = {parse_entry(e, FAMILIES)[0] for e in truth.speedup}
+    old = engine.__dict__.get("zero_range")
+    engine.zero_range = {f: (z, z, z) for f in families}
+    try:
+        yield
+    finally:
+        if old is None:
+            del engine.zero_range
+        else:
+            engine.zero_range = old
 
 
 def min_detectable_effect(truth: Truth) -> dict:
@@ -309,33 +313,33 @@ class Outcome:
     plan: str  # the configuration the launch runs per level
     drafts: tuple[bool, ...]
     inconclusive: bool
+    mde: float  # the verdict's own minimum detectable effect: its band, sampling and launch noise
 
 
 def decide_once(truth: Truth, costs: dict, seed: int) -> Outcome:
-    """One study on the virtual engine with the store as it is: sweep, noise, summary, decision, verdict."""
-    configs = launch_noise.with_twin(configs_for(truth))  # the store decides whether the twin runs
+    """One study on the virtual engine with the store as it is: the twin where the store asks for it,
+    the sweep, then ``serving_study.judge`` — the noise, the summary and the verdict, as notebook 08 makes them."""
+    configs = serving_stats.with_twin(configs_for(truth))  # the store decides whether the twin runs
     sweep = run_virtual(truth, configs, costs, seed, truth.launch_sigma)
-    noise = launch_noise.noise_for(sweep.records, ENGINE)
-    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
-    decision = decide(summary, sweep.records, seed, engine=ENGINE, configs=configs)
-    verdict, line = launch_verdict(decision)
-    levels = {level.concurrency: level for level in decision.launched.levels}
-    drafts = tuple(bool(levels[lv].k > 0) if lv in levels else False for lv in truth.levels)
-    plan = ", ".join(f"{lv}: {levels[lv].config if levels[lv].k else BASELINE_CONFIG}" if lv in levels else f"{lv}: -"
-                     for lv in truth.levels)
-    return Outcome(line=line, plan=plan, drafts=drafts, inconclusive="inconclusive" in verdict.lower())
+    with zero_range(truth):
+        _, _, verdict = judge(sweep, Params(engine=ENGINE, seed=seed), configs)
+    drafts = tuple(bool(level.k) for level in verdict.policy.levels) if verdict.kind else (False,) * len(truth.levels)
+    plan = ", ".join(f"{lv:g}: {level.config}" for lv, level in zip(truth.levels, verdict.policy.levels))
+    return Outcome(line=verdict.line, plan=plan, drafts=drafts, inconclusive=verdict.sure == "inconclusive",
+                   mde=verdict.mde)
 
 
 def aa_sweep(truth: Truth, seed: int):
     """A sweep of spec-off and its twin only (an A/A pair), at the truth's settings."""
     configs = configs_for(truth)[:1]
-    return run_virtual(truth, [*configs, launch_noise.twin_of(configs[0])], {}, seed, truth.launch_sigma)
+    return run_virtual(truth, [*configs, serving_stats.twin_of(configs[0])], {}, seed, truth.launch_sigma)
 
 
 def fill_store(truth: Truth, pairs: int, seed: int) -> None:
-    """``pairs`` earlier A/A pairs of the truth pooled into the store ``SPECNB_LAUNCH_NOISE`` names."""
+    """``pairs`` earlier A/A pairs of the truth added to the store ``SPECNB_LAUNCH_NOISE`` names."""
+    key = serving_stats.noise_key(configs_for(truth))
     for i in range(pairs):
-        launch_noise.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, ENGINE)
+        serving_stats.noise_for(aa_sweep(truth, seed * 1000 + 500 + i).records, key)
 
 
 FILLED: dict = {}  # (the A/A pair's settings, pairs, store) → the store's file, filled once per process
@@ -362,7 +366,7 @@ class Stores:
         t = self.truth
         key = (t.levels, t.launch_sigma, t.acceptance_spread, t.rounds, t.prompts, t.max_new_tokens, t.turnovers,
                t.length_range_ratio, t.acceptance, pairs, store)
-        path = launch_noise.noise_path(ENGINE)
+        path = serving_stats.noise_path(serving_stats.noise_key(configs_for(t)))
         if key not in FILLED:
             fill_store(self.truth, pairs, seed=10_000 * pairs + store)
             FILLED[key] = path.read_text()
@@ -390,7 +394,8 @@ class Tally:
         inconclusive = sum(o.inconclusive for o in self.outcomes)
         return {"sweeps": n, "modal_line": line, "modal_line_share": line_n / n, "modal_plan": plan,
                 "modal_plan_share": plan_n / n, "right_share": right / n, "inconclusive_share": inconclusive / n,
-                "wrong_share": (n - right - inconclusive) / n, "seconds_per_sweep": round(self.seconds / n, 3)}
+                "wrong_share": (n - right - inconclusive) / n, "seconds_per_sweep": round(self.seconds / n, 3),
+                "run_mde_median": round(float(np.nanmedian([o.mde for o in self.outcomes])), 4)}
 
 
 WORKER: dict = {}  # each process's truths, calibrated costs and stores (``start_worker``)
@@ -412,19 +417,24 @@ def one_study(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], Outcome
 
 
 def one_aa(task: tuple[int, int, int]) -> tuple[tuple[int, int, int], dict, float]:
-    """Task (truth, earlier pairs, seed): a new A/A pair; whether its twin's CI holds 1 at every level,
-    against the stored noise and against the pipeline's own figure (the new pair pooled in)."""
+    """Task (truth, earlier pairs, seed): a new A/A pair; whether its twin reads "no difference" at every
+    level through the summaries' own simultaneous CI (``serving_stats.simultaneous``, the twin's levels
+    its family), against the stored noise and against the pipeline's own figure (``noise_for``: the new
+    pair added to the store — a twin judged by a noise measured from itself, which the summary never
+    does: it reports the twin's row raw)."""
     t, pairs, seed = task
     truth = WORKER["truths"][t]
     WORKER["stores"][t].use(pairs, seed)
     started = time.perf_counter()
     sweep = aa_sweep(truth, seed)
+    key = serving_stats.noise_key(configs_for(truth))
+    summary = summarise_sweep(sweep.records, sweep.runs, seed=seed)
+    twin = summary[summary["config"] == AA_TWIN_CONFIG].assign(over=BASELINE_CONFIG)
     held = {}
-    for how, noise in (("stored", launch_noise.stored_noise(ENGINE)),
-                       ("pooled", launch_noise.noise_for(sweep.records, ENGINE))):
-        summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(seed=seed, launch_noise=noise))
-        twin = summary[summary["config"] == AA_TWIN_CONFIG]
-        held[how] = bool(((twin["speedup_tpot_lo"] <= 1.0) & (twin["speedup_tpot_hi"] >= 1.0)).all())
+    stored, pooled = serving_stats.stored_noise(key), serving_stats.noise_for(sweep.records, key)
+    for how, noise in (("stored", stored), ("pooled", pooled)):
+        rows = serving_stats.simultaneous(twin, noise, seed=seed)
+        held[how] = bool(((rows["speedup_tpot_lo"] <= 1.0) & (rows["speedup_tpot_hi"] >= 1.0)).all())
     return task, held, time.perf_counter() - started
 
 
@@ -516,13 +526,15 @@ def print_stability(report: dict) -> None:
         print(f"\n{name}: right = {right['candidate']} (drafts at {right['drafts']}; tied: {right['tied'] or 'none'}); "
               f"noise-free calibration error {entry['calibration_error']:.2%}; minimum detectable effect "
               f"{mde['ratio']:.1%} ({mde['formula']})")
-        print("| store pairs | sweeps | modal line | modal plan | right | inconclusive | wrong | s/sweep |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| store pairs | sweeps | modal line | modal plan | right | inconclusive | wrong | run's MDE (median) "
+              "| s/sweep |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for pairs, s in entry["states"].items():
             if s["sweeps"]:
                 print(f"| {pairs} | {s['sweeps']} | {s['modal_line_share']:.1%} `{s['modal_line'] or 'none'}` | "
                       f"{s['modal_plan_share']:.1%} ({s['modal_plan']}) | {s['right_share']:.1%} | "
-                      f"{s['inconclusive_share']:.1%} | {s['wrong_share']:.1%} | {s['seconds_per_sweep']} |")
+                      f"{s['inconclusive_share']:.1%} | {s['wrong_share']:.1%} | {s['run_mde_median']:.0%} | "
+                      f"{s['seconds_per_sweep']} |")
 
 
 def print_aa(report: dict) -> None:

@@ -5,9 +5,9 @@
         [--rounds 2] [--out DIR] [--fixture tests/fixtures/vllm_bench_ngram.json]
 
 For every round, level and server, in an order rotated per round: our closed loop
-(``serving_load.send_closed``) then ``vllm bench serve`` (``specnb.measure.vllm_bench``), the same
+(``serving_load.send_closed``) then ``vllm bench serve`` (``specnb.measure.serving_stats``), the same
 prompts once each, greedy, end-of-sequence ignored. Prints median TTFT and TPOT of both clients per
-server and level and pooled over rounds (``vllm_bench.client_check``), and the bench file read into
+server and level and pooled over rounds (``serving_stats.client_check``), and the bench file read into
 the sweep's tables (``from_vllm_bench``). ``--fixture`` keeps the first bench file of the first
 speculative server, the home folder in its paths written ``~``, as a test fixture.
 """
@@ -21,14 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from specnb.app.serving_setup import endpoint_targets
-from specnb.measure.load_shapes import Closed, Lengths
+from specnb.app.serving_study import endpoint_targets
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_endpoint import check_target
-from specnb.measure.serving_load import run_async, send_closed
-from specnb.measure.serving_summary import latency_stats
+from specnb.measure.serving_load import Closed, Lengths, check_target, run_async, send_closed
+from specnb.measure.serving_stats import VllmBench, client_check, from_vllm_bench, latency_stats, run_bench
 from specnb.measure.serving_sweep import request_row
-from specnb.measure.vllm_bench import VllmBench, client_check, from_vllm_bench, run_bench
 
 
 def fixture(result: dict) -> dict:

@@ -3,13 +3,13 @@
     python benchmarks/vllm_k0.py [--levels 1,8,32] [--prompts 16] [--tokens 16] [--rounds 2]
                                  [--methods ngram,eagle3] [--out benchmarks/results/vllm_k0.csv]
 
-The serving policy launches one vLLM with ``num_speculative_tokens_per_batch_size``; where a range says
-k = 0, vLLM still takes its speculative path, and ``serving_predictor.zero_range_speedup`` prices that
-at the method's own step cost beyond verification. This measures it, and prints that price beside: spec-off,
-each method's static configuration, and the same method launched with an all-zero schedule
-(``[[1, max_num_seqs, 0]]``, which drafts nothing at any batch size), all started at once by specnb and
-swept side by side on the same prompts (``sweep_servers``: targets alternating piece by piece, the order
-rotated). The all-zero server's TPOT speedup over spec-off, with its 95% CI, is the k = 0 cost. Rows:
+The verdict launches one vLLM with ``num_speculative_tokens_per_batch_size``; where a range says k = 0,
+vLLM still takes its speculative path, and the verdict prices that range at the engine's own k = 0 figure
+(``ServingEngine.zero_range``, copied from this script's rows). This measures it, and prints that price
+beside: spec-off, each method's static configuration, and the same method launched with an all-zero
+schedule (``[[1, max_num_seqs, 0]]``, which drafts nothing at any batch size), all started at once by
+specnb and swept side by side on the same prompts (``sweep_servers``: targets alternating piece by piece,
+the order rotated). The all-zero server's TPOT speedup over spec-off, with its 95% CI, is the k = 0 cost. Rows:
 the sweep summary (per configuration and level), with cpu, commit and date; the table in
 benchmarks/README.md (*vLLM under serving load*) is copied from them.
 """
@@ -24,12 +24,11 @@ from pathlib import Path
 
 from specnb.core.devices import cpu_name
 from specnb.core.paths import git_commit
-from specnb.measure.load_shapes import Closed, Lengths
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_load import Closed, Lengths
+from specnb.measure.serving_stats import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
-from specnb.predict.serving_launch import zero_range_speedup
-from specnb.serve.vllm.engine_vllm import ENGINE as VLLM
+from specnb.serve.vllm import ENGINE as VLLM
 
 DEFAULT_K = {"ngram": 4, "suffix": 8, "eagle3": 3}
 
@@ -61,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise_sweep(sweep.records, sweep.runs)
     columns = ["config", "concurrency", "mean_tpot_ms", "speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi"]
     print(summary[[c for c in columns if c in summary]].to_string(index=False))
-    static = [c.name for c in configs if c.speculative and not c.schedule]
-    for config in [c for c in summary["config"].unique() if c in static]:
-        priced = zero_range_speedup(summary, config, levels)
-        print(f"{config}: a k = 0 range priced at", ", ".join(f"{priced[b]:.3f} at {b}" for b in levels))
+    for config in [c for c in configs if c.speculative and not c.schedule and c.name in set(summary["config"])]:
+        if config.method in VLLM.zero_range:
+            point, lo, hi = VLLM.zero_range[config.method]
+            print(f"{config.name}: the verdict prices a k = 0 range at {point:.2f}x [{lo:.2f}–{hi:.2f}] of spec-off")
     summary.assign(cpu=cpu_name(), commit=git_commit() or "", date=time.strftime("%Y-%m-%d"),
                    minutes=round((time.monotonic() - started) / 60, 1)).to_csv(args.out, index=False)
     return 0

@@ -29,7 +29,7 @@ from specnb.core.devices import cpu_name
 from specnb.core.paths import git_commit
 from specnb.measure.serving_load import Target, run_async, send_closed
 from specnb.models.embedded import embedded_verifier_path
-from specnb.serve.vllm.vllm_server import VllmConfig, VllmServer
+from specnb.serve.vllm import VllmConfig, VllmServer
 
 REQUESTS, TOKENS = 6, 48
 PROMPT = "Write a short paragraph about rivers and the towns built beside them."

@@ -30,12 +30,12 @@ import pandas as pd
 from specnb.core.devices import cpu_name
 from specnb.core.errors import ParameterError
 from specnb.core.paths import git_commit
-from specnb.measure.load_shapes import Lengths, Open
 from specnb.measure.prompts import select_prompts
-from specnb.measure.serving_summary import summarise_sweep
+from specnb.measure.serving_load import Lengths, Open
+from specnb.measure.serving_stats import summarise_sweep
 from specnb.measure.serving_sweep import SweepSettings, sweep_servers
-from specnb.serve.vllm.engine_vllm import ENGINE as VLLM
-from specnb.serve.vllm.vllm_server import check_schedule
+from specnb.serve.vllm import ENGINE as VLLM
+from specnb.serve.vllm import check_schedule
 
 
 def trace_configs(schedule: list[tuple[int, int, int]], max_num_seqs: int) -> list:

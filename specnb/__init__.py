@@ -18,32 +18,30 @@ The folders follow the data flow, and imports only go downwards (a test checks i
                loader, trace and pricing side by side; CONTRIBUTING.md), loading a verifier and its
                drafts by kind (``pairs``), γ settled in one place (``gamma``), KV caches,
                accept/reject (``accept``), the stage timer (``timing``)
-    serve/     serving engines under load: what a configuration drafts (``speculation``: the
-               ``Speculation`` record), what an engine is and the one table of them (``engines``:
-               the ``ServingEngine`` protocol), one sub-folder per engine (``llama/``, ``vllm/``, ``simulated/``
-               with its cost model ``simulated_cost``, ``openai/``), their processes
-               (``server_process``, ``servers``) and the reaping of strays (``reaper``)
+    serve/     serving engines under load: what an engine is, what a configuration drafts and the one
+               table of engines (``engines``: the ``ServingEngine`` protocol, the ``Speculation`` record,
+               an endpoint someone else runs), their processes and the reaping of strays (``processes``),
+               one module per launched engine (``llama``, ``vllm``, ``simulated``: a cost model, its
+               scheduler, virtual-time drivers and an HTTP face)
     measure/   prompts, interleaved runs into raw records (``runs``), how many runs a CI needs (``sizing``),
                per-position acceptance, forward-pass microbenchmarks (``forward``), the notebooks' tables
-               (``analysis``), load on a serving engine: its shape as a record (``load_shapes``), the requests
-               (``serving_load``), the sweep (``serving_sweep``), the engine's counters and forward probe
-               (``serving_endpoint``), a run's steady window and the engine's own batch (``serving_steady``),
-               summaries and CIs (``serving_summary``), the policy measured (``serving_checks``), per-round figures
-               and a trace's occupancy (``serving_rounds``), launch-to-launch noise and its A/A calibration
-               (``launch_noise``), vLLM's own load client beside ours (``vllm_bench``), a sweep's target in
-               virtual time, the simulated engine answering it with no HTTP (``serving_virtual``)
+               (``analysis``), load on one serving engine: its shape as a record, the requests, a run's steady
+               window, the engine's own batch, counters and forward probe (``serving_load``); the sweep over
+               levels and configurations, its per-round figures and a trace's occupancy, and its targets in
+               virtual time, the simulated engine answering with no HTTP (``serving_sweep``); the sweep's
+               statistics: summaries, launch-to-launch noise and its store of A/A pairs, CIs simultaneous over
+               what a verdict reads, the launch checked and vLLM's own load client beside ours (``serving_stats``)
     predict/   acceptance traces (each kind's trace, replayed), the cost model and hardware profile
                (``costs``), the predictor and its pick (``pick``), ``gamma="auto"`` (``auto_gamma``), calibration and
-               validation, speculation under serving load (``serving_predictor``) and the policy and
-               launch that follow from it (``serving_policy``, a Policy record keyed on the batch or the
-               concurrency, ``policy_record``; over rounds, ``noise_aware``;
-               one launch, ``serving_launch``; decided once, ``serving_decision``), a trace's
-               speedups forecast before it is sent (``trace_forecast``) and reconstructed from its
-               batch occupancy (``trace_prediction``), why a draft won or lost (``draft_reason``) and which
-               engine to use instead of speculating (``engine_choice``)
+               validation, speculation under serving load (``serving_model``: TPOT against the batch, what
+               a configuration reaches at a level and a trace's speedups, forecast before it is sent and
+               reconstructed from its batch occupancy by one predictor) and the one verdict a sweep's
+               summary gives (``serving_verdict``: every launch priced from its CIs, the tie rule, how sure,
+               the launch line and its Policy over the batch or the concurrency), why a draft won or lost
+               (``draft_reason``) and which engine to use instead of speculating (``engine_choice``)
     app/       charts (``charts/``), notebook text (``text/``), sliders, the notebook recorder, the
-               papermill runner and the ``specnb`` command, notebook 08's parameters
-               (``serving_setup``) and its policy measured as one server in four phases (``policy_run``)
+               papermill runner and the ``specnb`` command, notebook 08's study as one call: its parameters
+               checked, the sweep, the verdict judged once, the launch checked (``serving_study``)
     notebooks/ (beside the package) the narrative, calling into all of the above
 
 What a user's own notebook or script needs is importable from here, whatever folder it lives in:

@@ -79,3 +79,13 @@ def own_launch_noise(monkeypatch, tmp_path_factory):
     machine's nor another test's: each test stores it in a folder of its own, which the notebooks it
     runs inherit, so no test's CI depends on which ran before it."""
     monkeypatch.setenv("SPECNB_LAUNCH_NOISE", str(tmp_path_factory.mktemp("launch-noise")))
+
+
+@pytest.fixture
+def fake_engine():
+    """(handler, url): ``helpers.FakeEngine`` on loopback, a subclass of its own so its counts start at 0."""
+    from helpers import FakeEngine, fake_server
+
+    handler = type("Engine", (FakeEngine,), {"drafts": 0, "served": 0, "die_after": None, "refused": 0})
+    with fake_server(handler) as url:
+        yield handler, url

@@ -2,13 +2,19 @@
 a word-level tokenizer, a synthetic hardware profile (``synthetic_profile``), drafts that agree with their
 verifier often but not always, ragged prompts, synthetic run records, and checks (a trace replays the
 engine's steps; confidence stopping is lossless and stops chains; an HTML page fetches nothing from the
-network), executed notebooks as nbformat stores them, an alternatives notebook summary.
+network), executed notebooks as nbformat stores them, an alternatives notebook summary, and a fake
+OpenAI streaming server on loopback (``FakeEngine``, ``fake_server``).
 
 Test modules import it as ``helpers`` (``tests/`` is on ``sys.path`` through its ``conftest.py``);
 fixtures live in ``conftest.py``.
 """
 
+import contextlib
+import json
 import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -41,7 +47,7 @@ def tiny_model(arch: str = "llama", vocab: int = 200, hidden: int = 64, layers: 
 
 
 def engine_eagle3_head(folder) -> str:
-    """The EAGLE-3 head the engine tests run (a name or a folder, as ``eagle3_heads.EAGLE3_HEAD`` takes
+    """The EAGLE-3 head the engine tests run (a name or a folder, as ``engines.EAGLE3_HEAD`` takes
     either): the embedded ``smollm2-eagle3`` once that folder holds the standard layout, else an untrained
     head started from the embedded verifier (``Eagle3Draft.init_from_verifier``), saved in ``folder``,
     which gets some drafts accepted all the same."""
@@ -292,7 +298,7 @@ def gone(pid: int) -> bool:
 def spec(entry: str = "", k: int = 0, family: str | None = None, uses_model: bool = False):
     """A configuration's ``Speculation`` record (``entry`` "" for spec-off); its display name is
     ``f"{entry} k={k}"``."""
-    from specnb.serve.speculation import Speculation
+    from specnb.serve.engines import Speculation
 
     if not entry:
         return Speculation()
@@ -301,14 +307,14 @@ def spec(entry: str = "", k: int = 0, family: str | None = None, uses_model: boo
 
 def closed(*levels, tokens: int = 32, range_ratio: float = 0.0, seed: int = 0) -> list:
     """Closed-loop loads at each concurrency, every request ``tokens`` long (or drawn by ``range_ratio``)."""
-    from specnb.measure.load_shapes import Closed, Lengths
+    from specnb.measure.serving_load import Closed, Lengths
 
     return [Closed(concurrency=c, lengths=Lengths(tokens=tokens, range_ratio=range_ratio), seed=seed) for c in levels]
 
 
 def open_loop(*rates, tokens: int = 32, burstiness: float = 1.0, seed: int = 0) -> list:
     """Open-loop loads at each rate (requests/s)."""
-    from specnb.measure.load_shapes import Lengths, Open
+    from specnb.measure.serving_load import Lengths, Open
 
     return [Open(rate=r, burstiness=burstiness, lengths=Lengths(tokens=tokens), seed=seed) for r in rates]
 
@@ -348,8 +354,8 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
     import numpy as np
     import pandas as pd
 
-    from specnb.measure.serving_rounds import mean_batch
-    from specnb.serve.simulated.sim_engine import SimRequests, run_closed
+    from specnb.measure.serving_sweep import mean_batch
+    from specnb.serve.simulated import run_closed
 
     records, batches = [], []
     for round_index in range(rounds):
@@ -357,8 +363,8 @@ def sim_sweep(cost, speculations: list, levels: list[int], rounds: int = 3, toke
             n = max(12, per_worker * c)
             lengths = np.random.default_rng([round_index, c]).integers(tokens // 2, 3 * tokens // 2 + 1, n)
             for spec in speculations:
-                requests = SimRequests(prompt_lens=[prompt_len] * n, output_lens=list(lengths))
-                rows, trace = run_closed(replace(cost, seed=round_index), spec, requests, c, with_batch_trace=True)
+                rows, trace = run_closed(replace(cost, seed=round_index), spec, [prompt_len] * n, list(lengths), c,
+                                         with_batch_trace=True)
                 records += [{"engine": "simulated", **spec.columns(), "load": "closed", "concurrency": c,
                              "round": round_index, "prompt_index": i, "prompt_id": str(i), "partial": False, **r}
                             for i, r in enumerate(rows)]
@@ -389,7 +395,7 @@ def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: li
 
     import pandas as pd
 
-    from specnb.serve.simulated.sim_engine import run_open
+    from specnb.serve.simulated import run_open
 
     rate = len(arrivals_s) / max(arrivals_s)
     records, runs = [], []
@@ -401,3 +407,96 @@ def sim_trace(cost, speculations: list, arrivals_s: list[float], output_lens: li
                      "partial": False, **r} for i, r in enumerate(rows)]
         runs.append({"config": spec.name, **level, "batch_trace": json.dumps(trace)})
     return pd.DataFrame(records), pd.DataFrame(runs)
+
+
+# ---------------------------------------------------------------------------- a fake OpenAI streaming server
+
+
+@contextlib.contextmanager
+def fake_server(handler: type):
+    """``handler`` served on loopback from a thread while the block runs: its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class FakeEngine(BaseHTTPRequestHandler):
+    """Streams ``max_tokens`` one-word chunks, 2 ms apart, then usage; counts like a speculative
+    engine (one draft of 2 tokens per request, 1 accepted) once a request finishes."""
+
+    drafts = 0
+    counting = threading.Lock()  # handler threads finish together: a bare += can lose a count
+    die_after = None  # requests served before every later one is refused (a dying server)
+    served = 0
+    refused = 0
+
+    def stream_words(self, n: int, pause_s: float = 0.0) -> None:
+        """The response's head, then ``n`` one-word chunks, ``pause_s`` apart."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i in range(n):
+            chunk = {"choices": [{"index": 0, "delta": {"content": f"w{i} "}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if pause_s:
+                self.wfile.flush()
+                time.sleep(pause_s)
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body: bytes, kind="application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self.reply(200, json.dumps({"data": [{"id": "fake"}]}).encode())
+        elif self.path == "/metrics":
+            n = type(self).drafts
+            text = (f"llamacpp:spec_decode_num_drafts_total {n}\nllamacpp:spec_decode_num_draft_tokens_total {2 * n}\n"
+                    f"llamacpp:spec_decode_num_accepted_tokens_total {n}\n"
+                    f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="0"}} {n}\n')
+            self.reply(200, text.encode(), "text/plain")
+        else:
+            self.reply(200, b"<html>not an API</html>", "text/html")
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        if cls.die_after is not None and cls.served >= cls.die_after:
+            cls.refused += 1
+            self.connection.close()  # the client sees the connection drop
+            return
+        cls.served += 1
+        n = body["max_tokens"]
+        self.stream_words(n, pause_s=0.002)
+        usage = {"choices": [], "usage": {"prompt_tokens": len(body["messages"][0]["content"]), "completion_tokens": n},
+                 "timings": {"draft_n": 2, "draft_n_accepted": 1}}
+        with cls.counting:
+            cls.drafts += 1
+        self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+        self.wfile.flush()
+        self.close_connection = True
+
+
+# SGLang samples (this scrape, the serving tests' meta_info) are hand-written in the shapes its source gives:
+# its metrics collector registers sglang:spec_accept_length and sglang:spec_accept_rate as Gauges
+# (multiprocess_mode "mostrecent"), set at each decode log; its native /generate returns meta_info
+# with completion_tokens and spec_verify_ct per request (its own tests read them there);
+# spec_accept_token_num / spec_draft_token_num are the names code that reads newer SGLang uses; its
+# OpenAI chat endpoint returns meta_info only when asked (return_meta_info) and refuses that for a
+# streamed request (entrypoints/openai/serving_chat.py).
+SGLANG_SCRAPE = """# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{model_name="m"} 2.8
+# TYPE sglang:spec_accept_rate gauge
+sglang:spec_accept_rate{model_name="m"} 0.6
+sglang:generation_tokens_total{model_name="m"} 120
+"""

@@ -15,7 +15,7 @@ from specnb.core.theory import optimal_gamma
 from specnb.decode.kinds.by_name import flops_table, kind_of_name
 from specnb.measure.alternatives import DraftChoice
 from specnb.models.registry import EMBEDDED_EXITS, EMBEDDED_VERIFIER, PROMPT_LOOKUP, embedded_draft_names
-from specnb.serve.speculation import model_drafts
+from specnb.serve.engines import model_drafts
 
 
 def distilled_draft_names() -> list[str]:

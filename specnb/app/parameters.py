@@ -23,7 +23,7 @@ from specnb.core.errors import ParameterError
 from specnb.measure.prompts import select_prompts
 from specnb.models.gguf import check_precision
 from specnb.serve.engines import engine_named
-from specnb.serve.llama.engine_llama import verifier_gguf
+from specnb.serve.llama import verifier_gguf
 
 
 def parse_value(text: str) -> Any:
@@ -156,7 +156,7 @@ def check_models(given: dict[str, Any], stems: list[str]) -> None:
 def check_serving(params: dict[str, Any], given: dict[str, Any]) -> None:
     """Notebook 08's engine must be a known one, its GGUF precision a known one, and where the user
     asked llama-server to serve a GGUF here (``-p engine llama.cpp``, or a ``.gguf`` verifier), that
-    file must be there (``engine_llama.verifier_gguf``: a ``.gguf`` file, or a name it can export).
+    file must be there (``specnb.serve.llama.verifier_gguf``: a ``.gguf`` file, or a name it can export).
     Without ``-p engine`` the run may pick vLLM for notebook 08 (``runner.variant``), which reads a
     verifier of another form; an embedded name (``smollm2-…``) is left to the notebook, whose export of
     it takes a while."""

@@ -9,10 +9,9 @@ LOAD_AVERAGE_START = "load_average_start"
 LOAD_AVERAGE_END = "load_average_end"
 MINUTES = "minutes"
 LAUNCH_NOISE = "launch_noise"
-POLICY_VLLM = "policy_vllm"  # the decision's --speculative-config in vLLM's form
-LAUNCH_KIND = "launch_kind"  # none, static, schedule or per_load
+POLICY_VLLM = "policy_vllm"  # the verdict's --speculative-config in vLLM's form
+VERDICT_RECORD = "verdict_record"  # the Verdict: launch, kind, line, how sure, tied, the noise it rests on
 LAUNCH_LINE = "launch_line"  # what a user pastes: "" for no speculation
-LAUNCH_FOR_TRACE = "vllm_launch_for_trace"  # what the bursty trace supports launching
 TRACE_FORECAST = "trace_forecast"  # also the forecast's table
 TRACE_FORECAST_ERROR = "trace_forecast_median_error"
 TRACE_RECONSTRUCTION_ERROR = "trace_reconstruction_median_error"
@@ -24,7 +23,7 @@ SPEEDUP_FIRST = "speedup_tpot first"
 SPEEDUP_LAST = "speedup_tpot last"
 CROSSOVER = "crossover"
 
-FIRST_PHASE = "sweep"  # the policy run's phases: "sweep", then "check" and "trace"
+FIRST_PHASE = "sweep"  # a study's passes: "sweep", then "check" and "trace"
 
 
 def config_key(config: str, what: str) -> str:

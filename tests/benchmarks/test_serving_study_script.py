@@ -63,3 +63,9 @@ def test_each_seeds_crossover_is_said_with_its_ci_and_a_configuration_that_never
     assert lines[1] == ("- seed 2, ngram k=12: pays at every level measured by the point estimates, no crossing; at "
                         "the top level, no measurable difference there (CI holds 1) (levels 1–32)")
     assert serving_study.crossover_lines(1, {"crossover": pd.DataFrame()}) == []
+
+
+def test_each_seeds_verdict_is_its_records_kind_and_how_sure():
+    assert serving_study.verdict_of({"verdict_record": {"kind": "static", "sure": "decided"}}) == "static, decided"
+    assert serving_study.verdict_of({"verdict_record": {"kind": "", "sure": ""}}) == "nothing to decide, ?"
+    assert serving_study.verdict_of({}) == "?"  # a run from before the verdict record

@@ -13,6 +13,7 @@ from specnb.decode.generate import generate
 from specnb.decode.inputs import encode_prompts
 from specnb.decode.settings import Decoding
 from specnb.measure import acceptance, runs
+from specnb.measure.acceptance import Fallback, counter_rates
 from specnb.models.lookup import PromptLookup
 from specnb.predict import traces as tr
 
@@ -132,3 +133,17 @@ def test_acceptance_profile_conditional_rates():
     prof = acceptance.profile_from_records(pd.DataFrame([rec]), "d").to_frame()
     assert prof["rate"].tolist() == pytest.approx([2 / 3, 2 / 3, 1 / 3])
     assert prof["conditional_rate"].tolist() == pytest.approx([2 / 3, 1.0, 0.5])
+
+
+def test_acceptance_from_verify_counts_then_gauges_never_invented():
+    # τ from verification steps: 12 tokens out of 5 steps; no draft counts, so no α
+    rates = counter_rates(0, 0, 0, fallback=Fallback(verify_steps=5, verified_tokens=12))
+    assert rates.tau == pytest.approx(2.4) and np.isnan(rates.alpha) and rates.source == "verify counts"
+    # SGLang versions that count drafts
+    rates = counter_rates(0, 6, 4, fallback=Fallback(verify_steps=2, verified_tokens=6))
+    assert rates.alpha == pytest.approx(4 / 6) and rates.tau == 3.0
+    rates = counter_rates(0, 0, 0, fallback=Fallback(gauges=(0.6, 2.8)))
+    assert (rates.alpha, rates.tau, rates.source) == (0.6, 2.8, "gauges")
+    rates = counter_rates(10, 40, 18, [8, 5], Fallback(verify_steps=99, verified_tokens=1, gauges=(0.1, 1.1)))
+    assert rates.tau == pytest.approx(2.8) and rates.source == "counters"  # counters win
+    assert counter_rates(0, 0, 0).source == "" and np.isnan(counter_rates(0, 0, 0).tau)

@@ -28,7 +28,7 @@ from specnb.app.render import CHART_SPECS
 from specnb.app.runner import list_notebooks
 from specnb.core.paths import REPO_ROOT
 from specnb.native import llama_cpp
-from specnb.serve.llama import llama_server
+from specnb.serve import llama
 
 NOTEBOOKS = list_notebooks(REPO_ROOT / "notebooks")
 RUNNER_SET = {"smoke": False, "output_dir": "", "interactive": True}  # the runner sets these; defaults for JupyterLab
@@ -195,10 +195,11 @@ def test_the_serving_notebook_on_vllm_without_vllm_is_a_note_not_a_failure(tmp_p
 @pytest.mark.slow
 def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     """The engine seam end to end: notebook 08's smoke path on the simulated engine (registered through
-    ``specnb.serve.simulated.engine_simulated``, nothing else knows it): spec-off, n-gram and spec-off's
-    A/A twin started, the launch noise read off the twin, counters read, greedy text identical, summary, the one decision (n-gram paying at every level: its
-    static configuration, so no second server and no check pass), the bursty trace over the static
-    configurations, its text — and every process it started gone after."""
+    ``specnb.serve.simulated``, nothing else knows it): spec-off, n-gram and spec-off's
+    A/A twin started, the launch noise read off the twin, counters read, greedy text identical, summary,
+    the one verdict (n-gram paying at every level: its static configuration, so no second server and no
+    check pass) named alike by results.json, the policy section and the conclusion, the bursty trace
+    over the static configurations, its text — and every process it started gone after."""
     tag = uuid.uuid4().hex
     # drafting pays far beyond the noise (about 2.7x at one request), so the policy drafts and is launched, however
     # loaded the machine running the test is
@@ -220,9 +221,11 @@ def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     assert set(summary["engine"]) == {"simulated"} and set(summary["k"]) == {0, 3}  # the records carry the record
     results = json.loads((tmp_path / "08_serving.summary.json").read_text())["results"]
     noise = results["launch_noise"]  # the twin's pair, every CI widened by it
-    assert noise["pairs"] == 1 and noise["sigma"] >= 0 and (summary.loc["ngram k=3", "launch_sigma"] == noise["sigma"]).all()
+    assert noise["pairs"] == 1 and noise["sigma"] >= 0
+    assert (summary.loc["ngram k=3", "launch_sigma"] == noise["sigma"]).all()
     assert json.loads(results["policy_vllm"]) == {"method": "ngram", "num_speculative_tokens": 3}  # as launched
-    assert results["launch_kind"] == "static" and results["launch_line"] == results["policy_vllm"]  # the trace agrees
+    assert results["verdict_record"]["kind"] == "static" and results["verdict_record"]["config"] == "ngram k=3"
+    assert_one_launch(results, tmp_path / "08_serving.ipynb")
     assert not (tmp_path / "08_serving.check_summary.csv").exists()  # the sweep measured this launch as itself
     trace = pd.read_csv(tmp_path / "08_serving.trace.csv")
     assert set(trace["config"]) == {"spec-off", "ngram k=3"} and trace["adaptive_mean_tpot_ms"].isna().all()
@@ -230,6 +233,34 @@ def test_the_serving_notebook_runs_end_to_end_on_the_simulated_engine(tmp_path):
     assert set(results["trace_forecast"]) == {"spec-off", "ngram k=3"}
     assert results["trace_forecast_median_error"] >= 0 and "trace_reconstruction_median_error" in results
     assert processes_with(tag) == []  # the kernel and every simulated server are gone
+
+
+def markdown_outputs(ipynb: Path) -> list[str]:
+    """Every Markdown a cell of an executed notebook displayed, in order."""
+    nb = nbformat.read(ipynb, as_version=4)
+    return [out["data"]["text/markdown"] for cell in nb.cells if cell.cell_type == "code"
+            for out in cell.get("outputs", []) if "text/markdown" in out.get("data", {})]
+
+
+def assert_one_launch(results: dict, ipynb: Path) -> None:
+    """Notebook 08 names one launch: the verdict record's, the launch line in results.json, the policy
+    section (its verdict line after the candidates) and the conclusion (whose first line it is) —
+    the same configuration and the same line everywhere."""
+    record, line, verdict = results["verdict_record"], results["launch_line"], results["verdict"]
+    assert record["line"] == line and (line == "" if record["kind"] in ("", "none") else line)
+    if not record["kind"]:  # nothing to decide: no verdict line anywhere
+        assert verdict == "" and "**verdict**" not in "".join(markdown_outputs(ipynb))
+        return
+    if record["kind"] == "none" or line.startswith("{"):  # a line in vLLM's form is policy_vllm itself
+        assert results["policy_vllm"] == (line or "no --speculative-config")
+    assert verdict.startswith(f"**verdict**: launch **{record['launch']}**")
+    assert (f"(`{line}`)" in verdict) if line and record["kind"] != "per_load" else "`{" not in verdict
+    shown = markdown_outputs(ipynb)
+    conclusion = [m for m in shown if m.startswith(f"- {verdict}\n")]
+    policy = [m for m in shown if m.endswith(f"\n\n{verdict}")]
+    assert len(policy) == 1 and len(conclusion) == 1  # the policy section and the conclusion say the same line
+    if line and record["kind"] != "per_load":
+        assert f"```\n{line}\n```" in policy[0]  # the policy section prints the line results.json keeps
 
 
 @pytest.mark.slow
@@ -243,7 +274,7 @@ def test_a_bad_level_is_refused_before_any_server_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(llama_server.missing_note() is not None, reason="no llama-server built")
+@pytest.mark.skipif(llama.missing_note() is not None, reason="no llama-server built")
 def test_ctrl_c_during_the_serving_sweep_stops_its_servers_and_keeps_the_records(tmp_path):
     """`specnb run 08` on a tiny sweep that would run for minutes, interrupted as a terminal's Ctrl-C
     does (SIGINT to the run's process group) once its first runs are on disk: exit 130 with one line,
@@ -310,7 +341,8 @@ def test_a_folded_method_section_keeps_its_text_inside_the_fold_in_the_shared_ht
     block on its own, and a fold split by blank lines comes out empty, its text below it."""
     from specnb.app.execution import export_html
 
-    folded = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown" and "<details>" in c.source]
+    folded = [c for c in nbformat.read(path, as_version=4).cells
+              if c.cell_type == "markdown" and "<details>" in c.source]
     for cell in folded:
         nb = nbformat.v4.new_notebook()
         nb.cells = [cell]

@@ -7,8 +7,7 @@ import pytest
 from helpers import closed
 
 from specnb.core.errors import ParameterError
-from specnb.serve.engines import ENGINES, EngineDefaults, engine_named, register
-from specnb.serve.speculation import Launch, Speculation, range_text
+from specnb.serve.engines import ENGINES, EngineDefaults, Launch, Speculation, engine_named, range_text, register
 
 
 class TgiEngine(EngineDefaults):
@@ -39,12 +38,12 @@ def test_a_display_name_is_derived_from_the_record():
 
 
 def test_an_engine_registered_in_one_module_is_swept_at_an_endpoint(tgi):
-    from specnb.app import serving_setup as setup
-    from specnb.measure.serving_endpoint import check_target
-    from specnb.measure.serving_summary import Bootstrap, summarise_sweep
+    from specnb.app import serving_study as setup
+    from specnb.measure.serving_load import check_target
+    from specnb.measure.serving_stats import summarise_sweep
     from specnb.measure.serving_sweep import SweepSettings, run_sweep
-    from specnb.predict.serving_policy import as_launch, serving_policy
-    from specnb.serve.simulated.sim_engine import SimConfig, SimCost, SimServer
+    from specnb.predict.serving_verdict import decide
+    from specnb.serve.simulated import SimConfig, SimCost, SimServer
 
     cost = SimCost(fixed_ms=10.0, per_token_ms=1.0, acceptance=(0.9,), speed=5.0)
     ngram = Speculation(entry="ngram", k=3, method="ngram", family="ngram")
@@ -54,10 +53,12 @@ def test_an_engine_registered_in_one_module_is_swept_at_an_endpoint(tgi):
         targets = [check_target(t) for t in setup.endpoint_targets(f"spec-off={off.url},ngram:3={spec.url}", "tgi")]
         sweep = run_sweep(targets, prompts, closed(1, tokens=8), SweepSettings(warmup=False))
     assert setup.check_engine("tgi", "http://127.0.0.1:1") is tgi
-    summary = summarise_sweep(sweep.records, sweep.runs, boot=Bootstrap(n_boot=50))
+    summary = summarise_sweep(sweep.records, sweep.runs, n_boot=50)
     row = summary.set_index("config").loc["ngram k=3"]
     assert row["engine"] == "tgi" and row["k"] == 3 and row["spec_decode_num_drafts"] > 0  # its counters read
     # 4 measured requests at concurrency 1 (2 prompts in whole cycles to 3 turnovers) after a filler: all steady, paired
     assert row["identical_outputs"] == row["paired_requests"] == 4
-    policy = serving_policy(summary.assign(speedup_tpot_lo=summary["speedup_tpot"]))
-    assert tgi.policy_lines(as_launch(policy, "ngram", ""), []) == ["1 or more concurrent: --num-speculative-tokens 3"]
+    assert row["speedup_tpot"] > 1.2  # the simulated draft is 5x as fast as its verifier and accepts 90%
+    verdict = decide(summary.assign(tpot_log_var=1e-6), engine="tgi")  # the row's speedup taken as exact
+    assert verdict.kind == "static" and verdict.chosen.name == "ngram k=3"
+    assert tgi.policy_lines(verdict.launch, []) == ["1 or more concurrent: --num-speculative-tokens 3"]

@@ -12,9 +12,9 @@ import pandas as pd
 
 from specnb.app.charts.style import dash, dashed_lines, log_axis
 from specnb.core.intervals import speedup_text
-from specnb.measure.load_shapes import shape_of
-from specnb.measure.serving_checks import scheduled_k
-from specnb.serve.speculation import BASELINE_CONFIG
+from specnb.measure.serving_load import shape_of
+from specnb.measure.serving_stats import scheduled_k
+from specnb.serve.engines import BASELINE_CONFIG
 
 
 def level_axis(frame: pd.DataFrame) -> alt.X:

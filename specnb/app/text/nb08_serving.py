@@ -1,5 +1,6 @@
 """What notebook 08 says: the sweep, the crossover and its CI, the step arithmetic, the serving
-predictor's error, the policy (vLLM's and llama-server's forms) and the conclusion."""
+predictor's error, the verdict (what to launch, how sure, what it is tied with) and the conclusion —
+every sentence rendered from the ``Verdict`` and the summary's CIs, none deciding anything itself."""
 
 from __future__ import annotations
 
@@ -11,12 +12,10 @@ from specnb.app import serving_keys as keys
 from specnb.app.text.cell_report import Report
 from specnb.app.text.common import bullets
 from specnb.core.intervals import interval_text, speedup_text
-from specnb.measure.load_shapes import SHAPES, level_text, shape_of
-from specnb.predict.serving_decision import ServingDecision, adaptive_ran, final_launch
-from specnb.predict.serving_policy import batch_ranges
-from specnb.predict.serving_predictor import median_error, step_cost, step_ms
-from specnb.serve.engines import engine_named
-from specnb.serve.speculation import AA_TWIN_CONFIG, ADAPTIVE_CONFIG, BASELINE_CONFIG
+from specnb.measure.serving_load import SHAPES, level_text, shape_of
+from specnb.predict.serving_model import acceptance_of, median_error, step_cost, step_ms, verify_ms
+from specnb.predict.serving_verdict import Verdict, unmeasured_batches
+from specnb.serve.engines import AA_TWIN_CONFIG, BASELINE_CONFIG, engine_named
 
 
 def fmt_ci(row, metric: str) -> str:
@@ -53,8 +52,6 @@ def crossover_line(row) -> str:
 
 def step_arithmetic(summary: pd.DataFrame, config: str, probe: pd.DataFrame | None = None) -> str:
     """Why a configuration does (not) pay at its lowest level, in the engine's own numbers."""
-    from specnb.predict.serving_predictor import acceptance_of, verify_ms
-
     row = summary[summary["config"] == config].sort_values("concurrency").iloc[0]
     cost = step_cost(summary)
     b = float(row["concurrency"])
@@ -107,7 +104,7 @@ def sweep_text(summary: pd.DataFrame, crossings: pd.DataFrame, probe: pd.DataFra
 
 
 def open_loop_note() -> Report:
-    """Why an open-loop sweep has no prediction and policy (``serving_predictor.require_steps``)."""
+    """Why an open-loop sweep has no prediction and policy (``serving_model.require_steps``)."""
     return Report("The serving predictor and the policy price an engine step by the requests in it, so they need "
                   "closed-loop concurrency levels; this sweep ran Poisson arrivals (requests/s), so they are left "
                   "out: run with `rates = []` for them.", {})
@@ -131,64 +128,131 @@ def prediction_text(validation: pd.DataFrame) -> Report:
         {"serving_predictor_median_error": error, "serving_predictor_prompts": "held out" if held_out else "same"})
 
 
-def policy_text(decision: ServingDecision) -> Report:
-    """The decision's policy per level, then its one launch as one ``--speculative-config`` (vLLM's form,
-    the one a per-batch-size schedule is pasted in; one method per server: of every launch priced, the
-    one closest to the best static configuration at its worst level, ``serving_launch.choose_launch``,
-    with the ``model`` folder of a head or draft model) and, for an engine whose speculation is fixed
-    per launch, its own lines per load range (``decision.lines``). Renders ``decision`` only."""
-    policy = decision.policy
-    if not decision.kind:
-        return Report("No speculative configuration to choose from.", {})
-    launch, family = decision.launch_json, decision.launch.family
-    if not launch:
-        launch_part = f"vLLM: no `--speculative-config` ({decision.why_not}, so launch vLLM without speculation)"
-    elif len(decision.launch.ranges) > 1:
-        launch_part = f"vLLM (`--speculative-config`, {family}, the ranges as measured here):\n\n```\n{launch}\n```"
-    else:
-        launch_part = (f"vLLM (`--speculative-config`, {decision.launch.by_k[decision.launch.ranges[0][2]]} at every "
-                       f"load: a schedule of one range is that static configuration):\n\n```\n{launch}\n```")
-    label = engine_named(decision.engine).label
-    body = (bullets([policy_level(r) for r in policy.frame().to_dict("records")])
-            + (f"\n\nOver the engine's batch: {batch_ranges(policy).text()}." if policy.keyed_on == "batch" else "")
-            + f"\n\n{launch_part}" + candidates_text(decision.candidates)
-            + (f"\n\n{label} (speculation is fixed per launch: pick by the load you expect):\n\n"
-               + bullets(list(decision.lines)) if decision.lines else ""))
-    return Report(body, {keys.POLICY_VLLM: launch or "no --speculative-config",
-                         "policy_llama_server": list(decision.lines)})
-
-
-def candidates_text(candidates: pd.DataFrame) -> str:
-    """Every launch priced, chosen first: its speedup over the best static configuration at its worst
-    level and on average (``serving_launch.rank_launches``)."""
-    if candidates.empty:
+def verdict_line(verdict: Verdict) -> str:
+    """The one answer a report gives, first in its conclusion and the same in the policy section: what
+    to launch for the load measured, how sure (``Verdict.sure``), what it is tied with and what it
+    rests on; "" where there was nothing to decide. Rendered from ``verdict`` only."""
+    if not verdict.kind:
         return ""
-    each = ", ".join(f"{r['candidate']} {r['worst']:.2f} (mean over levels {r['mean']:.2f})"
-                     for r in candidates.to_dict("records"))
-    return (f"\n\nEach launch as a share of the best static configuration's speedup, at its worst level: {each} — "
-            f"{candidates['candidate'].iloc[0]} chosen.")
+    loads = f"{min(verdict.levels):g}–{max(verdict.levels):g} concurrent"
+    what = verdict.name()
+    paste = f" (`{verdict.line}`)" if verdict.line and verdict.kind != "per_load" else ""
+    if verdict.kind == "per_load":
+        paste = f" — {engine_named(verdict.engine).label} fixes speculation per launch, one server per load range: " \
+                f"{verdict.line}"
+    why = verdict_why(verdict)
+    tied = f"; {verdict.tied_text()}" if verdict.tied else ""
+    sure = {"decided": "", "tie": " (a tie within the noise: the simplest kept)",
+            "inconclusive": f" — **inconclusive**: a tie that the launch noise's own uncertainty decides (it rests "
+                            f"on {verdict.noise.pairs} A/A pair(s)); with the noise known another launch would win, "
+                            f"so more pairs in the store would decide it (each sweep with a twin adds one); this run "
+                            f"resolves {verdict.mde:.0%} (minimum detectable effect)"}
+    sure = sure[verdict.sure]
+    trace = f"; {verdict.trace}" if verdict.trace else ""
+    return f"**verdict**: launch **{what}**{paste} for {loads}{sure} — {why}{tied}{trace}"
+
+
+def verdict_why(verdict: Verdict) -> str:
+    """What the launch rests on, in the summary's CIs: where it pays (or, for no speculation, that
+    nothing paid beyond the noise, or what the best lost to), and the noise the band counts."""
+    chosen, levels = verdict.chosen, verdict.levels
+    pays = []
+    for i, level in enumerate(levels):
+        k = chosen.ks[i]
+        if k and not math.isnan(chosen.log_speedup[i]):
+            half = verdict.noise.band(chosen.var[i], True)
+            x = chosen.log_speedup[i]
+            pays.append(f"{chosen.configs[i]} {speedup_text(math.exp(x), math.exp(x - half), math.exp(x + half))} at "
+                        f"{level:g}")
+        elif chosen.kind == "schedule":
+            pays.append(f"k = 0 at {level:g} ({math.exp(chosen.log_speedup[i]):.2f}x, the engine's own k = 0 price)")
+    noise = verdict.noise_text or "launch-to-launch noise not measured"
+    band = f"simultaneous 95% CIs over every configuration and level (c = {verdict.noise.critical:.2f}; {noise})"
+    if verdict.kind == "none":
+        beaten = [f"{name} (beaten at {levels[i]:g} by {by})" for name, (by, i) in verdict.beaten.items()
+                  if name != BASELINE_CONFIG]
+        lost = f"; {', '.join(beaten)}" if beaten else ""
+        return f"no speculative launch beat it beyond the noise at its worst level{lost}; {band}"
+    return f"TPOT speedup over spec-off: {', '.join(pays)}; {band}"
+
+
+def policy_text(verdict: Verdict) -> Report:
+    """The verdict's launch per level, its ranges over the engine's batch, its ``--speculative-config``
+    (vLLM's form, what a per-batch-size schedule is pasted in), every candidate priced, and the same
+    verdict line the conclusion opens with. Renders ``verdict`` only."""
+    if not verdict.kind:
+        return Report("No speculative configuration to choose from.", {})
+    policy, launch = verdict.policy, verdict.launch
+    lines = [policy_level(row) for row in policy.frame().to_dict("records")]
+    body = bullets(lines)
+    if verdict.kind in ("schedule", "per_load"):
+        body += f"\n\nOver the engine's batch: {unmeasured_batches(policy)}."
+    # on vLLM the line is the launched server's own --speculative-config (its n-gram window included): that one
+    vllm = verdict.line if verdict.engine == "vllm" and verdict.kind in ("static", "schedule") else \
+        engine_named("vllm").launch_json(launch) if launch is not None else ""
+    if verdict.kind == "none":
+        body += "\n\nvLLM: no `--speculative-config`."
+    elif verdict.line and verdict.kind != "per_load":
+        body += f"\n\nTo launch (`--speculative-config`):\n\n```\n{verdict.line}\n```"
+    body += "\n\n" + candidates_text(verdict) + "\n\n" + verdict_line(verdict)
+    return Report(body, {keys.POLICY_VLLM: vllm or "no --speculative-config",
+                         "policy_llama_server": verdict.line.split("; ") if verdict.kind == "per_load" else []})
+
+
+def candidate_table(verdict: Verdict) -> pd.DataFrame:
+    """Every launch priced, one row per candidate and level: its TPOT speedup over spec-off, whether
+    it is the launch, tied with it, or beaten (by what, at which level) — ``<run>.candidates.csv``."""
+    rows = []
+    for c in verdict.candidates:
+        state = "launch" if c is verdict.chosen else "tied" if c in verdict.tied else "beaten"
+        by, at = verdict.beaten.get(c.name, ("", -1))
+        for i, level in enumerate(verdict.levels):
+            rows.append({"candidate": c.name, "kind": c.kind, "concurrency": level, "config": c.configs[i],
+                         "k": c.ks[i], "speedup_tpot": math.exp(c.log_speedup[i]), "log_var": c.var[i],
+                         "worst_shortfall": math.exp(verdict.score[c.name]), "state": state, "beaten_by": by,
+                         "beaten_at": verdict.levels[at] if at >= 0 else math.nan})
+    return pd.DataFrame(rows)
+
+
+def candidates_text(verdict: Verdict) -> str:
+    """Each candidate at its worst level as a share of the best static configuration there, and how it fared."""
+    def fate(c) -> str:
+        if c is verdict.chosen:
+            return "the launch"
+        if c in verdict.tied:
+            return "within the noise"
+        by, i = verdict.beaten[c.name]
+        return f"beaten by {by} at {verdict.levels[i]:g} beyond the noise"
+    each = "; ".join(f"{c.name} {math.exp(verdict.score[c.name]):.2f} ({fate(c)})" for c in verdict.candidates)
+    return ("Every launch one server could be given, as a share of the best static configuration's speedup at its "
+            f"worst level: {each}. A candidate is beaten only where one with a better worst level is faster there "
+            "beyond the noise; a tie goes to the simplest (spec-off, then a static configuration by smaller k, then a "
+            "schedule).")
 
 
 def policy_level(row: dict) -> str:
-    """One level of the policy: what runs there and what it rests on (the median over rounds with its
-    spread and the engine's batch, for the noise-aware rule; the summary's speedup otherwise)."""
-    head = f"{row['concurrency']:g} concurrent: {row['config']} (k = {row['k']}"
-    if pd.isna(row.get("median_speedup", math.nan)):
-        return head + f", TPOT {row['speedup_tpot']:.2f}x)"
-    tie = f"; tie with {row['tie_with']}, the cheaper kept" if row.get("tie_with") else ""
-    noisy = "; too noisy to prefer a costlier one (relative MAD > 0.1)" if row.get("noisy") else ""
-    return (head + f", median TPOT {row['median_speedup']:.2f}x over {int(row['rounds'])} rounds, spread "
-            f"{row['spread']:.1%}; engine's batch {row['batch']:.1f}{tie}{noisy})")
+    """One level of the launch: what runs there and the CI it was judged on."""
+    head = f"{row['concurrency']:g} concurrent (engine's batch {row['batch']:.1f}): "
+    if not row["k"]:
+        return head + (f"k = 0 ({row['speedup_tpot']:.2f}x of spec-off: the engine's own k = 0 price)"
+                       if row["speedup_tpot"] != 1.0 else "spec-off")
+    ci = speedup_text(row["speedup_tpot"], row["speedup_tpot_lo"], row["speedup_tpot_hi"]) \
+        if not pd.isna(row["speedup_tpot_lo"]) else f"{row['speedup_tpot']:.2f}x"
+    return head + f"{row['config']} (k = {row['k']}), TPOT speedup {ci}"
 
 
-def serving_conclusion(crossings: pd.DataFrame, validation: pd.DataFrame, verdict: str, machine: str,
+def serving_conclusion(crossings: pd.DataFrame, validation: pd.DataFrame, verdict: Verdict, machine: str,
                        note: str = "", trace_error: float = math.nan) -> Report:
-    """The report's end: the one verdict first (``launch_verdict``: what to launch for the load
-    measured, and what it rests on), then each configuration's pays / loses / no measurable difference
-    (``crossover_line``, by its CIs), the predictors' errors, the machine, what was left out. A sweep
-    without spec-off has no crossings, no validation and no trace: only the machine and the note."""
-    lines = [verdict] if verdict else []
+    """The report's end: the one verdict first (``verdict_line``), then each configuration's pays / loses
+    / no measurable difference (``crossover_line``, by its CIs), the minimum detectable effect, the
+    predictors' errors, the machine, what was left out."""
+    line = verdict_line(verdict)
+    lines = [line] if line else []
     lines += [crossover_line(row) for row in crossings.to_dict("records")]
+    if verdict.kind and not math.isnan(verdict.mde):
+        lines.append(f"this run's minimum detectable effect: {verdict.mde:.0%} (the smallest true speedup difference "
+                     "it finds with 95% power at its band; more launch pairs in the store, or launching each "
+                     "configuration more than once, resolve less)")
     error = median_error(validation) if len(validation) else math.nan
     if not math.isnan(error):
         lines.append(f"the serving predictor's median error per level: {error:.1%}")
@@ -198,77 +262,23 @@ def serving_conclusion(crossings: pd.DataFrame, validation: pd.DataFrame, verdic
     lines.append(f"machine: {machine}")
     if note:
         lines.append(note)
-    return Report(bullets(lines), {keys.MACHINE: machine, keys.VERDICT: verdict})
+    return Report(bullets(lines), {keys.MACHINE: machine, keys.VERDICT: line})
 
 
-def launch_verdict(decision: ServingDecision, trace: pd.DataFrame | None = None) -> tuple[str, str]:
-    """The one answer a report gives, as (line, value): what to launch for the load this run measured
-    (``serving_decision.final_launch``) and what that rests on. Judged over the bursty trace, with
-    paired CIs and ties going to the simplest configuration (``trace_launch``; ``trace``:
-    ``serving_checks.trace_check``'s table); otherwise the decision's launch. ``value``: what a user
-    pastes ("" for no speculation)."""
-    final = final_launch(decision, trace)
-    value = final.line
-    if final.basis == "trace":
-        return "**verdict**: " + trace_launch(decision, trace).removeprefix("launch for load like this trace: ") + \
-            " — judged over the bursty trace (paired 95% CIs; a tie goes to the simplest)", value
-    if not final.basis:
-        return "", ""
-    loads = f"{final.low:g}–{final.high:g} concurrent"
-    if final.basis == "none":
-        why = "no configuration beat spec-off beyond the noise at any level measured" if not final.drafted \
-            else decision.why_not
-        return f"**verdict**: launch without speculation for {loads} — {why}", value
-    if final.basis == "static":
-        why = ("of every launch, the closest to the best static configuration at its worst level "
-               f"({decision.candidates['worst'].iloc[0]:.2f} of it)" if len(decision.candidates) else
-               "the policy chose it at each level")
-        return (f"**verdict**: launch **{final.config}**" + (f" (`{value}`)" if value else "")
-                + f" at every load measured ({loads}): {why}"), value
-    if final.basis == "schedule":
-        return (f"**verdict**: launch the schedule `--speculative-config '{value}'` for {loads} (not checked as one "
-                "server here: no bursty trace ran)"), value
-    return (f"**verdict**: {engine_named(decision.engine).label} fixes speculation per launch, so pick by the load "
-            "you expect: " + value), value
-
-
-def trace_launch(decision: ServingDecision, trace: pd.DataFrame) -> str:
-    """What the trace supports launching (``decision.trace_pick``, ``serving_decision.with_trace``), as
-    one line with what it rests on: the adaptive schedule only where its 95% CI against every static
-    configuration lies above 1; otherwise the simplest configuration inside the noise of the fastest,
-    as its ``--speculative-config`` (``decision.trace_json``)."""
-    pick, ran = decision.trace_pick, adaptive_ran(trace)
-    if pick == ADAPTIVE_CONFIG:
-        return ("launch for load like this trace: the adaptive line above (faster than every static configuration, "
-                "each 95% CI above 1)" if trace["beats"].all() else
-                "launch for load like this trace: the adaptive line above (the fastest over the trace)")
-    row, best = trace.set_index("config").loc[pick], trace["best"].iloc[0]
-    what = f"`--speculative-config '{decision.trace_json}'`" if decision.trace_json else "no `--speculative-config`"
-    why = ("the fastest over the trace" if pick == best else
-           f"the simplest inside the noise of the fastest, {best} ({fmt_ci(row, 'speedup_over_best')} of its speed)")
-    schedule = (f" (adaptive ran {fmt_ci(row, 'adaptive_speedup_tpot')} of its speed), so the schedule is not the "
-                "line to paste for it" if ran else "")
-    return (f"launch for load like this trace: **{pick}**, {what} — {why}{schedule}; a load that stays at one level "
-            "reads the table per level")
-
-
-def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: ServingDecision | None = None) -> Report:
-    """The decision launched (``policy_run.PolicyRun``): a schedule as its own server, its TPOT
-    speedup against the best static configuration per level (target ≥ 0.95x of it); over the bursty
-    trace, every configuration that ran — adaptive's paired TPOT speedup against each static one
-    (target: each 95% CI above 1), or the static ones' over spec-off where no schedule was launched —
-    and what the trace supports launching (``trace_launch``; ``decision``: ``with_trace``'s, else the
-    loop's)."""
-    if loop is None:
-        return Report("The policy is launched as its own server (`adaptive`) where notebook 08 starts an engine that "
-                      "changes k with the batch (vLLM, the simulated engine) on closed-loop levels.", {})
-    decision = decision or loop.decision
-    if loop.adaptive is None:
-        lines, values = [f"no `adaptive` launch: {loop.note}"], {"adaptive": "none"}
+def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, measured, verdict: Verdict | None = None) -> Report:
+    """The launch checked (``serving_study.Measured``): a schedule as its own server, its TPOT speedup
+    against the best static configuration per level (target ≥ 0.95x of it); over the bursty trace,
+    every configuration that ran and what the trace said of the launch (``verdict.trace``)."""
+    if measured is None or measured.verdict is None or not measured.verdict.kind or \
+            (measured.check is None and measured.trace is None and not measured.note):
+        return Report("The launch is checked as its own server where notebook 08 starts an engine that changes k with "
+                      "the batch (vLLM, the simulated engine) on closed-loop levels.", {})
+    verdict = verdict or measured.verdict
+    if measured.adaptive is None:
+        lines, values = [f"no `adaptive` launch: {measured.note}"], {"adaptive": "none"}
     else:
-        spec = loop.adaptive.engine.launch_text(loop.adaptive)  # as launched: a head's or draft's folder included
-        lines = [f"launched as `--speculative-config '{spec}'`, measured again at every level beside spec-off and the "
-                 "static configurations"]
+        spec = measured.adaptive.engine.launch_text(measured.adaptive)  # as launched: a head's or draft's folder
+        lines = [f"launched as `{spec}`, measured again at every level beside spec-off and the static configurations"]
         values = {"adaptive": spec}
     for row in check.to_dict("records"):
         lines.append(f"{row['concurrency']:g} concurrent: adaptive {fmt_ci(row, 'speedup_tpot')} against "
@@ -279,34 +289,25 @@ def adaptive_text(check: pd.DataFrame, trace: pd.DataFrame, loop, decision: Serv
     if len(check):
         values["adaptive_meets_every_level"] = bool(check["meets"].all())
         values["adaptive_min_ratio"] = float(check["ratio"].min())
-    if len(trace) and adaptive_ran(trace):
-        others = ", ".join(f"{r['config']} {r['mean_tpot_ms']:.1f} ms (adaptive {r['adaptive_speedup_tpot']:.2f}x "
-                           f"[{interval_text(r['adaptive_speedup_tpot_lo'], r['adaptive_speedup_tpot_hi'])}])"
-                           for r in trace.to_dict("records"))
-        lines.append(f"bursty trace at {loop.rate:.2f} requests/s on average: adaptive's mean TPOT "
-                     f"{trace['adaptive_mean_tpot_ms'].iloc[0]:.1f} ms against {others}; "
-                     + ("faster than every static configuration (each 95% CI above 1)" if trace["beats"].all()
-                        else "not measurably faster than " + ", ".join(trace.loc[~trace["beats"], "config"])))
-        values["adaptive_beats_every_static_on_trace"] = bool(trace["beats"].all())
-    elif len(trace):
+    if len(trace):
         each = ", ".join(f"{r['config']} {r['mean_tpot_ms']:.1f} ms" + (
             "" if r["config"] == BASELINE_CONFIG else f" ({fmt_ci(r, 'speedup_tpot')} over spec-off)")
             for r in trace.to_dict("records"))
-        lines.append(f"bursty trace at {loop.rate:.2f} requests/s on average, the static configurations alone: mean "
-                     f"TPOT {each}")
-    if len(trace) and decision is not None and decision.trace_pick:
-        lines.append(trace_launch(decision, trace))
-        values[keys.LAUNCH_FOR_TRACE] = decision.trace_json
-    if loop.note and loop.adaptive is not None:
-        lines.append(f"note: {loop.note}")
-    return Report(bullets(lines) if len(lines) > 1 else f"No `adaptive` launch: {loop.note}.", values)
+        ran = "adaptive_mean_tpot_ms" in trace and trace["adaptive_mean_tpot_ms"].notna().any()
+        own = f"adaptive {trace['adaptive_mean_tpot_ms'].iloc[0]:.1f} ms, " if ran else ""
+        lines.append(f"bursty trace at {measured.rate:.2f} requests/s on average: mean TPOT {own}{each}")
+    if verdict.trace:
+        lines.append(verdict.trace)
+    if measured.note and measured.adaptive is not None:
+        lines.append(f"note: {measured.note}")
+    return Report(bullets(lines) if len(lines) > 1 else f"No `adaptive` launch: {measured.note}.", values)
 
 
 def trace_forecast_text(forecast: pd.DataFrame, reconstruction: pd.DataFrame) -> Report:
     """Each configuration's trace speedup as forecast before the trace was sent (the per-load figures
-    through the trace's own seeded arrivals: ``predict.trace_forecast``) against what the trace
+    through the trace's own seeded arrivals: ``serving_model.predict_trace`` on a planned trace) against what the trace
     measured, and the median error (target ≤ 10%); then, as a diagnostic, the same TPOT(b) read over
-    the batches the trace itself held (``predict.trace_prediction``: a reconstruction, not a forecast).
+    the batches the trace itself held (the same predictor on a sampled trace: a reconstruction, not a forecast).
     Both tables are ``trace_prediction_table``'s."""
     values, lines = {}, []
     if forecast.empty:

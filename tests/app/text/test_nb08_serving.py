@@ -1,6 +1,7 @@
 """Notebook 08's text and charts name the load by its kind: concurrent requests for a closed loop,
 requests/s for open-loop arrivals (a rate read as a concurrency would misstate every level); the
-policy prints as the engine takes it."""
+verdict (``serving_verdict.decide``) prints as the engine takes it, the same line in the policy
+section and the conclusion, and the bursty trace checks it without changing it."""
 
 import json
 from dataclasses import replace
@@ -10,17 +11,21 @@ import pandas as pd
 
 from specnb.app.charts import load_curves
 from specnb.app.serving_keys import IDENTICAL_SHARE, config_key
+from specnb.app.serving_study import Measured
 from specnb.app.text.nb08_serving import (
+    adaptive_text,
+    candidate_table,
+    candidates_text,
     crossover_line,
-    launch_verdict,
     policy_text,
     serving_conclusion,
     sweep_text,
     trace_forecast_text,
+    verdict_line,
 )
-from specnb.measure.serving_summary import crossover
-from specnb.predict.policy_record import Policy
-from specnb.predict.serving_decision import ServingDecision, decide, with_trace
+from specnb.measure.serving_stats import crossover
+from specnb.measure.serving_sweep import Sweep
+from specnb.predict.serving_verdict import decide, with_trace
 
 
 def summary(column: str) -> pd.DataFrame:
@@ -40,6 +45,24 @@ def summary(column: str) -> pd.DataFrame:
                          **{f"{m}{s}": x * f for m in ("speedup_tpot", "speedup_output_throughput")
                             for s, f in (("", 1.0), ("_lo", 0.9), ("_hi", 1.1))}})
     return pd.DataFrame(rows)
+
+
+def losing(levels: pd.DataFrame) -> pd.DataFrame:
+    """``levels`` with ngram k=3 slower than spec-off beyond its CI at every level."""
+    ngram = levels["config"] == "ngram k=3"
+    for x, level in zip([0.8, 0.7, 0.6], [1, 2, 4]):
+        at = ngram & (levels["concurrency"] == level)
+        levels.loc[at, ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi", "mean_tpot_ms"]] = [x, x * 0.9, x * 1.1,
+                                                                                                  20 / x]
+    return levels
+
+
+def drafting_everywhere(levels: pd.DataFrame) -> pd.DataFrame:
+    """``levels`` with ngram k=3 at 1.3x [1.17–1.43] at every level."""
+    ngram = levels["config"] == "ngram k=3"
+    levels.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi", "mean_tpot_ms"]] = [1.3, 1.17, 1.43,
+                                                                                                20 / 1.3]
+    return levels
 
 
 def chart_text(chart) -> str:
@@ -69,47 +92,56 @@ def test_closed_loop_levels_read_as_concurrent_requests():
 
 
 def test_a_policy_that_never_pays_says_no_speculative_config_for_both_engines():
-    levels = summary("concurrency")
-    levels.loc[levels["config"] != "spec-off", "speedup_tpot_lo"] = 0.8
-    decision = decide(levels, engine="llama.cpp")
-    report = policy_text(decision)
-    assert "no `--speculative-config`" in report.markdown and "num_speculative_tokens" not in report.markdown
-    assert "no --spec-type (spec-off)" in report.markdown
-    assert report.values["policy_vllm"] == "no --speculative-config"
-    verdict, launch = launch_verdict(decision)
-    end = serving_conclusion(crossover(levels, "speedup_tpot"), pd.DataFrame(), verdict, "AMD EPYC").markdown
-    assert end.startswith("- **verdict**: launch without speculation for 1–4 concurrent") and launch == ""
+    levels = losing(summary("concurrency"))
+    for engine in ("llama.cpp", "vllm"):
+        verdict = decide(levels, engine=engine)
+        assert verdict.kind == "none" and verdict.line == ""  # nothing to paste: the launch has no flags
+        report = policy_text(verdict)
+        assert "no `--speculative-config`" in report.markdown and "num_speculative_tokens" not in report.markdown
+        assert report.values["policy_vllm"] == "no --speculative-config" and report.values["policy_llama_server"] == []
+        end = serving_conclusion(crossover(levels, "speedup_tpot"), pd.DataFrame(), verdict, "AMD EPYC").markdown
+        assert end.startswith("- **verdict**: launch **no speculation** for 1–4 concurrent")
+        assert "beat it beyond the noise" in end
 
 
 def test_a_paying_policy_prints_the_schedule():
     levels = summary("concurrency")
-    report = policy_text(decide(levels, engine="vllm"))
+    verdict = decide(levels, engine="vllm")
+    report = policy_text(verdict)
     config = json.loads(report.values["policy_vllm"])
-    assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
+    assert config["method"] == "ngram" and config["num_speculative_tokens_per_batch_size"] == [[1, 2, 3], [3, 4096, 0]]
+    assert verdict.kind == "schedule" and json.loads(verdict.line) == config  # the line printed is the one launched
+    assert f"```\n{verdict.line}\n```" in report.markdown and "Over the engine's batch" in report.markdown
+    assert "1 concurrent (engine's batch 1.0): ngram k=3 (k = 3), TPOT speedup 1.40x" in report.markdown
+    assert "4 concurrent (engine's batch 4.0): k = 0 (0.95x of spec-off" in report.markdown
 
 
 def test_a_policy_that_drafts_at_every_level_is_printed_without_a_schedule():
-    levels = summary("concurrency")
-    ngram = levels["config"] == "ngram k=3"
-    levels.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "mean_tpot_ms"]] = [1.3, 1.2, 20 / 1.3]
-    config = json.loads(policy_text(decide(levels, engine="vllm")).values["policy_vllm"])
-    assert config == {"method": "ngram", "num_speculative_tokens": 3}
+    levels = drafting_everywhere(summary("concurrency"))
+    verdict = decide(levels, engine="vllm")
+    report = policy_text(verdict)
+    config = json.loads(report.values["policy_vllm"])
+    assert config == {"method": "ngram", "num_speculative_tokens": 3} and verdict.kind == "static"
+    assert "per_batch_size" not in report.markdown and "Over the engine's batch" not in report.markdown
+    launched = decide(levels, engine="vllm", configs=vllm_configs(3))  # the server's line: its n-gram window too
+    assert policy_text(launched).values["policy_vllm"] == launched.line and "prompt_lookup_max" in launched.line
 
 
 def test_a_paying_eagle3_policy_names_the_method_and_the_heads_folder(tmp_path):
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
     levels = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}, "family": {"ngram": "eagle3"}})
     levels["uses_model"] = levels["family"] == "eagle3"
     (tmp_path / "config.json").write_text("{}")
     configs = [VllmConfig(model="/hf/verifier"),
                VllmConfig(model="/hf/verifier", method="eagle3", draft=str(tmp_path), k=3)]
-    decision = decide(levels, engine="vllm", configs=configs)
-    report = policy_text(decision)
+    verdict = decide(levels, engine="vllm", configs=configs)
+    report = policy_text(verdict)
     config = json.loads(report.values["policy_vllm"])
     assert config == {"method": "eagle3", "num_speculative_tokens": 3, "model": str(tmp_path),
-                      "num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4096, 0]]}
-    assert report.values["policy_vllm"] == decision.launch_json == decision.launch_line  # one launch, as launched
+                      "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 4096, 0]]}
+    assert json.loads(verdict.line) == config  # one launch: what is printed is what is launched
+    assert verdict.checked and verdict.server.engine.launch_text(verdict.server) == verdict.line
     assert "eagle3" in report.markdown and "llama-server" not in report.markdown  # launched on vLLM only
     at_endpoint = json.loads(policy_text(decide(levels, engine="vllm")).values["policy_vllm"])
     assert at_endpoint["method"] == "eagle3" and at_endpoint["model"] == "<the eagle3 model's folder>"
@@ -123,79 +155,74 @@ def test_the_identical_share_is_counted_over_every_level():
     assert report.values[config_key("ngram k=3", IDENTICAL_SHARE)] == 0.75
 
 
-def scheduled(server, configs=()) -> ServingDecision:
-    """A decision whose launch is the schedule ``server`` (as ``decide`` makes one on vLLM)."""
-    empty = Policy(levels=(), keyed_on="concurrency", columns=())
-    return ServingDecision(seed=0, engine="vllm", policy=empty, launched=empty, kind="schedule",
-                           config="adaptive", server=server, launch_json=server.engine.launch_text(server),
-                           configs=tuple(configs))
+def vllm_configs(*ks: int) -> list:
+    from specnb.serve.vllm import VllmConfig
+
+    return [VllmConfig(model="/hf/verifier")] + [VllmConfig(model="/hf/verifier", method="ngram", k=k) for k in ks]
+
+
+def measured(verdict, **fields) -> Measured:
+    """What the study measured and judged, its sweep empty: only the verdict and its checks are read."""
+    return Measured(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), verdict=verdict, **fields)
 
 
 def test_the_adaptive_text_states_the_launch_each_level_and_the_trace(tmp_path):
-    from specnb.app.policy_run import PolicyRun
-    from specnb.app.text.nb08_serving import adaptive_text
-    from specnb.measure.serving_sweep import Sweep
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.serve.vllm import VllmConfig
 
-    launched = VllmConfig(model="/hf/verifier", method="ngram", k=4, schedule=[(1, 3, 4), (4, 4096, 0)],
-                          adaptive=True)
-    loop = PolicyRun(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=scheduled(launched), rate=1.5)
+    verdict = decide(summary("concurrency"), engine="vllm", configs=vllm_configs(3))
+    assert verdict.kind == "schedule" and verdict.checked  # vLLM runs a schedule as one server
+    sweep = Sweep(records=pd.DataFrame(), runs=pd.DataFrame())
+    loop = measured(verdict, check=sweep, trace=sweep, rate=1.5)
     check = pd.DataFrame({"concurrency": [1, 4], "speedup_tpot": [1.3, 0.9], "speedup_tpot_lo": [1.1, 0.8],
-                          "speedup_tpot_hi": [1.5, 1.0], "best_static": ["ngram k=4", "spec-off"],
+                          "speedup_tpot_hi": [1.5, 1.0], "best_static": ["ngram k=3", "spec-off"],
                           "best_static_speedup_tpot": [1.35, 1.0], "ratio": [1.3 / 1.35, 0.9], "meets": [True, False]})
-    trace = pd.DataFrame({"config": ["spec-off", "ngram k=4"], "mean_tpot_ms": [80.0, 90.0],
+    trace = pd.DataFrame({"config": ["spec-off", "ngram k=3"], "mean_tpot_ms": [80.0, 90.0],
+                          "speedup_tpot": [1.0, 0.89], "speedup_tpot_lo": [1.0, 0.85], "speedup_tpot_hi": [1.0, 0.93],
                           "adaptive_mean_tpot_ms": [70.0, 70.0], "adaptive_speedup_tpot": [1.1, 1.2],
                           "adaptive_speedup_tpot_lo": [1.05, 1.1], "adaptive_speedup_tpot_hi": [1.2, 1.3],
-                          "beats": [True, True]})
-    report = adaptive_text(check, trace, loop)
-    assert '"num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 4096, 0]]' in report.markdown
+                          "best": "adaptive", "beats": [True, True]})
+    judged = with_trace(verdict, trace)
+    report = adaptive_text(check, trace, replace(loop, verdict=judged))
+    assert '"num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 4096, 0]]' in report.markdown
+    assert report.values["adaptive"] == verdict.line  # the server checked is the one the verdict prints
     line = "4 concurrent: adaptive 0.90x [0.80–1.00] against spec-off 1.00x: 0.90 of it (misses ≥ 0.95)"
-    assert line in report.markdown
-    assert "faster than every static configuration" in report.markdown and report.values["adaptive_min_ratio"] == 0.9
-    assert not report.values["adaptive_meets_every_level"] and report.values["adaptive_beats_every_static_on_trace"]
-    head = replace(launched, method="eagle3", draft=str(tmp_path), k=3, schedule=[(1, 3, 3), (4, 4096, 0)])
+    assert line in report.markdown and report.values["adaptive_min_ratio"] == 0.9
+    assert not report.values["adaptive_meets_every_level"]
+    assert "bursty trace at 1.50 requests/s on average: mean TPOT adaptive 70.0 ms" in report.markdown
+    assert "over the bursty trace the launch measured 1.10x [1.05–1.20] over spec-off; nothing ran faster beyond " \
+           "the noise" in report.markdown
     (tmp_path / "config.json").write_text("{}")
-    spec = json.loads(adaptive_text(check, trace, replace(loop, decision=scheduled(head))).values["adaptive"])
+    heads = [VllmConfig(model="/hf/verifier"), VllmConfig(model="/hf/verifier", method="eagle3", draft=str(tmp_path),
+                                                          k=3)]
+    eagle = summary("concurrency").replace({"config": {"ngram k=3": "eagle3 k=3"}, "family": {"ngram": "eagle3"}})
+    on_heads = decide(eagle.assign(uses_model=eagle["family"] == "eagle3"), engine="vllm", configs=heads)
+    spec = json.loads(adaptive_text(check, trace, replace(loop, verdict=on_heads)).values["adaptive"])
     assert spec["method"] == "eagle3" and spec["model"] == str(tmp_path)  # what was launched, the head included
-    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), PolicyRun(sweep=loop.sweep, note="ngram did not pay"))
+    none = adaptive_text(pd.DataFrame(), pd.DataFrame(), measured(decide(losing(summary("concurrency")),
+                                                                         engine="vllm"), note="ngram did not pay"))
     assert none.markdown == "No `adaptive` launch: ngram did not pay." and none.values == {"adaptive": "none"}
 
 
-def test_a_schedule_the_trace_did_not_prove_gives_way_to_the_configuration_it_lost_to():
-    from specnb.app.policy_run import PolicyRun
-    from specnb.app.text.nb08_serving import adaptive_text
-    from specnb.measure.serving_sweep import Sweep
-    from specnb.serve.vllm.vllm_server import VllmConfig
-
-    static = [VllmConfig(model="/hf/verifier"),
-              VllmConfig(model="/hf/verifier", method="ngram", k=4)]
-    decision = scheduled(replace(static[1], adaptive=True, schedule=[(1, 3, 4), (4, 4096, 0)]), static)
-    loop = PolicyRun(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1, decision=decision)
+def test_a_trace_that_finds_a_faster_configuration_names_it_and_keeps_the_launch():
+    verdict = decide(summary("concurrency"), engine="vllm", configs=vllm_configs(3, 4))
+    assert verdict.kind == "schedule"
 
     def trace(off_ms, ngram_ms):  # every CI clear of 1: the lower mean TPOT is the faster
         won, best = 138.0 < min(off_ms, ngram_ms), "spec-off" if off_ms < ngram_ms else "ngram k=4"
-        over_best = [1.0, 0.9] if best == "spec-off" else [0.9, 1.0]
         return pd.DataFrame({"config": ["spec-off", "ngram k=4"], "mean_tpot_ms": [off_ms, ngram_ms],
                              "adaptive_mean_tpot_ms": [138.0, 138.0],
                              "adaptive_speedup_tpot": [1.05, 1.1] if won else [0.98, 0.95],
                              "adaptive_speedup_tpot_lo": [1.02, 1.05] if won else [0.95, 0.90],
                              "adaptive_speedup_tpot_hi": [1.08, 1.15] if won else [1.01, 0.99],
-                             "best": "adaptive" if won else best, "speedup_over_best": over_best,
-                             "speedup_over_best_lo": [x if x == 1 else x - 0.03 for x in over_best],
-                             "speedup_over_best_hi": [x if x == 1 else x + 0.03 for x in over_best],
-                             "beats": [won, won]})
+                             "best": "adaptive" if won else best, "beats": [won, won]})
 
-    judged = lambda table: adaptive_text(pd.DataFrame(), table, loop, with_trace(decision, table))  # noqa: E731
-    lost = judged(trace(140.0, 131.0))
-    assert lost.values["vllm_launch_for_trace"] == json.dumps(
-        {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
-    assert "launch for load like this trace: **ngram k=4**" in lost.markdown
-    assert "adaptive ran 0.95x [0.90–0.99] of its speed" in lost.markdown
-    off = judged(trace(135.0, 150.0))
-    assert off.values["vllm_launch_for_trace"] == ""
-    assert "**spec-off**, no `--speculative-config`" in off.markdown
-    won = judged(trace(150.0, 160.0))
-    assert won.values["vllm_launch_for_trace"] == decision.launch_json and "the adaptive line above" in won.markdown
+    lost = with_trace(verdict, trace(140.0, 131.0))
+    assert lost.line == verdict.line and lost.kind == "schedule"  # the trace checks the launch, never replaces it
+    assert "ngram k=4 ran faster there beyond the noise" in lost.trace and "0.98x [0.95–1.01]" in lost.trace
+    assert verdict_line(lost).endswith(lost.trace) and verdict_line(lost).startswith(verdict_line(verdict))
+    won = with_trace(verdict, trace(150.0, 160.0))
+    assert won.line == verdict.line and "nothing ran faster beyond the noise" in won.trace
+    assert with_trace(verdict, pd.DataFrame()) == verdict  # no trace: nothing added
 
 
 def crossing_of(speedups: list[float], half_width: float) -> dict:
@@ -221,7 +248,7 @@ def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0
     """A trace's requests: 16 prompts, 11 tokens each, every configuration's TPOT ``tpot_ms`` on average,
     each request off by its own ±``spread`` (plus the prompt's own difficulty, shared by all)."""
     rng = np.random.default_rng(seed)
-    ks = {"spec-off": 0, "ngram k=2": 2, "ngram k=4": 4, "adaptive": 4}
+    ks = {"spec-off": 0, "ngram k=2": 2, "ngram k=3": 3, "ngram k=4": 4, "adaptive": 4}
     difficulty = rng.uniform(0.8, 1.2, size=16)
     rows = []
     for config, ms in tpot_ms.items():
@@ -233,69 +260,68 @@ def trace_records(tpot_ms: dict[str, float], spread: float = 0.05, seed: int = 0
     return pd.concat(rows, ignore_index=True)
 
 
-def launch_for(tpot_ms: dict[str, float], spread: float = 0.05) -> tuple[str, str]:
-    from specnb.app.text.nb08_serving import trace_launch
-    from specnb.measure.serving_checks import trace_check
-    from specnb.serve.vllm.vllm_server import VllmConfig
+def test_the_trace_never_changes_the_launch_line():
+    """Whatever the bursty trace measures, the launch is the sweep's: the trace adds one line
+    (``Verdict.trace``), naming a configuration that ran faster beyond the noise, if one did."""
+    from specnb.measure.serving_stats import trace_check
 
-    configs = [VllmConfig(model="/hf/verifier")] + [
-        VllmConfig(model="/hf/verifier", method="ngram", k=k) for k in (2, 4)]
-    table = trace_check(trace_records(tpot_ms, spread), n_boot=400)
-    decision = with_trace(scheduled(replace(configs[2], adaptive=True, schedule=[(1, 3, 4), (4, 4096, 0)]), configs),
-                          table)
-    return trace_launch(decision, table), decision.launch_line
-
-
-def test_the_trace_launches_adaptive_only_where_its_ci_beats_every_static_configuration():
-    line, value = launch_for({"spec-off": 130.6, "ngram k=2": 128.0, "ngram k=4": 127.0, "adaptive": 90.0})
-    assert json.loads(value)["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 4096, 0]]
-    assert "the adaptive line above" in line
-
-
-def test_a_trace_within_noise_goes_to_the_simplest_configuration():
-    # adaptive's 129.1 ms against spec-off's 130.6 ms: inside the noise, so spec-off, the simplest
-    line, value = launch_for({"spec-off": 130.6, "ngram k=2": 131.5, "ngram k=4": 132.0, "adaptive": 129.1})
-    assert value == "" and "**spec-off**, no `--speculative-config`" in line
-
-
-def test_a_static_configuration_clearly_best_on_the_trace_is_launched():
-    line, value = launch_for({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0, "adaptive": 120.0})
-    assert json.loads(value)["num_speculative_tokens"] == 4 and "**ngram k=4**" in line
-    # two static ones inside each other's noise: the smaller k
-    line, value = launch_for({"spec-off": 130.6, "ngram k=2": 91.0, "ngram k=4": 90.0, "adaptive": 120.0}, 0.2)
-    assert json.loads(value)["num_speculative_tokens"] == 2 and "**ngram k=2**" in line
+    verdict = decide(drafting_everywhere(summary("concurrency")), engine="vllm", configs=vllm_configs(2, 3, 4))
+    assert verdict.kind == "static" and verdict.chosen.name == "ngram k=3"
+    clear = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=3": 100.0, "ngram k=4": 70.0}),
+                        n_boot=400)
+    near = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 131.5, "ngram k=3": 129.1,
+                                      "ngram k=4": 130.0}), n_boot=400)
+    for table in (clear, near):
+        judged = with_trace(verdict, table)
+        assert (judged.line, judged.kind, judged.chosen, judged.policy) == (verdict.line, verdict.kind,
+                                                                            verdict.chosen, verdict.policy)
+        assert judged.trace.startswith("over the bursty trace the launch measured ")
+    assert "ngram k=4 ran faster there beyond the noise" in with_trace(verdict, clear).trace
+    assert "nothing ran faster beyond the noise" in with_trace(verdict, near).trace
+    off = decide(losing(summary("concurrency")), engine="vllm")
+    assert "measured spec-off itself" in with_trace(off, near).trace and with_trace(off, near).line == ""
 
 
 def test_the_report_gives_one_answer_for_the_load_it_measured():
-    from specnb.serve.vllm.vllm_server import VllmConfig
-
     levels = summary("concurrency")  # ngram k=3 pays at 1 and 2 (CIs above 1), not at 4
-    on_vllm, value = launch_verdict(decide(levels, engine="vllm"))
-    assert on_vllm.startswith("**verdict**: launch the schedule `--speculative-config '")
-    assert json.loads(value)["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 4096, 0]]
-    on_llama, _ = launch_verdict(decide(levels, engine="llama.cpp"))
+    on_vllm = decide(levels, engine="vllm")
+    line = verdict_line(on_vllm)
+    assert line.startswith("**verdict**: launch **the ngram schedule (ngram k=3 at 1, ngram k=3 at 2, k = 0 at 4)** (`")
+    assert f"(`{on_vllm.line}`)" in line and "for 1–4 concurrent" in line
+    assert json.loads(on_vllm.line)["num_speculative_tokens_per_batch_size"] == [[1, 2, 3], [3, 4096, 0]]
+    on_llama = verdict_line(decide(levels, engine="llama.cpp"))
     # one server per load range, spec-off's a real spec-off: it takes over where 1.2 at 2 and 0.8 at 4 cross 1 (2.8)
     assert "fixes speculation per launch" in on_llama and "3 or more concurrent: no --spec-type (spec-off)" in on_llama
-    everywhere = levels.assign(speedup_tpot_lo=1.1)
-    everywhere.loc[everywhere["config"] == "ngram k=3", "speedup_tpot"] = 1.3
-    configs = [VllmConfig(model="/m"), VllmConfig(model="/m", method="ngram", k=3)]
-    line, value = launch_verdict(decide(everywhere, engine="vllm", configs=configs))
-    assert line.startswith("**verdict**: launch **ngram k=3**") and json.loads(value)["num_speculative_tokens"] == 3
-    end = serving_conclusion(crossover(everywhere, "speedup_tpot"), pd.DataFrame(), line, "m").markdown
-    assert end.count("**verdict**") == 1 and "policy:" not in end  # one answer, first
+    everywhere = drafting_everywhere(summary("concurrency"))
+    static = decide(everywhere, engine="vllm", configs=vllm_configs(3))
+    line = verdict_line(static)
+    assert line.startswith("**verdict**: launch **ngram k=3 at every load**")
+    assert json.loads(static.line)["num_speculative_tokens"] == 3
+    end = serving_conclusion(crossover(everywhere, "speedup_tpot"), pd.DataFrame(), static, "m").markdown
+    assert end.startswith(f"- {line}") and end.count("**verdict**") == 1  # one answer, first
+    assert policy_text(static).markdown.endswith(line)  # the policy section says the same line
+    assert "minimum detectable effect" in end
 
 
-def test_a_trace_that_ran_gives_the_verdict():
-    from specnb.measure.serving_checks import trace_check
-    from specnb.serve.vllm.vllm_server import VllmConfig
-
-    configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
-    trace = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0, "adaptive": 120.0}),
-                        n_boot=200)
-    line, value = launch_verdict(with_trace(decide(summary("concurrency"), engine="vllm", configs=configs), trace),
-                                 trace)
-    assert line.startswith("**verdict**: **ngram k=4**") and "judged over the bursty trace" in line
-    assert json.loads(value)["num_speculative_tokens"] == 4
+def test_a_tie_names_what_it_is_tied_with_and_how_sure_it_is():
+    levels = summary("concurrency")
+    ngram = levels["config"] == "ngram k=3"
+    levels.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi"]] = [[1.02, 0.92, 1.13]] * 3
+    levels.loc[ngram, ["launch_pairs", "critical"]] = [10, 1.959964]  # a band resting on 10 launch pairs
+    verdict = decide(levels, engine="vllm")
+    assert verdict.kind == "none" and verdict.sure == "tie" and [t.name for t in verdict.tied] == ["ngram k=3"]
+    line = verdict_line(verdict)
+    assert "(a tie within the noise: the simplest kept)" in line and "ngram k=3 is within the noise" in line
+    # a 15% gain, inside a band as wide as one A/A pair leaves it (c 12.7) but beyond it with the noise known
+    one_pair = levels.copy()
+    one_pair.loc[ngram, ["speedup_tpot", "speedup_tpot_lo", "speedup_tpot_hi", "tpot_log_var", "launch_sigma",
+                         "launch_pairs", "critical"]] = [[1.15, 0.35, 3.8, 0.0004, 0.03, 1, 12.7]] * 3
+    unsure = decide(one_pair, engine="vllm")
+    assert unsure.sure == "inconclusive" and "**inconclusive**" in verdict_line(unsure)
+    assert f"this run resolves {unsure.mde:.0%} (minimum detectable effect)" in verdict_line(unsure)
+    table = candidate_table(verdict)
+    assert set(table["state"]) == {"launch", "tied"} and len(table) == 2 * 3
+    assert "ngram k=3 " in candidates_text(verdict) and "(within the noise)" in candidates_text(verdict)
 
 
 def test_a_dip_at_one_level_is_named_as_that_level():
@@ -319,30 +345,23 @@ def test_the_trace_forecast_is_reported_first_and_the_reconstruction_as_a_diagno
 
 
 def test_a_static_launch_is_judged_over_a_trace_of_the_static_configurations_alone():
-    from specnb.app.policy_run import PolicyRun
-    from specnb.app.text.nb08_serving import adaptive_text
-    from specnb.measure.serving_checks import trace_check
-    from specnb.measure.serving_sweep import Sweep
-    from specnb.serve.vllm.vllm_server import VllmConfig
+    from specnb.measure.serving_stats import trace_check
 
-    configs = [VllmConfig(model="/m")] + [VllmConfig(model="/m", method="ngram", k=k) for k in (2, 4)]
-    table = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=4": 90.0}), n_boot=200)
-    assert set(table["config"]) == set(configs_named(configs)) and table["adaptive_speedup_tpot"].isna().all()
-    everywhere = summary("concurrency").assign(speedup_tpot_lo=1.1)
-    everywhere.loc[everywhere["config"] == "ngram k=3", "speedup_tpot"] = 1.3
-    decision = decide(everywhere, engine="vllm", configs=[*configs, VllmConfig(model="/m", method="ngram", k=3)])
-    assert decision.kind == "static" and not decision.checked  # one range: no schedule to launch or check
-    judged = with_trace(decision, table)
-    assert judged.trace_pick == "ngram k=4" and json.loads(judged.launch_line)["num_speculative_tokens"] == 4
-    loop = PolicyRun(sweep=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), decision=decision, rate=1.1,
-                       note="the launch is ngram k=3 at every load")
-    report = adaptive_text(pd.DataFrame(), table, loop, judged)
-    assert "the static configurations alone" in report.markdown and "adaptive ran" not in report.markdown
-    assert "**ngram k=4**" in report.markdown and report.values["adaptive"] == "none"
-
-
-def configs_named(configs) -> list[str]:
-    return [c.name for c in configs]
+    configs = vllm_configs(2, 3, 4)
+    table = trace_check(trace_records({"spec-off": 130.6, "ngram k=2": 125.0, "ngram k=3": 110.0, "ngram k=4": 90.0}),
+                        n_boot=200)
+    assert set(table["config"]) == {c.name for c in configs} and table["adaptive_speedup_tpot"].isna().all()
+    verdict = decide(drafting_everywhere(summary("concurrency")), engine="vllm", configs=configs)
+    assert verdict.kind == "static" and not verdict.checked  # one range: no schedule to launch or check
+    judged = with_trace(verdict, table)
+    assert judged.line == verdict.line and json.loads(judged.line)["num_speculative_tokens"] == 3
+    assert "ngram k=4 ran faster there beyond the noise" in judged.trace
+    loop = measured(judged, trace=Sweep(records=pd.DataFrame(), runs=pd.DataFrame()), rate=1.1,
+                    note="the launch is ngram k=3 at every load")
+    report = adaptive_text(pd.DataFrame(), table, loop)
+    assert "no `adaptive` launch: the launch is ngram k=3 at every load" in report.markdown
+    assert "adaptive" not in report.markdown.split("bursty trace")[1].split("\n")[0]  # no adaptive run on it
+    assert judged.trace in report.markdown and report.values["adaptive"] == "none"
 
 
 def test_a_configuration_screened_after_the_lowest_level_reads_as_that_level_once():

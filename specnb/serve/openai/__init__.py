@@ -1,2 +1,0 @@
-"""An OpenAI-compatible server someone else runs (SGLang and the like), measured at ``-p endpoint``
-(``engine_openai``)."""

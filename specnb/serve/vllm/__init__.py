@@ -1,2 +1,0 @@
-"""vLLM: its configurations and ``--speculative-config`` (``engine_vllm``), its process
-(``vllm_server``) and its install check (``vllm_setup``)."""
