@@ -251,8 +251,9 @@ def serving_conclusion(crossings: pd.DataFrame, validation: pd.DataFrame, verdic
     lines += [crossover_line(row) for row in crossings.to_dict("records")]
     if verdict.kind and not math.isnan(verdict.mde):
         lines.append(f"this run's minimum detectable effect: {verdict.mde:.0%} (the smallest true speedup difference "
-                     "it finds with 95% power at its band; more launch pairs in the store, or launching each "
-                     "configuration more than once, resolve less)")
+                     "it finds with 95% power at its band, which holds the prompts' sampling and the launch noise: "
+                     "more prompts or tokens shrink the first, more launch pairs in the store or more launches per "
+                     "configuration the second)")
     error = median_error(validation) if len(validation) else math.nan
     if not math.isnan(error):
         lines.append(f"the serving predictor's median error per level: {error:.1%}")
