@@ -20,7 +20,8 @@ import pandas as pd
 from engine import write_readme_section  # benchmarks/engine.py
 from predictor import copy_arguments, find_run  # benchmarks/predictor.py
 
-from specnb.measure.serving_load import SHAPES, shape_of
+from specnb.app.text.nb08_serving import crossover_line
+from specnb.measure.serving_load import shape_of
 
 STEM = "08_serving"
 
@@ -43,19 +44,11 @@ def sweep_table(summary: pd.DataFrame) -> str:
     return pd.DataFrame(rows).to_markdown(index=False)
 
 
-def crossing(row) -> str:
-    if row.verdict != "stops paying":
-        return ""
-    lo = "≤ first level" if pd.isna(row.crossover_lo) or row.crossover_lo <= 1 else f"{row.crossover_lo:.1f}"
-    hi = "beyond the last level" if pd.isna(row.crossover_hi) else f"{row.crossover_hi:.1f}"
-    return f" at ≈ {row.crossover:.1f} {SHAPES[getattr(row, 'load', 'closed')].unit} (95% CI {lo} to {hi})"
-
-
 def noise_text(noise: dict | None) -> str:
     """What a run's CIs were widened by (``launch_noise`` in its results), as a clause."""
     if not noise:
         return ", no launch noise measured"
-    return f", widened by launch noise σ {noise['sigma']:.3f} ({noise['source']})"
+    return f", with launch noise σ {noise['sigma']:.3f} from {noise.get('pairs', '?')} A/A pair(s) ({noise['source']})"
 
 
 def render(run: Path, stem: str = STEM) -> str:
@@ -69,7 +62,8 @@ def render(run: Path, stem: str = STEM) -> str:
         f"{used.get('prompts', '?')} prompts × {used.get('rounds', '?')} rounds, {used.get('max_new_tokens', '?')} "
         f"tokens on average (range ratio {used.get('length_range_ratio', '?')}), {used.get('load', '?')} loop at "
         f"{used.get('levels', '?')}, {used.get('turnovers', '?')} turnovers; speedups over spec-off on steady "
-        f"requests, CI resampling prompts with their rounds{noise_text(res.get('launch_noise'))}.",
+        f"requests, CIs resampling prompts with their rounds, simultaneous over configurations and levels"
+        f"{noise_text(res.get('launch_noise'))}.",
         "",
         sweep_table(summary),
     ]
@@ -77,7 +71,8 @@ def render(run: Path, stem: str = STEM) -> str:
         lines += ["", f"Verdict: {res['verdict'].removeprefix('**verdict**: ')}"]
     crossover = run / f"{stem}.crossover.csv"
     if crossover.is_file():
-        lines += [""] + [f"- {r.config}: {r.verdict}" + crossing(r) for r in pd.read_csv(crossover).itertuples()]
+        # each configuration's pays / loses / no measurable difference, as notebook 08 says it: by its CIs
+        lines += [""] + [f"- {crossover_line(r)}" for r in pd.read_csv(crossover).to_dict("records")]
     if "serving_predictor_median_error" in res:
         where = ("on held-out prompts at every level (two-fold cross-fit)" if res.get("serving_predictor_prompts")
                  == "held out" else "over the levels it was not calibrated on")

@@ -35,6 +35,9 @@ def crossover_line(row) -> str:
         return (f"{name} does not pay even at the lowest level" if row.get("ci_excludes_1_lowest", True) else
                 f"{name} does not pay at any level measured; " + noise(f"{row['min_level']:g} {unit}, the lowest"))
     if row["verdict"] == "pays at every level measured":
+        if not row.get("ci_excludes_1_lowest", True) and not row.get("ci_excludes_1_top", True):
+            return (f"{name} is above 1 at every level measured by its point estimates, but shows no measurable "
+                    f"difference at {row['min_level']:g} or at {top} (its 95% CIs hold 1)")
         return (f"{name} still pays at {top} (the most measured)" if row.get("ci_excludes_1_top", True) else
                 f"{name} is above 1 at every level measured, but shows " + noise(f"{top}, the most measured"))
     if row["verdict"].startswith("loses between"):

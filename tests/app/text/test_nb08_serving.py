@@ -374,3 +374,11 @@ def test_a_configuration_screened_after_the_lowest_level_reads_as_that_level_onc
     line = next(x for x in text.splitlines() if "**eagle3 k=2**" in x)
     assert line.count("at 1 concurrent") == 1 and "→" not in line and "at 4 concurrent" not in line
     assert "1.40x [1.26–1.54] at 1 concurrent, 0.80x [0.72–0.88] at 4 concurrent" in text and " → " in text
+
+
+def test_above_one_by_the_points_with_no_ci_above_one_is_no_measurable_difference():
+    row = {"config": "ngram k=4", "verdict": "pays at every level measured", "min_level": 1.0, "max_level": 4.0,
+           "load": "closed", "ci_excludes_1_lowest": False, "ci_excludes_1_top": False}
+    line = crossover_line(row)
+    assert "no measurable difference at 1 or at 4 concurrent requests" in line and "pays" not in line
+    assert "still pays" in crossover_line(row | {"ci_excludes_1_lowest": True, "ci_excludes_1_top": True})
