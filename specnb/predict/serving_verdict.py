@@ -144,15 +144,6 @@ def policy_ranges(policy: Policy, max_batch: int = MAX_BATCH) -> list[list[int]]
     return merged(level_spans(policy, max_batch))
 
 
-def scheduled_config(policy: Policy, batch: float, max_batch: int = MAX_BATCH) -> str:
-    """The configuration a launch of ``policy`` runs at a running batch of ``batch`` (below the first
-    span the first level's, above the last the last's)."""
-    spans = level_spans(policy, max_batch)
-    b = int(round(batch))
-    return next((config for lo, hi, _, config in spans if lo <= b <= hi),
-                spans[0][3] if b < spans[0][0] else spans[-1][3])
-
-
 def policy_switch(policy: Policy) -> float:
     """The load where the launch stops speculating (where its range after its last drafting level
     starts) or, drafting everywhere, where its k first falls; NaN where neither happens."""

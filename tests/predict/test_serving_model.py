@@ -39,7 +39,7 @@ from specnb.predict.serving_model import (
     validate_held_out,
     validate_serving,
 )
-from specnb.predict.serving_verdict import decide, policy_switch, scheduled_config
+from specnb.predict.serving_verdict import decide, policy_switch
 from specnb.serve.engines import SPEC_OFF, Speculation
 from specnb.serve.simulated import SimCost, crossover
 
@@ -375,7 +375,7 @@ def test_adaptive_reads_each_batch_off_the_configuration_its_schedule_runs_there
     curves = launch_curves(summary, launch)
     for lo, hi, k in launch.ranges:
         for b in (lo, min(hi, 200)):
-            config = scheduled_config(policy, b)
+            config = launch.by_k[k] if k else "spec-off"  # the configuration its range runs
             assert scheduled_k(launch, b) == k and int(summary.set_index("config").loc[config, "k"].iloc[0]) == k
             own = tpot_at(tpot_curve(summary, config), b)
             if k:  # the configuration the policy chose there, read as it was measured

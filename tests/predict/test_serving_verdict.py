@@ -16,7 +16,6 @@ from specnb.predict.serving_verdict import (
     policy_ranges,
     policy_switch,
     price,
-    scheduled_config,
     with_trace,
 )
 
@@ -117,7 +116,6 @@ def test_ranges_cut_where_the_choices_cross_and_the_switch_is_there():
     policy = Policy(levels=(PolicyLevel(concurrency=1, batch=1.0, config="ngram k=4", k=4, cut=math.nan),
                             PolicyLevel(concurrency=8, batch=8.0, config="spec-off", k=0, cut=3.2)))
     assert policy_ranges(policy) == [[1, 3, 4], [4, 4096, 0]]
-    assert scheduled_config(policy, 2) == "ngram k=4" and scheduled_config(policy, 100) == "spec-off"
     assert policy_switch(policy) == pytest.approx(3.2)
 
 
